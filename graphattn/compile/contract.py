@@ -1,0 +1,170 @@
+"""The compiled contract: what the compiler hands to the encoder (DESIGN.md section 3).
+
+Names and shapes follow etcmodel so that users can compare tensors one to one. Per instance the
+shapes below have no batch dim; `collate` adds B in front.
+
+    l2l_att_mask, l2l_relative_att_ids   [L, 2r+1]  long query i, long key i-r..i+r (column r = i)
+    g2g_att_mask, g2g_relative_att_ids   [G, G]
+    l2g_att_mask, l2g_relative_att_ids   [L, G]
+    g2l_att_mask, g2l_relative_att_ids   [G, L]
+
+Masks are 1 = may attend. All eight are int32 (numpy per instance, torch once batched).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields, replace
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import torch
+
+if TYPE_CHECKING:
+    from graphattn.compile.labels import LabelVocab
+
+SIDE_INPUT_NAMES = (
+    "l2l_att_mask",
+    "g2g_att_mask",
+    "l2g_att_mask",
+    "g2l_att_mask",
+    "l2l_relative_att_ids",
+    "g2g_relative_att_ids",
+    "l2g_relative_att_ids",
+    "g2l_relative_att_ids",
+)
+
+
+def _as_torch(x: Any) -> torch.Tensor:
+    return x if isinstance(x, torch.Tensor) else torch.from_numpy(np.ascontiguousarray(x))
+
+
+@dataclass
+class SideInputs:
+    """The eight ETC side inputs, numpy or torch, with or without a batch dim."""
+
+    l2l_att_mask: Any
+    g2g_att_mask: Any
+    l2g_att_mask: Any
+    g2l_att_mask: Any
+    l2l_relative_att_ids: Any
+    g2g_relative_att_ids: Any
+    l2g_relative_att_ids: Any
+    g2l_relative_att_ids: Any
+
+    @property
+    def local_radius(self) -> int:
+        return (self.l2l_att_mask.shape[-1] - 1) // 2
+
+    @property
+    def long_length(self) -> int:
+        return self.l2l_att_mask.shape[-2]
+
+    @property
+    def global_length(self) -> int:
+        return self.g2g_att_mask.shape[-1]
+
+    def as_dict(self) -> dict[str, Any]:
+        return {name: getattr(self, name) for name in SIDE_INPUT_NAMES}
+
+    def map(self, fn) -> "SideInputs":
+        """Apply `fn` to each of the eight arrays (e.g. `lambda t: t.to(device)`)."""
+        return SideInputs(**{name: fn(value) for name, value in self.as_dict().items()})
+
+    def to_torch(self) -> "SideInputs":
+        return self.map(_as_torch)
+
+    def to_numpy(self) -> "SideInputs":
+        return self.map(lambda x: x.cpu().numpy() if isinstance(x, torch.Tensor) else np.asarray(x))
+
+
+@dataclass
+class TruncationReport:
+    """What did not fit: nothing is dropped silently. Empty lists mean nothing was cut."""
+
+    long_tokens_before: int = 0
+    long_tokens_after: int = 0
+    globals_before: int = 0
+    globals_after: int = 0
+    dropped_nodes: list[str] = field(default_factory=list)  # node ids removed whole (e.g. sentences)
+    messages: list[str] = field(default_factory=list)  # one readable line per decision
+
+    @property
+    def truncated(self) -> bool:
+        return bool(self.dropped_nodes) or self.long_tokens_after < self.long_tokens_before or self.globals_after < self.globals_before
+
+
+@dataclass
+class EtcInstance:
+    """One compiled input (possibly several packed documents): ids, side inputs, provenance.
+
+    `side` holds the eight tensors as numpy int32 ([L, 2r+1], [G, G], [L, G], [G, L]); a compact
+    instance holds a `CompactSideInputs` instead, whose `to_dense()` gives the same eight.
+    Provenance maps every position back to the graph: `global_node_ids[g]` is the node a global
+    token stands for; `long_char_spans[i]` is the [start, end) of long token i in
+    `texts[long_doc_index[i]]` (-1, -1 for tokens the compiler inserted, such as [CLS]);
+    `long_owners[level][i]` is the global position that owns long token i at hierarchy level
+    `level` (a node type name), -1 when none.
+    """
+
+    long_token_ids: np.ndarray  # [L] int32
+    long_type_ids: np.ndarray  # [L] int32
+    global_token_ids: np.ndarray  # [G] int32
+    global_type_ids: np.ndarray  # [G] int32
+    side: Any  # SideInputs (numpy, no batch dim) or CompactSideInputs
+    label_vocab: "LabelVocab"
+    global_node_ids: list[str]
+    global_node_types: list[str]
+    long_char_spans: np.ndarray  # [L, 2] int32
+    long_doc_index: np.ndarray  # [L] int32, which packed document each long token came from
+    long_owners: dict[str, np.ndarray]
+    doc_ids: list[str | None]
+    texts: list[str]
+    truncation: TruncationReport = field(default_factory=TruncationReport)
+    features: dict[str, np.ndarray] = field(default_factory=dict)
+
+    @property
+    def long_length(self) -> int:
+        return int(self.long_token_ids.shape[0])
+
+    @property
+    def global_length(self) -> int:
+        return int(self.global_token_ids.shape[0])
+
+    def long_token_text(self, i: int) -> str:
+        start, end = (int(x) for x in self.long_char_spans[i])
+        return "" if start < 0 else self.texts[int(self.long_doc_index[i])][start:end]
+
+
+@dataclass
+class EtcBatch:
+    """A padded batch ready for `EtcEncoder`: token ids, type ids, padding masks, side inputs.
+
+    `long_input_mask` / `global_input_mask` are 1 for real tokens and 0 for padding: the side
+    inputs let padding attend to padding (as the reference does), and the model ignores padded
+    rows. `features` carries optional per-token arrays such as OpenKP's visual features
+    (name -> [B, L, ...] or [B, G, ...]). `vocab_size` is the number of relative labels used.
+    """
+
+    long_token_ids: torch.Tensor  # [B, L]
+    long_type_ids: torch.Tensor  # [B, L]
+    global_token_ids: torch.Tensor  # [B, G]
+    global_type_ids: torch.Tensor  # [B, G]
+    long_input_mask: torch.Tensor  # [B, L]
+    global_input_mask: torch.Tensor  # [B, G]
+    side: SideInputs
+    vocab_size: int
+    features: dict[str, torch.Tensor] = field(default_factory=dict)
+
+    @property
+    def batch_size(self) -> int:
+        return self.long_token_ids.shape[0]
+
+    def to(self, device: torch.device | str) -> "EtcBatch":
+        move = lambda t: t.to(device)  # noqa: E731
+        tensors = {f.name: move(getattr(self, f.name)) for f in fields(self) if f.name.endswith(("ids", "mask"))}
+        return replace(
+            self,
+            **tensors,
+            side=self.side.map(move),
+            features={k: move(v) for k, v in self.features.items()},
+        )
