@@ -1,0 +1,397 @@
+"""The tokenizer protocol the compiler uses: text -> token ids + character offsets.
+
+The compiler never asks a tokenizer to add special tokens: it inserts [CLS]/[SEP] and global
+tokens itself, so every adapter encodes the bare text. Offsets are ``[start, end)`` character
+(not byte) positions into the text that was passed in, which is how graph spans, also in
+characters, find their long positions (`spans_to_token_ranges`).
+
+Adapters:
+
+* `HFTokenizer` wraps a Hugging Face `tokenizers.Tokenizer` (a ``tokenizer.json``).
+* `SpacyWordTokenizer` is word level, on a spaCy tokenizer (``spacy.blank(lang)`` by default).
+
+`load_tokenizer` turns whatever a user names (a path, ``"spacy:en"``, an object) into one of them.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable, Protocol, Sequence, runtime_checkable
+
+import numpy as np
+
+from graphattn.errors import GraphattnError
+
+DEFAULT_SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
+
+# Names the usual vocabularies give their special tokens (BERT first, then RoBERTa/XLNet style).
+_SPECIAL_TOKEN_CANDIDATES = {
+    "cls": ("[CLS]", "<s>", "<cls>"),
+    "sep": ("[SEP]", "</s>", "<sep>"),
+    "pad": ("[PAD]", "<pad>"),
+    "mask": ("[MASK]", "<mask>"),
+    "unk": ("[UNK]", "<unk>"),
+}
+
+
+class TokenizerError(GraphattnError):
+    """A tokenizer that cannot be loaded or used as asked (names the file where there is one)."""
+
+
+@dataclass(frozen=True)
+class Encoding:
+    """One encoded text: `ids` int32 [n], `offsets` int32 [n, 2] char [start, end), `tokens`."""
+
+    ids: np.ndarray
+    offsets: np.ndarray
+    tokens: list[str]
+
+    def __len__(self) -> int:
+        return int(self.ids.shape[0])
+
+
+@runtime_checkable
+class Tokenizer(Protocol):
+    """What the compiler needs from a tokenizer. Special-token ids are None when absent."""
+
+    cls_id: int | None
+    sep_id: int | None
+    pad_id: int | None
+    mask_id: int | None
+    unk_id: int | None
+
+    @property
+    def vocab_size(self) -> int: ...
+
+    def encode(self, text: str) -> Encoding: ...
+
+    def encode_batch(self, texts: Sequence[str]) -> list[Encoding]: ...
+
+    def token_to_id(self, token: str) -> int | None: ...
+
+    def id_to_token(self, token_id: int) -> str: ...
+
+
+def _find_special_ids(token_to_id, overrides: dict[str, str | None]) -> dict[str, int | None]:
+    """Look special tokens up by the conventional names unless the caller named them."""
+    found: dict[str, int | None] = {}
+    for role, candidates in _SPECIAL_TOKEN_CANDIDATES.items():
+        named = overrides.get(role)
+        if named is not None:
+            token_id = token_to_id(named)
+            if token_id is None:
+                raise TokenizerError(f"{role}_token {named!r} is not in the vocabulary")
+            found[role] = token_id
+            continue
+        found[role] = next((i for i in map(token_to_id, candidates) if i is not None), None)
+    return found
+
+
+def _offsets_array(offsets: list[tuple[int, int]]) -> np.ndarray:
+    return np.asarray(offsets, dtype=np.int32).reshape(-1, 2)
+
+
+def _check_text(text: Any, where: str) -> str:
+    if not isinstance(text, str):
+        raise TokenizerError(f"{where}: expected a str to tokenize, got {type(text).__name__}")
+    return text
+
+
+class HFTokenizer:
+    """A Hugging Face `tokenizers.Tokenizer`, encoding bare text with character offsets.
+
+    The wrapped tokenizer is a private copy with truncation and padding switched off (a
+    ``tokenizer.json`` saved for training often has them on, and the compiler truncates by
+    graph structure, not by cutting text). Its post-processor is kept but not applied.
+    """
+
+    def __init__(
+        self,
+        tokenizer: Any,
+        *,
+        source: str | None = None,
+        cls_token: str | None = None,
+        sep_token: str | None = None,
+        pad_token: str | None = None,
+        mask_token: str | None = None,
+        unk_token: str | None = None,
+    ):
+        from tokenizers import Tokenizer as RawTokenizer
+
+        if not isinstance(tokenizer, RawTokenizer):
+            raise TokenizerError(f"HFTokenizer wraps a tokenizers.Tokenizer, got {type(tokenizer).__name__}", file=source)
+        try:
+            tokenizer = RawTokenizer.from_str(tokenizer.to_str())
+        except Exception:  # custom (unserializable) components: use the object itself
+            pass
+        tokenizer.no_truncation()
+        tokenizer.no_padding()
+        self.tokenizer = tokenizer
+        self.source = source
+        model_unk = getattr(tokenizer.model, "unk_token", None)
+        overrides = {"cls": cls_token, "sep": sep_token, "pad": pad_token, "mask": mask_token, "unk": unk_token or model_unk}
+        special = _find_special_ids(tokenizer.token_to_id, overrides)
+        self.cls_id, self.sep_id, self.pad_id = special["cls"], special["sep"], special["pad"]
+        self.mask_id, self.unk_id = special["mask"], special["unk"]
+
+    @classmethod
+    def from_file(cls, path: str | os.PathLike, **special_tokens: str) -> "HFTokenizer":
+        from tokenizers import Tokenizer as RawTokenizer
+
+        path = Path(path)
+        if path.is_dir():
+            path = path / "tokenizer.json"
+        if not path.is_file():
+            raise TokenizerError("tokenizer file does not exist (expected a tokenizers tokenizer.json)", file=str(path))
+        try:
+            raw = RawTokenizer.from_file(str(path))
+        except Exception as exc:  # tokenizers raises a bare Exception for bad JSON / unknown models
+            first_line = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            raise TokenizerError(f"not a valid tokenizers tokenizer.json: {first_line}", file=str(path)) from None
+        return cls(raw, source=str(path), **special_tokens)
+
+    @property
+    def vocab_size(self) -> int:
+        return self.tokenizer.get_vocab_size(with_added_tokens=True)
+
+    def _wrap(self, encoding: Any) -> Encoding:
+        return Encoding(np.asarray(encoding.ids, dtype=np.int32), _offsets_array(encoding.offsets), encoding.tokens)
+
+    def encode(self, text: str) -> Encoding:
+        return self._wrap(self.tokenizer.encode(_check_text(text, "encode"), add_special_tokens=False))
+
+    def encode_batch(self, texts: Sequence[str]) -> list[Encoding]:
+        """Encode many texts on the library's parallel batch path (much faster than a loop)."""
+        texts = [_check_text(t, f"encode_batch item {i}") for i, t in enumerate(texts)]
+        return [self._wrap(e) for e in self.tokenizer.encode_batch(texts, add_special_tokens=False)]
+
+    def token_to_id(self, token: str) -> int | None:
+        return self.tokenizer.token_to_id(token)
+
+    def id_to_token(self, token_id: int) -> str:
+        token = self.tokenizer.id_to_token(int(token_id))
+        if token is None:
+            raise TokenizerError(f"token id {token_id} is outside the vocabulary of {self.vocab_size}", file=self.source)
+        return token
+
+    def save(self, path: str | os.PathLike) -> None:
+        self.tokenizer.save(str(path))
+
+    def __repr__(self) -> str:
+        return f"HFTokenizer(vocab_size={self.vocab_size}, source={self.source!r})"
+
+
+class SpacyWordTokenizer:
+    """Word-level tokenizer on spaCy's rule-based tokenizer; whitespace tokens are skipped.
+
+    The vocabulary is either *fixed* (given as a list of words or a file with one word per line:
+    unknown words map to the unk id) or *growing* (each new word gets the next id; the default
+    when no vocabulary is given, so ids depend on the order texts are seen; `save_vocab` keeps
+    them). Special tokens come first in a new vocabulary and are added to a given one if missing.
+    Only the tokenizer runs (``nlp.make_doc``), not the pipeline, so a user's ``nlp`` with heavy
+    components costs nothing extra.
+    """
+
+    def __init__(
+        self,
+        vocab: Sequence[str] | str | os.PathLike | None = None,
+        *,
+        lang: str = "en",
+        nlp: Any = None,
+        grow: bool | None = None,
+        lowercase: bool = False,
+        special_tokens: Sequence[str] = DEFAULT_SPECIAL_TOKENS,
+    ):
+        if nlp is None:
+            import spacy
+
+            try:
+                nlp = spacy.blank(lang)
+            except Exception as exc:
+                raise TokenizerError(f"spaCy has no language {lang!r}: {str(exc).splitlines()[0]}") from None
+        self.nlp = nlp
+        self.lowercase = lowercase
+        self.source = str(vocab) if isinstance(vocab, (str, os.PathLike)) else None
+        words = _read_vocab_file(Path(vocab)) if isinstance(vocab, (str, os.PathLike)) else list(vocab or [])
+        self.grow = vocab is None if grow is None else grow
+        self._id_of: dict[str, int] = {}
+        self._tokens: list[str] = []
+        for token in [*special_tokens, *words]:
+            self._add(token)
+        special = _find_special_ids(self._id_of.get, {})
+        self.cls_id, self.sep_id, self.pad_id = special["cls"], special["sep"], special["pad"]
+        self.mask_id, self.unk_id = special["mask"], special["unk"]
+        if not self.grow and self.unk_id is None:
+            raise TokenizerError("a fixed vocabulary needs an unk token ([UNK] or <unk>) for unknown words", file=self.source)
+
+    def _add(self, token: str) -> int:
+        token_id = self._id_of.get(token)
+        if token_id is None:
+            token_id = self._id_of[token] = len(self._tokens)
+            self._tokens.append(token)
+        return token_id
+
+    @property
+    def vocab_size(self) -> int:
+        return len(self._tokens)
+
+    def _lookup(self, word: str) -> int:
+        token_id = self._id_of.get(word)
+        if token_id is not None:
+            return token_id
+        return self._add(word) if self.grow else self.unk_id  # type: ignore[return-value]
+
+    def _encode_doc(self, doc: Any) -> Encoding:
+        """Columns of the spaCy doc as arrays; the vocabulary is consulted once per distinct word."""
+        from spacy.attrs import IDX, IS_SPACE, LENGTH, LOWER, ORTH
+
+        columns = doc.to_array([IDX, LENGTH, IS_SPACE, LOWER if self.lowercase else ORTH]).reshape(-1, 4)
+        columns = columns[columns[:, 2] == 0]
+        distinct, first_seen, inverse = np.unique(columns[:, 3], return_index=True, return_inverse=True)
+        inverse = inverse.reshape(-1)
+        strings = doc.vocab.strings
+        distinct_ids = np.empty(len(distinct), dtype=np.int32)
+        for k in np.argsort(first_seen, kind="stable"):  # a growing vocabulary numbers words by first use
+            distinct_ids[k] = self._lookup(strings[int(distinct[k])])
+        ids = distinct_ids[inverse]
+        starts = columns[:, 0].astype(np.int32)
+        offsets = np.stack([starts, starts + columns[:, 1].astype(np.int32)], axis=1).reshape(-1, 2)
+        token_strings = np.asarray([self._tokens[i] for i in distinct_ids], dtype=object)
+        tokens = token_strings[inverse].tolist()
+        return Encoding(ids.astype(np.int32, copy=False), offsets, tokens)
+
+    def encode(self, text: str) -> Encoding:
+        return self._encode_doc(self.nlp.make_doc(_check_text(text, "encode")))
+
+    def encode_batch(self, texts: Sequence[str]) -> list[Encoding]:
+        texts = [_check_text(t, f"encode_batch item {i}") for i, t in enumerate(texts)]
+        return [self._encode_doc(doc) for doc in self.nlp.tokenizer.pipe(texts)]
+
+    def token_to_id(self, token: str) -> int | None:
+        return self._id_of.get(token)
+
+    def id_to_token(self, token_id: int) -> str:
+        if not 0 <= int(token_id) < len(self._tokens):
+            raise TokenizerError(f"token id {token_id} is outside the vocabulary of {self.vocab_size}", file=self.source)
+        return self._tokens[int(token_id)]
+
+    def save_vocab(self, path: str | os.PathLike) -> None:
+        """Write one token per line, in id order (readable back as a fixed vocabulary)."""
+        Path(path).write_text("".join(f"{t}\n" for t in self._tokens), encoding="utf-8")
+
+    def __repr__(self) -> str:
+        mode = "growing" if self.grow else "fixed"
+        return f"SpacyWordTokenizer(lang={self.nlp.lang!r}, vocab_size={self.vocab_size}, {mode})"
+
+
+def _read_vocab_file(path: Path) -> list[str]:
+    if not path.is_file():
+        raise TokenizerError("vocabulary file does not exist (expected one token per line)", file=str(path))
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except UnicodeDecodeError as exc:
+        raise TokenizerError(f"vocabulary file is not UTF-8 ({exc.reason} at byte {exc.start})", file=str(path)) from None
+    return [line for line in (raw.strip() for raw in lines) if line]
+
+
+def load_tokenizer(spec: Any) -> Tokenizer:
+    """A tokenizer from what a user names it by.
+
+    Accepts an adapter (returned as is), a `tokenizers.Tokenizer`, a spaCy `Language`, the
+    string ``"spacy:<lang>"`` (a growing word vocabulary on ``spacy.blank(lang)``), or a path to a
+    ``tokenizer.json`` (or a directory holding one).
+    """
+    if isinstance(spec, (HFTokenizer, SpacyWordTokenizer)):
+        return spec
+    from tokenizers import Tokenizer as RawTokenizer
+
+    if isinstance(spec, RawTokenizer):
+        return HFTokenizer(spec)
+    if isinstance(spec, str) and spec.startswith("spacy:"):
+        return SpacyWordTokenizer(lang=spec.split(":", 1)[1] or "en")
+    if isinstance(spec, (str, os.PathLike)):
+        return HFTokenizer.from_file(spec)
+    if hasattr(spec, "make_doc") and hasattr(spec, "tokenizer"):  # a spaCy Language
+        return SpacyWordTokenizer(nlp=spec)
+    if isinstance(spec, Tokenizer):
+        return spec
+    raise TokenizerError(
+        f"cannot make a tokenizer from {type(spec).__name__}; give a tokenizer.json path, 'spacy:<lang>', "
+        "a tokenizers.Tokenizer, a spaCy Language or an adapter"
+    )
+
+
+def train_wordpiece(
+    texts: Iterable[str],
+    vocab_size: int = 3000,
+    special_tokens: Sequence[str] = DEFAULT_SPECIAL_TOKENS,
+    *,
+    min_frequency: int = 1,
+    lowercase: bool = True,
+) -> HFTokenizer:
+    """Train a BERT-style WordPiece tokenizer in memory (no download), for tests and examples.
+
+    BERT's normalizer (lowercasing, accent stripping) and pre-tokenizer, ``##`` continuation
+    prefix, and a ``[CLS] $A [SEP]`` post-processor so the saved file works elsewhere too.
+    """
+    from tokenizers import Tokenizer as RawTokenizer
+    from tokenizers import decoders, models, normalizers, pre_tokenizers, processors, trainers
+
+    if vocab_size <= len(special_tokens):
+        raise TokenizerError(f"vocab_size must exceed the {len(special_tokens)} special tokens, got {vocab_size}")
+    unk = next((t for t in special_tokens if t in _SPECIAL_TOKEN_CANDIDATES["unk"]), None)
+    if unk is None:
+        raise TokenizerError(f"special_tokens must include an unk token ([UNK] or <unk>), got {list(special_tokens)}")
+    raw = RawTokenizer(models.WordPiece(unk_token=unk, continuing_subword_prefix="##"))
+    raw.normalizer = normalizers.BertNormalizer(lowercase=lowercase, strip_accents=lowercase or None)
+    raw.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    raw.decoder = decoders.WordPiece(prefix="##")
+    trainer = trainers.WordPieceTrainer(
+        vocab_size=vocab_size,
+        min_frequency=min_frequency,
+        special_tokens=list(special_tokens),
+        continuing_subword_prefix="##",
+        show_progress=False,
+    )
+    raw.train_from_iterator(texts, trainer)
+    cls_token = next((t for t in special_tokens if t in _SPECIAL_TOKEN_CANDIDATES["cls"]), None)
+    sep_token = next((t for t in special_tokens if t in _SPECIAL_TOKEN_CANDIDATES["sep"]), None)
+    if cls_token and sep_token:
+        cls_id, sep_id = raw.token_to_id(cls_token), raw.token_to_id(sep_token)
+        raw.post_processor = processors.TemplateProcessing(
+            single=f"{cls_token} $A {sep_token}",
+            pair=f"{cls_token} $A {sep_token} $B:1 {sep_token}:1",
+            special_tokens=[(cls_token, cls_id), (sep_token, sep_id)],
+        )
+    return HFTokenizer(raw)
+
+
+def spans_to_token_ranges(offsets: np.ndarray, spans: np.ndarray) -> np.ndarray:
+    """Token ranges ``[first, last + 1)`` for char spans ``[start, end)``, int32 [m, 2].
+
+    Rule: a token belongs to the span that contains its FIRST character, i.e. token t is in span
+    ``[s, e)`` iff ``s <= offsets[t, 0] < e``. So a token cut by a span boundary goes wholly to
+    the span where it starts; a span lying inside one token (or covering no token start) gets an
+    empty range ``[a, a)`` at the position where it would be; an empty span ``[s, s)`` is always
+    empty. Zero-width tokens (e.g. an [UNK] with offsets ``(s, s)``) follow the same rule by
+    their start. Token starts must not decrease (tokens in text order), which is what makes
+    this one `np.searchsorted` per span end.
+    """
+    offsets = np.asarray(offsets)
+    spans = np.asarray(spans)
+    if offsets.ndim != 2 or offsets.shape[1] != 2:
+        raise TokenizerError(f"offsets must have shape [n, 2], got {list(offsets.shape)}")
+    if spans.ndim != 2 or spans.shape[1] != 2:
+        raise TokenizerError(f"spans must have shape [m, 2], got {list(spans.shape)}")
+    starts = offsets[:, 0]
+    if starts.shape[0] > 1 and np.any(starts[1:] < starts[:-1]):
+        bad = int(np.argmax(starts[1:] < starts[:-1])) + 1
+        raise TokenizerError(f"token offsets are not in text order: token {bad} starts at {int(starts[bad])}, before token {bad - 1}")
+    backwards = spans[:, 1] < spans[:, 0]
+    if np.any(backwards):
+        bad = int(np.argmax(backwards))
+        raise TokenizerError(f"span {bad} ends before it starts: {spans[bad].tolist()}")
+    ranges = np.searchsorted(starts, spans.reshape(-1), side="left").astype(np.int32)
+    return ranges.reshape(-1, 2)
