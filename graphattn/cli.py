@@ -20,18 +20,22 @@ COMMANDS = {
 }
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The full parser; with `only`, just that command's arguments are loaded (fast start)."""
     parser = argparse.ArgumentParser(prog="graphattn", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
     for name, (module_name, help_text) in COMMANDS.items():
         command = sub.add_parser(name, help=help_text, description=help_text)
         command.set_defaults(_module=module_name)
-        importlib.import_module(module_name).add_arguments(command)
+        if only is None or name == only:
+            importlib.import_module(module_name).add_arguments(command)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    chosen = argv[0] if argv and argv[0] in COMMANDS else None
+    args = build_parser(only=chosen).parse_args(argv)
     try:
         return int(importlib.import_module(args._module).run(args) or 0)
     except GraphattnError as err:

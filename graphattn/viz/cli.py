@@ -1,0 +1,169 @@
+"""`graphattn viz INPUT --schema S [--out FILE.png|.svg|.html] [--queries A:B] [--keys A:B]`.
+
+INPUT is a document (a DocGraph JSON, HTML, plain text, or a HotpotQA / WikiHop / NQ file with
+--format) that is compiled with the schema and tokenizer first, or a compiled Parquet shard
+(read through `graphattn.data`). Without --out the terminal view is printed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import itertools
+import json
+import sys
+from pathlib import Path
+
+from graphattn.compile.contract import EtcInstance
+from graphattn.errors import GraphattnError, GraphError, IngestError
+
+DOCUMENT_FORMATS = ("docgraph", "html", "text", "hotpotqa", "wikihop", "nq")
+SUFFIX_FORMATS = {".html": "html", ".htm": "html", ".xhtml": "html", ".txt": "text", ".text": "text", ".md": "text", ".json": "docgraph"}
+SHARD_SUFFIXES = (".parquet",)
+DEFAULT_TOKENIZER = "spacy:en"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("input", help="document (.json DocGraph, .html, .txt; datasets with --format) or compiled shard (.parquet)")
+    parser.add_argument("--schema", help="relation schema: a YAML/JSON file or a shipped schema name (needed for documents)")
+    parser.add_argument("--tokenizer", default=DEFAULT_TOKENIZER, help=f"tokenizer.json path or spacy:<lang> (default {DEFAULT_TOKENIZER})")
+    parser.add_argument("--format", choices=DOCUMENT_FORMATS, help="how to read a document (default: from its suffix)")
+    parser.add_argument("--out", help="write FILE.png, FILE.svg or FILE.html instead of printing to the terminal")
+    parser.add_argument("--queries", help="query rows A:B over [global ; long] positions; g/l prefixes count in one part (l0:l64)")
+    parser.add_argument("--keys", help="key columns A:B, as --queries")
+    parser.add_argument("--instance", type=int, default=0, help="which record of a dataset file, or which instance of a shard (default 0)")
+    parser.add_argument(
+        "--style", choices=("auto", "plain", "letters", "color"), default="auto",
+        help="terminal view style (default: color on a terminal, letters otherwise)",
+    )
+    parser.add_argument("--ascii", action="store_true", help="terminal view in ASCII only")
+    parser.add_argument("--block-size", type=int, help="draw blocks of this many tokens (PNG/SVG) instead of choosing by size")
+    parser.add_argument("--title", help="title of the picture or page")
+
+
+def run(args: argparse.Namespace) -> int:
+    from graphattn.viz.pattern import Pattern, parse_range
+
+    instance = load_instance(args.input, schema=args.schema, tokenizer=args.tokenizer, format=args.format, index=args.instance)
+    pattern = Pattern(instance)
+    G, L = pattern.global_length, pattern.long_length
+    queries = parse_range(args.queries, G, L, "--queries")
+    keys = parse_range(args.keys, G, L, "--keys")
+    if args.block_size is not None and args.block_size < 1:
+        raise GraphattnError(f"--block-size must be at least 1, got {args.block_size}")
+    if args.out is None:
+        from graphattn.viz.terminal import pick_style, terminal_view
+
+        style, ascii_only = pick_style(sys.stdout)
+        style = style if args.style == "auto" else args.style
+        sys.stdout.write(terminal_view(pattern, queries, keys, style=style, ascii_only=ascii_only or args.ascii))
+        return 0
+    out = Path(args.out)
+    if out.suffix.lower() == ".html":
+        from graphattn.viz.html import write_viewer
+
+        write_viewer(pattern, out, title=args.title, queries=queries, keys=keys)
+        print(f"wrote {out} (G={G}, L={L}; open it in a browser)")
+        return 0
+    from graphattn.viz.picture import render
+
+    rendering = render(pattern, queries, keys, block_size=args.block_size, title=args.title)
+    rendering.save(out)
+    print(f"wrote {out} ({rendering.level}, queries {queries.start}:{queries.stop}, keys {keys.start}:{keys.stop})")
+    return 0
+
+
+# -- inputs --------------------------------------------------------------------------------
+def load_instance(path: str | Path, *, schema=None, tokenizer=DEFAULT_TOKENIZER, format: str | None = None, index: int = 0) -> EtcInstance:
+    """The instance to draw: compiled from a document, or read from a compiled shard."""
+    path = Path(path)
+    if not path.exists():
+        raise GraphattnError("no such file", file=str(path))
+    if index < 0:
+        raise GraphattnError(f"--instance must be >= 0, got {index}", file=str(path))
+    if path.suffix.lower() in SHARD_SUFFIXES:
+        return load_from_shard(path, index)
+    graph = read_document(path, format, index)
+    if schema is None:
+        raise GraphattnError("--schema is required to compile a document (a YAML/JSON file or a shipped name)", file=str(path))
+    from graphattn.schema import load_schema
+    from graphattn.tokenize import load_tokenizer
+
+    try:
+        from graphattn.compile import compile as compile_graph
+    except ImportError:
+        raise GraphattnError("compiling a document needs graphattn.compile.compile, which this installation lacks", file=str(path)) from None
+    compiled = compile_graph(graph, load_schema(schema), load_tokenizer(tokenizer))
+    if isinstance(compiled, EtcInstance):
+        return compiled
+    compiled = list(compiled)  # a compiler that splits one document into several instances
+    if not compiled:
+        raise GraphattnError("the compiler returned no instance for this document", file=str(path))
+    return compiled[0]
+
+
+def load_from_shard(path: Path, index: int) -> EtcInstance:
+    """Instance `index` of a compiled shard, through `graphattn.data.read_instance(path, index)`."""
+    try:
+        data = importlib.import_module("graphattn.data")
+    except ModuleNotFoundError as err:
+        if err.name not in ("graphattn.data", "graphattn"):
+            raise
+        raise GraphattnError("reading compiled shards needs the graphattn.data module, which this installation does not have", file=str(path)) from None
+    if not hasattr(data, "read_instance"):
+        raise GraphattnError("graphattn.data has no read_instance(path, index) to read a shard with", file=str(path))
+    return data.read_instance(path, index)
+
+
+def read_document(path: Path, format: str | None, index: int = 0):
+    """A DocGraph from a document file; `index` picks the record of a multi-record file."""
+    format = format or SUFFIX_FORMATS.get(path.suffix.lower())
+    if format is None:
+        raise IngestError(
+            f"cannot tell how to read a {path.suffix or 'suffix-less'} file; pass --format ({', '.join(DOCUMENT_FORMATS)})",
+            file=str(path),
+        )
+    if format == "docgraph":
+        return _read_docgraph(path, index)
+    if format == "html":
+        from graphattn.ingest.html import read_html
+
+        return read_html(path)
+    if format == "text":
+        from graphattn.ingest.text import text_to_graph
+
+        return text_to_graph(_read_text(path), doc_id=path.stem, source=str(path))
+    from graphattn.ingest.json import read_json
+
+    record = next(itertools.islice(read_json(path, format), index, None), None)
+    if record is None:
+        raise IngestError(f"has no record {index} (--instance counts from 0)", file=str(path))
+    return record
+
+
+def _read_text(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as err:
+        raise IngestError(f"not UTF-8 text ({err.reason} at byte {err.start})", file=str(path)) from None
+
+
+def _read_docgraph(path: Path, index: int):
+    from graphattn.graph import DocGraph
+
+    try:
+        data = json.loads(_read_text(path))
+    except json.JSONDecodeError as err:
+        raise GraphError(f"not valid JSON: {err.msg} (column {err.colno})", file=str(path), line=err.lineno) from None
+    if isinstance(data, list):
+        if not 0 <= index < len(data):
+            raise GraphError(f"has {len(data)} graphs; --instance {index} is out of range", file=str(path))
+        data, where = data[index], (index,)
+    else:
+        where = ()
+    if not isinstance(data, dict) or "nodes" not in data:
+        raise GraphError(
+            "expected a DocGraph object {text, nodes, edges}; for HotpotQA, WikiHop or NQ files pass --format",
+            file=str(path), path=where,
+        )
+    return DocGraph.from_dict(data, source=str(path))

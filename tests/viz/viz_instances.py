@@ -1,0 +1,138 @@
+"""Hand-built EtcInstances for the viz tests, written straight from DESIGN.md section 3.
+
+One document of sentences, one word per long token. Globals: an optional `document` global
+(soft: sees every long token) and one `sentence` global per sentence (hard g2l: sees only its
+own tokens). l2g is soft everywhere. Relative ids follow etcmodel: 0 same, 1..k right,
+k+1..2k left; l2g/g2l belongs / does_not_belong.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from graphattn.compile.contract import EtcInstance, SideInputs
+from graphattn.compile.labels import LabelVocab
+
+WORDS = "the quick brown fox jumps over a lazy dog while seven bright owls watch from old oak trees".split()
+
+
+def relative_ids(distance: np.ndarray, max_distance: int) -> np.ndarray:
+    """etcmodel's relative position ids for key - query = `distance`."""
+    right = np.minimum(distance, max_distance)
+    left = max_distance + np.minimum(-distance, max_distance)
+    return np.where(distance == 0, 0, np.where(distance > 0, right, left)).astype(np.int32)
+
+
+def hand_instance(
+    sentence_lengths=(3, 4, 2),
+    radius: int = 2,
+    max_distance: int = 2,
+    document_global: bool = True,
+    extra_labels: tuple[str, ...] = (),
+    words: list[str] | None = None,
+) -> EtcInstance:
+    vocab = LabelVocab(max_distance, list(extra_labels))
+    L = int(sum(sentence_lengths))
+    words = words or [WORDS[i % len(WORDS)] for i in range(L)]
+    text = " ".join(words)
+    starts = np.cumsum([0] + [len(w) + 1 for w in words[:-1]])
+    spans = np.stack([starts, starts + np.array([len(w) for w in words])], axis=1).astype(np.int32)
+
+    first_sentence = 1 if document_global else 0
+    sentence_of_token = np.repeat(np.arange(len(sentence_lengths)), sentence_lengths)
+    owner = sentence_of_token + first_sentence  # global position of each token's sentence
+    G = first_sentence + len(sentence_lengths)
+    node_ids = (["doc"] if document_global else []) + [f"s{i}" for i in range(len(sentence_lengths))]
+    node_types = (["document"] if document_global else []) + ["sentence"] * len(sentence_lengths)
+
+    offsets = np.arange(-radius, radius + 1)
+    keys = np.arange(L)[:, None] + offsets[None, :]
+    l2l_mask = ((keys >= 0) & (keys < L)).astype(np.int32)
+    l2l_ids = np.broadcast_to(relative_ids(offsets, max_distance), (L, 2 * radius + 1)).copy()
+
+    g = np.arange(G)
+    g2g_mask = np.ones((G, G), np.int32)
+    g2g_ids = relative_ids(g[None, :] - g[:, None], max_distance)
+
+    owns = owner[:, None] == g[None, :]  # [L, G]
+    if document_global:
+        owns[:, 0] = True
+    l2g_ids = np.where(owns, vocab.belongs, vocab.does_not_belong).astype(np.int32)
+    l2g_mask = np.ones((L, G), np.int32)
+    g2l_ids = l2g_ids.T.copy()
+    g2l_mask = owns.T.astype(np.int32)
+    if document_global:
+        g2l_mask[0] = 1  # the document global is soft
+
+    side = SideInputs(l2l_mask, g2g_mask, l2g_mask, g2l_mask, l2l_ids, g2g_ids, l2g_ids, g2l_ids)
+    owners = {"sentence": owner.astype(np.int32)}
+    if document_global:
+        owners = {"document": np.zeros(L, np.int32), **owners}
+    return EtcInstance(
+        long_token_ids=np.arange(100, 100 + L, dtype=np.int32),
+        long_type_ids=np.zeros(L, np.int32),
+        global_token_ids=np.ones(G, np.int32),
+        global_type_ids=np.array([0 if t == "document" else 1 for t in node_types], np.int32),
+        side=side,
+        label_vocab=vocab,
+        global_node_ids=node_ids,
+        global_node_types=node_types,
+        long_char_spans=spans,
+        long_doc_index=np.zeros(L, np.int32),
+        long_owners=owners,
+        doc_ids=["doc"],
+        texts=[text],
+    )
+
+
+def big_instance(long_length: int = 4096, globals_count: int = 256, radius: int = 128, max_distance: int = 12) -> EtcInstance:
+    """A 4096 + 256 instance: one document global and sentences of equal length."""
+    sentences = globals_count - 1
+    lengths = np.full(sentences, long_length // sentences)
+    lengths[: long_length - lengths.sum()] += 1
+    return hand_instance(tuple(int(x) for x in lengths), radius=radius, max_distance=max_distance)
+
+
+def random_instance(rng: np.random.Generator, G: int, L: int, radius: int, max_distance: int = 2, extra_labels: int = 1) -> EtcInstance:
+    """Arbitrary masks and label ids (not a compiler's output): for checks against brute force."""
+    vocab = LabelVocab(max_distance, [f"rel{i}" for i in range(extra_labels)])
+    V, W = len(vocab), 2 * radius + 1
+
+    def piece(shape):
+        return (rng.random(shape) < 0.6).astype(np.int32), rng.integers(0, V, shape).astype(np.int32)
+
+    (l2l_m, l2l_i), (g2g_m, g2g_i), (l2g_m, l2g_i), (g2l_m, g2l_i) = piece((L, W)), piece((G, G)), piece((L, G)), piece((G, L))
+    side = SideInputs(l2l_m, g2g_m, l2g_m, g2l_m, l2l_i, g2g_i, l2g_i, g2l_i)
+    words = [WORDS[i % len(WORDS)] for i in range(L)]
+    starts = np.cumsum([0] + [len(w) + 1 for w in words[:-1]]) if L else np.zeros(0, int)
+    spans = np.stack([starts, starts + np.array([len(w) for w in words], dtype=int)], axis=1).astype(np.int32).reshape(L, 2)
+    return EtcInstance(
+        long_token_ids=np.arange(L, dtype=np.int32), long_type_ids=np.zeros(L, np.int32),
+        global_token_ids=np.ones(G, np.int32), global_type_ids=np.zeros(G, np.int32), side=side, label_vocab=vocab,
+        global_node_ids=[f"n{g}" for g in range(G)], global_node_types=["node"] * G, long_char_spans=spans,
+        long_doc_index=np.zeros(L, np.int32), long_owners={}, doc_ids=["d"], texts=[" ".join(words)],
+    )
+
+
+def brute_force_grid(instance: EtcInstance) -> np.ndarray:
+    """[G+L, G+L] label-or--1 straight from DESIGN.md section 3, one pair at a time."""
+    s = instance.side
+    G, L = instance.global_length, instance.long_length
+    r = (s.l2l_att_mask.shape[1] - 1) // 2
+    grid = np.full((G + L, G + L), -1, dtype=np.int64)
+    for q in range(G + L):
+        for k in range(G + L):
+            if q < G and k < G:
+                allowed, label = s.g2g_att_mask[q, k], s.g2g_relative_att_ids[q, k]
+            elif q < G:
+                allowed, label = s.g2l_att_mask[q, k - G], s.g2l_relative_att_ids[q, k - G]
+            elif k < G:
+                allowed, label = s.l2g_att_mask[q - G, k], s.l2g_relative_att_ids[q - G, k]
+            else:
+                c = (k - G) - (q - G) + r
+                if not 0 <= c <= 2 * r:
+                    continue
+                allowed, label = s.l2l_att_mask[q - G, c], s.l2l_relative_att_ids[q - G, c]
+            if allowed:
+                grid[q, k] = label
+    return grid
