@@ -1,0 +1,43 @@
+"""Ingestion: documents -> DocGraphs that the dataset schemas in ``schemas/`` compile.
+
+    read_html(path) / parse_html(data)      HTML -> document / element / text nodes, VDOM features
+    read_json(path, "hotpotqa" | "wikihop" | "nq" | callable)   one DocGraph per JSON record
+    json_graph(record, mapping)             any JSON, driven by a mapping (see `mapping`)
+    text_to_graph(text, candidates=...)     plain text -> paragraphs, sentences, mentions (spaCy)
+
+Each module's docstring fixes the node types, ids, attrs and edges it produces. Names load
+lazily, so reading HTML does not import spaCy.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_EXPORTS = {
+    "parse_html": "html",
+    "read_html": "html",
+    "decode_html": "html",
+    "read_json": "json",
+    "iter_records": "json",
+    "Record": "json",
+    "hotpotqa_graph": "json",
+    "wikihop_graph": "json",
+    "nq_graph": "json",
+    "ADAPTERS": "json",
+    "json_graph": "mapping",
+    "load_mapping": "mapping",
+    "text_to_graph": "text",
+    "add_sentences": "text",
+    "link_mentions": "text",
+    "default_nlp": "text",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"{__name__}.{module}"), name)
