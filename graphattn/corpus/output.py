@@ -1,0 +1,148 @@
+"""The output directory of a corpus compile, and how a killed run picks up where it stopped.
+
+    DIR/run.json                 settings, input fingerprints, document and shard counts
+    DIR/shard-00000.parquet      compiled instances of documents [0, shard_size)
+    DIR/shard-00000.done.json    written after the shard's atomic rename: its size, sha256,
+                                 counts and rejected documents
+    DIR/rejected.jsonl           every rejected document in input order (rebuilt at the end)
+
+A shard counts as done only when its marker exists and the file matches the marker's size and
+sha256, so a run killed at any point (mid-write, between file and marker) leaves nothing that
+resume would trust wrongly. Resume recomputes exactly the shards that are not done; because a
+shard's documents are fixed by its number, nothing is compiled twice or skipped.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator
+
+from graphattn.corpus.shards import write_atomic
+from graphattn.errors import GraphattnError
+
+RUN_FORMAT = "graphattn-run/1"
+
+
+def shard_name(index: int) -> str:
+    return f"shard-{index:05d}.parquet"
+
+
+def _dump(data: Any) -> bytes:
+    return (json.dumps(data, sort_keys=True, ensure_ascii=False, indent=1) + "\n").encode()
+
+
+@dataclass
+class OutputDir:
+    path: Path
+
+    def __post_init__(self) -> None:
+        self.path = Path(self.path)
+
+    @property
+    def run_file(self) -> Path:
+        return self.path / "run.json"
+
+    @property
+    def rejected_file(self) -> Path:
+        return self.path / "rejected.jsonl"
+
+    def shard_path(self, index: int) -> Path:
+        return self.path / shard_name(index)
+
+    def marker_path(self, index: int) -> Path:
+        return self.path / shard_name(index).replace(".parquet", ".done.json")
+
+    # -- starting or resuming ----------------------------------------------------------------
+    def start(self, run: dict[str, Any], resume: bool) -> set[int]:
+        """Claim the directory for `run`; the shard numbers already done (resume only)."""
+        if self.path.exists() and not self.path.is_dir():
+            raise GraphattnError("--out must be a directory, but a file of that name exists", file=str(self.path))
+        self.path.mkdir(parents=True, exist_ok=True)
+        self._remove_temporaries()
+        if resume:
+            previous = self._read_run()
+            _check_same_run(previous, run, str(self.run_file))
+            return {i for i in range(run["shards"]) if self.is_done(i)}
+        if self.run_file.exists() or any(self.path.glob("shard-*.parquet")):
+            raise GraphattnError(
+                "this directory already holds compiled shards; pass --resume to finish that run, "
+                "or choose an empty directory", file=str(self.path))
+        write_atomic(str(self.run_file), _dump(run))
+        return set()
+
+    def _remove_temporaries(self) -> None:
+        """Half-written files of a killed run (`*.tmp-<pid>`): never trusted, always rewritten."""
+        for tmp in self.path.glob("*.tmp-*"):
+            tmp.unlink(missing_ok=True)
+
+    def _read_run(self) -> dict[str, Any]:
+        if not self.run_file.exists():
+            raise GraphattnError("nothing to resume here (no run.json); run without --resume", file=str(self.path))
+        try:
+            data = json.loads(self.run_file.read_text(encoding="utf-8"))
+        except (json.JSONDecodeError, UnicodeDecodeError) as err:
+            raise GraphattnError(f"run.json is damaged ({err}); start a new run in an empty directory", file=str(self.run_file)) from None
+        if data.get("format") != RUN_FORMAT:
+            raise GraphattnError(f"run.json has format {data.get('format')!r}, expected {RUN_FORMAT!r}", file=str(self.run_file))
+        return data
+
+    # -- shards ------------------------------------------------------------------------------
+    def is_done(self, index: int) -> bool:
+        marker = self.read_marker(index)
+        shard = self.shard_path(index)
+        if marker is None or not shard.exists() or shard.stat().st_size != marker.get("bytes"):
+            return False
+        return hashlib.sha256(shard.read_bytes()).hexdigest() == marker.get("sha256")
+
+    def read_marker(self, index: int) -> dict | None:
+        path = self.marker_path(index)
+        try:
+            return json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, json.JSONDecodeError, UnicodeDecodeError):
+            return None
+
+    def write_shard(self, index: int, data: bytes, digest: str, rejected: list[dict], stats: dict) -> None:
+        """Shard file first (atomic), marker second: a marker always describes a complete file."""
+        write_atomic(str(self.shard_path(index)), data)
+        marker = {"shard": index, "file": shard_name(index), "bytes": len(data), "sha256": digest,
+                  "stats": stats, "rejected": rejected}
+        write_atomic(str(self.marker_path(index)), _dump(marker))
+
+    def markers(self, shards: int) -> Iterator[dict]:
+        for index in range(shards):
+            marker = self.read_marker(index)
+            if marker is not None:
+                yield marker
+
+    def finish(self, shards: int) -> int:
+        """Write rejected.jsonl from the markers, in input order; returns how many were rejected."""
+        lines = [json.dumps(entry, sort_keys=True, ensure_ascii=False) + "\n"
+                 for marker in self.markers(shards) for entry in marker["rejected"]]
+        write_atomic(str(self.rejected_file), "".join(lines).encode())
+        return len(lines)
+
+
+def _short(value: Any, width: int = 120) -> str:
+    text = repr(value)
+    return text if len(text) <= width else text[: width - 3] + "..."
+
+
+def _check_same_run(previous: dict, run: dict, where: str) -> None:
+    """Resume only the run that was started: same settings, same (unchanged) input files."""
+    old, new = previous.get("settings", {}), run["settings"]
+    differ = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))
+    if differ:
+        detail = "; ".join(f"{k}: was {_short(old.get(k))}, now {_short(new.get(k))}" for k in differ[:5])
+        raise GraphattnError(f"--resume refused: the settings differ from the run being resumed ({detail}); "
+                             "use the same command, or start a new run in an empty directory", file=where)
+    old_inputs = {f["path"]: f for f in previous.get("inputs", [])}
+    for now in run["inputs"]:
+        before = old_inputs.get(now["path"])
+        if before != now:
+            raise GraphattnError(f"--resume refused: input {now['path']} changed since the run started "
+                                 f"(was {before}, now {now}); start a new run", file=where)
+    if previous.get("documents") != run["documents"] or previous.get("shards") != run["shards"]:
+        raise GraphattnError("--resume refused: the inputs now hold a different number of documents", file=where)

@@ -1,0 +1,211 @@
+"""The unit of work: compile one shard's documents into Parquet bytes (both engines run this).
+
+A shard is a fixed range of document numbers (`ShardTask`), so what it holds never depends on
+which worker compiled it or when. Every document either yields its instances or one entry for
+``rejected.jsonl``; a failure is caught per document (any exception) and the shard goes on.
+
+Documents become instances the way the schema asks: one instance per document (every window
+under the `windows` policy, as `compile_windows`), or, when the schema packs several documents per
+instance (`packing.max_documents` > 1), greedy packing in input order exactly as
+`graphattn.compile.pack` does, restarted at each shard. A pack that fails to assemble is
+compiled document by document, so one bad document never takes good ones down with it.
+"""
+
+from __future__ import annotations
+
+import traceback
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from graphattn.compile.assemble import assemble
+from graphattn.compile.compiler import compile_windows
+from graphattn.compile.layout import build_layout
+from graphattn.compile.tokens import TokenTable, resolve_tokens
+from graphattn.compile.truncate import Selection, doc_sizes, select
+from graphattn.corpus.shards import Layout, Provenance, encode_shard, instance_row, rows_to_table, sha256, shard_metadata
+from graphattn.corpus.sources import Document, ReadCache, Segment, iter_segment_graphs
+from graphattn.errors import GraphattnError
+from graphattn.schema import Schema
+
+PROGRESS_EVERY = 16  # documents between progress reports from a worker
+
+
+@dataclass(frozen=True)
+class ShardTask:
+    """Documents [first_document, first_document + documents) of the corpus, as file segments."""
+
+    index: int
+    first_document: int
+    documents: int
+    segments: tuple[Segment, ...]
+
+
+@dataclass
+class ShardResult:
+    """A compiled shard: its Parquet bytes, its rejected documents and its counts."""
+
+    index: int
+    data: bytes
+    sha256: str
+    rejected: list[dict]
+    stats: dict[str, int]
+
+
+@dataclass
+class WorkerState:
+    """What every worker loads once: schema, tokenizer, the run's row layout and settings."""
+
+    schema: Schema
+    tokenizer: Any
+    schema_text: str
+    settings: dict
+    layout: Layout
+    mapping: Any = None
+    table: TokenTable | None = None
+    cache: ReadCache = field(default_factory=ReadCache)
+
+    def __post_init__(self) -> None:
+        if self.table is None:
+            self.table = resolve_tokens(self.schema, self.tokenizer)
+
+    @property
+    def packs(self) -> bool:
+        return self.schema.max_documents > 1
+
+
+def rejected_entry(doc: Document, err: BaseException, graph: Any = None) -> dict[str, Any]:
+    """One line of rejected.jsonl: which document, where it is, what went wrong."""
+    entry = {**doc.where(), "doc_id": getattr(graph, "doc_id", None), "error": type(err).__name__, "message": str(err)}
+    if not isinstance(err, GraphattnError):  # a bug rather than bad input: say where it happened
+        frames = traceback.extract_tb(err.__traceback__)
+        if frames:
+            last = frames[-1]
+            entry["at"] = f"{last.filename.rsplit('/', 1)[-1]}:{last.lineno} in {last.name}"
+    return entry
+
+
+class _ShardBuilder:
+    """Collects a shard's rows and rejections, in document order."""
+
+    def __init__(self, state: WorkerState, progress: Callable[[int, int], None] | None):
+        self.state = state
+        self.rows: list[dict] = []
+        self.rejected: list[dict] = []
+        self.stats = {"documents": 0, "instances": 0, "truncated": 0, "rejected": 0, "long_tokens": 0, "global_tokens": 0}
+        self._progress = progress
+        self._pending_docs = self._pending_tokens = 0
+
+    def reject(self, doc: Document, err: BaseException, graph: Any = None) -> None:
+        self.rejected.append(rejected_entry(doc, err, graph))
+        self.stats["rejected"] += 1
+        self._advance(1, 0)
+
+    def add(self, docs: list[Document], instances: list, rows: list[dict]) -> None:
+        self.rows.extend(rows)
+        tokens = sum(inst.long_length for inst in instances)
+        self.stats["instances"] += len(instances)
+        self.stats["truncated"] += sum(inst.truncation.truncated for inst in instances)
+        self.stats["long_tokens"] += tokens
+        self.stats["global_tokens"] += sum(inst.global_length for inst in instances)
+        self._advance(len(docs), tokens)
+
+    def _advance(self, docs: int, tokens: int) -> None:
+        self.stats["documents"] += docs
+        self._pending_docs += docs
+        self._pending_tokens += tokens
+        if self._progress is not None and self._pending_docs >= PROGRESS_EVERY:
+            self.flush_progress()
+
+    def flush_progress(self) -> None:
+        if self._progress is not None and self._pending_docs:
+            self._progress(self._pending_docs, self._pending_tokens)
+        self._pending_docs = self._pending_tokens = 0
+
+
+def _rows(state: WorkerState, docs: list[Document], instances: list, window_of: Callable[[int], tuple[int, int]]) -> list[dict]:
+    where = lambda i: Provenance([d.number for d in docs], [d.source for d in docs], [d.line for d in docs],  # noqa: E731
+                                 [d.record for d in docs], *window_of(i))
+    return [instance_row(inst, where(i), state.layout) for i, inst in enumerate(instances)]
+
+
+def _compile_one(state: WorkerState, builder: _ShardBuilder, doc: Document, graph: Any) -> None:
+    """One document on its own: all its windows, or the rejection."""
+    try:
+        instances = compile_windows(graph, state.schema, state.tokenizer, compact=True)
+        rows = _rows(state, [doc], instances, lambda i: (i, len(instances)))
+    except Exception as err:  # noqa: BLE001 - reported per document
+        builder.reject(doc, err, graph)
+        return
+    builder.add([doc], instances, rows)
+
+
+def _assemble_group(state: WorkerState, builder: _ShardBuilder, group: list[tuple[Document, Any, Any]]) -> None:
+    """One packed instance from a group of laid-out documents (as compile.pack assembles it)."""
+    layouts = [lay for _, _, lay in group]
+    docs = [doc for doc, _, _ in group]
+    try:
+        selections = select(layouts, state.schema) if len(layouts) == 1 else [Selection(lay.is_long.copy()) for lay in layouts]
+        instance = assemble(layouts, selections, state.schema, state.table, compact=True)
+        rows = _rows(state, docs, [instance], lambda i: (0, 1))
+    except Exception as err:  # noqa: BLE001
+        if len(group) == 1:
+            builder.reject(group[0][0], err, group[0][1])
+        else:  # find the document at fault: each one alone
+            for doc, graph, _ in group:
+                _compile_one(state, builder, doc, graph)
+        return
+    builder.add(docs, [instance], rows)
+
+
+def _pack(state: WorkerState, builder: _ShardBuilder, items) -> None:
+    """Greedy packing in input order: a document joins the current instance while all fit."""
+    schema = state.schema
+    current: list[tuple[Document, Any, Any]] = []
+    used_long = used_global = 0
+    for doc, graph in items:
+        if isinstance(graph, BaseException):
+            builder.reject(doc, graph)
+            continue
+        try:
+            layout = build_layout(graph, schema, state.tokenizer)
+            long_len, n_globals = doc_sizes(layout, schema, layout.is_long)
+        except Exception as err:  # noqa: BLE001
+            builder.reject(doc, err, graph)
+            continue
+        full = len(current) >= schema.max_documents
+        over = used_long + long_len > schema.max_long_length or used_global + n_globals > schema.max_global_length
+        if current and (full or over):
+            _assemble_group(state, builder, current)
+            current, used_long, used_global = [], 0, 0
+        current.append((doc, graph, layout))
+        used_long += long_len
+        used_global += n_globals
+    if current:
+        _assemble_group(state, builder, current)
+
+
+def _documents(task: ShardTask, state: WorkerState):
+    for segment in task.segments:
+        yield from iter_segment_graphs(segment, state.cache, state.mapping)
+
+
+def compile_shard(task: ShardTask, state: WorkerState, progress: Callable[[int, int], None] | None = None) -> ShardResult:
+    """Compile every document of `task` and encode the shard (bytes; the driver writes them)."""
+    builder = _ShardBuilder(state, progress)
+    if state.packs:
+        _pack(state, builder, _documents(task, state))
+    else:
+        for doc, graph in _documents(task, state):
+            if isinstance(graph, BaseException):
+                builder.reject(doc, graph)
+            else:
+                _compile_one(state, builder, doc, graph)
+    builder.flush_progress()
+    if builder.stats["documents"] != task.documents:
+        raise RuntimeError(f"shard {task.index}: read {builder.stats['documents']} documents, planned {task.documents}")
+    info = {"index": task.index, "first_document": task.first_document, "documents": task.documents,
+            "instances": builder.stats["instances"], "rejected": builder.stats["rejected"]}
+    metadata = shard_metadata(state.settings, state.schema_text, state.schema.label_vocab(), state.layout, info)
+    data = encode_shard(rows_to_table(builder.rows, state.layout), metadata)
+    return ShardResult(task.index, data, sha256(data), builder.rejected, builder.stats)
+

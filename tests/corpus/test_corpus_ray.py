@@ -1,0 +1,44 @@
+"""The Ray Data engine on a local Ray instance with 2 CPUs: its shards equal the local engine's."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from corpus_helpers import TOKENIZER, directory_bytes, make_corpus, small_schema
+from graphattn.corpus.pipeline import CompileOptions, run_compile
+
+ray = pytest.importorskip("ray", reason="Ray is the optional graphattn[ray] extra")
+
+
+def test_ray_engine_writes_the_local_engines_bytes(tmp_path):
+    pytest.importorskip("ray.data", reason="Ray Data needs the graphattn[ray] extra (ray[data])")
+    expected = make_corpus(tmp_path / "docs", seed=2)
+    schema = small_schema(tmp_path / "small.yaml")
+    common = dict(inputs=[str(tmp_path / "docs")], schema=schema, tokenizer=TOKENIZER, shard_size=6, progress=False)
+    local = run_compile(CompileOptions(out=str(tmp_path / "local"), **common), print_fn=None)
+    try:
+        distributed = run_compile(CompileOptions(out=str(tmp_path / "ray"), engine="ray", workers=2, **common), print_fn=None)
+    except Exception as err:  # noqa: BLE001
+        if "could not start or join" in str(err):
+            pytest.skip(f"a local Ray instance cannot start on this machine: {err}")
+        raise
+    assert not ray.is_initialized(), "the engine stops the Ray instance it started"
+    assert distributed.documents == local.documents == len(expected)
+    assert distributed.shards == local.shards > 2
+    assert directory_bytes(tmp_path / "ray") == directory_bytes(tmp_path / "local")
+
+
+def test_the_local_engine_never_imports_ray(tmp_path):
+    make_corpus(tmp_path / "docs", seed=3)
+    docs = tmp_path / "docs" / "a_docs.jsonl"  # DocGraph records: no spaCy to load, a short subprocess
+    code = (
+        "import sys\n"
+        "from graphattn.cli import main\n"
+        f"assert main(['compile', {str(docs)!r}, '--schema', 'etc-sentences', '--out', {str(tmp_path / 'out')!r},"
+        f" '--tokenizer', {TOKENIZER!r}, '--workers', '2', '--shard-size', '10', '--quiet']) == 0\n"
+        "assert 'ray' not in sys.modules, 'ray was imported'\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, capture_output=True)
