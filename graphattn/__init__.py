@@ -1,3 +1,44 @@
-"""graphattn: compile typed document graphs into ETC global-local transformer inputs."""
+"""graphattn: compile typed document graphs into ETC global-local transformer inputs.
+
+The public API is importable from here; names load on first use so that ``import graphattn``
+(e.g. for the CLI's --help) does not pay for torch.
+"""
+
+from importlib import import_module
+from typing import Any
 
 __version__ = "0.1.0"
+
+_EXPORTS = {
+    "DocGraph": "graphattn.graph",
+    "load_schema": "graphattn.schema",
+    "Schema": "graphattn.schema",
+    "load_tokenizer": "graphattn.tokenize",
+    "compile": "graphattn.compile",  # the package itself, which is callable (see its docstring)
+    "compile_windows": "graphattn.compile.compiler",
+    "pack": "graphattn.compile.compiler",
+    "collate": "graphattn.compile.collate",
+    "CompactSideInputs": "graphattn.compile.compact",
+    "EtcInstance": "graphattn.compile.contract",
+    "EtcBatch": "graphattn.compile.contract",
+    "SideInputs": "graphattn.compile.contract",
+    "TruncationReport": "graphattn.compile.contract",
+    "LabelVocab": "graphattn.compile.labels",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    if name == "compile":
+        value = import_module("graphattn.compile")
+    elif name in _EXPORTS:
+        value = getattr(import_module(_EXPORTS[name]), name)
+    else:
+        raise AttributeError(f"module 'graphattn' has no attribute {name!r}")
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_EXPORTS])

@@ -1,0 +1,38 @@
+"""Lowering passes: DocGraph + relation schema + tokenizer -> ETC inputs (see compiler.py).
+
+The package is itself callable: ``graphattn.compile(graph, schema, tokenizer)`` is
+`graphattn.compile.compiler.compile`, so the natural spelling works although the package and
+the function share a name (``from graphattn import compile`` gives this callable package).
+"""
+
+import sys
+import types
+
+from graphattn.compile.collate import collate
+from graphattn.compile.compact import CompactSideInputs
+from graphattn.compile.compiler import compile, compile_windows, pack
+from graphattn.compile.contract import EtcBatch, EtcInstance, SideInputs, TruncationReport
+from graphattn.compile.labels import LabelVocab
+
+__all__ = [
+    "CompactSideInputs",
+    "EtcBatch",
+    "EtcInstance",
+    "LabelVocab",
+    "SideInputs",
+    "TruncationReport",
+    "collate",
+    "compile",
+    "compile_windows",
+    "pack",
+]
+
+
+class _CallableModule(types.ModuleType):
+    """A module whose call is `compile` (the package name shadows the function's)."""
+
+    def __call__(self, *args, **kwargs):
+        return compile(*args, **kwargs)
+
+
+sys.modules[__name__].__class__ = _CallableModule

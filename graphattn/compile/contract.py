@@ -121,6 +121,7 @@ class EtcInstance:
     texts: list[str]
     truncation: TruncationReport = field(default_factory=TruncationReport)
     features: dict[str, np.ndarray] = field(default_factory=dict)
+    global_doc_index: np.ndarray | None = None  # [G] int32, which packed document each global came from
 
     @property
     def long_length(self) -> int:

@@ -1,0 +1,479 @@
+"""Pass 3: assemble one instance from documents and the tokens chosen from each.
+
+Per document: the long sequence (prefix, kept tokens, a [SEP] after each `sep_after` node), the
+global sequence (prefix, then `global_order` groups in document order, then fixed blocks), and
+per long token the owning global at each level, its type id, segment and hard-mask exemptions.
+Documents are concatenated; everything per token is numpy (nodes become ranges over long
+positions, and per-token values are "innermost covering range" lookups). The result is the compact form;
+`to_dense` of it gives the eight tensors.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from graphattn.compile.compact import CompactSideInputs
+from graphattn.compile.contract import EtcInstance, TruncationReport
+from graphattn.compile.layout import DocLayout, schema_ref
+from graphattn.compile.ranges import coverage, expand_ranges, innermost, take_or
+from graphattn.compile.tokens import TokenTable
+from graphattn.compile.truncate import Selection, _nearest_of_type, doc_sizes
+from graphattn.errors import CompileError
+from graphattn.schema import Schema
+
+SPECIAL, NODE, PER_TOKEN, BLOCK = 0, 1, 2, 3
+
+
+@dataclass
+class _Doc:
+    """One document inside the instance, in its own coordinates.
+
+    "Body" positions are the document's long positions after its prefix: kept tokens with the
+    inserted [SEP]s. A node's body range covers its kept tokens and the [SEP]s of itself and
+    of the nodes inside it, so a [SEP] belongs to the node it closes, not to the last child.
+    """
+
+    lay: DocLayout
+    kept: np.ndarray  # [n] token indices kept (long text)
+    kr: np.ndarray  # [N, 2] node ranges among kept tokens
+    br: np.ndarray  # [N, 2] node ranges over body positions
+    kept_pos: np.ndarray  # [n] body position of each kept token
+    body_token: np.ndarray  # [body] token index, -1 for an inserted [SEP]
+    alive: np.ndarray  # [N] bool
+    n_prefix: int
+    g_kind: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # [Gd]
+    g_node: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # node index, -1
+    g_token: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # per_token: token index
+    node_gpos: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # [N] first global, -1
+    node_gcount: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # [N]
+
+    @property
+    def body_length(self) -> int:
+        return int(self.body_token.shape[0])
+
+    @property
+    def long_length(self) -> int:
+        return self.n_prefix + self.body_length
+
+    @property
+    def inserted(self) -> np.ndarray:
+        return self.body_token < 0
+
+    def with_prefix(self, values: np.ndarray, prefix_value) -> np.ndarray:
+        """Per body position -> per long position of the document."""
+        out = np.empty((self.long_length, *values.shape[1:]), dtype=values.dtype)
+        out[: self.n_prefix] = prefix_value
+        out[self.n_prefix :] = values
+        return out
+
+    def innermost_of(self, nodes: np.ndarray) -> np.ndarray:
+        """Per body position: index into `nodes` of the innermost one covering it, -1 if none."""
+        return innermost(self.body_length, self.br[nodes, 0], self.br[nodes, 1], self.lay.rank[nodes])
+
+
+def _long_part(lay: DocLayout, sel: Selection, schema: Schema) -> _Doc:
+    """The document's long body: kept tokens with a [SEP] after each `sep_after` node."""
+    kept = np.flatnonzero(lay.is_long & sel.keep)
+    n = kept.shape[0]
+    kr = np.searchsorted(kept, lay.ranges)
+    has_kept = kr[:, 1] > kr[:, 0]
+    alive = ~lay.in_long | has_kept
+    seps = np.flatnonzero(lay.type_flag("sep_after") & has_kept)
+    order = np.lexsort((-lay.rank[seps], kr[seps, 1] - 1))  # inner node's [SEP] first where several end together
+    seps = seps[order]
+    last = kr[seps, 1] - 1  # the kept token each [SEP] follows, ascending
+    body_token = np.insert(kept, last + 1, -1)
+    kept_pos = np.arange(n) + np.searchsorted(last, np.arange(n), side="left")
+    # A node's body range ends after the [SEP]s that follow its last token and belong to it or
+    # to nodes inside it (rank >= its rank): count them with one sorted key per [SEP].
+    scale = int(lay.rank.max(initial=0)) + 1
+    sep_keys = last * scale + (scale - 1 - lay.rank[seps])
+    node_last = np.clip(kr[:, 1] - 1, 0, max(n - 1, 0))
+    own_seps = np.searchsorted(sep_keys, node_last * scale + (scale - 1 - lay.rank), side="right") - np.searchsorted(
+        sep_keys, node_last * scale, side="left"
+    )
+    safe = lambda k: kept_pos[np.clip(k, 0, max(n - 1, 0))] if n else np.zeros_like(k)  # noqa: E731
+    br = np.where(has_kept[:, None], np.stack([safe(kr[:, 0]), safe(node_last) + 1 + own_seps], axis=1), 0)
+    return _Doc(lay, kept, kr, br, kept_pos, body_token, alive, len(schema.long_prefix))
+
+
+def _global_part(doc: _Doc, schema: Schema) -> None:
+    """The document's global sequence: prefix, then each global_order group in document order
+    (per_token nodes expand to one global per wordpiece of their text), fixed blocks in theirs."""
+    lay = doc.lay
+    n_prefix = len(schema.global_prefix)
+    kinds, nodes, tokens = [np.full(n_prefix, SPECIAL)], [np.full(n_prefix, -1)], [np.full(n_prefix, -1)]
+    candidates = lay.selected & doc.alive
+    blocks_name = schema.fixed_blocks.name if schema.fixed_blocks else None
+    for group in schema.global_order:
+        members = np.flatnonzero(candidates & lay.of_types(group))
+        members = members[np.argsort(lay.rank[members], kind="stable")]
+        per_token = lay.of_types([t for t in group if t in schema.node_types and schema.node_types[t].global_mode == "per_token"])[members]
+        counts = np.where(per_token, lay.ranges[members, 1] - lay.ranges[members, 0], 1)
+        positions, which = expand_ranges(np.zeros_like(counts), counts)
+        kinds.append(np.where(per_token[which], PER_TOKEN, NODE))
+        nodes.append(members[which])
+        tokens.append(np.where(per_token[which], lay.ranges[members[which], 0] + positions, -1))
+        if blocks_name in group:
+            n_blocks = -(-doc.long_length // schema.fixed_blocks.tokens_per_block)
+            kinds.append(np.full(n_blocks, BLOCK))
+            nodes.append(np.full(n_blocks, -1))
+            tokens.append(np.arange(n_blocks))  # block number
+    doc.g_kind, doc.g_node, doc.g_token = (np.concatenate(a).astype(np.int64) for a in (kinds, nodes, tokens))
+
+
+def _index_globals(doc: _Doc) -> None:
+    """Per node: its first global position and how many globals it has (after any cut)."""
+    n = doc.lay.n_nodes
+    doc.node_gpos = np.full(n, -1, dtype=np.int64)
+    doc.node_gcount = np.zeros(n, dtype=np.int64)
+    has = np.flatnonzero(doc.g_node >= 0)
+    np.add.at(doc.node_gcount, doc.g_node[has], 1)
+    doc.node_gpos[doc.g_node[has][::-1]] = has[::-1]  # first position of each node
+
+
+def _cut_globals(docs: list[_Doc], schema: Schema, report: TruncationReport) -> None:
+    """Drop globals past max_global_length, last in global order first."""
+    excess = sum(d.g_kind.shape[0] for d in docs) - schema.max_global_length
+    if excess <= 0:
+        return
+    report.messages.append(f"cut the last {excess} global token(s) to fit max_global_length {schema.max_global_length}")
+    for doc in reversed(docs):
+        take = min(excess, doc.g_kind.shape[0])
+        if take == 0:
+            continue
+        cut = slice(doc.g_kind.shape[0] - take, None)
+        lost = doc.g_node[cut]
+        keep = slice(0, doc.g_kind.shape[0] - take)
+        doc.g_kind, doc.g_node, doc.g_token = doc.g_kind[keep], doc.g_node[keep], doc.g_token[keep]
+        whole = set(lost[lost >= 0].tolist()) - set(doc.g_node[doc.g_node >= 0].tolist())
+        report.dropped_nodes.extend(_node_label(doc, i, len(docs)) for i in sorted(whole))
+        excess -= take
+        if excess <= 0:
+            break
+
+
+def _node_label(doc: _Doc, node: int, n_docs: int) -> str:
+    node_id = doc.lay.node_ids[node]
+    return node_id if n_docs == 1 or doc.lay.graph.doc_id is None else f"{doc.lay.graph.doc_id}/{node_id}"
+
+
+def _owners(doc: _Doc, schema: Schema, level: str, goffset: int) -> np.ndarray:
+    """Global position (instance coordinates) owning each long position of `doc` at `level`."""
+    lay = doc.lay
+    if schema.fixed_blocks is not None and level == schema.fixed_blocks.name:
+        first_block = int(np.argmax(doc.g_kind == BLOCK)) if (doc.g_kind == BLOCK).any() else -1
+        n_blocks = int(np.count_nonzero(doc.g_kind == BLOCK))
+        block = np.arange(doc.long_length) // schema.fixed_blocks.tokens_per_block
+        return np.where((first_block >= 0) & (block < n_blocks), goffset + first_block + block, -1)
+    nodes = np.flatnonzero(lay.of_types([level]) & (doc.node_gpos >= 0))
+    inner = doc.innermost_of(nodes)
+    node = take_or(nodes, inner, -1)
+    first = take_or(doc.node_gpos, node, -1)
+    if schema.node_types[level].global_mode == "per_token":  # each wordpiece owned by its own copy
+        offset = doc.body_token - take_or(lay.ranges[:, 0], node, 0)
+        valid = (node >= 0) & ~doc.inserted & (offset < take_or(doc.node_gcount, node, 0))
+        owner = np.where(valid, goffset + first + offset, -1)
+    else:
+        owner = np.where(node >= 0, goffset + first, -1)
+    return doc.with_prefix(owner, -1)
+
+
+def _covered_by(doc: _Doc, nodes_mask: np.ndarray) -> np.ndarray:
+    nodes = np.flatnonzero(nodes_mask & doc.alive)
+    return coverage(doc.body_length, doc.br[nodes, 0], doc.br[nodes, 1])
+
+
+def _long_type_ids(doc: _Doc, schema: Schema) -> np.ndarray:
+    lay = doc.lay
+    table = _per_type(lay, schema, lambda t: -1 if t.type_id is None else t.type_id)
+    nodes = np.flatnonzero((table[lay.node_type] >= 0) & doc.alive)
+    if nodes.size == 0:
+        return np.zeros(doc.long_length, dtype=np.int32)
+    inner = doc.innermost_of(nodes)
+    ids = take_or(table[lay.node_type[nodes]], inner, 0)
+    return doc.with_prefix(ids.astype(np.int32), 0)
+
+
+def _segment_boundaries(doc: _Doc) -> tuple[np.ndarray, np.ndarray]:
+    """bool [Ld]: a new l2l run starts here; and per body position its innermost segment node."""
+    lay = doc.lay
+    boundary = np.zeros(doc.long_length, dtype=bool)
+    boundary[:1] = True  # a document starts a run (an empty one has no positions at all)
+    any_segment = np.flatnonzero(lay.type_flag("segment") & doc.alive)
+    for t, name in enumerate(lay.type_names):
+        nodes = np.flatnonzero((lay.node_type == t) & lay.type_flag("segment") & doc.alive)
+        if nodes.size == 0:
+            continue
+        inner = doc.innermost_of(nodes)
+        key = doc.with_prefix(take_or(nodes, inner, -1), -1)
+        boundary[1:] |= key[1:] != key[:-1]
+    inner = doc.innermost_of(any_segment)
+    return boundary, take_or(any_segment, inner, -1)
+
+
+def _global_segments(doc: _Doc, inner_segment: np.ndarray, node_offset: int) -> np.ndarray:
+    """Segment of each global: its nearest segment ancestor-or-self, else the segment its text is in."""
+    lay = doc.lay
+    is_segment = lay.type_flag("segment")
+    nodes = doc.g_node
+    seg = np.full(nodes.shape[0], -1, dtype=np.int64)
+    real = nodes >= 0
+    own = take_or(is_segment, nodes, False)
+    seg[own] = nodes[own]
+    rest = np.flatnonzero(real & ~own)
+    if rest.size:
+        seg[rest] = _nearest_of_type(lay.parent, nodes[rest], is_segment)
+        by_span = rest[(seg[rest] < 0) & (doc.br[nodes[rest], 1] > doc.br[nodes[rest], 0])]
+        if by_span.size and inner_segment.size:
+            seg[by_span] = inner_segment[doc.br[nodes[by_span], 0]]
+    return np.where(seg >= 0, seg + node_offset, -1)
+
+
+def _per_type(lay: DocLayout, schema: Schema, fn) -> np.ndarray:
+    """A value per type index (a trailing 0 for padding lookups)."""
+    return np.array([fn(schema.node_types[t]) for t in lay.type_names] + [0])
+
+
+def _global_flags(doc: _Doc, schema: Schema) -> dict[str, np.ndarray]:
+    """Per global: g2g blockable, subject to hard g2l / hard l2g, and global type id."""
+    lay, kind = doc.lay, doc.g_kind
+    node_type = lay.node_type[np.maximum(doc.g_node, 0)] if lay.n_nodes else np.zeros(kind.shape[0], np.int64)
+    is_node = (kind == NODE) | (kind == PER_TOKEN)
+    masks, blocks = schema.masks, schema.fixed_blocks
+
+    def by_type(fn, special, block):
+        values = np.where(is_node, _per_type(lay, schema, fn)[node_type], special)
+        return np.where(kind == BLOCK, block, values)
+
+    block_hard_g2l = masks.hard_g2l if blocks is None or blocks.hard_g2l is None else blocks.hard_g2l
+    block_hard_l2g = masks.hard_l2g if blocks is None or blocks.hard_l2g is None else blocks.hard_l2g
+    return {
+        "blockable": by_type(lambda t: schema.segments.blocks(t.name, t.name), False, schema.segments.block_g2g is True).astype(bool),
+        "hard_g2l": by_type(lambda t: masks.hard_g2l and not t.ignore_hard_g2l, False, block_hard_g2l).astype(bool),
+        "hard_l2g": by_type(lambda t: masks.hard_l2g and not t.ignore_hard_l2g, False, block_hard_l2g).astype(bool),
+        "type_ids": by_type(lambda t: t.global_type_id, 0, blocks.type_id if blocks else 0).astype(np.int32),
+    }
+
+
+def _global_token_ids(doc: _Doc, schema: Schema, table: TokenTable) -> np.ndarray:
+    lay, kind = doc.lay, doc.g_kind
+    ids = np.zeros(kind.shape[0], dtype=np.int32)
+    ids[kind == SPECIAL] = table.global_prefix
+    per_type = np.array([table.node_global.get(t, 0) for t in lay.type_names] + [0], dtype=np.int32)
+    node = kind == NODE
+    ids[node] = per_type[lay.node_type[doc.g_node[node]]]
+    tok = kind == PER_TOKEN
+    ids[tok] = lay.token_ids[doc.g_token[tok]]
+    if table.block is not None:
+        ids[kind == BLOCK] = table.block
+    return ids
+
+
+def _names(doc: _Doc, schema: Schema) -> tuple[list[str], list[str]]:
+    """Node id and type name of each global (``<cls>``, ``<block:3>`` for the compiler's own)."""
+    lay, kind = doc.lay, doc.g_kind
+    ids = np.empty(kind.shape[0], dtype=object)
+    types = np.empty(kind.shape[0], dtype=object)
+    real = doc.g_node >= 0
+    ids[real] = np.asarray(lay.node_ids, dtype=object)[doc.g_node[real]]
+    types[real] = np.asarray(lay.type_names, dtype=object)[lay.node_type[doc.g_node[real]]]
+    special = np.flatnonzero(kind == SPECIAL)
+    ids[special] = [f"<{name}>" for name in schema.global_prefix[: special.size]]
+    types[special] = "special"
+    blocks = np.flatnonzero(kind == BLOCK)
+    if blocks.size:
+        ids[blocks] = [f"<{schema.fixed_blocks.name}:{b}>" for b in doc.g_token[blocks]]
+        types[blocks] = schema.fixed_blocks.name
+    return ids.tolist(), types.tolist()
+
+
+def _edge_pairs(doc: _Doc, schema: Schema, vocab, goffset: int, loffset: int) -> tuple[list, list]:
+    """(long, global, label) pairs from l2g/g2l links and (src, dst, label) from g2g links."""
+    lay = doc.lay
+    long_links, g2g_links = [], []
+    kept_pos = loffset + doc.n_prefix + doc.kept_pos  # long position of kept token k
+    for name, rel in schema.relations.items():
+        if rel.link is None:
+            continue
+        src, dst = lay.edges[name]
+        if src.size == 0:
+            continue
+        long_side, global_side = (dst, src) if rel.link == "g2l" else (src, dst)
+        sides = [global_side] if rel.link != "g2g" else [src, dst]
+        for side in sides if not rel.hierarchy else []:  # hierarchy labels skip global-less levels
+            no_global = ~lay.type_flag("is_global")[side]
+            if no_global.any():
+                e = int(np.argmax(no_global))
+                bad = lay.node_ids[side[e]]
+                raise CompileError(
+                    f"edge {lay.node_ids[src[e]]!r} -[{name}]-> {lay.node_ids[dst[e]]!r}: a {rel.link} link needs a global at "
+                    f"{bad!r}, but its type {lay.type_names[lay.node_type[side[e]]]!r} has global: none in {schema_ref(schema)}",
+                    file=lay.graph.source,
+                    node=bad,
+                )
+        if rel.link == "g2g":
+            ok = (doc.node_gpos[src] >= 0) & (doc.node_gpos[dst] >= 0)
+            a, b = src[ok], dst[ok]
+            fwd = vocab.id(rel.label)
+            rev = vocab.id(rel.reverse_label or rel.label)
+            ga, ea = expand_ranges(doc.node_gpos[a], doc.node_gpos[a] + doc.node_gcount[a])
+            gb, eb = expand_ranges(doc.node_gpos[b[ea]], doc.node_gpos[b[ea]] + doc.node_gcount[b[ea]])
+            src_g, dst_g = goffset + ga[eb], goffset + gb
+            g2g_links.append((src_g, dst_g, np.full(src_g.shape, fwd)))
+            g2g_links.append((dst_g, src_g, np.full(src_g.shape, rev)))
+            continue
+        label = vocab.id(rel.label) if rel.label else vocab.belongs
+        ok = (doc.kr[long_side, 1] > doc.kr[long_side, 0]) & (doc.node_gpos[global_side] >= 0)
+        ls, gs = long_side[ok], global_side[ok]
+        k, e = expand_ranges(doc.kr[ls, 0], doc.kr[ls, 1])
+        g, pair = expand_ranges(doc.node_gpos[gs[e]], doc.node_gpos[gs[e]] + doc.node_gcount[gs[e]])
+        long_links.append((kept_pos[k[pair]], goffset + g, np.full(g.shape, label)))
+    return long_links, g2g_links
+
+
+def _unique_last(a: np.ndarray, b: np.ndarray, label: np.ndarray, width: int):
+    """Keep one label per (a, b) pair: the last one given (later relations override earlier)."""
+    if a.size == 0:
+        return a.astype(np.int32), b.astype(np.int32), label.astype(np.int32)
+    key = a.astype(np.int64) * width + b
+    _, first_from_end = np.unique(key[::-1], return_index=True)
+    keep = np.sort(a.size - 1 - first_from_end)
+    return a[keep].astype(np.int32), b[keep].astype(np.int32), label[keep].astype(np.int32)
+
+
+def _features(doc: _Doc, schema: Schema) -> dict[str, np.ndarray]:
+    """`global:<name>` [Gd] from each global's node, `long:<name>` [Ld] from the innermost holder."""
+    lay = doc.lay
+    nodes = list(lay.graph.nodes.values())
+    out = {}
+    for feat in schema.features:
+        dtype = np.float32 if feat.dtype == "float32" else np.int32
+        holders = np.array([i for i, n in enumerate(nodes) if feat.attr in n.attrs], dtype=np.int64)
+        values = np.full(lay.n_nodes + 1, feat.default, dtype=np.float64)
+        if holders.size:
+            values[holders] = [float(nodes[i].attrs[feat.attr]) for i in holders]
+        out[f"global:{feat.name}"] = np.where(doc.g_node >= 0, values[doc.g_node], feat.default).astype(dtype)
+        live = holders[doc.alive[holders]] if holders.size else holders
+        inner = doc.innermost_of(live)
+        per_body = take_or(values[live], inner, feat.default)
+        out[f"long:{feat.name}"] = doc.with_prefix(per_body.astype(dtype), feat.default)
+    return out
+
+
+def assemble(
+    layouts: list[DocLayout], selections: list[Selection], schema: Schema, table: TokenTable, *, compact: bool = False
+) -> EtcInstance:
+    """Lower documents (with the tokens chosen from each) into one EtcInstance."""
+    vocab = schema.label_vocab()
+    report = TruncationReport()
+    for sel in selections:
+        report.messages.extend(sel.messages)
+    before = [doc_sizes(lay, schema, lay.is_long) for lay in layouts]
+    report.long_tokens_before = sum(b[0] for b in before)
+    report.globals_before = sum(b[1] for b in before)
+
+    docs = [_long_part(lay, sel, schema) for lay, sel in zip(layouts, selections)]
+    if all(doc.body_length == 0 for doc in docs):
+        graph = layouts[0].graph
+        raise CompileError(
+            f"no text fits: max_long_length {schema.max_long_length} leaves no room for a single token of the document "
+            f"after its prefix and separators ({schema_ref(schema)})",
+            file=graph.source,
+            node=graph.doc_id,
+        )
+    for doc in docs:
+        _global_part(doc, schema)
+        dropped = np.flatnonzero(doc.lay.in_long & ~doc.alive)
+        report.dropped_nodes.extend(_node_label(doc, int(i), len(docs)) for i in dropped)
+    _cut_globals(docs, schema, report)
+    for doc in docs:
+        _index_globals(doc)
+
+    levels = schema.global_types
+    long_parts: dict[str, list] = {k: [] for k in ("ids", "types", "spans", "doc", "boundary", "hard_g2l", "hard_l2g")}
+    global_parts: dict[str, list] = {k: [] for k in ("ids", "types", "doc", "segment", "blockable", "hard_g2l", "hard_l2g")}
+    owners = {level: [] for level in levels}
+    features: dict[str, list] = {}
+    long_links, g2g_links, node_ids, node_types = [], [], [], []
+    loffset = goffset = node_offset = 0
+    for d, doc in enumerate(docs):
+        lay = doc.lay
+        body_ids = take_or(lay.token_ids, doc.body_token, table.sep if table.sep is not None else 0)
+        long_parts["ids"].append(doc.with_prefix(body_ids.astype(np.int32), table.long_prefix))
+        long_parts["types"].append(_long_type_ids(doc, schema))
+        long_parts["spans"].append(doc.with_prefix(take_or(lay.offsets, doc.body_token, -1), -1))
+        long_parts["doc"].append(np.full(doc.long_length, d, dtype=np.int32))
+        boundary, inner_segment = _segment_boundaries(doc)
+        long_parts["boundary"].append(boundary)
+        long_parts["hard_g2l"].append(doc.with_prefix(~_covered_by(doc, lay.type_flag("ignore_hard_g2l")), False))
+        long_parts["hard_l2g"].append(doc.with_prefix(~_covered_by(doc, lay.type_flag("ignore_hard_l2g")), False))
+        for level in levels:
+            owners[level].append(_owners(doc, schema, level, goffset))
+
+        flags = _global_flags(doc, schema)
+        global_parts["ids"].append(_global_token_ids(doc, schema, table))
+        global_parts["types"].append(flags["type_ids"])
+        global_parts["doc"].append(np.full(doc.g_kind.shape[0], d, dtype=np.int32))
+        global_parts["segment"].append(_global_segments(doc, inner_segment, node_offset))
+        for key in ("blockable", "hard_g2l", "hard_l2g"):
+            global_parts[key].append(flags[key])
+        names, types = _names(doc, schema)
+        node_ids.extend(names)
+        node_types.extend(types)
+        ll, gg = _edge_pairs(doc, schema, vocab, goffset, loffset)
+        long_links.extend(ll)
+        g2g_links.extend(gg)
+        for key, value in _features(doc, schema).items():
+            features.setdefault(key, []).append(value)
+        loffset += doc.long_length
+        goffset += doc.g_kind.shape[0]
+        node_offset += lay.n_nodes
+
+    cat = {k: np.concatenate(v) for k, v in long_parts.items()}
+    gcat = {k: np.concatenate(v) for k, v in global_parts.items()}
+    L, G = cat["ids"].shape[0], gcat["ids"].shape[0]
+    if L > schema.max_long_length:
+        report.messages.append(f"long length {L} still exceeds max_long_length {schema.max_long_length} (nothing left to drop)")
+    report.long_tokens_after, report.globals_after = L, G
+    empty3 = (np.zeros(0, np.int64),) * 3
+    la, lb, lc = (np.concatenate(x) for x in zip(*long_links)) if long_links else empty3
+    ga, gb, gc = (np.concatenate(x) for x in zip(*g2g_links)) if g2g_links else empty3
+    side = CompactSideInputs(
+        local_radius=schema.local_radius,
+        max_distance=schema.relative_pos_max_distance,
+        levels=levels,
+        owners=np.stack([np.concatenate(owners[lv]) for lv in levels]).astype(np.int32) if levels else np.zeros((0, L), np.int32),
+        long_doc=cat["doc"],
+        long_segment=(np.cumsum(cat["boundary"]) - 1).astype(np.int32),
+        global_doc=gcat["doc"],
+        global_segment=gcat["segment"].astype(np.int32),
+        global_blockable=gcat["blockable"],
+        long_hard_g2l=cat["hard_g2l"],
+        long_hard_l2g=cat["hard_l2g"],
+        global_hard_g2l=gcat["hard_g2l"],
+        global_hard_l2g=gcat["hard_l2g"],
+        cross_segment_label=vocab.id(schema.segments.cross_segment_label) if schema.segments.cross_segment_label else -1,
+    )
+    side.link_long, side.link_global, side.link_label = _unique_last(la, lb, lc, max(G, 1))
+    side.g2g_src, side.g2g_dst, side.g2g_label = _unique_last(ga, gb, gc, max(G, 1))
+    return EtcInstance(
+        long_token_ids=cat["ids"].astype(np.int32),
+        long_type_ids=cat["types"].astype(np.int32),
+        global_token_ids=gcat["ids"].astype(np.int32),
+        global_type_ids=gcat["types"].astype(np.int32),
+        side=side if compact else side.to_dense(),
+        label_vocab=vocab,
+        global_node_ids=node_ids,
+        global_node_types=node_types,
+        long_char_spans=cat["spans"].astype(np.int32),
+        long_doc_index=cat["doc"],
+        long_owners={level: side.owners[i] for i, level in enumerate(levels)},
+        doc_ids=[lay.graph.doc_id for lay in layouts],
+        texts=[lay.graph.text for lay in layouts],
+        truncation=report,
+        features={k: np.concatenate(v) for k, v in features.items()},
+        global_doc_index=gcat["doc"],
+    )

@@ -1,0 +1,214 @@
+"""The compact side inputs: what the eight ETC tensors are derived from, in O(L + G + E) memory.
+
+For inputs far past 4K tokens the dense [L, G] / [G, L] / [G, G] tensors are the memory problem
+(a 1M-token document with 60K sentence globals would need 240 GB per [L, G] tensor). Every entry
+of them is a function of a few per-token and per-global arrays plus a sparse edge list, so the
+compiler stores those and derives dense rows on demand (`to_dense`, `l2g_rows`, ...):
+
+    l2l[i, c]  key j = i + c - r: mask = 0 <= j < L and long_segment[j] == long_segment[i]
+               ids = clipped distance (0 same, 1..k right, k+1..2k left), the mask handles edges
+    g2g[g, h]  mask = same document, unless blocked across segments (blockable g and h)
+               ids = clipped distance h - g; `cross_segment_label` across segments; g2g edges last
+    l2g[i, g]  ids = belongs if g owns i at some level, an edge label if i and g are linked,
+               else does_not_belong;  g2l[g, i] carries the same ids
+               mask = same document and (owned or linked or not hard for this pair)
+
+`long_segment` numbers contiguous runs that may attend each other (documents, segment nodes and
+padding all start new runs), so l2l needs no separate document test.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+import numpy as np
+
+from graphattn.compile.contract import SideInputs
+from graphattn.compile.side_inputs import allocate_side_inputs, full_relative_ids, l2l_window, same_segment
+from graphattn.errors import BatchError
+
+
+@dataclass
+class CompactSideInputs:
+    """Per-token / per-global arrays and edge lists from which the eight tensors follow.
+
+    Owners are global positions (-1: none), one row per hierarchy level (`levels`). Pairs in
+    `link_*` are unique (long, global) pairs with their label; `g2g_*` are directed global pairs.
+    Boolean `*_hard_*` arrays say who is subject to the hard masks (False = exempt).
+    """
+
+    local_radius: int
+    max_distance: int
+    levels: tuple[str, ...]
+    owners: np.ndarray  # [n_levels, L] int32
+    long_doc: np.ndarray  # [L] int32
+    long_segment: np.ndarray  # [L] int32, contiguous runs that may attend each other (l2l)
+    global_doc: np.ndarray  # [G] int32
+    global_segment: np.ndarray  # [G] int32 (-1: outside every segment node)
+    global_blockable: np.ndarray  # [G] bool: blocked g2g across segments with other blockables
+    long_hard_g2l: np.ndarray  # [L] bool
+    long_hard_l2g: np.ndarray  # [L] bool
+    global_hard_g2l: np.ndarray  # [G] bool
+    global_hard_l2g: np.ndarray  # [G] bool
+    link_long: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int32))
+    link_global: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int32))
+    link_label: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int32))
+    g2g_src: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int32))
+    g2g_dst: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int32))
+    g2g_label: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int32))
+    cross_segment_label: int = -1
+
+    # -- sizes ----------------------------------------------------------------------------
+    @property
+    def long_length(self) -> int:
+        return int(self.long_doc.shape[0])
+
+    @property
+    def global_length(self) -> int:
+        return int(self.global_doc.shape[0])
+
+    @property
+    def does_not_belong(self) -> int:
+        return 2 * self.max_distance + 1
+
+    @property
+    def belongs(self) -> int:
+        return 2 * self.max_distance + 2
+
+    @property
+    def nbytes(self) -> int:
+        return sum(getattr(self, f.name).nbytes for f in fields(self) if isinstance(getattr(self, f.name), np.ndarray))
+
+    # -- pairs ----------------------------------------------------------------------------
+    def owned_pairs(self, rows: slice = slice(None)) -> tuple[np.ndarray, np.ndarray]:
+        """(long index, global position) of every ownership at any level, long in `rows`."""
+        start = rows.start or 0
+        owners = self.owners[:, rows]
+        level, token = np.nonzero(owners >= 0)
+        return (token + start).astype(np.int64), owners[level, token].astype(np.int64)
+
+    def _links_in(self, rows: slice) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        start, stop, _ = rows.indices(self.long_length)
+        keep = (self.link_long >= start) & (self.link_long < stop)
+        return self.link_long[keep].astype(np.int64), self.link_global[keep].astype(np.int64), self.link_label[keep]
+
+    # -- dense derivation -----------------------------------------------------------------
+    def l2l_into(self, mask: np.ndarray, ids: np.ndarray) -> None:
+        """l2l mask and ids, [L, 2r+1], written into the given int32 arrays."""
+        l2l_window(self.long_segment, self.local_radius, self.max_distance, out_mask=mask, out_ids=ids)
+
+    def g2g_into(self, mask: np.ndarray, ids: np.ndarray) -> None:
+        """g2g mask and ids, [G, G]: same document; segments; g2g edges last."""
+        ids[...] = full_relative_ids(self.global_length, self.max_distance)
+        same_segment(self.global_doc, self.global_doc, out=mask)
+        if self.cross_segment_label >= 0 or self.global_blockable.any():
+            cross = (self.global_segment[:, None] != self.global_segment[None, :]) & (mask == 1)
+            if self.cross_segment_label >= 0:
+                ids[cross] = self.cross_segment_label
+            blockable = self.global_blockable
+            if blockable.any():
+                mask[cross & blockable[:, None] & blockable[None, :]] = 0
+        ids[self.g2g_src, self.g2g_dst] = self.g2g_label
+
+    def l2g_into(self, mask: np.ndarray, ids: np.ndarray, rows: slice = slice(None)) -> None:
+        """l2g mask and ids for long tokens `rows` (contiguous), [n, G]."""
+        start = rows.indices(self.long_length)[0]
+        ids.fill(self.does_not_belong)
+        tok, glob = self.owned_pairs(rows)
+        ids[tok - start, glob] = self.belongs
+        ltok, lglob, llabel = self._links_in(rows)
+        ids[ltok - start, lglob] = llabel
+        # Rows of equal (document, subject to hard l2g) are equal before owners and links.
+        _rows_by_key(self.long_doc[rows], self.long_hard_l2g[rows], self.global_doc, ~self.global_hard_l2g, mask)
+        mask[tok - start, glob] = 1
+        mask[ltok - start, lglob] = 1
+
+    def g2l_into(self, mask: np.ndarray, ids: np.ndarray, rows: slice = slice(None)) -> None:
+        """g2l mask and ids for global queries `rows`, [n, L] (the same labels as l2g)."""
+        start, stop, _ = rows.indices(self.global_length)
+        ids.fill(self.does_not_belong)
+        tok, glob = self.owned_pairs()
+        ltok, lglob, llabel = self._links_in(slice(None))
+        own = (glob >= start) & (glob < stop)
+        lnk = (lglob >= start) & (lglob < stop)
+        ids[glob[own] - start, tok[own]] = self.belongs
+        ids[lglob[lnk] - start, ltok[lnk]] = llabel[lnk]
+        _rows_by_key(self.global_doc[rows], self.global_hard_g2l[rows], self.long_doc, ~self.long_hard_g2l, mask)
+        mask[glob[own] - start, tok[own]] = 1
+        mask[lglob[lnk] - start, ltok[lnk]] = 1
+
+    def l2g_rows(self, rows: slice = slice(None)) -> tuple[np.ndarray, np.ndarray]:
+        """l2g mask and ids of some long tokens, for consumers that work in row blocks."""
+        n = len(range(*rows.indices(self.long_length)))
+        mask, ids = (np.empty((n, self.global_length), np.int32) for _ in range(2))
+        self.l2g_into(mask, ids, rows)
+        return mask, ids
+
+    def g2l_rows(self, rows: slice = slice(None)) -> tuple[np.ndarray, np.ndarray]:
+        n = len(range(*rows.indices(self.global_length)))
+        mask, ids = (np.empty((n, self.long_length), np.int32) for _ in range(2))
+        self.g2l_into(mask, ids, rows)
+        return mask, ids
+
+    def to_dense(self) -> SideInputs:
+        """The eight ETC tensors (numpy int32, masks 0/1), exactly as a dense compile gives them."""
+        side = allocate_side_inputs(1, self.long_length, self.global_length, self.local_radius).map(lambda a: a[0])
+        self.write_dense(side)
+        return side
+
+    def write_dense(self, out: SideInputs) -> None:
+        """Write the eight tensors into preallocated int32 arrays of the right shapes (a batch row)."""
+        self.l2l_into(out.l2l_att_mask, out.l2l_relative_att_ids)
+        self.g2g_into(out.g2g_att_mask, out.g2g_relative_att_ids)
+        self.l2g_into(out.l2g_att_mask, out.l2g_relative_att_ids)
+        self.g2l_into(out.g2l_att_mask, out.g2l_relative_att_ids)
+
+    # -- padding --------------------------------------------------------------------------
+    def padded(self, long_length: int, global_length: int) -> "CompactSideInputs":
+        """Pad with one more document (the reference's convention): padding attends padding."""
+        L, G = self.long_length, self.global_length
+        if long_length < L or global_length < G:
+            raise BatchError(f"cannot pad an instance of L={L}, G={G} down to L={long_length}, G={global_length}")
+        pad_doc = int(max(self.long_doc.max(initial=-1), self.global_doc.max(initial=-1))) + 1
+        pad_segment = int(self.long_segment.max(initial=-1)) + 1
+        pad_global_segment = int(self.global_segment.max(initial=-1)) + 1
+
+        def grow(a: np.ndarray, n: int, value) -> np.ndarray:
+            out = np.full((*a.shape[:-1], n), value, dtype=a.dtype)
+            out[..., : a.shape[-1]] = a
+            return out
+
+        return CompactSideInputs(
+            local_radius=self.local_radius,
+            max_distance=self.max_distance,
+            levels=self.levels,
+            owners=grow(self.owners, long_length, -1),
+            long_doc=grow(self.long_doc, long_length, pad_doc),
+            long_segment=grow(self.long_segment, long_length, pad_segment),
+            global_doc=grow(self.global_doc, global_length, pad_doc),
+            global_segment=grow(self.global_segment, global_length, pad_global_segment),
+            global_blockable=grow(self.global_blockable, global_length, False),
+            long_hard_g2l=grow(self.long_hard_g2l, long_length, False),
+            long_hard_l2g=grow(self.long_hard_l2g, long_length, False),
+            global_hard_g2l=grow(self.global_hard_g2l, global_length, False),
+            global_hard_l2g=grow(self.global_hard_l2g, global_length, False),
+            link_long=self.link_long,
+            link_global=self.link_global,
+            link_label=self.link_label,
+            g2g_src=self.g2g_src,
+            g2g_dst=self.g2g_dst,
+            g2g_label=self.g2g_label,
+            cross_segment_label=self.cross_segment_label,
+        )
+
+
+def _rows_by_key(row_doc: np.ndarray, row_hard: np.ndarray, col_doc: np.ndarray, col_free: np.ndarray, out: np.ndarray) -> None:
+    """out[i, j] = same document and (row i not hard or column j exempt), as one row gather.
+
+    Rows with the same (document, hard) key are identical, so each distinct key's row is built
+    once and `np.take` copies it into place: no [n, m] temporaries.
+    """
+    key = row_doc.astype(np.int64) * 2 + row_hard
+    distinct, index = np.unique(key, return_inverse=True)
+    table = (col_doc[None, :] == (distinct // 2)[:, None]) & ((distinct % 2 == 0)[:, None] | col_free[None, :])
+    if out.size:
+        np.take(table.astype(np.int32), index.reshape(-1), axis=0, out=out, mode="clip")

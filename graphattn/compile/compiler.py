@@ -1,0 +1,141 @@
+"""The graph compiler's entry points: graph(s) + schema + tokenizer -> EtcInstance(s).
+
+    compile(graph, schema, tokenizer)            one instance (a list of graphs packs them)
+    compile_windows(graph, schema, tokenizer)    every window of a strided layout (NQ)
+    pack(graphs, schema, tokenizer)              greedy packing of many small documents
+
+Three passes, each in its own module: `layout` (check the graph, map nodes to tokens),
+`truncate` (choose tokens), `assemble` (sequences, owners, labels -> compact side inputs, and
+the eight dense tensors unless `compact=True`).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Iterable, Iterator, Sequence
+
+from graphattn.compile.assemble import assemble
+from graphattn.compile.contract import EtcInstance
+from graphattn.compile.layout import DocLayout, build_layout
+from graphattn.compile.tokens import TokenTable, resolve_tokens
+from graphattn.compile.truncate import Selection, doc_sizes, select, window_selections
+from graphattn.errors import CompileError
+from graphattn.graph import DocGraph
+from graphattn.schema import Schema, load_schema
+from graphattn.tokenize import Tokenizer, load_tokenizer
+
+_TABLES: dict[tuple[int, int], tuple[Schema, Any, TokenTable]] = {}
+_LOADED: dict[tuple[str, str, float], Any] = {}
+
+
+def _load_cached(kind: str, spec: Any, loader):
+    """Schemas and tokenizers named by path are loaded once per file version, not per document."""
+    if not isinstance(spec, (str, os.PathLike)):
+        return loader(spec)
+    path = Path(spec)
+    key = (kind, str(spec), path.stat().st_mtime if path.is_file() else 0.0)
+    if key not in _LOADED:
+        if len(_LOADED) > 32:
+            _LOADED.clear()
+        _LOADED[key] = loader(spec)
+    return _LOADED[key]
+
+
+def _prepare(schema: Any, tokenizer: Any) -> tuple[Schema, Tokenizer, TokenTable]:
+    """Load schema and tokenizer from whatever names them; resolve special tokens once per pair."""
+    schema = _load_cached("schema", schema, load_schema)
+    tokenizer = _load_cached("tokenizer", tokenizer, load_tokenizer)
+    key = (id(schema), id(tokenizer))
+    cached = _TABLES.get(key)
+    if cached is None or cached[0] is not schema or cached[1] is not tokenizer:
+        if len(_TABLES) > 64:
+            _TABLES.clear()
+        cached = _TABLES[key] = (schema, tokenizer, resolve_tokens(schema, tokenizer))
+    return schema, tokenizer, cached[2]
+
+
+def _as_list(graphs: DocGraph | Sequence[DocGraph], schema: Schema) -> list[DocGraph]:
+    if isinstance(graphs, DocGraph):
+        return [graphs]
+    graphs = list(graphs)
+    if not graphs:
+        raise CompileError("no documents to compile")
+    if len(graphs) > schema.max_documents:
+        raise CompileError(
+            f"{len(graphs)} documents given, but the schema packs at most {schema.max_documents} per instance "
+            "(packing.max_documents); use graphattn.compile.pack to spread them over instances",
+            **schema.where("packing", "max_documents"),
+        )
+    return graphs
+
+
+def compile(
+    graphs: DocGraph | Sequence[DocGraph],
+    schema: Schema | str | Any,
+    tokenizer: Tokenizer | str | Any,
+    *,
+    compact: bool = False,
+) -> EtcInstance:
+    """Compile one document (or a list, packed into one instance) into ETC inputs.
+
+    `schema` is a Schema, a file path or a shipped schema name; `tokenizer` anything
+    `load_tokenizer` accepts. With `compact=True` the instance holds `CompactSideInputs`
+    (memory O(L + G + E)); otherwise the eight dense tensors. Too-long input is truncated
+    per the schema and reported in `instance.truncation`.
+    """
+    schema, tokenizer, table = _prepare(schema, tokenizer)
+    layouts = [build_layout(g, schema, tokenizer) for g in _as_list(graphs, schema)]
+    return assemble(layouts, select(layouts, schema), schema, table, compact=compact)
+
+
+def compile_windows(
+    graph: DocGraph, schema: Schema | str | Any, tokenizer: Tokenizer | str | Any, *, compact: bool = False
+) -> list[EtcInstance]:
+    """Every instance a document yields: all windows under the `windows` policy, else one."""
+    schema, tokenizer, table = _prepare(schema, tokenizer)
+    if not isinstance(graph, DocGraph):
+        raise CompileError(f"compile_windows takes one DocGraph, got {type(graph).__name__}")
+    layout = build_layout(graph, schema, tokenizer)
+    if schema.truncation.policy != "windows":
+        return [assemble([layout], select([layout], schema), schema, table, compact=compact)]
+    return [assemble([layout], [sel], schema, table, compact=compact) for sel in window_selections(layout, schema)]
+
+
+def pack(
+    graphs: Iterable[DocGraph],
+    schema: Schema | str | Any,
+    tokenizer: Tokenizer | str | Any,
+    *,
+    compact: bool = False,
+) -> Iterator[EtcInstance]:
+    """Pack documents in order, greedily, into instances of at most `max_documents` each.
+
+    A document joins the current instance while the lengths of all its documents together
+    fit max_long_length and max_global_length; one that does not fit alone is compiled (and
+    truncated) on its own.
+    """
+    schema, tokenizer, table = _prepare(schema, tokenizer)
+    current: list[DocLayout] = []
+    used_long = used_global = 0
+    for graph in graphs:
+        layout = build_layout(graph, schema, tokenizer)
+        long_len, n_globals = doc_sizes(layout, schema, layout.is_long)
+        full = len(current) >= schema.max_documents
+        over = used_long + long_len > schema.max_long_length or used_global + n_globals > schema.max_global_length
+        if current and (full or over):
+            yield _assemble_packed(current, schema, table, compact)
+            current, used_long, used_global = [], 0, 0
+        current.append(layout)
+        used_long += long_len
+        used_global += n_globals
+    if current:
+        yield _assemble_packed(current, schema, table, compact)
+
+
+def _assemble_packed(layouts: list[DocLayout], schema: Schema, table: TokenTable, compact: bool) -> EtcInstance:
+    selections: list[Selection] = select(layouts, schema) if len(layouts) == 1 else [Selection(lay.is_long.copy()) for lay in layouts]
+    return assemble(layouts, selections, schema, table, compact=compact)
+
+
+__all__ = ["compile", "compile_windows", "pack"]

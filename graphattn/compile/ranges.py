@@ -1,0 +1,77 @@
+"""Vectorized primitives over token ranges ``[start, end)``: the compiler's inner loops.
+
+Nodes become half-open token ranges; everything per token (which sentence owns it, its type
+id, its segment) is "the innermost range that covers the token", computed here without a
+Python loop per token.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def expand_ranges(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """All (position, range index) pairs covered by the ranges, ranges in the given order."""
+    starts = np.asarray(starts, dtype=np.int64)
+    lengths = np.maximum(np.asarray(ends, dtype=np.int64) - starts, 0)
+    total = int(lengths.sum())
+    which = np.repeat(np.arange(lengths.shape[0]), lengths)
+    first_slot = np.cumsum(lengths) - lengths  # where each range's positions begin in the output
+    positions = np.arange(total, dtype=np.int64) - np.repeat(first_slot - starts, lengths)
+    return positions, which
+
+
+def coverage(n: int, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """bool [n]: position covered by at least one range."""
+    delta = np.zeros(n + 1, dtype=np.int64)
+    np.add.at(delta, np.clip(starts, 0, n), 1)
+    np.add.at(delta, np.clip(ends, 0, n), -1)
+    return np.cumsum(delta[:n]) > 0
+
+
+def _disjoint_sorted(starts: np.ndarray, ends: np.ndarray) -> bool:
+    return bool(np.all(starts[1:] >= ends[:-1]) and np.all(starts[1:] >= starts[:-1]))
+
+
+def innermost(n: int, starts: np.ndarray, ends: np.ndarray, ranks: np.ndarray) -> np.ndarray:
+    """int64 [n]: index of the covering range with the highest rank at each position, -1 if none.
+
+    With ranks in document (pre-)order, the highest-ranked covering range is the innermost one
+    of a nested family. Disjoint sorted ranges (sentences) take an O(n) path.
+    """
+    starts = np.asarray(starts, dtype=np.int64)
+    ends = np.asarray(ends, dtype=np.int64)
+    out = np.full(n, -1, dtype=np.int64)
+    nonempty = np.flatnonzero(ends > starts)
+    if nonempty.size == 0:
+        return out
+    s, e = starts[nonempty], ends[nonempty]
+    if _disjoint_sorted(s, e):
+        positions, which = expand_ranges(s, e)
+        out[positions] = nonempty[which]
+        return out
+    positions, which = expand_ranges(s, e)
+    rank = np.asarray(ranks, dtype=np.int64)[nonempty]
+    best = np.full(n, -1, dtype=np.int64)
+    np.maximum.at(best, positions, rank[which])
+    covered = best >= 0
+    by_rank = np.full(int(rank.max()) + 1, -1, dtype=np.int64)
+    by_rank[rank] = nonempty
+    out[covered] = by_rank[best[covered]]
+    return out
+
+
+def count_in_ranges(mask: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """For each range, how many positions inside it hold `mask`."""
+    cum = np.concatenate([[0], np.cumsum(mask, dtype=np.int64)])
+    return cum[np.asarray(ends, dtype=np.int64)] - cum[np.asarray(starts, dtype=np.int64)]
+
+
+def take_or(values: np.ndarray, index: np.ndarray, default) -> np.ndarray:
+    """``values[index]`` where index >= 0, `default` elsewhere (safe for empty `values`)."""
+    values = np.asarray(values)
+    dtype = np.result_type(values.dtype, np.min_scalar_type(default))
+    out = np.full((*index.shape, *values.shape[1:]), default, dtype=dtype)
+    ok = index >= 0
+    out[ok] = values[index[ok]]
+    return out
