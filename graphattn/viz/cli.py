@@ -59,6 +59,7 @@ def run(args: argparse.Namespace) -> int:
         sys.stdout.write(terminal_view(pattern, queries, keys, style=style, ascii_only=ascii_only or args.ascii))
         return 0
     out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
     if out.suffix.lower() == ".html":
         from graphattn.viz.html import write_viewer
 

@@ -1,0 +1,81 @@
+"""Data for the training loop: batches of in-memory examples, or of compiled Parquet shards.
+
+Both loaders give the same order for the same (seed, epoch), which exact resume relies on, and
+both split the data between DDP ranks so that every rank runs the same number of batches.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from typing import Any, Callable, Iterator, Sequence
+
+import numpy as np
+from torch.utils.data import DataLoader
+
+from graphattn.compile.collate import collate
+from graphattn.errors import GraphattnError
+from graphattn.train.distributed import get_rank, get_world_size
+
+
+class InstanceLoader:
+    """Batches of in-memory items (EtcInstances, or whatever `collate_fn` understands).
+
+    Shuffled per epoch from (seed, epoch) when `shuffle`; under DDP, rank r takes every
+    world_size-th item of the epoch's order after the order is cut to a multiple of world_size,
+    so with batch size b per rank, step j of all ranks together sees exactly the items a single
+    process with batch size b * world_size sees at step j."""
+
+    def __init__(self, items: Sequence[Any], batch_size: int, collate_fn: Callable[[list], Any] = collate, *,
+                 shuffle: bool = False, seed: int = 0, drop_last: bool = False, rank: int | None = None, world_size: int | None = None):
+        if batch_size < 1:
+            raise GraphattnError(f"batch_size must be >= 1, got {batch_size}")
+        self.items, self.batch_size, self.collate_fn = list(items), batch_size, collate_fn
+        self.shuffle, self.seed, self.drop_last = shuffle, seed, drop_last
+        self.rank = get_rank() if rank is None else rank
+        self.world_size = get_world_size() if world_size is None else world_size
+        if not 0 <= self.rank < self.world_size:
+            raise GraphattnError(f"rank {self.rank} is outside world_size {self.world_size}")
+        if len(self.items) < self.world_size:
+            raise GraphattnError(f"{len(self.items)} items cannot feed {self.world_size} ranks")
+        self.epoch = 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = int(epoch)
+
+    def _my_indices(self) -> np.ndarray:
+        order = np.arange(len(self.items))
+        if self.shuffle:
+            order = np.random.default_rng([self.seed, self.epoch]).permutation(order)
+        usable = len(order) - len(order) % self.world_size
+        return order[:usable][self.rank :: self.world_size]
+
+    def __len__(self) -> int:
+        per_rank = len(self.items) // self.world_size
+        return per_rank // self.batch_size if self.drop_last else -(-per_rank // self.batch_size)
+
+    def __iter__(self) -> Iterator[Any]:
+        indices = self._my_indices()
+        for start in range(0, len(indices), self.batch_size):
+            chunk = indices[start : start + self.batch_size]
+            if self.drop_last and len(chunk) < self.batch_size:
+                return
+            yield self.collate_fn([self.items[i] for i in chunk])
+
+
+def shard_loader(source: str | os.PathLike | Sequence[str | os.PathLike], batch_size: int, *, shuffle: bool = True, seed: int = 0,
+                 buffer_size: int = 1024, num_workers: int = 0, compact: bool = False, pad_to_long: int | None = None,
+                 pad_to_global: int | None = None, rank: int | None = None, world_size: int | None = None) -> DataLoader:
+    """A DataLoader of EtcBatches streamed from compiled shards (`graphattn compile` output).
+
+    Row groups are split across ranks and workers and shuffled per epoch (the Trainer calls
+    set_epoch); ranks whose share runs out first end the epoch for everyone (see Trainer)."""
+    from graphattn.data import ShardIterableDataset  # the shard reader pulls in pyarrow; import on use
+
+    rank = get_rank() if rank is None else rank
+    world_size = get_world_size() if world_size is None else world_size
+    dataset = ShardIterableDataset(source, shuffle=shuffle, buffer_size=buffer_size, seed=seed, compact=compact,
+                                   rank=rank, world_size=world_size)
+
+    collate_batch = functools.partial(collate, pad_to_long=pad_to_long, pad_to_global=pad_to_global)
+    return DataLoader(dataset, batch_size=batch_size, num_workers=num_workers, collate_fn=collate_batch)

@@ -1,0 +1,451 @@
+"""The training loop: batches in, optimizer steps out, with checkpoints you can resume exactly.
+
+    trainer = Trainer(model, TrainConfig(max_steps=1000, learning_rate=1e-4, checkpoint_dir="ckpt"),
+                      loss_fn=lambda model, batch: model.loss(batch))
+    result = trainer.fit(loader)            # any re-iterable of batches: DataLoader, list, ...
+
+`loss_fn(model, batch)` returns a scalar loss tensor, or a dict with "loss" and any other numbers
+to log (e.g. {"loss": total, "mlm": mlm, "cpc": cpc}). Without a loss_fn, `model(batch)` must
+return one of those. Batches may be an EtcBatch, tensors, or dicts / lists / tuples / dataclasses
+of them; they are moved to the training device as a whole.
+
+Under torch.distributed (see `graphattn.train.distributed`) the model is wrapped in
+DistributedDataParallel: each rank feeds its own share of the data (`instance_loader` and
+`shard_loader` split by rank) and its loss is the mean over its local batch, so equal local
+batches give exactly the gradient of the mean over the combined batch.
+
+Exact resume: a checkpoint stores the epoch and how many batches of it were consumed, plus every
+random generator both now and at the start of that epoch. Resuming re-creates the epoch's data
+order from the epoch-start state, skips the consumed batches, then restores the current state.
+This needs the data to give the same order when iterated again from the same generator state
+(true of DataLoaders, shuffled or not, and of anything with `set_epoch`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import dataclasses
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
+
+import torch
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel
+from tqdm.auto import tqdm
+
+from graphattn.compile.contract import EtcBatch
+from graphattn.errors import GraphattnError
+from graphattn.train import checkpoint as ckpt
+from graphattn.train.distributed import all_ranks_agree, all_reduce_sum, barrier, get_rank, get_world_size, is_distributed, local_rank
+from graphattn.train.optim import DECAYS, OPTIMIZERS, build_optimizer, build_scheduler
+
+PRECISIONS = ("auto", "fp32", "bf16", "fp16")
+LossFn = Callable[[nn.Module, Any], Any]
+
+
+@dataclass
+class TrainConfig:
+    """How long, how fast, in what precision, and where checkpoints go.
+
+    Length: `max_steps` optimizer steps, or `epochs` passes over data with a len(); one step
+    consumes `gradient_accumulation_steps` batches. Warm-up: `warmup_steps`, or when that is 0,
+    `warmup_ratio` of all steps. precision "auto" is bf16 on CUDA devices that support it and
+    fp32 elsewhere; "bf16" also works on CPU; "fp16" (CUDA only) uses a GradScaler."""
+
+    max_steps: int | None = None
+    epochs: int | None = None
+    learning_rate: float = 5e-5
+    optimizer: str = "adamw"
+    weight_decay: float = 0.01
+    betas: tuple[float, float] = (0.9, 0.999)
+    eps: float = 1e-6
+    warmup_steps: int = 0
+    warmup_ratio: float = 0.0
+    decay: str = "linear"
+    max_grad_norm: float | None = 1.0
+    gradient_accumulation_steps: int = 1
+    precision: str = "auto"
+    device: str = "auto"
+    seed: int = 0
+    log_every: int = 10
+    checkpoint_dir: str | None = None
+    checkpoint_every: int = 0  # steps between saves; 0 saves only at the end (when checkpoint_dir is set)
+    keep_checkpoints: int = 2  # newest complete checkpoints kept; 0 keeps all
+    resume: str | bool = False  # True / "latest": newest under checkpoint_dir if any; or a checkpoint path
+    progress: bool = True
+    find_unused_parameters: bool = False  # DDP: set when some parameters get no gradient in a step
+
+    def __post_init__(self) -> None:
+        def fail(name: str, message: str) -> None:
+            raise GraphattnError(message, path=("TrainConfig", name))
+
+        if self.max_steps is None and self.epochs is None:
+            fail("max_steps", "give max_steps or epochs")
+        if self.max_steps is not None and self.max_steps < 1:
+            fail("max_steps", f"must be >= 1, got {self.max_steps}")
+        if self.epochs is not None and self.epochs < 1:
+            fail("epochs", f"must be >= 1, got {self.epochs}")
+        if self.learning_rate <= 0:
+            fail("learning_rate", f"must be > 0, got {self.learning_rate}")
+        if self.optimizer not in OPTIMIZERS:
+            fail("optimizer", f"{self.optimizer!r} is not one of {', '.join(OPTIMIZERS)}")
+        if self.decay not in DECAYS:
+            fail("decay", f"{self.decay!r} is not one of {', '.join(DECAYS)}")
+        if self.precision not in PRECISIONS:
+            fail("precision", f"{self.precision!r} is not one of {', '.join(PRECISIONS)}")
+        if self.gradient_accumulation_steps < 1:
+            fail("gradient_accumulation_steps", f"must be >= 1, got {self.gradient_accumulation_steps}")
+        if not 0.0 <= self.warmup_ratio < 1.0 or self.warmup_steps < 0:
+            fail("warmup_steps", "warmup_steps must be >= 0 and warmup_ratio in [0, 1)")
+        if self.max_grad_norm is not None and self.max_grad_norm <= 0:
+            fail("max_grad_norm", f"must be > 0 or None (no clipping), got {self.max_grad_norm}")
+        if self.log_every < 1 or self.checkpoint_every < 0:
+            fail("log_every", "log_every must be >= 1 and checkpoint_every >= 0")
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+@dataclass
+class TrainResult:
+    """What a fit did: the final step, one record per logged step, the last checkpoint."""
+
+    step: int
+    history: list[dict[str, float]] = field(default_factory=list)
+    checkpoint: Path | None = None
+
+    @property
+    def final_loss(self) -> float:
+        return self.history[-1]["loss"] if self.history else math.nan
+
+
+def move_to_device(obj: Any, device: torch.device) -> Any:
+    """Move a tensor, anything with its own .to(device) (EtcBatch, PretrainingBatch), or any
+    dict / list / tuple / dataclass of them."""
+    if isinstance(obj, (torch.Tensor, EtcBatch)) or (callable(getattr(obj, "to", None)) and not isinstance(obj, (nn.Module, type))):
+        return obj.to(device)
+    if isinstance(obj, Mapping):
+        return {k: move_to_device(v, device) for k, v in obj.items()}
+    if isinstance(obj, tuple) and hasattr(obj, "_fields"):
+        return type(obj)(*(move_to_device(v, device) for v in obj))
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(move_to_device(v, device) for v in obj)
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return dataclasses.replace(obj, **{f.name: move_to_device(getattr(obj, f.name), device) for f in dataclasses.fields(obj) if f.init})
+    return obj
+
+
+def split_output(output: Any) -> tuple[torch.Tensor, dict[str, Any]]:
+    """(loss, other metrics) from a loss tensor, a dict with "loss", or an object with .loss."""
+    if isinstance(output, torch.Tensor):
+        loss, metrics = output, {}
+    elif isinstance(output, Mapping):
+        if "loss" not in output:
+            raise GraphattnError(f"the loss function returned a dict without 'loss' (keys: {', '.join(map(str, output))})")
+        loss, metrics = output["loss"], {k: v for k, v in output.items() if k != "loss"}
+    elif isinstance(getattr(output, "loss", None), torch.Tensor):
+        loss, metrics = output.loss, {}
+    else:
+        raise GraphattnError(f"the loss function must return a scalar tensor or a dict with 'loss', got {type(output).__name__}")
+    if loss.ndim != 0:
+        raise GraphattnError(f"the loss must be a scalar tensor, got shape {tuple(loss.shape)}")
+    return loss, metrics
+
+
+class _LossModule(nn.Module):
+    """model + loss_fn as one module, so DistributedDataParallel sees the whole forward."""
+
+    def __init__(self, model: nn.Module, loss_fn: LossFn | None):
+        super().__init__()
+        self.model = model
+        self.loss_fn = loss_fn
+
+    def forward(self, batch: Any) -> Any:
+        return self.loss_fn(self.model, batch) if self.loss_fn is not None else self.model(batch)
+
+
+def _resolve_device(name: str) -> torch.device:
+    if name != "auto":
+        return torch.device(name)
+    if torch.cuda.is_available():
+        return torch.device("cuda", local_rank() % torch.cuda.device_count())
+    return torch.device("cpu")
+
+
+def _resolve_precision(precision: str, device: torch.device) -> str:
+    cuda = device.type == "cuda"
+    if precision == "auto":
+        return "bf16" if cuda and torch.cuda.is_bf16_supported() else "fp32"
+    if precision == "fp16" and not cuda:
+        raise GraphattnError("fp16 training needs a CUDA device (use bf16 or fp32 on CPU)", path=("TrainConfig", "precision"))
+    if precision == "bf16" and cuda and not torch.cuda.is_bf16_supported():
+        raise GraphattnError("this CUDA device does not support bf16; use fp16 or fp32", path=("TrainConfig", "precision"))
+    return precision
+
+
+def _set_epoch(data: Any, epoch: int) -> None:
+    """Tell the data (and its sampler / dataset, for DataLoaders) which epoch starts."""
+    for owner in (data, getattr(data, "sampler", None), getattr(getattr(data, "batch_sampler", None), "sampler", None), getattr(data, "dataset", None)):
+        if owner is not None and callable(getattr(owner, "set_epoch", None)):
+            owner.set_epoch(epoch)
+
+
+class Trainer:
+    """Owns the device placement, DDP wrapper, optimizer, schedule, precision and checkpoints."""
+
+    def __init__(self, model: nn.Module, config: TrainConfig, loss_fn: LossFn | None = None,
+                 optimizer: torch.optim.Optimizer | None = None, callbacks: Sequence[Callable[["Trainer", dict], None]] = ()):
+        self.config = config
+        self.device = _resolve_device(config.device)
+        self.precision = _resolve_precision(config.precision, self.device)
+        self.rank, self.world_size = get_rank(), get_world_size()
+        self.model = model.to(self.device)
+        self.module = _LossModule(self.model, loss_fn)
+        self.wrapped: nn.Module = self.module
+        if is_distributed():
+            device_ids = [self.device.index] if self.device.type == "cuda" else None
+            self.wrapped = DistributedDataParallel(self.module, device_ids=device_ids, find_unused_parameters=config.find_unused_parameters)
+        self.optimizer = optimizer or build_optimizer(self.model, config.optimizer, config.learning_rate, config.weight_decay, config.betas, config.eps)
+        self.scheduler: torch.optim.lr_scheduler.LRScheduler | None = None
+        self.scaler = torch.amp.GradScaler("cuda", enabled=self.precision == "fp16")
+        self.callbacks = list(callbacks)
+        self.step = 0
+        self.epoch = 0
+        self.batch_in_epoch = 0
+        self.history: list[dict[str, float]] = []
+        self._epoch_rng: dict[str, Any] | None = None
+        self._pending_rng: dict[str, Any] | None = None  # set by a resume, consumed by the data iterator
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+    def autocast(self) -> contextlib.AbstractContextManager:
+        if self.precision == "fp32":
+            return contextlib.nullcontext()
+        dtype = torch.bfloat16 if self.precision == "bf16" else torch.float16
+        return torch.autocast(device_type=self.device.type, dtype=dtype)
+
+    # -- length and schedule ---------------------------------------------------------------
+
+    def total_steps(self, data: Iterable) -> int:
+        cfg = self.config
+        if cfg.max_steps is not None:
+            return cfg.max_steps
+        try:
+            batches = len(data)  # type: ignore[arg-type]
+        except TypeError:
+            raise GraphattnError("epochs needs data with a len(); give max_steps for streams", path=("TrainConfig", "epochs")) from None
+        return max(1, cfg.epochs * batches // cfg.gradient_accumulation_steps)
+
+    def _build_scheduler(self, total: int) -> None:
+        cfg = self.config
+        warmup = cfg.warmup_steps or int(cfg.warmup_ratio * total)
+        self.scheduler = build_scheduler(self.optimizer, warmup, total, cfg.decay)
+
+    # -- data ------------------------------------------------------------------------------
+
+    def _batches(self, data: Iterable) -> Iterator[Any]:
+        """Batches forever, epoch after epoch, honouring a pending resume position."""
+        while True:
+            _set_epoch(data, self.epoch)
+            if self._pending_rng is not None:
+                ckpt.restore_rng(self._pending_rng["epoch_start"])
+            self._epoch_rng = ckpt.capture_rng()
+            iterator = iter(data)
+            if self._pending_rng is not None:
+                for skipped in range(self.batch_in_epoch):
+                    if next(iterator, _END) is _END:
+                        raise GraphattnError(f"resuming needs {self.batch_in_epoch} batches of epoch {self.epoch}, but the data gave only {skipped}: "
+                                             "is it the same data as before?")
+                ckpt.restore_rng(self._pending_rng["now"])
+                self._pending_rng = None
+            start = self.batch_in_epoch
+            while True:
+                batch = next(iterator, _END)
+                if not all_ranks_agree(batch is not _END, self.device):
+                    break
+                self.batch_in_epoch += 1
+                yield batch
+            if self.batch_in_epoch == start == 0:
+                raise GraphattnError("the training data yielded no batches")
+            self.epoch += 1
+            self.batch_in_epoch = 0
+
+    # -- one optimizer step ----------------------------------------------------------------
+
+    def _micro_step(self, batch: Any, last: bool) -> tuple[torch.Tensor, dict[str, Any]]:
+        sync = contextlib.nullcontext() if last or not isinstance(self.wrapped, DistributedDataParallel) else self.wrapped.no_sync()
+        with sync:
+            with self.autocast():
+                loss, metrics = split_output(self.wrapped(move_to_device(batch, self.device)))
+            self.scaler.scale(loss.float() / self.config.gradient_accumulation_steps).backward()
+        return loss.detach().float(), metrics
+
+    def _optimizer_step(self) -> tuple[torch.Tensor, float]:
+        """Unscale, clip, step, advance the schedule; (gradient norm before clipping, lr used)."""
+        lr = self.scheduler.get_last_lr()[0]
+        self.scaler.unscale_(self.optimizer)
+        limit = self.config.max_grad_norm if self.config.max_grad_norm is not None else math.inf
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), limit)
+        self.scaler.step(self.optimizer)
+        self.scaler.update()
+        self.scheduler.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        return grad_norm.detach().float(), lr
+
+    # -- fit -------------------------------------------------------------------------------
+
+    def fit(self, data: Iterable, resume: str | bool | None = None) -> TrainResult:
+        """Train until the configured number of steps; returns the logged history."""
+        cfg = self.config
+        total = self.total_steps(data)
+        self._build_scheduler(total)
+        resume = cfg.resume if resume is None else resume
+        found = ckpt.resolve_checkpoint(resume, cfg.checkpoint_dir)
+        if found is not None:
+            self.load_checkpoint(found)
+        else:
+            ckpt.seed_everything(cfg.seed + self.rank)
+        self.model.train()
+        batches = self._batches(data)
+        last_checkpoint, resumed_at = found, self.step
+        window: dict[str, torch.Tensor] = {}
+        bar = tqdm(total=total, initial=self.step, disable=not (cfg.progress and self.is_main), desc="train", dynamic_ncols=True)
+        try:
+            while self.step < total:
+                accum = cfg.gradient_accumulation_steps
+                for i in range(accum):
+                    loss, metrics = self._micro_step(next(batches), last=i == accum - 1)
+                    _accumulate(window, {"loss": loss, **metrics}, 1.0 / accum)
+                grad_norm, lr = self._optimizer_step()
+                self.step += 1
+                _accumulate(window, {"steps": torch.ones((), device=self.device)}, 1.0)
+                bar.update(1)
+                if self.step % cfg.log_every == 0 or self.step == total:
+                    record = self._log(window, grad_norm, lr)
+                    window = {}
+                    bar.set_postfix(loss=f"{record['loss']:.4f}", lr=f"{record['lr']:.2e}")
+                    for callback in self.callbacks:
+                        callback(self, record)
+                if cfg.checkpoint_dir and cfg.checkpoint_every and self.step % cfg.checkpoint_every == 0 and self.step < total:
+                    last_checkpoint = self.save_checkpoint()
+        finally:
+            bar.close()
+        if cfg.checkpoint_dir and (found is None or self.step > resumed_at):  # resuming a finished run leaves its checkpoint as it was
+            last_checkpoint = self.save_checkpoint()
+        return TrainResult(step=self.step, history=list(self.history), checkpoint=last_checkpoint)
+
+    def _log(self, window: dict[str, torch.Tensor], grad_norm: torch.Tensor, lr: float) -> dict[str, float]:
+        """Mean of each metric since the last log, over steps and ranks; the last step's
+        learning rate and gradient norm (before clipping)."""
+        names = sorted(window)
+        values = all_reduce_sum(torch.stack([window[n].to(self.device) for n in names]))
+        totals = dict(zip(names, values.tolist()))
+        steps = totals.pop("steps")
+        record = {"step": float(self.step), "epoch": float(self.epoch), "lr": lr, "grad_norm": float(grad_norm)}
+        record.update({name: value / steps for name, value in totals.items()})
+        if not math.isfinite(record["loss"]):
+            raise GraphattnError(f"the loss became {record['loss']} by step {self.step} (lower the learning rate, check the inputs, "
+                                 "or use fp32/bf16 instead of fp16)")
+        self.history.append(record)
+        return record
+
+    # -- evaluation --------------------------------------------------------------------------
+
+    @torch.no_grad()
+    def evaluate(self, data: Iterable, loss_fn: LossFn | None = None) -> dict[str, float]:
+        """Mean loss (and other returned numbers) over `data`, in eval mode, on this rank's data."""
+        fn = loss_fn or self.module.loss_fn or (lambda model, batch: model(batch))
+        was_training = self.model.training
+        self.model.eval()
+        sums: dict[str, torch.Tensor] = {}
+        count = 0
+        try:
+            for batch in data:
+                with self.autocast():
+                    loss, metrics = split_output(fn(self.model, move_to_device(batch, self.device)))
+                _accumulate(sums, {"loss": loss.float(), **metrics}, 1.0)
+                count += 1
+        finally:
+            self.model.train(was_training)
+        if not count:
+            raise GraphattnError("evaluate got no batches")
+        return {name: float(value) / count for name, value in sums.items()}
+
+    # -- checkpoints ---------------------------------------------------------------------------
+
+    def save_checkpoint(self, root: str | Path | None = None) -> Path:
+        """Save everything needed to continue exactly; every rank must call it (each saves its
+        own random state). Returns the checkpoint directory."""
+        root = Path(root or self.config.checkpoint_dir or "checkpoints")
+        directory = root / ckpt.checkpoint_name(self.step)
+        if self.is_main:
+            directory.mkdir(parents=True, exist_ok=True)
+        barrier()
+        ckpt.save_rng(directory, self.rank, self._epoch_rng or ckpt.capture_rng())
+        barrier()
+        if self.is_main:
+            ckpt.save_trainer_state(directory, {
+                "model": self.model.state_dict(),
+                "optimizer": self.optimizer.state_dict(),
+                "scheduler": self.scheduler.state_dict() if self.scheduler is not None else None,
+                "scaler": self.scaler.state_dict(),
+                "step": self.step, "epoch": self.epoch, "batch_in_epoch": self.batch_in_epoch,
+                "world_size": self.world_size, "history": self.history, "config": self.config.to_dict(),
+            })
+            ckpt.prune_checkpoints(root, self.config.keep_checkpoints)
+        barrier()
+        return directory
+
+    def _load_scheduler(self, saved: dict[str, Any]) -> None:
+        """The saved position, with this run's schedule: resuming with a larger max_steps
+        stretches the decay to the new end instead of sitting at learning rate 0."""
+        current = [copy.deepcopy(fn) for fn in self.scheduler.lr_lambdas]
+        self.scheduler.load_state_dict(saved)  # (also overwrites the schedule objects' settings)
+        self.scheduler.lr_lambdas = current
+        for group, base, fn in zip(self.optimizer.param_groups, self.scheduler.base_lrs, current):
+            group["lr"] = base * fn(self.scheduler.last_epoch)
+        self.scheduler._last_lr = [group["lr"] for group in self.optimizer.param_groups]
+
+    def load_checkpoint(self, path: str | Path) -> None:
+        """Load model, optimizer, schedule, position and this rank's random state."""
+        directory = ckpt.resolve_checkpoint(str(path), None)
+        state = ckpt.load_file(directory / ckpt.TRAINER_FILE, self.device)
+        try:
+            self.model.load_state_dict(state["model"])
+        except RuntimeError as err:
+            raise GraphattnError(f"the checkpoint does not fit this model: {err}", file=str(directory)) from None
+        self.optimizer.load_state_dict(state["optimizer"])
+        if self.scheduler is not None and state.get("scheduler") is not None:
+            self._load_scheduler(state["scheduler"])
+        if state.get("scaler"):
+            self.scaler.load_state_dict(state["scaler"])
+        self.step, self.epoch, self.batch_in_epoch = int(state["step"]), int(state["epoch"]), int(state["batch_in_epoch"])
+        self.history = list(state.get("history", []))
+        if state.get("world_size", 1) != self.world_size:
+            raise GraphattnError(f"the checkpoint was written by {state['world_size']} processes; resume it with the same number "
+                                 f"(this run has {self.world_size}) so that the data position means the same", file=str(directory))
+        rng_file = directory / f"rng-rank{self.rank}.pt"
+        self._pending_rng = ckpt.load_file(rng_file) if rng_file.is_file() else None
+        if self._pending_rng is None:
+            raise GraphattnError(f"missing {rng_file.name}: the checkpoint is incomplete", file=str(directory))
+
+
+_END = object()
+
+
+def _accumulate(into: dict[str, torch.Tensor], values: Mapping[str, Any], weight: float) -> None:
+    """Running weighted sums of scalar metrics, kept as tensors (no device sync per step)."""
+    for name, value in values.items():
+        tensor = value.detach().float().reshape(()) if isinstance(value, torch.Tensor) else torch.tensor(float(value))
+        into[name] = into.get(name, torch.zeros(())).to(tensor.device) + tensor * weight
+
+
+def train(model: nn.Module, data: Iterable, config: TrainConfig | None = None, loss_fn: LossFn | None = None, **overrides: Any) -> TrainResult:
+    """One call: `train(model, loader, max_steps=100, learning_rate=1e-4, loss_fn=...)`."""
+    config = dataclasses.replace(config, **overrides) if config is not None else TrainConfig(**overrides)
+    return Trainer(model, config, loss_fn=loss_fn).fit(data)
