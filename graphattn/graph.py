@@ -82,6 +82,24 @@ class DocGraph:
         self.add_edge(parent, CONTAINS, node.id)
         return node
 
+    def extend(self, nodes: Iterable[Node], edges: Iterable[Edge] = (), *, validate: bool = True) -> None:
+        """Add many nodes, then many edges (they may join any nodes of the graph by then).
+
+        With ``validate=False`` the objects go in as they are, without the per-item checks of
+        `add_node` / `add_edge` (unique ids, spans inside the text, edge ends that exist). That
+        is for builders whose output holds those rules by construction: on large HTML pages the
+        checks are half the reading time. Nothing re-checks later, so a builder that passes
+        False owns the rules (and its tests should build the same graph with validation on).
+        """
+        if validate:
+            for node in nodes:
+                self.add_node(node.id, node.type, node.span, **node.attrs)
+            for edge in edges:
+                self.add_edge(edge.src, edge.relation, edge.dst, **edge.attrs)
+            return
+        self.nodes.update((node.id, node) for node in nodes)
+        self.edges.extend(edges)
+
     def _check_span(self, node_id: str, span: Any) -> tuple[int, int]:
         try:
             start, end = (int(s) for s in span)

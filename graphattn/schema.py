@@ -278,6 +278,13 @@ def _build(data: Mapping, lines: Mapping, source: str | None) -> Schema:
         if blocks.name in node_types:
             check.fail(f"block level name {blocks.name!r} clashes with a declared node type", "fixed_blocks", "name")
         needs_global_token |= blocks.global_token is None
+        hard_l2g = data.get("masks", {}).get("hard_l2g", False)
+        if blocks.hard_l2g not in (None, hard_l2g) and any(t.is_global for t in node_types.values()):
+            check.fail(
+                "hard l2g restricts long query tokens, whichever global they look at (etcmodel's rule per row), so a "
+                f"block-only value cannot apply beside node globals: set masks.hard_l2g: {str(blocks.hard_l2g).lower()} instead",
+                "fixed_blocks", "hard_l2g",
+            )
     if needs_global_token and "global" not in special:
         where = ("special_tokens",) if "special_tokens" in data else ()
         check.fail("global nodes without their own global_token need special_tokens.global (a token string or id)", *where)

@@ -99,3 +99,23 @@ def test_from_dict_errors_name_the_key_path():
         DocGraph.from_dict({"text": "x", "nodes": {}})
     with pytest.raises(GraphError, match="a document graph must be an object"):
         DocGraph.from_dict([1, 2])
+
+
+def test_extend_adds_in_bulk_checked_or_as_built():
+    from graphattn.graph import Edge, Node
+
+    nodes = [Node("a", "sentence", (0, 3)), Node("b", "sentence", (4, 7), {"k": 1})]
+    edges = [Edge("a", "next", "b")]
+    checked, trusted = DocGraph("abc def"), DocGraph("abc def")
+    checked.extend(nodes, edges)
+    trusted.extend(nodes, edges, validate=False)
+    assert checked.to_dict() == trusted.to_dict() == {
+        "doc_id": None, "text": "abc def",
+        "nodes": [{"id": "a", "type": "sentence", "span": [0, 3]}, {"id": "b", "type": "sentence", "span": [4, 7], "attrs": {"k": 1}}],
+        "edges": [{"src": "a", "relation": "next", "dst": "b"}],
+    }
+    assert trusted.nodes["b"] is nodes[1] and checked.nodes["b"] is not nodes[1]  # as built vs copied
+    with pytest.raises(GraphError, match=r"node 'c': span \[0, 99\) lies outside"):
+        DocGraph("abc def").extend([Node("c", "sentence", (0, 99))])
+    with pytest.raises(GraphError, match="target node 'zz' does not exist"):
+        DocGraph("abc def").extend(nodes, [Edge("a", "next", "zz")])

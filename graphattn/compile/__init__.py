@@ -10,7 +10,7 @@ import types
 
 from graphattn.compile.collate import collate
 from graphattn.compile.compact import CompactSideInputs
-from graphattn.compile.compiler import compile, compile_windows, pack
+from graphattn.compile.compiler import Packed, compile, compile_windows, pack, pack_groups, prepare
 from graphattn.compile.contract import EtcBatch, EtcInstance, SideInputs, TruncationReport
 from graphattn.compile.labels import LabelVocab
 
@@ -19,12 +19,15 @@ __all__ = [
     "EtcBatch",
     "EtcInstance",
     "LabelVocab",
+    "Packed",
     "SideInputs",
     "TruncationReport",
     "collate",
     "compile",
     "compile_windows",
     "pack",
+    "pack_groups",
+    "prepare",
 ]
 
 

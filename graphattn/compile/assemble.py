@@ -2,7 +2,7 @@
 
 Per document: the long sequence (prefix, kept tokens, a [SEP] after each `sep_after` node), the
 global sequence (prefix, then `global_order` groups in document order, then fixed blocks), and
-per long token the owning global at each level, its type id, segment and hard-mask exemptions.
+per long token the owning global at each level, its type id, segment and hard-l2g row flag.
 Documents are concatenated; everything per token is numpy (nodes become ranges over long
 positions, and per-token values are "innermost covering range" lookups). The result is the compact form;
 `to_dense` of it gives the eight tensors.
@@ -16,7 +16,7 @@ import numpy as np
 
 from graphattn.compile.compact import CompactSideInputs
 from graphattn.compile.contract import EtcInstance, TruncationReport
-from graphattn.compile.layout import DocLayout, schema_ref
+from graphattn.compile.layout import DocLayout, document_error, schema_ref
 from graphattn.compile.ranges import coverage, expand_ranges, innermost, take_or
 from graphattn.compile.tokens import TokenTable
 from graphattn.compile.truncate import Selection, _nearest_of_type, doc_sizes
@@ -237,8 +237,19 @@ def _per_type(lay: DocLayout, schema: Schema, fn) -> np.ndarray:
     return np.array([fn(schema.node_types[t]) for t in lay.type_names] + [0])
 
 
+def _hard_l2g_rows(schema: Schema) -> bool:
+    """Whether hard l2g is on for long query rows: masks.hard_l2g, or the fixed-block override
+    (the schema loader allows that override only where blocks are the sole global level)."""
+    blocks = schema.fixed_blocks
+    return schema.masks.hard_l2g if blocks is None or blocks.hard_l2g is None else blocks.hard_l2g
+
+
 def _global_flags(doc: _Doc, schema: Schema) -> dict[str, np.ndarray]:
-    """Per global: g2g blockable, subject to hard g2l / hard l2g, and global type id."""
+    """Per global: g2g blockable, its g2l row under the hard mask, and global type id.
+
+    Hard masks are per query row (etcmodel): a global whose type ignores hard g2l, and the
+    global_prefix tokens ([CLS]), attend to every long token of their document.
+    """
     lay, kind = doc.lay, doc.g_kind
     node_type = lay.node_type[np.maximum(doc.g_node, 0)] if lay.n_nodes else np.zeros(kind.shape[0], np.int64)
     is_node = (kind == NODE) | (kind == PER_TOKEN)
@@ -249,11 +260,9 @@ def _global_flags(doc: _Doc, schema: Schema) -> dict[str, np.ndarray]:
         return np.where(kind == BLOCK, block, values)
 
     block_hard_g2l = masks.hard_g2l if blocks is None or blocks.hard_g2l is None else blocks.hard_g2l
-    block_hard_l2g = masks.hard_l2g if blocks is None or blocks.hard_l2g is None else blocks.hard_l2g
     return {
         "blockable": by_type(lambda t: schema.segments.blocks(t.name, t.name), False, schema.segments.block_g2g is True).astype(bool),
         "hard_g2l": by_type(lambda t: masks.hard_g2l and not t.ignore_hard_g2l, False, block_hard_g2l).astype(bool),
-        "hard_l2g": by_type(lambda t: masks.hard_l2g and not t.ignore_hard_l2g, False, block_hard_l2g).astype(bool),
         "type_ids": by_type(lambda t: t.global_type_id, 0, blocks.type_id if blocks else 0).astype(np.int32),
     }
 
@@ -377,12 +386,10 @@ def assemble(
 
     docs = [_long_part(lay, sel, schema) for lay, sel in zip(layouts, selections)]
     if all(doc.body_length == 0 for doc in docs):
-        graph = layouts[0].graph
-        raise CompileError(
+        raise document_error(
+            layouts[0].graph,
             f"no text fits: max_long_length {schema.max_long_length} leaves no room for a single token of the document "
             f"after its prefix and separators ({schema_ref(schema)})",
-            file=graph.source,
-            node=graph.doc_id,
         )
     for doc in docs:
         _global_part(doc, schema)
@@ -393,8 +400,9 @@ def assemble(
         _index_globals(doc)
 
     levels = schema.global_types
-    long_parts: dict[str, list] = {k: [] for k in ("ids", "types", "spans", "doc", "boundary", "hard_g2l", "hard_l2g")}
-    global_parts: dict[str, list] = {k: [] for k in ("ids", "types", "doc", "segment", "blockable", "hard_g2l", "hard_l2g")}
+    long_parts: dict[str, list] = {k: [] for k in ("ids", "types", "spans", "doc", "boundary", "hard_l2g")}
+    global_parts: dict[str, list] = {k: [] for k in ("ids", "types", "doc", "segment", "blockable", "hard_g2l")}
+    hard_l2g = _hard_l2g_rows(schema)
     owners = {level: [] for level in levels}
     features: dict[str, list] = {}
     long_links, g2g_links, node_ids, node_types = [], [], [], []
@@ -408,8 +416,9 @@ def assemble(
         long_parts["doc"].append(np.full(doc.long_length, d, dtype=np.int32))
         boundary, inner_segment = _segment_boundaries(doc)
         long_parts["boundary"].append(boundary)
-        long_parts["hard_g2l"].append(doc.with_prefix(~_covered_by(doc, lay.type_flag("ignore_hard_g2l")), False))
-        long_parts["hard_l2g"].append(doc.with_prefix(~_covered_by(doc, lay.type_flag("ignore_hard_l2g")), False))
+        # A long query row is under hard l2g unless a node covering it ignores it ([CLS] never is).
+        restricted = hard_l2g & ~_covered_by(doc, lay.type_flag("ignore_hard_l2g"))
+        long_parts["hard_l2g"].append(doc.with_prefix(restricted, False))
         for level in levels:
             owners[level].append(_owners(doc, schema, level, goffset))
 
@@ -418,7 +427,7 @@ def assemble(
         global_parts["types"].append(flags["type_ids"])
         global_parts["doc"].append(np.full(doc.g_kind.shape[0], d, dtype=np.int32))
         global_parts["segment"].append(_global_segments(doc, inner_segment, node_offset))
-        for key in ("blockable", "hard_g2l", "hard_l2g"):
+        for key in ("blockable", "hard_g2l"):
             global_parts[key].append(flags[key])
         names, types = _names(doc, schema)
         node_ids.extend(names)
@@ -451,10 +460,8 @@ def assemble(
         global_doc=gcat["doc"],
         global_segment=gcat["segment"].astype(np.int32),
         global_blockable=gcat["blockable"],
-        long_hard_g2l=cat["hard_g2l"],
         long_hard_l2g=cat["hard_l2g"],
         global_hard_g2l=gcat["hard_g2l"],
-        global_hard_l2g=gcat["hard_l2g"],
         cross_segment_label=vocab.id(schema.segments.cross_segment_label) if schema.segments.cross_segment_label else -1,
     )
     side.link_long, side.link_global, side.link_label = _unique_last(la, lb, lc, max(G, 1))

@@ -11,7 +11,11 @@ compiler stores those and derives dense rows on demand (`to_dense`, `l2g_rows`, 
                ids = clipped distance h - g; `cross_segment_label` across segments; g2g edges last
     l2g[i, g]  ids = belongs if g owns i at some level, an edge label if i and g are linked,
                else does_not_belong;  g2l[g, i] carries the same ids
-               mask = same document and (owned or linked or not hard for this pair)
+               mask = same document and (owned or linked or long query i not under hard l2g)
+    g2l[g, i]  mask = same document and (owned or linked or global query g not under hard g2l)
+
+Hard masks are per query row, as in etcmodel (`ignore_hard_l2g_mask` [L], `ignore_hard_g2l_mask`
+[G]): an exempt row sees its whole document; no column is ever exempt.
 
 `long_segment` numbers contiguous runs that may attend each other (documents, segment nodes and
 padding all start new runs), so l2l needs no separate document test.
@@ -23,7 +27,7 @@ from dataclasses import dataclass, field, fields
 import numpy as np
 
 from graphattn.compile.contract import SideInputs
-from graphattn.compile.side_inputs import allocate_side_inputs, full_relative_ids, l2l_window, same_segment
+from graphattn.compile.side_inputs import allocate_side_inputs, full_relative_ids, l2l_window, relative_vocab_size, same_segment
 from graphattn.errors import BatchError
 
 
@@ -33,7 +37,8 @@ class CompactSideInputs:
 
     Owners are global positions (-1: none), one row per hierarchy level (`levels`). Pairs in
     `link_*` are unique (long, global) pairs with their label; `g2g_*` are directed global pairs.
-    Boolean `*_hard_*` arrays say who is subject to the hard masks (False = exempt).
+    `long_hard_l2g` / `global_hard_g2l` say which query rows the hard masks restrict (False:
+    exempt, the row sees its whole document); hard masks have no per-column exemptions.
     """
 
     local_radius: int
@@ -45,10 +50,8 @@ class CompactSideInputs:
     global_doc: np.ndarray  # [G] int32
     global_segment: np.ndarray  # [G] int32 (-1: outside every segment node)
     global_blockable: np.ndarray  # [G] bool: blocked g2g across segments with other blockables
-    long_hard_g2l: np.ndarray  # [L] bool
-    long_hard_l2g: np.ndarray  # [L] bool
-    global_hard_g2l: np.ndarray  # [G] bool
-    global_hard_l2g: np.ndarray  # [G] bool
+    long_hard_l2g: np.ndarray  # [L] bool: l2g row restricted to owners and links
+    global_hard_g2l: np.ndarray  # [G] bool: g2l row restricted to owned and linked tokens
     link_long: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int32))
     link_global: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int32))
     link_label: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int32))
@@ -68,11 +71,12 @@ class CompactSideInputs:
 
     @property
     def does_not_belong(self) -> int:
-        return 2 * self.max_distance + 1
+        """The first id after the distance ids (then `belongs`), as in the LabelVocab."""
+        return relative_vocab_size(self.max_distance)
 
     @property
     def belongs(self) -> int:
-        return 2 * self.max_distance + 2
+        return self.does_not_belong + 1
 
     @property
     def nbytes(self) -> int:
@@ -118,7 +122,7 @@ class CompactSideInputs:
         ltok, lglob, llabel = self._links_in(rows)
         ids[ltok - start, lglob] = llabel
         # Rows of equal (document, subject to hard l2g) are equal before owners and links.
-        _rows_by_key(self.long_doc[rows], self.long_hard_l2g[rows], self.global_doc, ~self.global_hard_l2g, mask)
+        _rows_by_key(self.long_doc[rows], self.long_hard_l2g[rows], self.global_doc, mask)
         mask[tok - start, glob] = 1
         mask[ltok - start, lglob] = 1
 
@@ -132,7 +136,7 @@ class CompactSideInputs:
         lnk = (lglob >= start) & (lglob < stop)
         ids[glob[own] - start, tok[own]] = self.belongs
         ids[lglob[lnk] - start, ltok[lnk]] = llabel[lnk]
-        _rows_by_key(self.global_doc[rows], self.global_hard_g2l[rows], self.long_doc, ~self.long_hard_g2l, mask)
+        _rows_by_key(self.global_doc[rows], self.global_hard_g2l[rows], self.long_doc, mask)
         mask[glob[own] - start, tok[own]] = 1
         mask[lglob[lnk] - start, ltok[lnk]] = 1
 
@@ -187,10 +191,8 @@ class CompactSideInputs:
             global_doc=grow(self.global_doc, global_length, pad_doc),
             global_segment=grow(self.global_segment, global_length, pad_global_segment),
             global_blockable=grow(self.global_blockable, global_length, False),
-            long_hard_g2l=grow(self.long_hard_g2l, long_length, False),
             long_hard_l2g=grow(self.long_hard_l2g, long_length, False),
             global_hard_g2l=grow(self.global_hard_g2l, global_length, False),
-            global_hard_l2g=grow(self.global_hard_l2g, global_length, False),
             link_long=self.link_long,
             link_global=self.link_global,
             link_label=self.link_label,
@@ -201,14 +203,14 @@ class CompactSideInputs:
         )
 
 
-def _rows_by_key(row_doc: np.ndarray, row_hard: np.ndarray, col_doc: np.ndarray, col_free: np.ndarray, out: np.ndarray) -> None:
-    """out[i, j] = same document and (row i not hard or column j exempt), as one row gather.
+def _rows_by_key(row_doc: np.ndarray, row_hard: np.ndarray, col_doc: np.ndarray, out: np.ndarray) -> None:
+    """out[i, j] = same document and row i not under the hard mask, as one row gather.
 
     Rows with the same (document, hard) key are identical, so each distinct key's row is built
     once and `np.take` copies it into place: no [n, m] temporaries.
     """
     key = row_doc.astype(np.int64) * 2 + row_hard
     distinct, index = np.unique(key, return_inverse=True)
-    table = (col_doc[None, :] == (distinct // 2)[:, None]) & ((distinct % 2 == 0)[:, None] | col_free[None, :])
+    table = (col_doc[None, :] == (distinct // 2)[:, None]) & (distinct % 2 == 0)[:, None]
     if out.size:
         np.take(table.astype(np.int32), index.reshape(-1), axis=0, out=out, mode="clip")

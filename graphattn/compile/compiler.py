@@ -3,6 +3,8 @@
     compile(graph, schema, tokenizer)            one instance (a list of graphs packs them)
     compile_windows(graph, schema, tokenizer)    every window of a strided layout (NQ)
     pack(graphs, schema, tokenizer)              greedy packing of many small documents
+    pack_groups(graphs, schema, tokenizer)       the same, saying which inputs each instance holds
+    prepare(schema, tokenizer)                   load both and resolve special tokens, up front
 
 Three passes, each in its own module: `layout` (check the graph, map nodes to tokens),
 `truncate` (choose tokens), `assemble` (sequences, owners, labels -> compact side inputs, and
@@ -12,8 +14,9 @@ the eight dense tensors unless `compact=True`).
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Sequence
+from typing import Any, Callable, Iterable, Iterator, Sequence
 
 from graphattn.compile.assemble import assemble
 from graphattn.compile.contract import EtcInstance
@@ -102,35 +105,101 @@ def compile_windows(
     return [assemble([layout], [sel], schema, table, compact=compact) for sel in window_selections(layout, schema)]
 
 
+OnError = Callable[[int, DocGraph, Exception], None]
+"""`on_error(index, graph, error)`: the input at `index` failed and was left out."""
+
+
+@dataclass(frozen=True)
+class Packed:
+    """One packed instance and the input positions of the documents it holds, in order."""
+
+    instance: EtcInstance
+    members: tuple[int, ...]
+
+
+def prepare(schema: Schema | str | Any, tokenizer: Tokenizer | str | Any) -> tuple[Schema, Tokenizer]:
+    """Load schema and tokenizer and resolve the schema's special tokens in the tokenizer.
+
+    Compiling does this itself (once per pair); call it first to fail before any document
+    does, e.g. before a corpus run starts, with a CompileError naming the schema key.
+    """
+    schema, tokenizer, _ = _prepare(schema, tokenizer)
+    return schema, tokenizer
+
+
 def pack(
     graphs: Iterable[DocGraph],
     schema: Schema | str | Any,
     tokenizer: Tokenizer | str | Any,
     *,
     compact: bool = False,
+    on_error: OnError | None = None,
 ) -> Iterator[EtcInstance]:
     """Pack documents in order, greedily, into instances of at most `max_documents` each.
 
     A document joins the current instance while the lengths of all its documents together
     fit max_long_length and max_global_length; one that does not fit alone is compiled (and
-    truncated) on its own.
+    truncated) on its own. Without `on_error` the first bad document raises; with it, see
+    `pack_groups`.
+    """
+    return (packed.instance for packed in pack_groups(graphs, schema, tokenizer, compact=compact, on_error=on_error))
+
+
+def pack_groups(
+    graphs: Iterable[DocGraph],
+    schema: Schema | str | Any,
+    tokenizer: Tokenizer | str | Any,
+    *,
+    compact: bool = False,
+    on_error: OnError | None = None,
+) -> Iterator[Packed]:
+    """`pack`, yielding each instance with the input positions of its documents.
+
+    With `on_error`, a document that fails (any exception: its layout, or its compile) is
+    reported as ``on_error(index, graph, error)`` and left out, and packing goes on: a pack
+    that fails to assemble is compiled document by document, so only the document at fault is
+    lost. This is what corpus runs need (one bad record must not stop a shard).
     """
     schema, tokenizer, table = _prepare(schema, tokenizer)
-    current: list[DocLayout] = []
+    current: list[tuple[int, DocLayout]] = []
     used_long = used_global = 0
-    for graph in graphs:
-        layout = build_layout(graph, schema, tokenizer)
-        long_len, n_globals = doc_sizes(layout, schema, layout.is_long)
+    for index, graph in enumerate(graphs):
+        try:
+            layout = build_layout(graph, schema, tokenizer)
+            long_len, n_globals = doc_sizes(layout, schema, layout.is_long)
+        except Exception as err:  # noqa: BLE001 - reported per document when asked to
+            if on_error is None:
+                raise
+            on_error(index, graph, err)
+            continue
         full = len(current) >= schema.max_documents
         over = used_long + long_len > schema.max_long_length or used_global + n_globals > schema.max_global_length
         if current and (full or over):
-            yield _assemble_packed(current, schema, table, compact)
+            yield from _assemble_group(current, schema, table, compact, on_error)
             current, used_long, used_global = [], 0, 0
-        current.append(layout)
+        current.append((index, layout))
         used_long += long_len
         used_global += n_globals
     if current:
-        yield _assemble_packed(current, schema, table, compact)
+        yield from _assemble_group(current, schema, table, compact, on_error)
+
+
+def _assemble_group(
+    group: list[tuple[int, DocLayout]], schema: Schema, table: TokenTable, compact: bool, on_error: OnError | None
+) -> Iterator[Packed]:
+    layouts = [lay for _, lay in group]
+    try:
+        instance = _assemble_packed(layouts, schema, table, compact)
+    except Exception as err:  # noqa: BLE001
+        if on_error is None:
+            raise
+        if len(group) == 1:
+            on_error(group[0][0], layouts[0].graph, err)
+        else:  # find the document at fault: each one alone
+            for member in group:
+                yield from _assemble_group([member], schema, table, compact, on_error)
+        return
+    yield Packed(instance, tuple(index for index, _ in group))
 
 
 def _assemble_packed(layouts: list[DocLayout], schema: Schema, table: TokenTable, compact: bool) -> EtcInstance:
@@ -138,4 +207,4 @@ def _assemble_packed(layouts: list[DocLayout], schema: Schema, table: TokenTable
     return assemble(layouts, selections, schema, table, compact=compact)
 
 
-__all__ = ["compile", "compile_windows", "pack"]
+__all__ = ["OnError", "Packed", "compile", "compile_windows", "pack", "pack_groups", "prepare"]

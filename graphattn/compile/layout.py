@@ -73,6 +73,11 @@ def _fail(graph: DocGraph, message: str, node: str | None = None, cls=CompileErr
     raise cls(message, file=graph.source, node=node)
 
 
+def document_error(graph: DocGraph, message: str) -> CompileError:
+    """A CompileError about a whole document (it does not fit): names its file and doc id."""
+    return CompileError(message, file=graph.source, node=graph.doc_id)
+
+
 def schema_ref(schema: Schema) -> str:
     """How error messages name a schema: its name and file."""
     return f"schema {schema.name!r}" + (f" ({schema.source})" if schema.source else "")

@@ -381,6 +381,26 @@ def _prepare(
     return long_ids, global_ids, sentence_ids, ignore_g2l, ignore_l2g, squeeze
 
 
+def _entry(kind: str, long_values: Any, global_values: Any, sentence_ids: Any, local_radius: Any, max_distance: Any, hard: tuple) -> SideInputs:
+    """The body of both entry points: `kind` says whether the values are breakpoints or example ids."""
+    local_radius = _check_int(local_radius, "local_radius", 1)
+    max_distance = _check_int(max_distance, "relative_pos_max_distance", 0)
+    use_g2l, ignore_g2l, use_l2g, ignore_l2g = hard
+    device = _torch_device(long_values, global_values, sentence_ids)
+    names = (f"long_{kind}", f"global_{kind}")
+    long_ids, global_ids, owners, ignore_g2l, ignore_l2g, squeeze = _prepare(long_values, global_values, sentence_ids, ignore_g2l, ignore_l2g, names)
+    if kind == "breakpoints":
+        _check_zero_one(long_ids, names[0])
+        _check_zero_one(global_ids, names[1])
+        long_ids, global_ids = example_ids_from_breakpoints(long_ids), example_ids_from_breakpoints(global_ids)
+    else:
+        for array, name in zip((long_ids, global_ids), names):
+            if array.size and array.min() < 0:
+                raise SideInputError(f"{name} must be non-negative, found {int(array.min())}")
+    side = _build(long_ids, global_ids, owners, local_radius, max_distance, use_g2l, ignore_g2l, use_l2g, ignore_l2g)
+    return _finish(side, device, squeeze)
+
+
 def side_inputs_from_example_ids(
     long_example_ids: Any,
     global_example_ids: Any,
@@ -399,18 +419,8 @@ def side_inputs_from_example_ids(
     global position that owns long token l. ``ignore_hard_*`` (0/1, [.., G] and [.., L]) exempt
     global / long tokens from the hard mask; they matter only when that hard mask is on.
     """
-    local_radius = _check_int(local_radius, "local_radius", 1)
-    max_distance = _check_int(relative_pos_max_distance, "relative_pos_max_distance", 0)
-    device = _torch_device(long_example_ids, global_example_ids, sentence_ids)
-    long_ids, global_ids, owners, ignore_g2l, ignore_l2g, squeeze = _prepare(
-        long_example_ids, global_example_ids, sentence_ids, ignore_hard_g2l_mask, ignore_hard_l2g_mask,
-        ("long_example_ids", "global_example_ids"),
-    )
-    for array, name in ((long_ids, "long_example_ids"), (global_ids, "global_example_ids")):
-        if array.size and array.min() < 0:
-            raise SideInputError(f"{name} must be non-negative, found {int(array.min())}")
-    side = _build(long_ids, global_ids, owners, local_radius, max_distance, use_hard_g2l_mask, ignore_g2l, use_hard_l2g_mask, ignore_l2g)
-    return _finish(side, device, squeeze)
+    hard = (use_hard_g2l_mask, ignore_hard_g2l_mask, use_hard_l2g_mask, ignore_hard_l2g_mask)
+    return _entry("example_ids", long_example_ids, global_example_ids, sentence_ids, local_radius, relative_pos_max_distance, hard)
 
 
 def side_inputs(
@@ -431,27 +441,8 @@ def side_inputs(
     position that owns each long token (any value for padding). Shapes in, shapes out:
     l2l [B, L, 2r+1], g2g [B, G, G], l2g [B, L, G], g2l [B, G, L], all int32.
     """
-    local_radius = _check_int(local_radius, "local_radius", 1)
-    max_distance = _check_int(relative_pos_max_distance, "relative_pos_max_distance", 0)
-    device = _torch_device(long_breakpoints, global_breakpoints, sentence_ids)
-    long_bp, global_bp, owners, ignore_g2l, ignore_l2g, squeeze = _prepare(
-        long_breakpoints, global_breakpoints, sentence_ids, ignore_hard_g2l_mask, ignore_hard_l2g_mask,
-        ("long_breakpoints", "global_breakpoints"),
-    )
-    _check_zero_one(long_bp, "long_breakpoints")
-    _check_zero_one(global_bp, "global_breakpoints")
-    side = _build(
-        example_ids_from_breakpoints(long_bp),
-        example_ids_from_breakpoints(global_bp),
-        owners,
-        local_radius,
-        max_distance,
-        use_hard_g2l_mask,
-        ignore_g2l,
-        use_hard_l2g_mask,
-        ignore_l2g,
-    )
-    return _finish(side, device, squeeze)
+    hard = (use_hard_g2l_mask, ignore_hard_g2l_mask, use_hard_l2g_mask, ignore_hard_l2g_mask)
+    return _entry("breakpoints", long_breakpoints, global_breakpoints, sentence_ids, local_radius, relative_pos_max_distance, hard)
 
 
 def fixed_block_layout(input_mask: np.ndarray, num_tokens_per_block: int) -> tuple[np.ndarray, np.ndarray]:

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from graphattn.compile.layout import DocLayout
+from graphattn.compile.layout import DocLayout, document_error
 from graphattn.compile.ranges import count_in_ranges, coverage
 from graphattn.errors import CompileError
 from graphattn.schema import Schema
@@ -162,12 +162,10 @@ def select(layouts: list[DocLayout], schema: Schema) -> list[Selection]:
     if long_len <= schema.max_long_length and (n_globals <= schema.max_global_length or policy != "drop_longest_first"):
         return [Selection(k, messages if i == 0 else []) for i, k in enumerate(keeps)]
     if policy == "error":
-        doc = layouts[0].graph
-        raise CompileError(
+        raise document_error(
+            layouts[0].graph,
             f"document needs {long_len} long and {n_globals} global tokens; the schema allows {schema.max_long_length} "
             f"and {schema.max_global_length} and its truncation policy is 'error'",
-            file=doc.source,
-            node=doc.doc_id,
         )
     if policy == "windows":
         if len(layouts) != 1:
@@ -207,10 +205,8 @@ def window_selections(layout: DocLayout, schema: Schema) -> list[Selection]:
             lo, hi = (mid, hi) if fits(start, mid) else (lo, mid - 1)
         width = lo
         if width == 0 and rest.size > start:
-            raise CompileError(
-                f"the pinned nodes ({', '.join(trunc.pin)}) leave no room for a window in max_long_length {schema.max_long_length}",
-                file=layout.graph.source,
-                node=layout.graph.doc_id,
+            raise document_error(
+                layout.graph, f"the pinned nodes ({', '.join(trunc.pin)}) leave no room for a window in max_long_length {schema.max_long_length}"
             )
         selections.append(Selection(keep_for(start, width), window=(start, start + width)))
         if start + width >= rest.size:

@@ -6,8 +6,8 @@ ordinary table in pyarrow, pandas or HF `datasets`:
     provenance   doc_numbers, doc_ids, sources, source_lines, source_records, window, windows
     sequences    long_token_ids, long_type_ids, global_token_ids, global_type_ids,
                  global_node_ids, global_node_types, long_char_start, long_char_end, texts
-    compact      long_doc, long_segment, long_hard_g2l, long_hard_l2g, owner_<level> ...,
-    side inputs  global_doc, global_segment, global_blockable, global_hard_g2l, global_hard_l2g,
+    compact      long_doc, long_segment, long_hard_l2g, owner_<level> ...,
+    side inputs  global_doc, global_segment, global_blockable, global_hard_g2l,
                  link_long, link_global, link_label, g2g_src, g2g_dst, g2g_label, cross_segment_label
     truncation   long_length, global_length, truncated, long_tokens_before/after,
                  globals_before/after, dropped_nodes, truncation_messages
@@ -40,16 +40,15 @@ from graphattn.compile.contract import EtcInstance, TruncationReport
 from graphattn.compile.labels import LabelVocab
 from graphattn.errors import GraphattnError
 
-FORMAT = "graphattn-shards/1"
+FORMAT = "graphattn-shards/2"  # 2: hard-mask flags per query row only (long_hard_l2g, global_hard_g2l)
 ROWS_PER_GROUP = 64  # rows per Parquet row group: the unit of random access and of worker sharding
 COMPRESSION = "zstd"
 COMPRESSION_LEVEL = 3
 META_PREFIX = "graphattn."
 
 # Compact-side fields and how they are stored: per-long / per-global arrays and sparse lists.
-_LONG_ARRAYS = {"long_doc": "doc", "long_segment": "int32", "long_hard_g2l": "bool", "long_hard_l2g": "bool"}
-_GLOBAL_ARRAYS = {"global_doc": "doc", "global_segment": "int32", "global_blockable": "bool",
-                  "global_hard_g2l": "bool", "global_hard_l2g": "bool"}
+_LONG_ARRAYS = {"long_doc": "doc", "long_segment": "int32", "long_hard_l2g": "bool"}
+_GLOBAL_ARRAYS = {"global_doc": "doc", "global_segment": "int32", "global_blockable": "bool", "global_hard_g2l": "bool"}
 _SPARSE = {"link_long": "int32", "link_global": "gpos", "link_label": "label",
            "g2g_src": "gpos", "g2g_dst": "gpos", "g2g_label": "label"}
 _SCALARS = ("local_radius", "max_distance", "levels", "owners", "cross_segment_label")

@@ -8,9 +8,10 @@ never the timing of workers, which is what makes the output deterministic and re
 
 How a file is read (`--format auto`): ``.html``/``.htm``/``.xhtml`` -> `ingest.html`;
 ``.txt``/``.text``/``.md`` -> `ingest.text`; ``.json``/``.jsonl``/``.ndjson`` (``.gz`` too) are
-JSON arrays, single objects or JSON lines, whose records are DocGraph dicts
-(`DocGraph.from_dict`) or HotpotQA / WikiHop / NQ records, told apart by their keys; a
-``--mapping`` file reads any other JSON layout through `ingest.mapping`.
+JSON arrays, single objects or JSON lines (read by `ingest.records`, whose rule tells them
+apart), whose records are DocGraph dicts (`DocGraph.from_dict`) or HotpotQA / WikiHop / NQ
+records, told apart by their keys; a ``--mapping`` file reads any other JSON layout through
+`ingest.mapping`. Every line of a JSON-lines file is one document, a line that is no JSON too.
 
 A file that cannot be read at all (invalid JSON array, unreadable bytes) counts as one document
 that fails, so that it is reported in ``rejected.jsonl`` instead of stopping the run.
@@ -19,8 +20,6 @@ that fails, so that it is reported in ``rejected.jsonl`` instead of stopping the
 from __future__ import annotations
 
 import glob
-import gzip
-import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,11 +28,11 @@ from typing import Any, Callable, Iterator
 import numpy as np
 
 from graphattn.errors import GraphattnError, GraphError, IngestError
+from graphattn.ingest.records import JSON_LINES_SUFFIXES, RecordRef, is_json_lines, iter_records, scan_json_lines
 
 HTML_SUFFIXES = (".html", ".htm", ".xhtml")
 TEXT_SUFFIXES = (".txt", ".text", ".md")
-JSON_SUFFIXES = (".json", ".jsonl", ".ndjson")
-JSON_LINES_SUFFIXES = (".jsonl", ".ndjson")
+JSON_SUFFIXES = (".json", *JSON_LINES_SUFFIXES)
 FORMATS = ("auto", "docgraph", "html", "text", "hotpotqa", "wikihop", "nq", "json")
 JSON_FORMATS = ("docgraph", "hotpotqa", "wikihop", "nq", "json")
 DEFAULT_SHARD_SIZE = 1000  # documents per shard
@@ -158,77 +157,34 @@ def _broken(base: dict, err: Exception) -> InputFile:
     return InputFile(reader="broken", format="", documents=1, problem=(type(err).__name__, str(err)), **base)
 
 
-def _open_bytes(path: str):
-    return gzip.open(path, "rb") if path.lower().endswith(".gz") else open(path, "rb")
-
-
-def _first_line(path: str) -> bytes:
-    with _open_bytes(path) as handle:
-        for line in handle:
-            if line.strip():
-                return line
-    raise IngestError("empty file: no JSON records", file=path)
-
-
-def _parses(line: bytes) -> bool:
-    try:
-        json.loads(line)
-    except (json.JSONDecodeError, UnicodeDecodeError):
-        return False
-    return True
-
-
-def _is_json_lines(path: str) -> bool:
-    """The ingest rule: a .jsonl/.ndjson suffix, or a first line that is a whole JSON value."""
-    if _suffix(path) in JSON_LINES_SUFFIXES:
-        return True
-    first = _first_line(path)
-    return not first.lstrip().startswith(b"[") and _parses(first)
-
-
 def _plan_json(path: str, base: dict, format: str, mapping: str | None) -> InputFile:
     gz = path.lower().endswith(".gz")
-    if _is_json_lines(path):
+    if is_json_lines(path):
         offsets, lines, samples = _scan_lines(path)
         reader = "lines-gz" if gz else "lines"
         found = _resolve_format(format, mapping, samples)
         return InputFile(reader=reader, format=found, documents=len(offsets), offsets=offsets, lines=lines, **base)
     records = _load_records(path)
-    return InputFile(reader="records", format=_resolve_format(format, mapping, records[:SNIFF_RECORDS]), documents=len(records), **base)
+    samples = [ref.data for ref in records[:SNIFF_RECORDS]]
+    return InputFile(reader="records", format=_resolve_format(format, mapping, samples), documents=len(records), **base)
 
 
 def _scan_lines(path: str) -> tuple[np.ndarray, np.ndarray, list]:
-    """Byte offset and line number of every non-blank line, and the first records, parsed."""
+    """Byte offset and line number of every record line, and the first records that parse."""
     offsets, numbers, samples = [], [], []
-    position = 0
-    with _open_bytes(path) as handle:
-        for number, line in enumerate(handle, start=1):
-            if line.strip():
-                offsets.append(position)
-                numbers.append(number)
-                if len(samples) < SNIFF_RECORDS and _parses(line):
-                    samples.append(json.loads(line))
-            position += len(line)
-    if not offsets:
-        raise IngestError("empty file: no JSON records", file=path)
+    for line in scan_json_lines(path):
+        offsets.append(line.offset)
+        numbers.append(line.line)
+        if len(samples) < SNIFF_RECORDS:
+            ref = line.parse(path, len(offsets) - 1, errors="yield")
+            if ref.error is None:
+                samples.append(ref.data)
     return np.asarray(offsets, np.int64), np.asarray(numbers, np.int64), samples
 
 
-def _load_records(path: str) -> list:
+def _load_records(path: str) -> list[RecordRef]:
     """The records of a JSON array (or the one record of a JSON object file)."""
-    with _open_bytes(path) as handle:
-        raw = handle.read()
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as err:
-        raise IngestError(f"file is not UTF-8 ({err.reason} at byte {err.start})", file=path) from None
-    if not text.strip():
-        raise IngestError("empty file: no JSON records", file=path)
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as err:
-        raise IngestError(f"not valid JSON: {err.msg} (column {err.colno})", file=path, line=err.lineno) from None
-    return data if isinstance(data, list) else [data]
+    return list(iter_records(path))
 
 
 def sniff_format(records: list) -> str | None:
@@ -285,7 +241,10 @@ def segment_of(file: InputFile, start: int, stop: int, first_number: int) -> Seg
 
 @dataclass
 class Document:
-    """One document to compile: where it came from, and its raw form (or why it has none)."""
+    """One document to compile: where it came from, and its raw form (or why it has none).
+
+    `raw` is the file path (HTML, text) or the record's `RecordRef` (JSON).
+    """
 
     number: int
     source: str
@@ -328,6 +287,8 @@ def read_segment(segment: Segment, cache: ReadCache) -> list[Document]:
         return docs
     for doc, raw in zip(docs, raws):
         doc.raw = raw
+        if isinstance(raw, RecordRef) and raw.error is not None:
+            doc.error = raw.error  # a line that is no JSON: this document fails, the others go on
     return docs
 
 
@@ -338,24 +299,20 @@ def _raw_records(segment: Segment, cache: ReadCache) -> list:
         raise (GraphError if kind == "GraphError" else IngestError)(message)
     if segment.reader in ("html", "text"):
         return [path]
-    if segment.reader == "lines":
-        start, end = segment.byte_range
-        with open(path, "rb") as handle:
-            handle.seek(start)
-            chunk = handle.read(end - start)
-        raws = [line for line in chunk.split(b"\n") if line.strip()]
-    elif segment.reader == "lines-gz":
-        raws = cache.records_of(path, _gz_lines)[segment.start : segment.stop]
-    else:
-        raws = cache.records_of(path, _load_records)[segment.start : segment.stop]
+    if segment.reader in ("lines", "lines-gz"):
+        if segment.reader == "lines":
+            start, end = segment.byte_range
+            lines = list(scan_json_lines(path, start=start, stop=end, first_line=segment.lines[0] if segment.lines else 1))
+        else:  # a gzip stream cannot seek cheaply: its lines are scanned once per worker, parsed per segment
+            lines = cache.records_of(path, lambda p: list(scan_json_lines(p)))[segment.start : segment.stop]
+        if [line.line for line in lines] != list(segment.lines):
+            raise IngestError(f"the file changed since the run was planned: expected {n} records on lines "
+                              f"{segment.lines[0]}-{segment.lines[-1]}, found {len(lines)} that do not match", file=path)
+        return [line.parse(path, segment.start + k, errors="yield") for k, line in enumerate(lines)]
+    raws = cache.records_of(path, _load_records)[segment.start : segment.stop]
     if len(raws) != n:
         raise IngestError(f"the file changed since the run was planned: expected {n} records here, found {len(raws)}", file=path)
     return raws
-
-
-def _gz_lines(path: str) -> list[bytes]:
-    with _open_bytes(path) as handle:
-        return [line for line in handle if line.strip()]
 
 
 # -- raw input -> DocGraph -------------------------------------------------------------------
@@ -375,22 +332,14 @@ def to_graph(doc: Document, format: str, mapping: Any = None):
         except UnicodeDecodeError as err:
             raise IngestError(f"not UTF-8 text ({err.reason} at byte {err.start})", file=doc.source) from None
         return text_to_graph(text, doc_id=Path(doc.raw).stem, source=doc.source)
-    data = doc.raw
-    if isinstance(data, bytes):
-        try:
-            data = json.loads(data)
-        except json.JSONDecodeError as err:
-            raise IngestError(f"not valid JSON: {err.msg} (column {err.colno})", file=doc.source, line=doc.line) from None
-        except UnicodeDecodeError as err:
-            raise IngestError(f"line is not UTF-8 ({err.reason})", file=doc.source, line=doc.line) from None
+    ref: RecordRef = doc.raw
     if format == "docgraph":
         from graphattn.graph import DocGraph
 
-        return DocGraph.from_dict(data, source=doc.source)
+        return DocGraph.from_dict(ref.data, source=doc.source)
     from graphattn.ingest.json import Record
 
-    base_path = (doc.record,) if doc.line is None and doc.record is not None else ()
-    record = Record(data, doc.source, doc.line, base_path)
+    record = Record.of(ref)
     if format == "json":
         from graphattn.ingest.mapping import json_graph
 

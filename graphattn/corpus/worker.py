@@ -6,9 +6,9 @@ which worker compiled it or when. Every document either yields its instances or 
 
 Documents become instances the way the schema asks: one instance per document (every window
 under the `windows` policy, as `compile_windows`), or, when the schema packs several documents per
-instance (`packing.max_documents` > 1), greedy packing in input order exactly as
-`graphattn.compile.pack` does, restarted at each shard. A pack that fails to assemble is
-compiled document by document, so one bad document never takes good ones down with it.
+instance (`packing.max_documents` > 1), `graphattn.compile.pack_groups` (greedy packing in input
+order, restarted at each shard), which reports a failing document and goes on: a pack that fails
+to assemble is compiled document by document, so one bad document never takes good ones down.
 """
 
 from __future__ import annotations
@@ -17,11 +17,7 @@ import traceback
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from graphattn.compile.assemble import assemble
-from graphattn.compile.compiler import compile_windows
-from graphattn.compile.layout import build_layout
-from graphattn.compile.tokens import TokenTable, resolve_tokens
-from graphattn.compile.truncate import Selection, doc_sizes, select
+from graphattn.compile.compiler import compile_windows, pack_groups, prepare
 from graphattn.corpus.shards import Layout, Provenance, encode_shard, instance_row, rows_to_table, sha256, shard_metadata
 from graphattn.corpus.sources import Document, ReadCache, Segment, iter_segment_graphs
 from graphattn.errors import GraphattnError
@@ -61,12 +57,10 @@ class WorkerState:
     settings: dict
     layout: Layout
     mapping: Any = None
-    table: TokenTable | None = None
     cache: ReadCache = field(default_factory=ReadCache)
 
     def __post_init__(self) -> None:
-        if self.table is None:
-            self.table = resolve_tokens(self.schema, self.tokenizer)
+        prepare(self.schema, self.tokenizer)  # a special token the tokenizer lacks fails the run here, not per document
 
     @property
     def packs(self) -> bool:
@@ -139,49 +133,38 @@ def _compile_one(state: WorkerState, builder: _ShardBuilder, doc: Document, grap
     builder.add([doc], instances, rows)
 
 
-def _assemble_group(state: WorkerState, builder: _ShardBuilder, group: list[tuple[Document, Any, Any]]) -> None:
-    """One packed instance from a group of laid-out documents (as compile.pack assembles it)."""
-    layouts = [lay for _, _, lay in group]
-    docs = [doc for doc, _, _ in group]
-    try:
-        selections = select(layouts, state.schema) if len(layouts) == 1 else [Selection(lay.is_long.copy()) for lay in layouts]
-        instance = assemble(layouts, selections, state.schema, state.table, compact=True)
-        rows = _rows(state, docs, [instance], lambda i: (0, 1))
-    except Exception as err:  # noqa: BLE001
-        if len(group) == 1:
-            builder.reject(group[0][0], err, group[0][1])
-        else:  # find the document at fault: each one alone
-            for doc, graph, _ in group:
-                _compile_one(state, builder, doc, graph)
-        return
-    builder.add(docs, [instance], rows)
-
-
 def _pack(state: WorkerState, builder: _ShardBuilder, items) -> None:
-    """Greedy packing in input order: a document joins the current instance while all fit."""
-    schema = state.schema
-    current: list[tuple[Document, Any, Any]] = []
-    used_long = used_global = 0
-    for doc, graph in items:
-        if isinstance(graph, BaseException):
-            builder.reject(doc, graph)
-            continue
+    """Greedy packing in input order (`pack_groups`); every document ends up in a row or rejected."""
+    seen: list[tuple[Document, Any] | None] = []  # pack_groups' input positions -> (document, graph)
+
+    def graphs():
+        for doc, graph in items:
+            if isinstance(graph, BaseException):
+                builder.reject(doc, graph)
+            else:
+                seen.append((doc, graph))
+                yield graph
+
+    def take(index: int) -> tuple[Document, Any]:
+        item, seen[index] = seen[index], None
+        return item
+
+    def failed(index: int, graph: Any, err: Exception) -> None:
+        builder.reject(take(index)[0], err, graph)
+
+    for packed in pack_groups(graphs(), state.schema, state.tokenizer, compact=True, on_error=failed):
+        members = [take(i) for i in packed.members]
+        docs = [doc for doc, _ in members]
         try:
-            layout = build_layout(graph, schema, state.tokenizer)
-            long_len, n_globals = doc_sizes(layout, schema, layout.is_long)
+            rows = _rows(state, docs, [packed.instance], lambda i: (0, 1))
         except Exception as err:  # noqa: BLE001
-            builder.reject(doc, err, graph)
+            if len(members) == 1:
+                builder.reject(docs[0], err, members[0][1])
+            else:  # find the document at fault: each one alone
+                for member in members:
+                    _pack(state, builder, [member])
             continue
-        full = len(current) >= schema.max_documents
-        over = used_long + long_len > schema.max_long_length or used_global + n_globals > schema.max_global_length
-        if current and (full or over):
-            _assemble_group(state, builder, current)
-            current, used_long, used_global = [], 0, 0
-        current.append((doc, graph, layout))
-        used_long += long_len
-        used_global += n_globals
-    if current:
-        _assemble_group(state, builder, current)
+        builder.add(docs, [packed.instance], rows)
 
 
 def _documents(task: ShardTask, state: WorkerState):

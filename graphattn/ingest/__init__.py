@@ -2,6 +2,7 @@
 
     read_html(path) / parse_html(data)      HTML -> document / element / text nodes, VDOM features
     read_json(path, "hotpotqa" | "wikihop" | "nq" | callable)   one DocGraph per JSON record
+    iter_records(path, errors="raise" | "yield")   the records of a JSON / JSON-lines file
     json_graph(record, mapping)             any JSON, driven by a mapping (see `mapping`)
     text_to_graph(text, candidates=...)     plain text -> paragraphs, sentences, mentions (spaCy)
 
@@ -19,7 +20,11 @@ _EXPORTS = {
     "read_html": "html",
     "decode_html": "html",
     "read_json": "json",
-    "iter_records": "json",
+    "iter_records": "records",
+    "RecordRef": "records",
+    "JsonLine": "records",
+    "scan_json_lines": "records",
+    "is_json_lines": "records",
     "Record": "json",
     "hotpotqa_graph": "json",
     "wikihop_graph": "json",

@@ -395,13 +395,14 @@ def _record_features(records: list[_Element]) -> list[dict]:
 
 
 def _build_graph(walk: _Walk, *, doc_id, source, selected, attrs) -> DocGraph:
-    """Nodes and edges straight into the graph's dict and list: every span comes from the text
-    builder and every edge joins nodes made here, so DocGraph's per-call checks (half the time
-    on large pages) would only re-prove what holds by construction."""
+    """Nodes and edges added in bulk without DocGraph's per-item checks: every span comes from
+    the text builder, every id is made here once and every edge joins nodes made here, so the
+    checks (half the time on large pages) would only re-prove what holds by construction."""
     text = walk.text.text()
     graph = DocGraph(text, doc_id=doc_id, source=source)
     graph.add_node("doc", "document", (0, len(text)), **attrs)
-    nodes, edges = graph.nodes, graph.edges
+    nodes: list[Node] = []
+    edges: list[Edge] = []
     total = max(len(text), 1)
     starts, ends = walk.text.chunk_starts, walk.text.chunk_ends
     features = _record_features(walk.records)
@@ -416,13 +417,14 @@ def _build_graph(walk: _Walk, *, doc_id, source, selected, attrs) -> DocGraph:
                       "text_share": (end - start) / total}
         if selected is not None:
             node_attrs["selected"] = record.el in selected
-        nodes[node_id] = Node(node_id, "element", (start, end), node_attrs)
+        nodes.append(Node(node_id, "element", (start, end), node_attrs))
         edges.append(Edge(node_ids.get(record.parent, "doc"), CONTAINS, node_id))
     for chunk, owner in enumerate(walk.chunk_owner):
         start, end = starts[chunk], ends[chunk]
         node_id = f"t{chunk}"
-        nodes[node_id] = Node(node_id, "text", (start, end), {
+        nodes.append(Node(node_id, "text", (start, end), {
             "element": node_ids[owner], "tag": walk.records[owner].tag, **features[owner],
-            "reading_position": start / total, "text_share": (end - start) / total})
+            "reading_position": start / total, "text_share": (end - start) / total}))
         edges.append(Edge(node_ids[owner], CONTAINS, node_id))
+    graph.extend(nodes, edges, validate=False)
     return graph

@@ -1,9 +1,10 @@
 """JSON records -> DocGraphs: HotpotQA, WikiHop and Natural Questions (simplified) adapters.
 
 Files: a JSON array of records, one JSON object, or JSON lines (``.jsonl``/``.ndjson``, or any
-file whose first line is a complete object); ``.gz`` is read transparently. A record that is not
-what its format expects raises `IngestError` naming the file, the line (JSON lines) or the record
-index (arrays: ``$[3]``), and the key path inside the record (``$[3].context[2][1][0]``).
+file whose first line is a complete object); ``.gz`` is read transparently (`graphattn.ingest.records`).
+A record that is not what its format expects raises `IngestError` naming the file, the line (JSON
+lines) or the record index (arrays: ``$[3]``), and the key path inside the record
+(``$[3].context[2][1][0]``).
 Other JSON layouts go through the generic, mapping-driven reader in `graphattn.ingest.mapping`.
 
 Node conventions per format (the schemas in ``schemas/`` depend on them):
@@ -37,12 +38,8 @@ are all tags have no text and are left out (their index is skipped).
 
 from __future__ import annotations
 
-import gzip
-import io
-import itertools
 import json
 import os
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
@@ -50,97 +47,12 @@ import numpy as np
 
 from graphattn.errors import IngestError
 from graphattn.graph import DocGraph
+from graphattn.ingest.records import RecordRef, iter_records
+
+__all__ = ["ADAPTERS", "Record", "RecordRef", "hotpotqa_graph", "iter_records", "nq_graph", "read_json", "wikihop_graph"]
 
 _MISSING = object()
 _JSON_TYPES = {str: "a string", int: "an integer", list: "a list", dict: "an object", bool: "a boolean", float: "a number"}
-
-
-# -- reading records -------------------------------------------------------------------------
-@dataclass(frozen=True)
-class RecordRef:
-    """One record and where it came from: `line` for JSON lines, `index` always."""
-
-    data: Any
-    file: str | None
-    line: int | None
-    index: int
-
-    @property
-    def base_path(self) -> tuple:
-        """Key path prefix of the record: ``$[index]`` inside a JSON array, empty otherwise."""
-        return () if self.line is not None or self.index < 0 else (self.index,)
-
-
-def iter_records(path: str | os.PathLike) -> Iterator[RecordRef]:
-    """Yield the records of a JSON array, a single JSON object or a JSON-lines file (``.gz`` ok).
-
-    JSON lines stream (a multi-GB NQ file is never held whole); arrays are parsed whole.
-    """
-    path = Path(path)
-    source = str(path)
-    try:
-        raw = gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb")
-    except OSError as err:
-        raise IngestError(f"cannot open: {err.strerror}", file=source) from None
-    with raw, io.TextIOWrapper(raw, encoding="utf-8", errors="strict") as handle:
-        try:
-            yield from _records(handle, path, source)
-        except UnicodeDecodeError as err:
-            raise IngestError(f"file is not UTF-8 ({err.reason})", file=source) from None
-        except (OSError, EOFError) as err:  # e.g. a truncated .gz
-            raise IngestError(f"cannot read: {err}", file=source) from None
-
-
-def _records(handle, path: Path, source: str) -> Iterator[RecordRef]:
-    number, first = 1, handle.readline()
-    while first and not first.strip():
-        number, first = number + 1, handle.readline()
-    if not first:
-        raise IngestError("empty file: no JSON records", file=source)
-    parsed = _MISSING
-    if not first.lstrip().startswith("["):
-        try:
-            parsed = json.loads(first)  # a complete first line: JSON lines (or a one-line object)
-        except json.JSONDecodeError:
-            pass
-    if parsed is _MISSING and not _is_json_lines(path):
-        yield from _whole_document("\n" * (number - 1) + first + handle.read(), source)
-        return
-    if parsed is _MISSING:
-        yield from _json_lines(itertools.chain([first], handle), source, first_number=number)
-        return
-    yield RecordRef(parsed, source, number, 0)
-    yield from _json_lines(handle, source, first_number=number + 1, first_index=1)
-
-
-def _is_json_lines(path: Path) -> bool:
-    suffixes = [s.lower() for s in path.suffixes]
-    return ".jsonl" in suffixes or ".ndjson" in suffixes
-
-
-def _whole_document(text: str, source: str) -> Iterator[RecordRef]:
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as err:
-        raise IngestError(f"not valid JSON: {err.msg} (column {err.colno})", file=source, line=err.lineno) from None
-    if isinstance(data, list):
-        for index, record in enumerate(data):
-            yield RecordRef(record, source, None, index)
-    else:
-        yield RecordRef(data, source, None, -1)
-
-
-def _json_lines(lines, source: str, first_number: int = 1, first_index: int = 0) -> Iterator[RecordRef]:
-    index = first_index
-    for number, line in enumerate(lines, start=first_number):
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as err:
-            raise IngestError(f"not valid JSON: {err.msg} (column {err.colno})", file=source, line=number) from None
-        yield RecordRef(record, source, number, index)
-        index += 1
 
 
 class Record:

@@ -12,6 +12,10 @@ Definitions used (no truncation):
   type T it is in; per_token globals own exactly their own wordpiece.
 - global order: global_prefix, then per group the nodes in (start, -end, depth) order, span-less
   ones after in insertion order; per_token nodes expand to one global per wordpiece.
+- hard masks are per query row (etcmodel's ignore_hard_*_mask): hard l2g closes long query i
+  to every global but its owners and links unless i is a prefix token or lies in a node whose
+  type ignores hard l2g; hard g2l closes global query g to every long token but those it owns or
+  is linked to unless g is a prefix global or its type ignores hard g2l. Columns are never exempt.
 """
 
 from __future__ import annotations
@@ -159,11 +163,11 @@ def reference(graphs, schema: Schema, tokenizer) -> dict:
         doc, p = longs[li]
         return p[0] == "prefix" or any(getattr(doc.type[n.id], flag) and doc.in_node(n.id, p) for n in doc.nodes)
 
-    def hard_global(gi, which) -> bool:
+    def hard_global(gi) -> bool:
         doc, e = globs[gi]
         if e[0] == "special":
             return False
-        return getattr(schema.masks, f"hard_{which}") and not getattr(doc.type[e[1]], f"ignore_hard_{which}")
+        return schema.masks.hard_g2l and not doc.type[e[1]].ignore_hard_g2l
 
     # segments: a new run wherever the innermost segment node of some segment type changes
     def seg_key(li):
@@ -219,8 +223,8 @@ def reference(graphs, schema: Schema, tokenizer) -> dict:
             same_doc = longs[i][0] is globs[g][0]
             owned, link = owns(g, i), link_label(g, i)
             l2g_ids[i, g] = link if link is not None else (belongs if owned else dnb)
-            free_l2g = not (hard_global(g, "l2g") and not exempt_long(i, "ignore_hard_l2g"))
-            free_g2l = not (hard_global(g, "g2l") and not exempt_long(i, "ignore_hard_g2l"))
+            free_l2g = not schema.masks.hard_l2g or exempt_long(i, "ignore_hard_l2g")
+            free_g2l = not hard_global(g)
             l2g_mask[i, g] = int(same_doc and (free_l2g or owned or link is not None))
             g2l_mask[g, i] = int(same_doc and (free_g2l or owned or link is not None))
 

@@ -95,11 +95,11 @@ def test_prefix_separators_per_token_globals_links_and_hard_mask_exceptions(tok)
         g2l_relative_att_ids=np.array(l2g_ids).T,
         l2g_att_mask=np.ones((10, 6)),
         g2l_att_mask=[
-            [1] * 10,  # [CLS] global: special tokens ignore hard masks
-            [1] * 10,  # question globals: ignore_hard_masks
+            [1] * 10,  # [CLS] global: a prefix global's row is exempt from hard masks
+            [1] * 10,  # question globals: ignore_hard_masks exempts their rows
             [1] * 10,
-            [1, 1, 1, 1, 1, 1, 1, 0, 0, 0],  # c0: its own tokens, plus the exempt [CLS] and question
-            [1, 1, 1, 1, 0, 0, 0, 1, 1, 0],  # c1
+            [0, 0, 0, 0, 1, 1, 1, 0, 0, 0],  # c0: its own tokens only (exemptions are per row, not column)
+            [0, 0, 0, 0, 0, 0, 0, 1, 1, 0],  # c1
             [1] * 10,  # entity: ignore_hard_masks
         ],
         g2g_att_mask=np.ones((6, 6)),
@@ -114,16 +114,16 @@ def test_hard_l2g_keeps_owned_linked_and_exempt_pairs(tok):
     assert_side(
         inst.side,
         l2g_att_mask=[
-            [1, 1, 1, 1, 1, 1],  # [CLS] is exempt
-            [1, 1, 1, 1, 1, 1],  # question tokens ignore hard masks
+            [1, 1, 1, 1, 1, 1],  # the long [CLS] row is exempt
+            [1, 1, 1, 1, 1, 1],  # question tokens ignore hard masks: their rows see every global
             [1, 1, 1, 1, 1, 1],
-            [1, 1, 1, 1, 1, 1],
-            [1, 1, 1, 1, 0, 1],  # a*: own candidate c0, the exempt cls/question/entity globals
-            [1, 1, 1, 1, 0, 1],
-            [1, 1, 1, 1, 0, 1],
-            [1, 1, 1, 0, 1, 1],
-            [1, 1, 1, 0, 1, 1],
-            [1, 1, 1, 0, 0, 1],  # the document's [SEP]: no candidate owns it
+            [1, 1, 1, 1, 1, 1],  # the question's [SEP] is inside the question
+            [0, 0, 0, 1, 0, 0],  # a*: only their candidate c0 (the [CLS], question and entity
+            [0, 0, 0, 1, 0, 0],  #     globals are not exempt as columns)
+            [0, 0, 0, 1, 0, 0],
+            [0, 0, 0, 0, 1, 1],  # b*: candidate c1 and the entity they mention (a link)
+            [0, 0, 0, 0, 1, 1],
+            [0, 0, 0, 0, 0, 0],  # the document's [SEP]: no owner, no link
         ],
         g2l_att_mask=np.ones((6, 10)),
     )

@@ -5,7 +5,8 @@ import pytest
 
 from compile_helpers import WordTokenizer, schema_dict, sentences_doc
 from graphattn import compile, load_schema
-from graphattn.compile import pack
+from graphattn.compile import pack, pack_groups
+from graphattn.errors import CompileError
 
 
 @pytest.fixture
@@ -112,3 +113,23 @@ def test_pack_fills_instances_greedily(tok):
     assert [i.long_length for i in instances[:2]] == [5, 4]
     three = load_schema(schema_dict(packing={"max_documents": 3}))
     assert [i.doc_ids for i in pack(docs, three, tok)] == [["a", "b", "c"], ["d"]]
+
+
+def test_pack_groups_say_which_inputs_and_on_error_leaves_out_only_the_bad_document(tok):
+    schema = load_schema(schema_dict(packing={"max_documents": 3},
+                                     relations={"contains": {"hierarchy": True}, "mentions": {"link": "l2g", "label": "m"}}))
+    bad_layout = sentences_doc([[2]], "x")
+    bad_layout.add_node("q", "question")  # a type the schema does not declare: fails before packing
+    bad_link = sentences_doc([[1]], "y")
+    bad_link.add_edge("p0.s0", "mentions", "p0")  # a link to a global-less node: fails when assembled
+    docs = [sentences_doc([[2]], "a"), bad_layout, sentences_doc([[1]], "b"), bad_link, sentences_doc([[3]], "c")]
+    failures = []
+    packs = list(pack_groups(docs, schema, tok, on_error=lambda i, graph, err: failures.append((i, graph.doc_id, type(err)))))
+    assert failures == [(1, "x", CompileError), (3, "y", CompileError)]
+    # a, b and y fit together, but y fails to assemble: a, b and (later) c go on alone / packed
+    assert [(p.members, p.instance.doc_ids) for p in packs] == [((0,), ["a"]), ((2,), ["b"]), ((4,), ["c"])]
+    assert [i.doc_ids for i in pack(docs[::2], schema, tok)] == [["a", "b", "c"]]  # the good ones alone pack as one
+    with pytest.raises(CompileError, match="node type 'question' is not declared"):
+        list(pack(docs, schema, tok))  # without on_error the first bad document raises
+    with pytest.raises(CompileError, match="compile takes DocGraph objects, got dict"):
+        list(pack_groups([sentences_doc([[1]], "z"), {"not": "a graph"}], schema, tok))

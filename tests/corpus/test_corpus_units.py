@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from corpus_helpers import TOKENIZER, make_corpus, small_schema
-from graphattn.compile import compile_windows
+from graphattn.compile import compile_windows, compiler
 from graphattn.corpus import worker
 from graphattn.corpus.pipeline import CompileOptions, plan, run_compile
 from graphattn.corpus.shards import Layout, Provenance, instance_row, span_columns, spans_from_columns
@@ -124,14 +124,14 @@ def test_an_unexpected_exception_rejects_one_document_and_names_the_code(tmp_pat
 
 def test_a_pack_that_fails_falls_back_to_single_documents(tmp_path, monkeypatch):
     make_corpus(tmp_path / "docs", seed=6)
-    original = worker.assemble
+    original = compiler.assemble
 
     def failing(layouts, *args, **kwargs):
         if len(layouts) > 1 and any(lay.graph.doc_id == "j1" for lay in layouts):
             raise RuntimeError("cannot assemble j1")
         return original(layouts, *args, **kwargs)
 
-    monkeypatch.setattr(worker, "assemble", failing)
+    monkeypatch.setattr(compiler, "assemble", failing)
     out = tmp_path / "out"
     run_compile(CompileOptions(inputs=[str(tmp_path / "docs" / "a_docs.jsonl")], schema=small_schema(tmp_path / "s.yaml"),
                                out=str(out), tokenizer=TOKENIZER, progress=False), print_fn=None)
@@ -141,3 +141,40 @@ def test_a_pack_that_fails_falls_back_to_single_documents(tmp_path, monkeypatch)
     groups = [dataset[i].doc_ids for i in range(len(dataset))]
     assert ["j1"] in groups and ["j0"] in groups  # its pack-mates were compiled on their own too
     assert any(len(g) > 1 for g in groups)
+
+
+def test_shards_store_the_hard_mask_flags_per_query_row(tmp_path):
+    """Format 2: one hard-mask flag per query row (long_hard_l2g [L], global_hard_g2l [G]); rows
+    read back give the compiler's compact form and dense tensors; format 1 shards are refused."""
+    import pyarrow.parquet as pq
+    import yaml
+
+    from graphattn.compile import compile
+    from graphattn.corpus.shards import DecodedRows, ShardFormatError, encode_shard, read_info, rows_to_table, shard_metadata
+    from graphattn.ingest.json import hotpotqa_graph
+    from graphattn.schema import SCHEMA_DIR
+
+    data = yaml.safe_load((SCHEMA_DIR / "hotpotqa.yaml").read_text())
+    data["masks"] = {"hard_g2l": True, "hard_l2g": True}
+    schema, tokenizer = load_schema(data), load_tokenizer(TOKENIZER)
+    graph = hotpotqa_graph({"question": "Who won?", "context": [["A", ["a b.", "c."]], ["B", ["d e."]]]})
+    instance = compile(graph, schema, tokenizer, compact=True)
+    layout = Layout.for_run(schema, tokenizer.vocab_size)
+    table = rows_to_table([instance_row(instance, Provenance([0], ["h.json"], [1], [0]), layout)], layout)
+    assert "long_hard_l2g" in table.column_names and "global_hard_g2l" in table.column_names
+    assert "long_hard_g2l" not in table.column_names and "global_hard_l2g" not in table.column_names
+    metadata = shard_metadata({}, "", schema.label_vocab(), layout, {"index": 0})
+    path = tmp_path / "shard.parquet"
+    path.write_bytes(encode_shard(table, metadata))
+    back = DecodedRows(pq.read_table(path), read_info(path)).instance(0, compact=True).side
+    side = instance.side
+    question_tokens = instance.long_owners["question"] >= 0
+    np.testing.assert_array_equal(back.long_hard_l2g, side.long_hard_l2g)
+    np.testing.assert_array_equal(side.long_hard_l2g, ~question_tokens)  # question rows ignore hard masks
+    np.testing.assert_array_equal(back.global_hard_g2l, side.global_hard_g2l)
+    for name, value in side.to_dense().as_dict().items():
+        np.testing.assert_array_equal(getattr(back.to_dense(), name), value, err_msg=name)
+    old = tmp_path / "old.parquet"
+    old.write_bytes(encode_shard(table, {**metadata, b"graphattn.format": b"graphattn-shards/1"}))
+    with pytest.raises(ShardFormatError, match="format 'graphattn-shards/1', expected 'graphattn-shards/2'"):
+        read_info(old)

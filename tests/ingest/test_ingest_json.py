@@ -191,3 +191,38 @@ def test_ten_megabyte_single_line_nq_record(tmp_path):
     (graph,) = read_json(path, "nq")
     assert len(graph.nodes_of_type("candidate")) == 10_000
     assert graph.span_text("c0") == "alpha beta gamma delta"
+
+
+def test_yielded_errors_keep_reading_with_line_numbers_and_byte_offsets(tmp_path):
+    from graphattn.ingest.records import scan_json_lines
+
+    lines = [b'{"a": 1}\n', b"\n", b'{"a": \n', b'{"a": 3}\r\n', b'"caf\xe9"\n', b'{"a": 5}']
+    offsets = [sum(map(len, lines[:i])) for i in range(len(lines))]
+    path = tmp_path / "mixed.jsonl"
+    path.write_bytes(b"".join(lines))
+    refs = list(iter_records(path, errors="yield"))
+    assert [(r.index, r.line, r.offset, r.data) for r in refs] == [
+        (0, 1, 0, {"a": 1}), (1, 3, offsets[2], None), (2, 4, offsets[3], {"a": 3}), (3, 5, offsets[4], None), (4, 6, offsets[5], {"a": 5})]
+    assert str(refs[1].error) == f"{path}:3: not valid JSON: Expecting value (column 7)"
+    assert str(refs[3].error) == f"{path}:5: line is not UTF-8 (invalid continuation byte at byte {offsets[4] + 4})"
+    assert all(r.error is None for r in refs if r.data is not None)
+    with pytest.raises(IngestError, match="mixed.jsonl:3: not valid JSON"):
+        list(iter_records(path))
+    # a byte range of the file, as a corpus worker reads it: lines starting in [start, stop)
+    part = list(scan_json_lines(path, start=offsets[2], stop=offsets[5], first_line=3))
+    assert [(x.line, x.offset, x.raw) for x in part] == [(3, offsets[2], lines[2]), (4, offsets[3], lines[3]), (5, offsets[4], lines[4])]
+    gz = tmp_path / "mixed.jsonl.gz"
+    gz.write_bytes(gzip.compress(b"".join(lines)))
+    assert [(r.line, r.offset, r.data) for r in iter_records(gz, errors="yield")] == [(r.line, r.offset, r.data) for r in refs]
+
+
+def test_single_object_and_array_files_have_no_lines(tmp_path):
+    path = tmp_path / "one.json"
+    path.write_text(json.dumps({"a": 1}, indent=1))
+    (ref,) = iter_records(path, errors="yield")
+    assert (ref.data, ref.line, ref.index, ref.base_path) == ({"a": 1}, None, -1, ())
+    path.write_text('[{"a": 1},\n {"a": 2}]')
+    assert [(r.index, r.base_path) for r in iter_records(path)] == [(0, (0,)), (1, (1,))]
+    path.write_text('[{"a": 1},\n {"a": }]')
+    with pytest.raises(IngestError, match=r"one.json:2: not valid JSON: Expecting value \(column 8\)"):
+        list(iter_records(path, errors="yield"))  # a broken array is one error for the whole file

@@ -69,10 +69,13 @@ def test_hotpotqa_layout(words):
         "sentence": [-1, -1, -1, -1, 6, 6, 7, -1, 10, 10],
     }
     side = inst.side
-    # hard g2l: a sentence/title/paragraph global reads its own tokens (and the question's, which ignore hard masks)
-    assert side.g2l_att_mask[6].tolist() == [1, 1, 1, 0, 1, 1, 0, 0, 0, 0]
-    assert side.g2l_att_mask[8].tolist() == [1, 1, 1, 0, 0, 0, 0, 1, 1, 1]
-    assert side.g2l_att_mask[1].tolist() == [1] * 10  # a question global reads everything
+    # hard g2l: a sentence/title/paragraph global reads its own tokens only; the question's
+    # exemption is per row (etcmodel's ignore_hard_g2l_mask): its globals read everything
+    assert side.g2l_att_mask[6].tolist() == [0, 0, 0, 0, 1, 1, 0, 0, 0, 0]
+    assert side.g2l_att_mask[8].tolist() == [0, 0, 0, 0, 0, 0, 0, 1, 1, 1]
+    assert side.g2l_att_mask[1].tolist() == [1] * 10
+    assert side.g2l_att_mask[0].tolist() == [1] * 10  # so does the [CLS] global (a prefix row is exempt)
+    assert side.l2g_att_mask.all()  # no hard l2g in this schema
     # l2l never crosses the question/paragraph boundaries (column r is the token itself)
     r = side.local_radius
     assert side.l2l_att_mask[2, r - 2 : r + 3].tolist() == [1, 1, 1, 0, 0]  # "?" sees the question only

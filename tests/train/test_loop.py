@@ -165,7 +165,8 @@ def test_gradients_are_clipped_to_max_grad_norm() -> None:
     moved = torch.cat([p.detach().flatten() for p in model.parameters()]) - before
     norm = result.history[0]["grad_norm"]
     assert norm > 2e-5  # the norm before clipping is reported
-    assert moved.norm().item() == pytest.approx(1e-5 * norm / (norm + 1e-6), rel=1e-4)  # torch's clip_grad_norm_ adds 1e-6
+    # torch's clip_grad_norm_ adds 1e-6; fp32 weights (~0.02) minus a 1e-5 step keep ~3 digits
+    assert moved.norm().item() == pytest.approx(1e-5 * norm / (norm + 1e-6), rel=1e-3)
 
 
 def test_move_to_device_walks_nested_batches() -> None:

@@ -105,8 +105,7 @@ def _compact_instance():
         owners=np.array([[0] * 6, [1, 1, 1, 2, 2, 2]], np.int32),
         long_doc=np.zeros(L, np.int32), long_segment=np.zeros(L, np.int32),
         global_doc=np.zeros(G, np.int32), global_segment=np.full(G, -1, np.int32), global_blockable=np.zeros(G, bool),
-        long_hard_g2l=np.ones(L, bool), long_hard_l2g=np.zeros(L, bool),
-        global_hard_g2l=np.array([False, True, True]), global_hard_l2g=np.zeros(G, bool),
+        long_hard_l2g=np.zeros(L, bool), global_hard_g2l=np.array([False, True, True]),
         link_long=np.array([4], np.int32), link_global=np.array([1], np.int32),
         link_label=np.array([instance.label_vocab.id("mention_of")], np.int32),
     )
