@@ -1,0 +1,329 @@
+"""Benchmark: graphattn's global-local attention beside the peers a user would pick instead.
+
+For each long length L (G = L/16 globals, one per 16-token sentence, one document, soft g2l
+(--hard-g2l for ETC's pre-training masks), r = 84, 12 heads, d = 64, batch 1, fp32, 32 labels
+with a^K and a label bias):
+
+    blocked      graphattn.kernels.global_local_attention(backend="blocked"), checks included
+    flex         torch FlexAttention, compiled; its BlockMask build is timed apart ("flex mask")
+                 and added ("flex+mask"). CPU FlexAttention has no backward: fwd only.
+    dense-sdpa   [G+L, G+L] label-bias + mask tensor, then scaled_dot_product_attention
+                 (the bias build is part of the time). Skipped where it would not fit.
+    longformer   HF transformers LongformerSelfAttention on G+L tokens (window 2*84, the first G
+                 tokens global, no label bias). It includes its Q/K/V projections, counted in
+                 its GFLOP/s.
+    triton       (CUDA only) graphattn's fused kernels in fp16 and bf16.
+
+Time: median (and min) wall time of --repeats runs after one warm-up; the methods take turns
+so that load from other processes falls on all of them alike. Peak memory: each (method, L,
+mode) runs once more in a fresh subprocess (the flex rows share one) with glibc told to mmap
+every allocation above 64 KiB and return freed memory at once (MALLOC_MMAP_THRESHOLD_,
+MALLOC_TRIM_THRESHOLD_), so the resident set follows live memory; after a warm-up the peak-RSS
+counter is reset (/proc/self/clear_refs) and peak = VmHWM after one call - VmRSS before it. Inputs and outputs
+that exist before the call are excluded; everything the call allocates (outputs, scratch,
+autograd state, compiled kernels' buffers) counts. GFLOP/s counts only the nonzero work:
+4*d flops per allowed (query, key) pair and head (q.k and p.v), x3.5 for forward+backward.
+
+Usage: python benchmarks/attention.py [--quick] [--lengths 1024 4096] [--no-memory]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from graphattn.compile.contract import SideInputs  # noqa: E402
+from graphattn.compile.side_inputs import side_inputs  # noqa: E402
+from graphattn.kernels import dense, flex, global_local_attention, triton_available  # noqa: E402
+
+HEADS, DIM, RADIUS, MAX_DISTANCE, VOCAB, TOKENS_PER_GLOBAL = 12, 64, 84, 12, 32, 16
+DENSE_MAX_ELEMENTS = 12 * 4352 * 4352  # dense SDPA up to L = 4096 ([H, N, N] fp32 ~ 0.9 GB per copy)
+
+
+@dataclass
+class Inputs:
+    states: list[torch.Tensor]
+    side: SideInputs
+    key_table: torch.Tensor
+    bias_table: torch.Tensor
+    hidden: torch.Tensor  # [1, G+L, 768] for Longformer
+
+
+def make_inputs(length: int, hard_g2l: bool, device: str = "cpu", dtype=torch.float32, grad: bool = False) -> Inputs:
+    num_global = length // TOKENS_PER_GLOBAL
+    long_bp = np.zeros((1, length), np.int32)
+    long_bp[0, -1] = 1
+    global_bp = np.zeros((1, num_global), np.int32)
+    global_bp[0, -1] = 1
+    owners = (np.arange(length) // TOKENS_PER_GLOBAL)[None].astype(np.int32)
+    side = side_inputs(torch.from_numpy(long_bp), torch.from_numpy(global_bp), torch.from_numpy(owners), RADIUS, MAX_DISTANCE, use_hard_g2l_mask=hard_g2l)
+    side = side.map(lambda t: t.to(device))
+    gen = torch.Generator().manual_seed(0)
+    rand = lambda *s, std=1.0: (torch.randn(*s, generator=gen) * std).to(device, dtype).requires_grad_(grad)  # noqa: E731
+    states = [rand(1, HEADS, n, DIM) for n in (num_global,) * 3 + (length,) * 3]
+    return Inputs(states, side, rand(VOCAB, HEADS, DIM, std=0.1), rand(VOCAB, HEADS, std=0.1), rand(1, num_global + length, HEADS * DIM))
+
+
+def nonzero_pairs(side: SideInputs) -> int:
+    """Allowed (query, key) pairs of the ETC pattern, summed over the batch (per head)."""
+    length, radius = side.long_length, side.local_radius
+    keys = torch.arange(length)[:, None] + torch.arange(-radius, radius + 1)[None]
+    inside = ((keys >= 0) & (keys < length)).to(side.l2l_att_mask.device)
+    l2l = int(((side.l2l_att_mask != 0) & inside).sum())
+    return l2l + sum(int((getattr(side, f"{n}_att_mask") != 0).sum()) for n in ("g2g", "l2g", "g2l"))
+
+
+# -- methods: each returns (run, flops_of_one_forward) ------------------------------------------
+def graphattn_method(backend: str):
+    def build(inp: Inputs, backward: bool):
+        def run():
+            out = global_local_attention(*inp.states, inp.side, inp.key_table, inp.bias_table, backend=backend)
+            if backward:
+                (out[0].sum() + out[1].sum()).backward()
+        return run, nonzero_pairs(inp.side) * HEADS * 4 * DIM
+    return build
+
+
+def flex_kernel(inp: Inputs, backward: bool):
+    plan = flex.prepare(inp.side, inp.states[0].shape[2], inp.states[3].shape[2])
+    def run():
+        with torch.no_grad():
+            flex.attention(*inp.states, inp.side, inp.key_table, inp.bias_table, 1 / math.sqrt(DIM), plan=plan)
+    return run, nonzero_pairs(inp.side) * HEADS * 4 * DIM
+
+
+def flex_mask(inp: Inputs, backward: bool):
+    def run():
+        flex.prepare(inp.side, inp.states[0].shape[2], inp.states[3].shape[2])
+    return run, 0
+
+
+def flex_total(inp: Inputs, backward: bool):
+    def run():
+        with torch.no_grad():
+            flex.attention(*inp.states, inp.side, inp.key_table, inp.bias_table, 1 / math.sqrt(DIM))
+    return run, nonzero_pairs(inp.side) * HEADS * 4 * DIM
+
+
+def dense_sdpa(inp: Inputs, backward: bool):
+    from graphattn.kernels.blocked import label_tables
+    num_global, length = inp.states[0].shape[2], inp.states[3].shape[2]
+    scale = 1 / math.sqrt(DIM)
+    def run():
+        q, k, v = (torch.cat([inp.states[i], inp.states[i + 3]], 2) for i in range(3))
+        labels, mask = dense.full_labels_and_mask(inp.side, num_global, length)
+        table = label_tables(q, inp.key_table, inp.bias_table, scale)  # [B, H, N, V]
+        bias = torch.gather(table, -1, labels[:, None].expand(-1, HEADS, -1, -1))
+        bias = bias.masked_fill_(~mask[:, None], float("-inf"))
+        out = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=bias, scale=scale)
+        if backward:
+            out.nan_to_num().sum().backward()
+    return run, nonzero_pairs(inp.side) * HEADS * 4 * DIM
+
+
+def longformer(inp: Inputs, backward: bool):
+    from transformers import LongformerConfig
+    from transformers.models.longformer.modeling_longformer import LongformerSelfAttention
+    window = 2 * RADIUS
+    config = LongformerConfig(hidden_size=HEADS * DIM, num_attention_heads=HEADS, attention_window=[window], attention_probs_dropout_prob=0.0)
+    module = LongformerSelfAttention(config, layer_id=0).to(inp.hidden.device).eval()
+    num_global, tokens = inp.states[0].shape[2], inp.hidden.shape[1]
+    padded = math.ceil(tokens / window) * window  # the module needs a multiple of its window
+    hidden = torch.nn.functional.pad(inp.hidden.detach(), (0, 0, 0, padded - tokens)).requires_grad_(backward)
+    mask = torch.zeros(1, padded, device=hidden.device)
+    mask[:, :num_global] = 10000.0  # global
+    mask[:, tokens:] = -10000.0  # padding
+    is_masked, is_global = mask < 0, mask > 0
+    def run():
+        with torch.set_grad_enabled(backward):
+            out = module(hidden, attention_mask=mask, is_index_masked=is_masked, is_index_global_attn=is_global, is_global_attn=True)[0]
+            if backward:
+                out.sum().backward()
+    local = (tokens - num_global) * (window + 1) + (tokens - num_global) * num_global  # window (edges aside) + global keys
+    pairs = local + num_global * tokens
+    projections = 2 * tokens * (HEADS * DIM) ** 2 * 3 + 2 * num_global * (HEADS * DIM) ** 2 * 3
+    return run, pairs * HEADS * 4 * DIM + projections
+
+
+METHODS: dict[str, Callable] = {
+    "blocked": graphattn_method("blocked"),
+    "flex": flex_kernel,
+    "flex mask": flex_mask,
+    "flex+mask": flex_total,
+    "dense-sdpa": dense_sdpa,
+    "longformer": longformer,
+}
+
+
+def skip_reason(method: str, length: int, backward: bool, device: str) -> str | None:
+    if method.startswith("flex") and not flex.available():
+        return "no FlexAttention in this torch"
+    if method.startswith("flex") and backward and device == "cpu":
+        return "no CPU backward"
+    if method == "flex mask" and backward:
+        return "-"
+    if method == "dense-sdpa":
+        tokens = length + length // TOKENS_PER_GLOBAL
+        if HEADS * tokens * tokens > DENSE_MAX_ELEMENTS:
+            return f"skipped: [H,N,N] = {HEADS * tokens * tokens * 4 / 2**30:.1f} GiB per copy"
+    return None
+
+
+def time_methods(builds: dict[str, Callable], inp: Inputs, backward: bool, repeats: int) -> dict[str, tuple[float, float, int]]:
+    """{name: (median s, min s, flops)}. Methods take turns (round robin) so that load from other
+    processes on a shared machine falls on all of them alike."""
+    runs = {}
+    for name, build in builds.items():
+        run, flops = build(inp, backward)
+        run()  # warm-up (compiles flex)
+        runs[name] = (run, flops, [])
+    tensors = inp.states + [inp.key_table, inp.bias_table, inp.hidden]
+    for _ in range(repeats):
+        for run, _, times in runs.values():
+            for t in tensors:
+                t.grad = None
+            start = time.perf_counter()
+            run()
+            if inp.hidden.is_cuda:
+                torch.cuda.synchronize()
+            times.append(time.perf_counter() - start)
+    return {name: (statistics.median(times), min(times), flops) for name, (_, flops, times) in runs.items()}
+
+
+def _status_kib(key: str) -> int:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(key):
+                return int(line.split()[1])
+    raise KeyError(key)
+
+
+def _measure_peak(run: Callable[[], None]) -> float:
+    """MB of resident memory one call adds at its peak (see the module docstring)."""
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")  # reset VmHWM to the current RSS
+    before = _status_kib("VmRSS")
+    run()
+    return (_status_kib("VmHWM") - before) / 1024
+
+
+def child_peak_memory(method: str, length: int, backward: bool, hard_g2l: bool) -> None:
+    """Run in a fresh process: print {row name: peak MB} as JSON. The three flex rows share one
+    process so that FlexAttention compiles once."""
+    inp = make_inputs(length, hard_g2l, grad=backward)
+    rows = ["flex mask", "flex", "flex+mask"] if method.startswith("flex") else [method]
+    peaks = {}
+    for row in rows:
+        run, _ = METHODS[row](inp, backward)
+        run()  # warm-up: compiles, and first-touch of anything cached
+        for t in inp.states + [inp.key_table, inp.bias_table, inp.hidden]:
+            t.grad = None
+        peaks[row] = _measure_peak(run)
+    print(json.dumps(peaks))
+
+
+_PEAKS: dict[tuple, dict] = {}
+
+
+def peak_memory(method: str, length: int, backward: bool, hard_g2l: bool) -> float | None:
+    key = ("flex" if method.startswith("flex") else method, length, backward, hard_g2l)
+    if key not in _PEAKS:
+        env = dict(os.environ, MALLOC_MMAP_THRESHOLD_="65536", MALLOC_TRIM_THRESHOLD_="0")
+        args = [sys.executable, __file__, "--child", key[0], str(length), "bwd" if backward else "fwd"] + (["--hard-g2l"] if hard_g2l else [])
+        proc = subprocess.run(args, env=env, capture_output=True, text=True, timeout=3600)
+        if proc.returncode != 0:
+            print(f"  [memory run of {method} L={length} failed: {proc.stderr.strip().splitlines()[-1:]}]", file=sys.stderr)
+            _PEAKS[key] = {}
+        else:
+            _PEAKS[key] = json.loads(proc.stdout.strip().splitlines()[-1])
+    return _PEAKS[key].get(method)
+
+
+def matmul_gflops(device: str) -> float:
+    a, b = torch.randn(2048, 2048, device=device), torch.randn(2048, 2048, device=device)
+    a @ b
+    start = time.perf_counter()
+    for _ in range(10):
+        a @ b
+    if device == "cuda":
+        torch.cuda.synchronize()
+    return 10 * 2 * 2048**3 / (time.perf_counter() - start) / 1e9
+
+
+def fmt(value: float | None, width: int, spec: str, suffix: str = "") -> str:
+    """A right-aligned number with its unit, or a dash when there is none."""
+    text = "-" if value is None else format(value, spec) + suffix
+    return text.rjust(width)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="L in 1024, 2048; 3 repeats")
+    parser.add_argument("--lengths", type=int, nargs="+")
+    parser.add_argument("--repeats", type=int)
+    parser.add_argument("--methods", nargs="+", default=list(METHODS))
+    parser.add_argument("--no-memory", action="store_true")
+    parser.add_argument("--hard-g2l", action="store_true", help="global tokens see only the tokens they own (ETC pre-training)")
+    parser.add_argument("--child", nargs=3, metavar=("METHOD", "L", "MODE"), help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    hard_g2l = args.hard_g2l
+    if args.child:
+        method, length, mode = args.child
+        child_peak_memory(method, int(length), mode == "bwd", hard_g2l)
+        return
+
+    lengths = args.lengths or ([1024, 2048] if args.quick else [1024, 2048, 4096, 8192, 16384])
+    repeats = args.repeats or 5
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    peak = matmul_gflops(device)
+    print(f"device {device}, {torch.get_num_threads()} threads, torch {torch.__version__}; fp32 matmul {peak:.0f} GFLOP/s")
+    print(f"G = L/{TOKENS_PER_GLOBAL}, r = {RADIUS}, {HEADS} heads, d = {DIM}, B = 1, fp32, label bias, {'hard' if hard_g2l else 'soft'} g2l")
+    header = f"{'L':>6} {'mode':>7} {'method':>11} {'median ms':>10} {'min ms':>8} {'peak MB':>8} {'GFLOP/s':>8} {'% matmul':>8} {'time/blocked':>12} {'mem/blocked':>11}"
+    print(header)
+    print("-" * len(header))
+    methods = {name: METHODS[name] for name in args.methods}
+    if device == "cuda" and triton_available():
+        methods.update({"triton": graphattn_method("triton")})
+    for length in lengths:
+        for backward in (False, True):
+            mode = "fwd+bwd" if backward else "fwd"
+            skipped = {name: skip_reason(name, length, backward, device) for name in methods}
+            builds = {name: build for name, build in methods.items() if not skipped[name]}
+            timings = time_methods(builds, make_inputs(length, hard_g2l, device, grad=backward), backward, repeats)
+            memory = {name: None if args.no_memory or device != "cpu" else peak_memory(name, length, backward, hard_g2l) for name in builds}
+            base_time = timings.get("blocked", (None,))[0]
+            base_memory = memory.get("blocked")
+            for name in methods:
+                if skipped[name]:
+                    if skipped[name] != "-":
+                        print(f"{length:>6} {mode:>7} {name:>11}   {skipped[name]}")
+                    continue
+                median, fastest, flops = timings[name]
+                flops *= 3.5 if backward else 1.0
+                gflops = flops / median / 1e9 if flops else None
+                share = 100 * gflops / peak if gflops else None
+                ratio_t = median / base_time if base_time else None
+                ratio_m = memory[name] / base_memory if base_memory and memory[name] else None
+                print(
+                    f"{length:>6} {mode:>7} {name:>11} {median * 1e3:>10.1f} {fastest * 1e3:>8.1f} {fmt(memory[name], 8, '.0f')} "
+                    f"{fmt(gflops, 8, '.1f')} {fmt(share, 8, '.0f', '%')} {fmt(ratio_t, 12, '.2f', 'x')} {fmt(ratio_m, 11, '.2f', 'x')}",
+                    flush=True,
+                )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,94 @@
+"""The dense oracle: ETC global-local attention over the concatenated [global; long] sequence.
+
+It materializes the full [G+L, G+L] score matrix, so it is only for small inputs. Every other
+backend is tested against it, which is why it is written straight from the definition:
+
+    e_ij = (q_i . k_j + q_i . a^K[label_ij]) * scale + b[label_ij],   -inf where the mask is 0
+
+A global query's row is [g2g ; g2l] and a long query's row is [l2g ; l2l window]; one softmax
+over the concatenated row is exactly ETC's two fused softmaxes. q . a^K is computed once per
+label ([.., n, V]) and gathered by label id, never built per pair.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from graphattn.compile.contract import SideInputs
+
+
+def full_labels_and_mask(side: SideInputs, num_global: int, num_long: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Scatter the four side-input blocks into one [B, G+L, G+L] label map and a bool mask.
+
+    l2l column c of long query i is key i - r + c; keys outside [0, L) do not exist and stay
+    masked whatever the side input says.
+    """
+    l2l_mask, l2l_ids = side.l2l_att_mask, side.l2l_relative_att_ids
+    batch, radius = l2l_mask.shape[0], side.local_radius
+    size = num_global + num_long
+    device = l2l_mask.device
+    labels = torch.zeros(batch, size, size, dtype=torch.long, device=device)
+    mask = torch.zeros(batch, size, size, dtype=torch.bool, device=device)
+    glob, long = slice(0, num_global), slice(num_global, size)
+
+    labels[:, glob, glob] = side.g2g_relative_att_ids.long()
+    labels[:, glob, long] = side.g2l_relative_att_ids.long()
+    labels[:, long, glob] = side.l2g_relative_att_ids.long()
+    mask[:, glob, glob] = side.g2g_att_mask != 0
+    mask[:, glob, long] = side.g2l_att_mask != 0
+    mask[:, long, glob] = side.l2g_att_mask != 0
+
+    query = torch.arange(num_long, device=device)[:, None]
+    key = query + torch.arange(-radius, radius + 1, device=device)[None, :]  # [L, 2r+1]
+    inside = (key >= 0) & (key < num_long)
+    rows = query.expand_as(key)[inside]
+    cols = key[inside]
+    window_mask = (l2l_mask != 0) & inside
+    local_labels = torch.zeros(batch, num_long, num_long, dtype=torch.long, device=device)
+    local_mask = torch.zeros(batch, num_long, num_long, dtype=torch.bool, device=device)
+    local_labels[:, rows, cols] = l2l_ids.long()[:, inside]
+    local_mask[:, rows, cols] = window_mask[:, inside]
+    labels[:, long, long] = local_labels
+    mask[:, long, long] = local_mask
+    return labels, mask
+
+
+def attention(
+    global_q: torch.Tensor,
+    global_k: torch.Tensor,
+    global_v: torch.Tensor,
+    long_q: torch.Tensor,
+    long_k: torch.Tensor,
+    long_v: torch.Tensor,
+    side: SideInputs,
+    rel_key_table: torch.Tensor,
+    rel_bias_table: torch.Tensor | None,
+    scale: float,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Global-local attention by brute force; returns (global_out [B,H,G,d], long_out [B,H,L,d])."""
+    out_dtype = long_q.dtype
+    num_global, num_long = global_q.shape[2], long_q.shape[2]
+    f32 = torch.promote_types(long_q.dtype, torch.float32)  # fp32 statistics; fp64 stays fp64
+    q = torch.cat([global_q, long_q], dim=2).to(f32)
+    k = torch.cat([global_k, long_k], dim=2).to(f32)
+    v = torch.cat([global_v, long_v], dim=2).to(f32)
+    labels, mask = full_labels_and_mask(side, num_global, num_long)  # [B, N, N]
+
+    heads = q.shape[1]
+    label_index = labels[:, None].expand(-1, heads, -1, -1)  # [B, H, N, N]
+    q_dot_a = torch.einsum("bhnd,vhd->bhnv", q, rel_key_table.to(f32))  # [B, H, N, V]
+    scores = q @ k.transpose(-1, -2) + torch.gather(q_dot_a, -1, label_index)
+    scores = scores * scale
+    if rel_bias_table is not None:
+        bias = rel_bias_table.to(f32).t()[None, :, None, :].expand(q.shape[0], -1, q.shape[2], -1)  # [B, H, N, V]
+        scores = scores + torch.gather(bias, -1, label_index)
+    scores = scores.masked_fill(~mask[:, None], float("-inf"))
+
+    # Softmax that gives exact zeros (not NaN) on rows with nothing to attend to.
+    row_max = scores.amax(dim=-1, keepdim=True)
+    row_max = torch.where(torch.isfinite(row_max), row_max, torch.zeros_like(row_max)).detach()
+    weights = torch.exp(scores - row_max)
+    denom = weights.sum(dim=-1, keepdim=True)
+    probs = weights / torch.where(denom > 0, denom, torch.ones_like(denom))
+    out = (probs @ v).to(out_dtype)
+    return out[:, :, :num_global], out[:, :, num_global:]

@@ -1,0 +1,135 @@
+"""Input checks for `global_local_attention`, run before any kernel.
+
+A shape mistake inside a kernel surfaces as an index error deep in gather or a Triton launch;
+here it becomes a `BatchError` that names the tensor, its shape and what was expected.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from graphattn.compile.contract import SIDE_INPUT_NAMES, SideInputs
+from graphattn.errors import BatchError
+
+STATE_NAMES = ("global_q", "global_k", "global_v", "long_q", "long_k", "long_v")
+
+
+def _shape(t: torch.Tensor) -> str:
+    return "[" + ", ".join(str(s) for s in t.shape) + "]"
+
+
+def _fail(name: str, message: str) -> None:
+    raise BatchError(message, path=(name,))
+
+
+def as_torch_side(side: SideInputs, device: torch.device) -> SideInputs:
+    """Side inputs as torch tensors on `device` (numpy arrays and other devices are accepted)."""
+    if not isinstance(side, SideInputs):
+        raise BatchError(f"side must be a graphattn SideInputs, got {type(side).__name__}", path=("side",))
+
+    def convert(name: str, x) -> torch.Tensor:
+        if isinstance(x, np.ndarray):
+            x = torch.from_numpy(np.ascontiguousarray(x))
+        if not isinstance(x, torch.Tensor):
+            _fail(f"side.{name}", f"expected a tensor or numpy array, got {type(x).__name__}")
+        return x.to(device)
+
+    return SideInputs(**{name: convert(name, getattr(side, name)) for name in SIDE_INPUT_NAMES})
+
+
+def check_states(states: dict[str, torch.Tensor]) -> tuple[int, int, int, int, int]:
+    """Check q/k/v of both sequences; returns (B, H, G, L, d)."""
+    for name, t in states.items():
+        if not isinstance(t, torch.Tensor):
+            _fail(name, f"expected a torch.Tensor, got {type(t).__name__}")
+        if t.dim() != 4:
+            _fail(name, f"expected [batch, heads, length, head_dim], got shape {_shape(t)}")
+        if not t.is_floating_point():
+            _fail(name, f"expected a floating dtype, got {t.dtype}")
+    glob, long = states["global_q"], states["long_q"]
+    batch, heads, num_global, dim = glob.shape
+    num_long = long.shape[2]
+    for name, t in states.items():
+        length = num_global if name.startswith("global") else num_long
+        expected = (batch, heads, length, dim)
+        if tuple(t.shape) != expected:
+            _fail(name, f"shape {_shape(t)} disagrees with global_q {_shape(glob)} / long_q {_shape(long)}: expected [{', '.join(map(str, expected))}]")
+        if t.dtype != glob.dtype:
+            _fail(name, f"dtype {t.dtype} differs from global_q's {glob.dtype}; cast all states to one dtype")
+        if t.device != glob.device:
+            _fail(name, f"on {t.device} but global_q is on {glob.device}")
+    if num_long == 0:
+        _fail("long_q", "the long sequence is empty (length 0); every instance needs at least one long token")
+    if dim == 0:
+        _fail("global_q", "head_dim is 0")
+    return batch, heads, num_global, num_long, dim
+
+
+def check_side(side: SideInputs, batch: int, num_global: int, num_long: int, local_radius: int | None) -> int:
+    """Check the eight side inputs against the states; returns the radius."""
+    width = side.l2l_att_mask.shape[-1] if side.l2l_att_mask.dim() == 3 else -1
+    if width < 1 or width % 2 == 0:
+        _fail("side.l2l_att_mask", f"expected [batch, long_length, 2r+1] with an odd last dim, got {_shape(side.l2l_att_mask)}")
+    radius = (width - 1) // 2
+    if local_radius is not None and local_radius != radius:
+        _fail("side.l2l_att_mask", f"last dim {width} means local radius {radius}, but the model's local_radius is {local_radius} (expected last dim {2 * local_radius + 1})")
+    expected = {
+        "l2l": (batch, num_long, width),
+        "g2g": (batch, num_global, num_global),
+        "l2g": (batch, num_long, num_global),
+        "g2l": (batch, num_global, num_long),
+    }
+    for name in SIDE_INPUT_NAMES:
+        t = getattr(side, name)
+        shape = expected[name[:3]]
+        if tuple(t.shape) != shape:
+            _fail(f"side.{name}", f"shape {_shape(t)} disagrees with the states (batch {batch}, global {num_global}, long {num_long}): expected [{', '.join(map(str, shape))}]")
+        if t.is_floating_point() or t.is_complex():
+            _fail(f"side.{name}", f"expected an integer (or bool mask) dtype, got {t.dtype}")
+    return radius
+
+
+def check_tables(rel_key_table: torch.Tensor, rel_bias_table: torch.Tensor | None, heads: int, dim: int, device: torch.device) -> int:
+    """Check a^K [V, H, d] and b [V, H]; returns V. Tables may be in a wider float dtype than the
+    states (fp32 parameters under autocast); kernels compute their terms in fp32."""
+    if not isinstance(rel_key_table, torch.Tensor) or rel_key_table.dim() != 3 or tuple(rel_key_table.shape[1:]) != (heads, dim):
+        shape = _shape(rel_key_table) if isinstance(rel_key_table, torch.Tensor) else type(rel_key_table).__name__
+        _fail("rel_key_table", f"expected [vocab, heads={heads}, head_dim={dim}], got {shape}")
+    vocab = rel_key_table.shape[0]
+    if vocab == 0:
+        _fail("rel_key_table", "the relative vocabulary is empty (V = 0)")
+    if not rel_key_table.is_floating_point():
+        _fail("rel_key_table", f"expected a floating dtype, got {rel_key_table.dtype}")
+    if rel_key_table.device != device:
+        _fail("rel_key_table", f"on {rel_key_table.device} but the states are on {device}")
+    if rel_bias_table is not None:
+        if not isinstance(rel_bias_table, torch.Tensor) or tuple(rel_bias_table.shape) != (vocab, heads):
+            shape = _shape(rel_bias_table) if isinstance(rel_bias_table, torch.Tensor) else type(rel_bias_table).__name__
+            _fail("rel_bias_table", f"expected [vocab={vocab}, heads={heads}], got {shape}")
+        if not rel_bias_table.is_floating_point():
+            _fail("rel_bias_table", f"expected a floating dtype, got {rel_bias_table.dtype}")
+        if rel_bias_table.device != device:
+            _fail("rel_bias_table", f"on {rel_bias_table.device} but the states are on {device}")
+    return vocab
+
+
+def check_label_ids(side: SideInputs, vocab: int) -> None:
+    """Every relative id must index the table (masked pairs too: kernels gather them all)."""
+    for name in SIDE_INPUT_NAMES:
+        if not name.endswith("relative_att_ids"):
+            continue
+        ids = getattr(side, name)
+        if ids.numel() == 0:
+            continue
+        low, high = (int(x) for x in torch.aminmax(ids))
+        if low < 0 or high >= vocab:
+            bad = low if low < 0 else high
+            where = torch.nonzero((ids < 0) | (ids >= vocab))[0].tolist()
+            _fail(f"side.{name}", f"label id {bad} at index {where} is outside the relative vocabulary of {vocab} (rel_key_table has {vocab} rows)")
+
+
+def check_head_dim(backend: str, dim: int, supported) -> None:
+    """`supported` is a predicate from the backend (None: any head dim)."""
+    if supported is not None and not supported(dim):
+        _fail("global_q", f"head_dim {dim} is not supported by the {backend!r} backend")

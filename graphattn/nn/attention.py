@@ -1,0 +1,63 @@
+"""GlobalLocalAttention: ETC's fused global-local multi-head attention as an nn.Module.
+
+Submodules follow HF BERT's names where the math is the same (query/key/value, output), so that
+lifting BERT/RoBERTa weights is a rename: with no global tokens and a radius covering the whole
+sequence this module is BERT self-attention plus its output projection.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from graphattn.compile.contract import SideInputs
+from graphattn.kernels import global_local_attention
+from graphattn.nn.config import EtcConfig
+
+
+class GlobalLocalAttention(nn.Module):
+    """Projections, the relative key table a^K [V, H, d] (+ optional bias b [V, H]), the
+    attention kernel, and the output projection. Global and long share Q/K/V unless
+    `share_qkv_projections` is off, in which case global tokens get their own."""
+
+    def __init__(self, config: EtcConfig):
+        super().__init__()
+        self.config = config
+        hidden, heads = config.hidden_size, config.num_attention_heads
+        self.num_heads, self.head_dim = heads, config.head_dim
+        self.query = nn.Linear(hidden, hidden)
+        self.key = nn.Linear(hidden, hidden)
+        self.value = nn.Linear(hidden, hidden)
+        if not config.share_qkv_projections:
+            self.global_query = nn.Linear(hidden, hidden)
+            self.global_key = nn.Linear(hidden, hidden)
+            self.global_value = nn.Linear(hidden, hidden)
+        self.relative_key_table = nn.Parameter(torch.zeros(config.relative_vocab_size, heads, self.head_dim))
+        self.relative_bias_table = nn.Parameter(torch.zeros(config.relative_vocab_size, heads)) if config.relative_bias else None
+        self.output = nn.Linear(hidden, hidden)
+        nn.init.normal_(self.relative_key_table, std=config.initializer_range)
+
+    def _heads(self, x: torch.Tensor) -> torch.Tensor:
+        """[B, n, H*d] -> [B, H, n, d]."""
+        batch, length, _ = x.shape
+        return x.view(batch, length, self.num_heads, self.head_dim).transpose(1, 2)
+
+    def _merge(self, x: torch.Tensor) -> torch.Tensor:
+        """[B, H, n, d] -> [B, n, H*d]."""
+        batch, _, length, _ = x.shape
+        return x.transpose(1, 2).reshape(batch, length, self.num_heads * self.head_dim)
+
+    def forward(self, global_hidden: torch.Tensor, long_hidden: torch.Tensor, side: SideInputs) -> tuple[torch.Tensor, torch.Tensor]:
+        """(global [B, G, D], long [B, L, D], side inputs) -> attended (global, long), same shapes."""
+        shared = self.config.share_qkv_projections
+        q_g = self.query if shared else self.global_query
+        k_g = self.key if shared else self.global_key
+        v_g = self.value if shared else self.global_value
+        global_q, global_k, global_v = (self._heads(proj(global_hidden)) for proj in (q_g, k_g, v_g))
+        long_q, long_k, long_v = (self._heads(proj(long_hidden)) for proj in (self.query, self.key, self.value))
+        global_out, long_out = global_local_attention(
+            global_q, global_k, global_v, long_q, long_k, long_v, side,
+            self.relative_key_table, self.relative_bias_table,
+            backend=self.config.attention_backend, local_radius=self.config.local_radius,
+        )
+        return self.output(self._merge(global_out)), self.output(self._merge(long_out))

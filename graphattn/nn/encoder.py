@@ -1,0 +1,121 @@
+"""EtcLayer and EtcEncoder: ETC's post-LN transformer over global and long sequences."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+from torch.utils.checkpoint import checkpoint
+
+from graphattn.compile.contract import EtcBatch, SideInputs
+from graphattn.errors import BatchError
+from graphattn.nn.attention import GlobalLocalAttention
+from graphattn.nn.config import EtcConfig
+
+_ACTIVATIONS = {"gelu": lambda: nn.GELU(), "gelu_tanh": lambda: nn.GELU(approximate="tanh"), "relu": lambda: nn.ReLU()}
+
+
+class EtcLayer(nn.Module):
+    """Post-LN: x = LN(x + attn(x)); x = LN(x + FFN(x)), FFN = Linear -> act -> Linear.
+
+    Global and long states share every weight here (etcmodel's share_feed_forward_params)."""
+
+    def __init__(self, config: EtcConfig):
+        super().__init__()
+        self.attention = GlobalLocalAttention(config)
+        self.attention_norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+        self.intermediate = nn.Linear(config.hidden_size, config.intermediate_size)
+        self.activation = _ACTIVATIONS[config.hidden_act]()
+        self.output = nn.Linear(config.intermediate_size, config.hidden_size)
+        self.output_norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+        self.dropout = nn.Dropout(config.hidden_dropout_prob)
+
+    def _feed_forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.output_norm(x + self.dropout(self.output(self.activation(self.intermediate(x)))))
+
+    def forward(self, global_hidden: torch.Tensor, long_hidden: torch.Tensor, side: SideInputs) -> tuple[torch.Tensor, torch.Tensor]:
+        global_att, long_att = self.attention(global_hidden, long_hidden, side)
+        global_hidden = self.attention_norm(global_hidden + self.dropout(global_att))
+        long_hidden = self.attention_norm(long_hidden + self.dropout(long_att))
+        return self._feed_forward(global_hidden), self._feed_forward(long_hidden)
+
+
+class EtcEmbeddings(nn.Module):
+    """Token and type embeddings shared by both sequences (so word pieces can be put in the
+    global memory); optional absolute positions, separate tables for global and long as in
+    etcmodel; one LayerNorm per sequence."""
+
+    def __init__(self, config: EtcConfig):
+        super().__init__()
+        self.word_embeddings = nn.Embedding(config.vocab_size, config.hidden_size)
+        self.token_type_embeddings = nn.Embedding(config.type_vocab_size, config.hidden_size)
+        positions = config.max_absolute_position_embeddings
+        self.position_embeddings = nn.Embedding(positions, config.hidden_size) if positions else None
+        self.global_position_embeddings = nn.Embedding(positions, config.hidden_size) if positions else None
+        self.layer_norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+        self.global_layer_norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+        self.dropout = nn.Dropout(config.hidden_dropout_prob)
+
+    def _embed(self, token_ids, type_ids, positions: nn.Embedding | None, norm: nn.LayerNorm) -> torch.Tensor:
+        x = self.word_embeddings(token_ids) + self.token_type_embeddings(type_ids)
+        if positions is not None:
+            x = x + positions(torch.arange(token_ids.shape[1], device=token_ids.device))[None]
+        return self.dropout(norm(x))
+
+    def forward(self, batch: EtcBatch) -> tuple[torch.Tensor, torch.Tensor]:
+        global_x = self._embed(batch.global_token_ids.long(), batch.global_type_ids.long(), self.global_position_embeddings, self.global_layer_norm)
+        long_x = self._embed(batch.long_token_ids.long(), batch.long_type_ids.long(), self.position_embeddings, self.layer_norm)
+        return global_x, long_x
+
+
+class EtcEncoder(nn.Module):
+    """EtcBatch -> (global_hidden [B, G, D], long_hidden [B, L, D]).
+
+    Padded rows come out as whatever padding attended to (padding attends to padding, as in
+    the reference); use the batch's input masks to ignore them."""
+
+    def __init__(self, config: EtcConfig):
+        super().__init__()
+        self.config = config
+        self.embeddings = EtcEmbeddings(config)
+        self.layer = nn.ModuleList(EtcLayer(config) for _ in range(config.num_hidden_layers))
+        self.apply(self._init_weights)
+
+    def _init_weights(self, module: nn.Module) -> None:
+        """BERT's initialisation: N(0, initializer_range) weights, zero biases, unit LayerNorm."""
+        std = self.config.initializer_range
+        if isinstance(module, (nn.Linear, nn.Embedding)):
+            nn.init.normal_(module.weight, std=std)
+            if isinstance(module, nn.Linear) and module.bias is not None:
+                nn.init.zeros_(module.bias)
+        elif isinstance(module, nn.LayerNorm):
+            nn.init.ones_(module.weight)
+            nn.init.zeros_(module.bias)
+
+    @torch.compiler.disable  # reads tensor values; torch.compile runs around it
+    def check_batch(self, batch: EtcBatch) -> None:
+        """Errors a user can act on, before embedding lookups fail with an index error."""
+        cfg = self.config
+        if batch.vocab_size > cfg.relative_vocab_size:
+            raise BatchError(f"the batch uses {batch.vocab_size} relative labels but the model's relative_vocab_size is {cfg.relative_vocab_size}", path=("vocab_size",))
+        if batch.side.local_radius != cfg.local_radius:
+            raise BatchError(f"the batch was compiled with local radius {batch.side.local_radius} but the model's local_radius is {cfg.local_radius}", path=("side", "l2l_att_mask"))
+        for name, limit, field in (("long_token_ids", cfg.vocab_size, "vocab_size"), ("global_token_ids", cfg.vocab_size, "vocab_size"),
+                                   ("long_type_ids", cfg.type_vocab_size, "type_vocab_size"), ("global_type_ids", cfg.type_vocab_size, "type_vocab_size")):
+            ids = getattr(batch, name)
+            if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= limit):
+                raise BatchError(f"ids must lie in [0, {limit}) (the model's {field}); found {int(ids.min())}..{int(ids.max())}", path=(name,))
+        positions = cfg.max_absolute_position_embeddings
+        longest = max(batch.long_token_ids.shape[1], batch.global_token_ids.shape[1])
+        if positions and longest > positions:
+            raise BatchError(f"sequence length {longest} exceeds max_absolute_position_embeddings={positions}", path=("long_token_ids",))
+
+    def forward(self, batch: EtcBatch) -> tuple[torch.Tensor, torch.Tensor]:
+        self.check_batch(batch)
+        side = batch.side.to_torch()
+        global_hidden, long_hidden = self.embeddings(batch)
+        for layer in self.layer:
+            if self.config.gradient_checkpointing and self.training and torch.is_grad_enabled():
+                global_hidden, long_hidden = checkpoint(layer, global_hidden, long_hidden, side, use_reentrant=False)
+            else:
+                global_hidden, long_hidden = layer(global_hidden, long_hidden, side)
+        return global_hidden, long_hidden
