@@ -44,6 +44,11 @@ def test_records_need_both_facts_and_nothing_else(records):
     assert len(set(answer_slots)) == ablation.CANDIDATES  # the answer is not always in one slot
 
 
+def test_the_control_names_the_answer_in_the_query():
+    for record in ablation.generate_records(5, seed=4, control=True):
+        assert record["query"].split()[1:] == [record["answer"]]
+
+
 def test_fillers_add_sentences(records):
     with_fillers = ablation.generate_records(20, seed=1, filler_probability=1.0)
     assert all(any(f in s for f in ablation.FILLERS) for r in with_fillers for s in r["supports"])
@@ -84,22 +89,26 @@ def test_schemas_differ_in_the_ablated_structure_only(records, tok):
 
 def test_a_tiny_run_of_both_settings(capsys):
     settings = ablation.Settings(train=16, test=8, steps=2, batch=4, hidden=16, layers=1, radius=4, lr=1e-3, init_std=0.1,
-                                 fillers=0.3, candidates_exempt=False, data_seed=0)
+                                 fillers=0.3, candidates_exempt=False, data_seed=0, control_steps=1)
     results = [r for setting in ablation.SCHEMAS for r in ablation.run_setting(setting, [0, 1], settings)]
-    assert [(r["setting"], r["seed"]) for r in results] == [("structured", 0), ("structured", 1), ("flat", 0), ("flat", 1)]
+    assert [(r["task"], r["setting"], r["seed"]) for r in results] == [
+        ("two-fact", "structured", 0), ("two-fact", "structured", 1), ("control", "structured", 0), ("control", "structured", 1),
+        ("two-fact", "flat", 0), ("two-fact", "flat", 1), ("control", "flat", 0), ("control", "flat", 1)]
     assert all(0.0 <= r["accuracy"] <= 1.0 and np.isfinite(r["train_loss"]) for r in results)
     table = ablation.summarize(results)
-    assert table.splitlines()[0].startswith("| schema | seeds | held-out accuracy % (mean)")
-    assert len(table.splitlines()) == 4
+    assert table.splitlines()[0].startswith("| task | schema | seeds | held-out accuracy % (mean)")
+    assert len(table.splitlines()) == 6
     assert "spread" in ablation.verdict(results)
 
 
 def test_summary_and_verdict_by_hand():
-    rows = ([{"setting": "structured", "accuracy": a, "train_accuracy": 0.7} for a in (0.60, 0.64, 0.62)]
-            + [{"setting": "flat", "accuracy": a, "train_accuracy": 0.5} for a in (0.40, 0.44, 0.42)])
+    rows = ([{"task": "two-fact", "setting": "structured", "accuracy": a, "train_accuracy": 0.7} for a in (0.60, 0.64, 0.62)]
+            + [{"task": "two-fact", "setting": "flat", "accuracy": a, "train_accuracy": 0.5} for a in (0.40, 0.44, 0.42)]
+            + [{"task": "control", "setting": "flat", "accuracy": 1.0, "train_accuracy": 1.0}])
     table = ablation.summarize(rows).splitlines()
-    assert table[2] == "| structured | 3 | 62.0 | 2.0 | 60.0 - 64.0 | 60.0, 64.0, 62.0 | 70.0 |"
-    assert table[3] == "| flat | 3 | 42.0 | 2.0 | 40.0 - 44.0 | 40.0, 44.0, 42.0 | 50.0 |"
+    assert table[2] == "| two-fact | structured | 3 | 62.0 | 2.0 | 60.0 - 64.0 | 60.0, 64.0, 62.0 | 70.0 |"
+    assert table[3] == "| two-fact | flat | 3 | 42.0 | 2.0 | 40.0 - 44.0 | 40.0, 44.0, 42.0 | 50.0 |"
+    assert table[4] == "| control | flat | 1 | 100.0 | 0.0 | 100.0 - 100.0 | 100.0 | 100.0 |"
     assert ablation.verdict(rows).startswith("structured beats flat by 20.0 points")
     close = [dict(r, accuracy=r["accuracy"] + (0.19 if r["setting"] == "flat" else 0)) for r in rows]
     assert ablation.verdict(close).startswith("structured does NOT beat flat")
