@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
-sys.path.insert(0, str(EXAMPLES))
+if str(EXAMPLES) not in sys.path:
+    sys.path.append(str(EXAMPLES))  # appended: example module names must not shadow anything
 
 import structure_ablation as ablation  # noqa: E402
 
