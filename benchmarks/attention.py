@@ -4,7 +4,9 @@ For each long length L (G = L/16 globals, one per 16-token sentence, one documen
 (--hard-g2l for ETC's pre-training masks), r = 84, 12 heads, d = 64, batch 1, fp32, 32 labels
 with a^K and a label bias):
 
-    blocked      graphattn.kernels.global_local_attention(backend="blocked"), checks included
+    blocked      graphattn.kernels.global_local_attention(backend="blocked"), checks included;
+                 chunks run on torch.get_num_threads() worker threads (the default)
+    blocked-omp  the same kernel with workers=1: torch's intra-op (OpenMP) threads instead
     flex         torch FlexAttention, compiled; its BlockMask build is timed apart ("flex mask")
                  and added ("flex+mask"). CPU FlexAttention has no backward: fwd only.
     dense-sdpa   [G+L, G+L] label-bias + mask tensor, then scaled_dot_product_attention
@@ -48,7 +50,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from graphattn.compile.contract import SideInputs  # noqa: E402
 from graphattn.compile.side_inputs import side_inputs  # noqa: E402
-from graphattn.kernels import dense, flex, global_local_attention, triton_available  # noqa: E402
+from graphattn.kernels import blocked, dense, flex, global_local_attention, triton_available  # noqa: E402
 
 HEADS, DIM, RADIUS, MAX_DISTANCE, VOCAB, TOKENS_PER_GLOBAL = 12, 64, 84, 12, 32, 16
 DENSE_MAX_ELEMENTS = 12 * 4352 * 4352  # dense SDPA up to L = 4096 ([H, N, N] fp32 ~ 0.9 GB per copy)
@@ -96,6 +98,15 @@ def graphattn_method(backend: str):
                 (out[0].sum() + out[1].sum()).backward()
         return run, nonzero_pairs(inp.side) * HEADS * 4 * DIM
     return build
+
+
+def blocked_intra_op(inp: Inputs, backward: bool):
+    """The blocked backend on torch's intra-op threads instead of its own worker threads."""
+    def run():
+        out = blocked.attention(*inp.states, inp.side, inp.key_table, inp.bias_table, 1 / math.sqrt(DIM), workers=1)
+        if backward:
+            (out[0].sum() + out[1].sum()).backward()
+    return run, nonzero_pairs(inp.side) * HEADS * 4 * DIM
 
 
 def flex_kernel(inp: Inputs, backward: bool):
@@ -161,6 +172,7 @@ def longformer(inp: Inputs, backward: bool):
 
 METHODS: dict[str, Callable] = {
     "blocked": graphattn_method("blocked"),
+    "blocked-omp": blocked_intra_op,
     "flex": flex_kernel,
     "flex mask": flex_mask,
     "flex+mask": flex_total,

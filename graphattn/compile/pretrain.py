@@ -137,7 +137,10 @@ def word_index(starts: np.ndarray, maskable: np.ndarray) -> np.ndarray:
 
 def word_spans(words: np.ndarray) -> list[np.ndarray]:
     """Token positions of each word (for tests and inspection)."""
-    return [np.flatnonzero(words == w) for w in range(int(words.max(initial=-1)) + 1)]
+    order = np.argsort(words, kind="stable")
+    order = order[words[order] >= 0]
+    cuts = np.flatnonzero(np.diff(words[order])) + 1
+    return np.split(order, cuts) if order.size else []
 
 
 # -- MLM ------------------------------------------------------------------------------------------
