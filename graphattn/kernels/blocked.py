@@ -197,7 +197,11 @@ def _backward(lay: Layout, outputs, grad_global, grad_long, workers: int):
 
     tasks = [partial(long_task, *c) for c in long_chunks(geo)] + [partial(global_task, *c) for c in global_chunks(geo)]
     accs = run_tasks(tasks, lambda: _KeyGrads(lay), workers)
-    total = lambda name: sum(getattr(acc, name) for acc in accs[1:]) + getattr(accs[0], name)  # noqa: E731
+
+    def total(name: str) -> torch.Tensor:
+        """One gradient summed over the workers' private accumulators."""
+        return sum((getattr(acc, name) for acc in accs[1:]), getattr(accs[0], name))
+
     d_gk, d_gv = total("d_gk"), total("d_gv")
     d_lk, d_lv = (total(name)[:, w : w + geo.num_long] for name in ("d_lk", "d_lv"))
     scale = geo.scale  # score = T + scale * q.k: the q.k part carries `scale`, the table part not

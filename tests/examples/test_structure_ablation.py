@@ -107,9 +107,11 @@ def test_summary_and_verdict_by_hand():
             + [{"task": "two-fact", "setting": "flat", "accuracy": a, "train_accuracy": 0.5} for a in (0.40, 0.44, 0.42)]
             + [{"task": "control", "setting": "flat", "accuracy": 1.0, "train_accuracy": 1.0}])
     table = ablation.summarize(rows).splitlines()
-    assert table[2] == "| two-fact | structured | 3 | 62.0 | 2.0 | 60.0 - 64.0 | 60.0, 64.0, 62.0 | 70.0 |"
-    assert table[3] == "| two-fact | flat | 3 | 42.0 | 2.0 | 40.0 - 44.0 | 40.0, 44.0, 42.0 | 50.0 |"
-    assert table[4] == "| control | flat | 1 | 100.0 | 0.0 | 100.0 - 100.0 | 100.0 | 100.0 |"
+    rows[0]["plateau_exit_step"] = 1200
+    assert table[2] == "| two-fact | structured | 3 | 62.0 | 2.0 | 60.0 - 64.0 | 60.0, 64.0, 62.0 | 70.0 | -, -, - |"
+    assert ablation.summarize(rows).splitlines()[2].endswith("| 1200, -, - |")
+    assert table[3] == "| two-fact | flat | 3 | 42.0 | 2.0 | 40.0 - 44.0 | 40.0, 44.0, 42.0 | 50.0 | -, -, - |"
+    assert table[4] == "| control | flat | 1 | 100.0 | 0.0 | 100.0 - 100.0 | 100.0 | 100.0 | - |"
     assert ablation.verdict(rows).startswith("structured beats flat by 20.0 points")
     close = [dict(r, accuracy=r["accuracy"] + (0.19 if r["setting"] == "flat" else 0)) for r in rows]
     assert ablation.verdict(close).startswith("structured does NOT beat flat")
