@@ -15,12 +15,16 @@ to ours before timing. Numbers on a shared machine are noisy: read the ratios.
 from __future__ import annotations
 
 import argparse
+import sys
 import timeit
+from pathlib import Path
 
 import numpy as np
 import torch
 
-from graphattn.compile.side_inputs import example_ids_from_breakpoints, relative_position_ids, side_inputs
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
+
+from graphattn.compile.side_inputs import example_ids_from_breakpoints, relative_position_ids, side_inputs  # noqa: E402
 
 
 def make_document(long_length: int, global_length: int, sentences: int) -> tuple[np.ndarray, ...]:

@@ -15,6 +15,7 @@ Numbers on a shared machine are noisy: read the ratios.
 from __future__ import annotations
 
 import argparse
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -23,14 +24,16 @@ import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from graphattn.compile import compile
-from graphattn.ingest.text import text_to_graph
-from graphattn.viz.blocks import block_summary
-from graphattn.viz.html import write_viewer
-from graphattn.viz.palette import BACKGROUND, label_colors
-from graphattn.viz.pattern import AxisRange, Pattern
-from graphattn.viz.picture import render
-from graphattn.viz.terminal import terminal_view
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
+
+from graphattn.compile import compile  # noqa: E402
+from graphattn.ingest.text import text_to_graph  # noqa: E402
+from graphattn.viz.blocks import block_summary  # noqa: E402
+from graphattn.viz.html import write_viewer  # noqa: E402
+from graphattn.viz.palette import BACKGROUND, label_colors  # noqa: E402
+from graphattn.viz.pattern import AxisRange, Pattern  # noqa: E402
+from graphattn.viz.picture import render  # noqa: E402
+from graphattn.viz.terminal import terminal_view  # noqa: E402
 
 WORDS = "alpha bravo charlie delta echo foxtrot golf hotel india juliet kilo lima mike november oscar papa".split()
 
