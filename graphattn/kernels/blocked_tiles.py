@@ -49,7 +49,10 @@ class Geometry:
         return self.num_blocks * self.block
 
 
-def geometry(batch, heads, num_global, num_long, radius, vocab, scale, block_size, tile_elements) -> Geometry:
+def geometry(batch: int, heads: int, num_global: int, num_long: int, radius: int, vocab: int, scale: float,
+             block_size: int | None, tile_elements: int) -> Geometry:
+    """Block size and chunk sizes for one call: a chunk's score tiles (all heads) hold at most
+    `tile_elements` values, whatever L is, so memory stays linear in L."""
     # Keys farther than L-1 away never exist, so a huge radius (BERT-style r >= L) costs nothing.
     radius = min(radius, max(num_long - 1, 0))
     block = max(block_size or default_block_size(radius), radius, 1)
@@ -177,6 +180,8 @@ def _gather_into(out: torch.Tensor, table: torch.Tensor, index: torch.Tensor) ->
 
 
 class Scratches:
+    """One worker's scratch buffers, one per kind of tile (reused by all its chunks)."""
+
     def __init__(self, like: torch.Tensor):
         names = ("local", "glob", "g2g", "g2l", "keys", "values", "d_local", "d_glob", "d_g2g", "d_g2l", "d_windows")
         for name in names:
