@@ -36,7 +36,7 @@ them; --candidates-exempt restores that). The answer needs three stages found to
 -> its person through l2l, mention -> the query's people, candidate -> its mentions through the
 link or, flat, through content matches), and a from-scratch encoder finds them only after a long
 plateau at loss ln 4: at width 32 the structured encoder left it after ~10k steps, at width 64
-after 3.9k-8.3k (three seeds, 16k steps); the flat one had not left it after 16k. The table reports the step
+after 3.9k-8.3k (three seeds, 16k steps); the flat one had not left it after 16k (nor, two seeds, after 40k). The table reports the step
 at which each run's training loss first fell below 1.0. ETC's encoders start from lifted,
 pre-trained weights and need no such plateau.
 
