@@ -14,3 +14,13 @@ import torch  # noqa: E402
 def _seed() -> None:
     np.random.seed(0)
     torch.manual_seed(0)
+
+
+@pytest.fixture(scope="module")
+def one_torch_thread():
+    """Tiny models: one intra-op thread is faster than two fighting over a shared, loaded machine.
+    Modules opt in with ``pytestmark = pytest.mark.usefixtures("one_torch_thread")``."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)

@@ -37,6 +37,7 @@ from graphattn.compile.pretrain import (
 from graphattn.errors import CompileError
 from graphattn.graph import DocGraph
 from graphattn.tokenize import load_tokenizer
+from scripted_rng import ScriptedRng
 
 TOKENIZER = Path(__file__).resolve().parents[2] / "examples" / "data" / "tokenizer.json"
 
@@ -159,21 +160,6 @@ def test_masking_config_rejects_fractions_over_one():
         MaskingConfig(mlm_probability=1.5)
 
 
-class ScriptedRng:
-    """A generator whose draws a test writes down: `choice` takes the next scripted pick,
-    `random` the next scripted uniforms; so the whole mask is known by hand."""
-
-    def __init__(self, picks: list, uniforms: list):
-        self.picks, self.uniforms = list(picks), list(uniforms)
-
-    def choice(self, population, size=None, replace=True):
-        return np.asarray(self.picks.pop(0))
-
-    def random(self, size=None):
-        if size is None:
-            return self.uniforms.pop(0)
-        out, self.uniforms = np.asarray(self.uniforms[:size]), self.uniforms[size:]
-        return out
 
 
 def test_mask_instance_by_hand(tok, info):

@@ -21,12 +21,7 @@ from graphattn.nn.heads import CandidateScoringHead, KeyphraseHead, SpanExtracti
 from graphattn.train import InstanceLoader, TaskModel, TrainConfig, Trainer, collate_examples  # noqa: E402
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 # -- by hand -------------------------------------------------------------------------------------

@@ -21,12 +21,7 @@ SIZES = dict(vocab_size=99, hidden_size=32, num_hidden_layers=2, num_attention_h
 RADIUS = 24  # >= every length used below: the local window covers the whole input
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def save_hf(kind: str, directory, head: bool = False, safe: bool = True):

@@ -32,13 +32,7 @@ STEPS = 3
 SCENARIOS = {"plain": dict(batch_size=2, accumulation=1), "accumulate": dict(batch_size=1, accumulation=2)}
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """Tiny models: one intra-op thread is faster than two fighting over a shared, loaded machine."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def make_model() -> TaskModel:

@@ -25,13 +25,7 @@ from graphattn.train import (  # noqa: E402
 )
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """Tiny models: one intra-op thread is faster than two fighting over a shared, loaded machine."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def wikihop_model(seed: int = 0, dropout: float = 0.0) -> TaskModel:

@@ -27,6 +27,7 @@ from graphattn.graph import DocGraph
 from graphattn.nn import EtcConfig, EtcEncoder
 from graphattn.tokenize import load_tokenizer
 from graphattn.train.pretrain import PretrainingConfig, PretrainingModel, info_nce_loss, mlm_loss
+from scripted_rng import ScriptedRng
 
 TOKENIZER = Path(__file__).resolve().parents[2] / "examples" / "data" / "tokenizer.json"
 SCHEMA = {
@@ -65,20 +66,6 @@ def tiny_encoder(vocab_size: int, hidden: int = 32, seed: int = 0) -> EtcEncoder
                                 relative_vocab_size=16, hidden_dropout_prob=0.0, attention_backend="blocked"))
 
 
-class ScriptedRng:
-    """Draws written down by the test: `choice` returns the next pick, `random` the next uniforms."""
-
-    def __init__(self, picks: list, uniforms: list):
-        self.picks, self.uniforms = list(picks), list(uniforms)
-
-    def choice(self, population, size=None, replace=True):
-        return np.asarray(self.picks.pop(0))
-
-    def random(self, size=None):
-        if size is None:
-            return self.uniforms.pop(0)
-        out, self.uniforms = np.asarray(self.uniforms[:size]), self.uniforms[size:]
-        return out
 
 
 # -- losses by hand ----------------------------------------------------------------------------
