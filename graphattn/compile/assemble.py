@@ -356,14 +356,14 @@ def _unique_last(a: np.ndarray, b: np.ndarray, label: np.ndarray, width: int):
 def _features(doc: _Doc, schema: Schema) -> dict[str, np.ndarray]:
     """`global:<name>` [Gd] from each global's node, `long:<name>` [Ld] from the innermost holder."""
     lay = doc.lay
-    nodes = list(lay.graph.nodes.values())
     out = {}
     for feat in schema.features:
         dtype = np.float32 if feat.dtype == "float32" else np.int32
-        holders = np.array([i for i, n in enumerate(nodes) if feat.attr in n.attrs], dtype=np.int64)
+        present, column = lay.graph.attr_column(feat.attr)
+        holders = np.flatnonzero(present)
         values = np.full(lay.n_nodes + 1, feat.default, dtype=np.float64)
         if holders.size:
-            values[holders] = [float(nodes[i].attrs[feat.attr]) for i in holders]
+            values[holders] = column[holders].astype(np.float64)
         out[f"global:{feat.name}"] = np.where(doc.g_node >= 0, values[doc.g_node], feat.default).astype(dtype)
         live = holders[doc.alive[holders]] if holders.size else holders
         inner = doc.innermost_of(live)

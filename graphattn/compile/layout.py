@@ -5,7 +5,7 @@ containment forest, document order, which nodes become globals, which tokens are
 Later passes choose which tokens to keep and assemble instances from it.
 
 Checks made here, each naming the node and the files involved: undeclared node types and
-relations, dangling edges, spans past the text, crossing spans of one type, a node with two
+relations, spans past the text (the graph checks them when set; read here as they are), crossing spans of one type, a node with two
 parents or a cycle in a hierarchy relation, a child span outside its parent's, an empty
 document.
 """
@@ -84,39 +84,44 @@ def schema_ref(schema: Schema) -> str:
 
 
 def _read_nodes(graph: DocGraph, schema: Schema, text_len: int):
+    """The graph's node columns as the schema's arrays: type index per node, spans, ids."""
     type_names = tuple(schema.node_types)
     type_index = {name: i for i, name in enumerate(type_names)}
-    nodes = list(graph.nodes.values())
-    node_type = np.array([type_index.get(n.type, -1) for n in nodes], dtype=np.int64)
+    codes, graph_types = graph.type_codes()
+    to_schema = np.array([type_index.get(name, -1) for name in graph_types] + [-1], dtype=np.int64)
+    node_type = to_schema[codes]
+    node_ids = graph.node_ids
     if (node_type < 0).any():
-        node = nodes[int(np.argmax(node_type < 0))]
+        i = int(np.argmax(node_type < 0))
         declared = ", ".join(type_names) or "none"
-        _fail(graph, f"node type {node.type!r} is not declared in {schema_ref(schema)}; declared: {declared}", node.id)
-    has_span = np.array([n.span is not None for n in nodes], dtype=bool)
-    spans = np.array([n.span if n.span is not None else (-1, -1) for n in nodes], dtype=np.int64).reshape(-1, 2)
-    bad = has_span & ((spans[:, 0] > spans[:, 1]) | (spans[:, 1] > text_len) | (spans[:, 0] < 0))
+        _fail(graph, f"node type {graph_types[codes[i]]!r} is not declared in {schema_ref(schema)}; declared: {declared}", node_ids[i])
+    spans = graph.span_array()
+    has_span = spans[:, 0] >= 0
+    # The graph checks spans when they are set; checked again here on exactly what is read.
+    bad = has_span & ((spans[:, 0] > spans[:, 1]) | (spans[:, 1] > text_len))
     if bad.any():
         i = int(np.argmax(bad))
         message = f"span [{spans[i, 0]}, {spans[i, 1]}) lies outside the document text of {text_len} characters"
-        _fail(graph, message, nodes[i].id, GraphError)
-    return [n.id for n in nodes], node_type, spans, has_span, type_names
+        _fail(graph, message, node_ids[i], GraphError)
+    return node_ids, node_type, spans, has_span, type_names
 
 
-def _read_edges(graph: DocGraph, schema: Schema, index: dict[str, int]) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-    grouped: dict[str, tuple[list[int], list[int]]] = {name: ([], []) for name in schema.relations}
-    for edge in graph.edges:
-        if edge.relation not in grouped:
-            declared = ", ".join(schema.relations) or "none"
-            where = f"edge {edge.src!r} -[{edge.relation}]-> {edge.dst!r}"
-            _fail(graph, f"{where}: relation {edge.relation!r} is not declared in {schema_ref(schema)}; declared: {declared}", edge.src)
-        for end, role in ((edge.src, "source"), (edge.dst, "target")):
-            if end not in index:
-                where = f"edge {edge.src!r} -[{edge.relation}]-> {edge.dst!r}"
-                _fail(graph, f"{where}: {role} node {end!r} does not exist (dangling edge)", end, GraphError)
-        src, dst = grouped[edge.relation]
-        src.append(index[edge.src])
-        dst.append(index[edge.dst])
-    return {name: (np.asarray(s, dtype=np.int64), np.asarray(d, dtype=np.int64)) for name, (s, d) in grouped.items()}
+def _read_edges(graph: DocGraph, schema: Schema, node_ids: list[str]) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """Edges grouped by relation as (source, target) node rows; every relation must be declared."""
+    src, dst, codes, relations = graph.edge_arrays()
+    undeclared = np.isin(codes, [code for code, name in enumerate(relations) if name not in schema.relations])
+    if undeclared.any():
+        e = int(np.argmax(undeclared))
+        declared = ", ".join(schema.relations) or "none"
+        name = relations[codes[e]]
+        where = f"edge {node_ids[src[e]]!r} -[{name}]-> {node_ids[dst[e]]!r}"
+        _fail(graph, f"{where}: relation {name!r} is not declared in {schema_ref(schema)}; declared: {declared}", node_ids[src[e]])
+    code_of = {name: code for code, name in enumerate(relations)}
+    out = {}
+    for name in schema.relations:
+        mine = codes == code_of.get(name, -1)
+        out[name] = (src[mine], dst[mine])
+    return out
 
 
 def _hierarchy(graph, schema, node_ids, edges) -> tuple[np.ndarray, np.ndarray]:
@@ -226,12 +231,34 @@ def _check_crossing(graph, schema, node_ids, node_type, spans, own_span, type_na
 def _selected(graph: DocGraph, schema: Schema, node_type: np.ndarray, type_names) -> np.ndarray:
     is_global = np.array([schema.node_types[t].is_global for t in type_names] + [False], dtype=bool)
     selected = is_global[node_type] if node_type.size else np.zeros(0, bool)
-    filtered = [i for i, t in enumerate(type_names) if schema.node_types[t].where]
-    if filtered:
-        nodes = list(graph.nodes.values())
-        for i in np.flatnonzero(np.isin(node_type, filtered)):
-            selected[i] = schema.node_types[type_names[node_type[i]]].selects(nodes[i].attrs)
+    for t, name in enumerate(type_names):
+        where = schema.node_types[name].where
+        rows = np.flatnonzero(node_type == t) if where else ()
+        if not len(rows):
+            continue
+        for key, allowed in where.items():  # `selects`: attrs.get(key) in allowed, column by column
+            present, values = graph.attr_column(key)
+            selected[rows] &= _in_allowed(present[rows], values[rows], allowed)
     return selected
+
+
+def _in_allowed(present: np.ndarray, values: np.ndarray, allowed: tuple) -> np.ndarray:
+    """bool per row: its value (None when absent) is in `allowed`, with Python's `in`.
+
+    Typed columns (what bulk builders give) are matched per distinct value; object columns
+    per row, still without a node object.
+    """
+    out = np.full(present.shape, None in allowed, dtype=bool)
+    rows = np.flatnonzero(present)
+    if rows.size == 0:
+        return out
+    if values.dtype != object:
+        distinct, inverse = np.unique(values[rows], return_inverse=True)
+        hit = np.array([v in allowed for v in distinct.tolist()], dtype=bool)
+        out[rows] = hit[inverse.reshape(-1)]
+    else:
+        out[rows] = np.fromiter((v in allowed for v in values[rows].tolist()), dtype=bool, count=rows.size)
+    return out
 
 
 def build_layout(graph: DocGraph, schema: Schema, tokenizer: Tokenizer) -> DocLayout:
@@ -241,8 +268,7 @@ def build_layout(graph: DocGraph, schema: Schema, tokenizer: Tokenizer) -> DocLa
     if not graph.text.strip():
         _fail(graph, f"empty document {graph.doc_id!r}: the text has no characters to encode", graph.doc_id)
     node_ids, node_type, spans, own_span, type_names = _read_nodes(graph, schema, len(graph.text))
-    index = {node_id: i for i, node_id in enumerate(node_ids)}
-    edges = _read_edges(graph, schema, index)
+    edges = _read_edges(graph, schema, node_ids)
     parent, depth = _hierarchy(graph, schema, node_ids, edges)
     _check_crossing(graph, schema, node_ids, node_type, spans, own_span, type_names)
     spans = _effective_spans(graph, node_ids, spans, own_span, parent, depth)
