@@ -268,7 +268,8 @@ class DocGraph:
     ) -> int:
         """Add many nodes at once; returns the row of the first. The bulk path of builders.
 
-        `types` is one type for all or one per node; `spans` an int array [n, 2] (-1, -1: no
+        `types` is one type for all, one per node, or ``(names, codes)`` with an int array of
+        indices into `names`; `spans` an int array [n, 2] (-1, -1: no
         span); each attr a list or array of n values, or ``(values, present)`` with a bool mask
         for an attr only some of the nodes have. Arrays are kept as given (not copied). With
         ``validate=False`` ids, types and spans are not checked: for builders whose output holds
@@ -279,6 +280,11 @@ class DocGraph:
         ids = [str(i) for i in ids] if validate else list(ids)
         if isinstance(types, str):
             codes = np.full(n, self._type_code(ids[0] if n else None, types), dtype=np.int64)
+        elif isinstance(types, tuple) and len(types) == 2 and isinstance(types[1], np.ndarray):
+            names, local = types
+            if local.shape != (n,) or (n and not 0 <= local.min() <= local.max() < len(names)):
+                raise GraphError(f"type codes must be [{n}] indices into {len(names)} names", file=self.source)
+            codes = np.array([self._type_code(None, name) for name in names] + [0], dtype=np.int64)[local]
         else:
             if len(types) != n:
                 raise GraphError(f"{len(types)} types for {n} nodes", file=self.source)

@@ -3,15 +3,17 @@
 A column holds one attr name's values for a run of rows ``[start, start + len)``; rows outside
 it, or marked absent, do not have the attr. Values are a Python list (what per-node building
 appends to, absent rows hold `MISSING`) or a numpy array with an optional presence mask (what
-bulk builders such as the HTML reader hand over, never copied into Python objects). Reading one
-row gives a plain Python value either way; `dense` gives the whole column as arrays, which is
-how the compiler reads attrs (no object per node).
+bulk builders such as the HTML reader hand over, never copied into Python objects), or a
+`Deferred` that computes such an array the first time the column is read (the HTML reader's
+xpaths: built only for whoever reads them). Reading one row gives a plain Python value either
+way; `dense` gives the whole column as arrays, which is how the compiler reads attrs (no object
+per node).
 """
 
 from __future__ import annotations
 
 from collections.abc import MutableMapping
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import numpy as np
 
@@ -19,15 +21,40 @@ MISSING: Any = type("Missing", (), {"__repr__": lambda self: "MISSING", "__reduc
 """The value of a row that does not have the attr (a singleton that survives pickling)."""
 
 
+class Deferred:
+    """Column values computed on first read: ``fn(*args)`` must return a numpy array."""
+
+    __slots__ = ("fn", "args")
+
+    def __init__(self, fn: Callable[..., np.ndarray], *args: Any):
+        self.fn, self.args = fn, args
+
+    def __len__(self) -> int:
+        return len(self._array())
+
+    def _array(self) -> np.ndarray:
+        return self.fn(*self.args)
+
+
 class Column:
     """One attr over rows: list or numpy values from row `start`, plus a presence mask for arrays."""
 
-    __slots__ = ("start", "values", "present")
+    __slots__ = ("start", "_values", "present")
 
-    def __init__(self, start: int = 0, values: list | np.ndarray | None = None, present: np.ndarray | None = None):
+    def __init__(self, start: int = 0, values: list | np.ndarray | Deferred | None = None, present: np.ndarray | None = None):
         self.start = start
-        self.values: list | np.ndarray = [] if values is None else values
+        self._values: list | np.ndarray | Deferred = [] if values is None else values
         self.present = present  # bool array like `values` (arrays only); None: every row present
+
+    @property
+    def values(self) -> list | np.ndarray:
+        if isinstance(self._values, Deferred):
+            self._values = self._values._array()
+        return self._values
+
+    @values.setter
+    def values(self, values: list | np.ndarray) -> None:
+        self._values = values
 
     def get(self, row: int) -> Any:
         i = row - self.start
@@ -59,8 +86,13 @@ class Column:
         if self.get(row) is not MISSING:
             self.set(row, MISSING)
 
-    def extend(self, start: int, values: list | np.ndarray, present: np.ndarray | None) -> None:
+    def extend(self, start: int, values: list | np.ndarray | Deferred, present: np.ndarray | None) -> None:
         """Rows ``[start, start + len(values))`` get `values` (where `present`, if given)."""
+        if isinstance(values, Deferred) and not len(self.values):
+            self.start, self.values, self.present = start, values, present  # type: ignore[assignment]
+            return
+        if isinstance(values, Deferred):
+            values = values._array()
         if not len(self.values) and isinstance(values, np.ndarray):
             self.start, self.values, self.present = start, values, present
             return
@@ -159,10 +191,11 @@ def set_attrs(columns: dict[str, Column], row: int, attrs: dict[str, Any]) -> No
 
 
 def add_columns(columns: dict[str, Column], start: int, n: int, attrs: dict[str, Any], what: str) -> None:
-    """Bulk attrs for rows ``[start, start + n)``: each value an array/list of n, or (values, present)."""
+    """Bulk attrs for rows ``[start, start + n)``: each value an array/list of n (or a `Deferred`
+    one), or (values, present)."""
     for key, given in attrs.items():
         values, present = given if isinstance(given, tuple) else (given, None)
-        if len(values) != n or (present is not None and len(present) != n):
+        if (not isinstance(values, Deferred) and len(values) != n) or (present is not None and len(present) != n):
             raise ValueError(f"attr column {key!r} has {len(values)} values for {n} {what}")
         if present is not None:
             present = np.asarray(present, dtype=bool)
