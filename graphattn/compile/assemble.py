@@ -380,7 +380,7 @@ def assemble(
     report = TruncationReport()
     for sel in selections:
         report.messages.extend(sel.messages)
-    before = [doc_sizes(lay, schema, lay.is_long) for lay in layouts]
+    before = [doc_sizes(lay, schema, lay.is_long, whole=True) for lay in layouts]
     report.long_tokens_before = sum(b[0] for b in before)
     report.globals_before = sum(b[1] for b in before)
 

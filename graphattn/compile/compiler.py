@@ -166,7 +166,7 @@ def pack_groups(
     for index, graph in enumerate(graphs):
         try:
             layout = build_layout(graph, schema, tokenizer)
-            long_len, n_globals = doc_sizes(layout, schema, layout.is_long)
+            long_len, n_globals = doc_sizes(layout, schema, layout.is_long, whole=True)
         except Exception as err:  # noqa: BLE001 - reported per document when asked to
             if on_error is None:
                 raise

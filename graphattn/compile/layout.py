@@ -16,11 +16,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from graphattn.compile.encode import TextPlan, encode_documents, long_token_bound
 from graphattn.compile.ranges import coverage
 from graphattn.errors import CompileError, GraphError
 from graphattn.graph import DocGraph
 from graphattn.schema import Schema
-from graphattn.tokenize import Tokenizer, spans_to_token_ranges
+from graphattn.tokenize import Encoding, Tokenizer, spans_to_token_ranges
 
 
 @dataclass
@@ -41,8 +42,15 @@ class DocLayout:
     rank: np.ndarray  # [N] int64 document order (spanned nodes in pre-order, then the rest)
     selected: np.ndarray  # [N] bool: becomes a global (global type and `where` matches)
     is_long: np.ndarray  # [T] bool: token is long text
-    in_long: np.ndarray  # [N] bool: node covers at least one long token
+    in_long: np.ndarray  # [N] bool: node covers at least one long token (or long text past the cut)
     edges: dict[str, tuple[np.ndarray, np.ndarray]]  # relation -> (src, dst) node indices
+    tokenized_chars: int = -1  # the text was tokenized up to here (its length: all of it)
+    long_past_cut: np.ndarray | None = None  # [N] bool: long text past `tokenized_chars` (see encode)
+
+    @property
+    def cut_short(self) -> bool:
+        """Tokenizing stopped before the end of the text (nothing past it can be kept)."""
+        return 0 <= self.tokenized_chars < len(self.graph.text)
 
     @property
     def n_tokens(self) -> int:
@@ -261,8 +269,38 @@ def _in_allowed(present: np.ndarray, values: np.ndarray, allowed: tuple) -> np.n
     return out
 
 
-def build_layout(graph: DocGraph, schema: Schema, tokenizer: Tokenizer) -> DocLayout:
-    """Check `graph` against `schema`, tokenize its text and map every node to tokens."""
+@dataclass
+class CheckedGraph:
+    """A graph checked against the schema, in the schema's terms: everything layout needs but tokens."""
+
+    graph: DocGraph
+    node_ids: list[str]
+    node_type: np.ndarray
+    type_names: tuple[str, ...]
+    spans: np.ndarray  # effective spans (see DocLayout)
+    parent: np.ndarray
+    depth: np.ndarray
+    rank: np.ndarray
+    selected: np.ndarray
+    edges: dict[str, tuple[np.ndarray, np.ndarray]]
+    long_types: list[int]
+
+    @property
+    def has_span(self) -> np.ndarray:
+        return self.spans[:, 0] >= 0
+
+    def text_plan(self, schema: Schema) -> TextPlan:
+        """What to tokenize: the whole text, or under `tail` enough of it for what can be kept."""
+        long_spans = None
+        if self.long_types:
+            long_spans = self.spans[np.isin(self.node_type, self.long_types) & self.has_span]
+        per_token = [i for i, t in enumerate(self.type_names) if schema.node_types[t].global_mode == "per_token"]
+        whole = self.spans[self.selected & np.isin(self.node_type, per_token) & self.has_span]
+        return TextPlan(self.graph.text, long_token_bound(schema), long_spans, whole)
+
+
+def check_graph(graph: DocGraph, schema: Schema) -> CheckedGraph:
+    """Check `graph` against `schema` (every check of this module but the token-level ones)."""
     if not isinstance(graph, DocGraph):
         raise CompileError(f"compile takes DocGraph objects, got {type(graph).__name__}")
     if not graph.text.strip():
@@ -273,51 +311,113 @@ def build_layout(graph: DocGraph, schema: Schema, tokenizer: Tokenizer) -> DocLa
     _check_crossing(graph, schema, node_ids, node_type, spans, own_span, type_names)
     spans = _effective_spans(graph, node_ids, spans, own_span, parent, depth)
     has_span = spans[:, 0] >= 0
-
-    encoding = tokenizer.encode(graph.text)
-    offsets = encoding.offsets
-    ranges = np.zeros((len(node_ids), 2), dtype=np.int64)
-    if has_span.any():
-        ranges[has_span] = spans_to_token_ranges(offsets, spans[has_span])
-
     n = len(node_ids)
     spanned = np.flatnonzero(has_span)
     order = spanned[np.lexsort((spanned, depth[spanned], -spans[spanned, 1], spans[spanned, 0]))]
     rank = np.empty(n, dtype=np.int64)
     rank[order] = np.arange(order.size)
     rank[~has_span] = order.size + np.arange(n - order.size)
-
-    T = int(encoding.ids.shape[0])
     long_types = [i for i, t in enumerate(type_names) if schema.node_types[t].long]
+    return CheckedGraph(graph, node_ids, node_type, type_names, spans, parent, depth, rank,
+                        _selected(graph, schema, node_type, type_names), edges, long_types)
+
+
+def layout_from(checked: CheckedGraph, encoding: Encoding, tokenized_chars: int, schema: Schema) -> DocLayout:
+    """Map every node of a checked graph to the tokens of its text (or of the prefix tokenized)."""
+    graph, spans, has_span, node_type = checked.graph, checked.spans, checked.has_span, checked.node_type
+    offsets = encoding.offsets
+    ranges = np.zeros((len(checked.node_ids), 2), dtype=np.int64)
+    if has_span.any():
+        ranges[has_span] = spans_to_token_ranges(offsets, spans[has_span])
+    T = int(encoding.ids.shape[0])
+    long_types, type_names = checked.long_types, checked.type_names
+    is_long_node = np.isin(node_type, long_types) if long_types else None
     if long_types:
-        is_long_node = np.isin(node_type, long_types)
         is_long = coverage(T, ranges[is_long_node, 0], ranges[is_long_node, 1])
     else:
         is_long = np.ones(T, dtype=bool)
-    if not is_long.any():
+    long_past_cut = _long_text_past(checked, tokenized_chars, is_long_node)
+    if not is_long.any() and not long_past_cut.any():
         what = f"inside nodes of the long types ({', '.join(type_names[i] for i in long_types)})" if long_types else "in the text"
         _fail(graph, f"empty document {graph.doc_id!r}: no tokens {what}", graph.doc_id)
     cum = np.concatenate([[0], np.cumsum(is_long)])
-    in_long = cum[ranges[:, 1]] > cum[ranges[:, 0]]
+    in_long = (cum[ranges[:, 1]] > cum[ranges[:, 0]]) | long_past_cut
 
     layout = DocLayout(
         graph=graph,
         token_ids=np.asarray(encoding.ids, dtype=np.int32),
         offsets=np.asarray(offsets, dtype=np.int32).reshape(-1, 2),
-        node_ids=node_ids,
+        node_ids=checked.node_ids,
         node_type=node_type,
         type_names=type_names,
         spans=spans,
         has_span=has_span,
         ranges=ranges,
-        parent=parent,
-        depth=depth,
-        rank=rank,
-        selected=_selected(graph, schema, node_type, type_names),
+        parent=checked.parent,
+        depth=checked.depth,
+        rank=checked.rank,
+        selected=checked.selected,
         is_long=is_long,
         in_long=in_long,
-        edges=edges,
+        edges=checked.edges,
+        tokenized_chars=tokenized_chars,
+        long_past_cut=long_past_cut,
     )
     for attr in ("long", "segment", "sep_after", "ignore_hard_g2l", "ignore_hard_l2g", "is_global"):
         layout._type_table[attr] = np.array([bool(getattr(schema.node_types[t], attr)) for t in type_names] + [False])
     return layout
+
+
+def _long_text_past(checked: CheckedGraph, stop: int, is_long_node: np.ndarray | None) -> np.ndarray:
+    """bool [N]: the node's span has, past character `stop` (where tokenizing stopped), a
+    non-space character inside a long node: it would hold long tokens if all were tokenized."""
+    text, spans = checked.graph.text, checked.spans
+    reach = checked.has_span & (spans[:, 1] > stop)
+    out = np.zeros(len(checked.node_ids), dtype=bool)
+    if stop >= len(text) or not reach.any():
+        return out
+    points = np.frombuffer(text[stop:].encode("utf-32-le"), dtype="<u4")
+    text_here = ~np.isin(points, _WHITESPACE_POINTS, kind="table")
+    if is_long_node is not None:
+        long = np.flatnonzero(is_long_node & reach)
+        text_here &= coverage(points.size, np.maximum(spans[long, 0], stop) - stop, spans[long, 1] - stop)
+    cum = np.concatenate([[0], np.cumsum(text_here)])
+    rows = np.flatnonzero(reach)
+    out[rows] = cum[spans[rows, 1] - stop] > cum[np.maximum(spans[rows, 0], stop) - stop]
+    return out
+
+
+_WHITESPACE_POINTS = np.array([c for c in range(0x3001) if chr(c).isspace()], dtype=np.uint32)  # str.isspace
+
+
+def build_layout(graph: DocGraph, schema: Schema, tokenizer: Tokenizer) -> DocLayout:
+    """Check `graph` against `schema`, tokenize its text (as far as the schema can keep) and map
+    every node to tokens."""
+    checked = check_graph(graph, schema)
+    (encoding, stop), = encode_documents([checked.text_plan(schema)], tokenizer)
+    if isinstance(encoding, Exception):
+        raise encoding
+    return layout_from(checked, encoding, stop, schema)
+
+
+def build_layouts(graphs: list[DocGraph], schema: Schema, tokenizer: Tokenizer) -> list[DocLayout | Exception]:
+    """`build_layout` of many documents with one tokenizer batch per round; a document that fails
+    gets its exception in its place (any exception: the caller reports or raises it)."""
+    checked: list[CheckedGraph | Exception] = []
+    for graph in graphs:
+        try:
+            checked.append(check_graph(graph, schema))
+        except Exception as err:  # noqa: BLE001 - per document
+            checked.append(err)
+    ok = [i for i, c in enumerate(checked) if not isinstance(c, Exception)]
+    encoded = encode_documents([checked[i].text_plan(schema) for i in ok], tokenizer)  # type: ignore[union-attr]
+    out: list[DocLayout | Exception] = list(checked)  # type: ignore[arg-type]
+    for i, (encoding, stop) in zip(ok, encoded):
+        if isinstance(encoding, Exception):
+            out[i] = encoding
+            continue
+        try:
+            out[i] = layout_from(checked[i], encoding, stop, schema)  # type: ignore[arg-type]
+        except Exception as err:  # noqa: BLE001
+            out[i] = err
+    return out
