@@ -15,11 +15,11 @@ Adapters:
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Protocol, Sequence, runtime_checkable
+from typing import Any, Callable, Iterable, Protocol, Sequence, runtime_checkable
 
 import numpy as np
 
@@ -41,16 +41,29 @@ class TokenizerError(GraphattnError):
     """A tokenizer that cannot be loaded or used as asked (names the file where there is one)."""
 
 
-@dataclass(frozen=True)
 class Encoding:
-    """One encoded text: `ids` int32 [n], `offsets` int32 [n, 2] char [start, end), `tokens`."""
+    """One encoded text: `ids` int32 [n], `offsets` int32 [n, 2] char [start, end), `tokens`.
 
-    ids: np.ndarray
-    offsets: np.ndarray
-    tokens: list[str]
+    `tokens` may be given as a function that makes the list when first read: the compiler never
+    reads it, and making it costs a tenth of the encoding.
+    """
+
+    __slots__ = ("ids", "offsets", "_tokens")
+
+    def __init__(self, ids: np.ndarray, offsets: np.ndarray, tokens: list[str] | Callable[[], list[str]]):
+        self.ids, self.offsets, self._tokens = ids, offsets, tokens
+
+    @property
+    def tokens(self) -> list[str]:
+        if callable(self._tokens):
+            self._tokens = self._tokens()
+        return self._tokens
 
     def __len__(self) -> int:
         return int(self.ids.shape[0])
+
+    def __repr__(self) -> str:
+        return f"Encoding({len(self)} tokens)"
 
 
 @runtime_checkable
@@ -91,7 +104,7 @@ def _find_special_ids(token_to_id, overrides: dict[str, str | None]) -> dict[str
 
 
 def _offsets_array(offsets: list[tuple[int, int]]) -> np.ndarray:
-    return np.asarray(offsets, dtype=np.int32).reshape(-1, 2)
+    return np.fromiter(itertools.chain.from_iterable(offsets), dtype=np.int32, count=2 * len(offsets)).reshape(-1, 2)
 
 
 def _check_text(text: Any, where: str) -> str:
@@ -169,7 +182,7 @@ class HFTokenizer:
         return self._prefix_exact
 
     def _wrap(self, encoding: Any) -> Encoding:
-        return Encoding(np.asarray(encoding.ids, dtype=np.int32), _offsets_array(encoding.offsets), encoding.tokens)
+        return Encoding(np.asarray(encoding.ids, dtype=np.int32), _offsets_array(encoding.offsets), lambda: encoding.tokens)
 
     def encode(self, text: str) -> Encoding:
         return self._wrap(self.tokenizer.encode(_check_text(text, "encode"), add_special_tokens=False))

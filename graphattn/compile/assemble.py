@@ -160,6 +160,14 @@ def _node_label(doc: _Doc, node: int, n_docs: int) -> str:
     return node_id if n_docs == 1 or doc.lay.graph.doc_id is None else f"{doc.lay.graph.doc_id}/{node_id}"
 
 
+def _node_labels(doc: _Doc, nodes: np.ndarray, n_docs: int) -> list[str]:
+    """`_node_label` of many nodes at once (a page past its cut drops thousands)."""
+    ids = np.asarray(doc.lay.node_ids, dtype=object)[nodes]
+    if n_docs > 1 and doc.lay.graph.doc_id is not None:
+        ids = f"{doc.lay.graph.doc_id}/" + ids
+    return ids.tolist()
+
+
 def _owners(doc: _Doc, schema: Schema, level: str, goffset: int) -> np.ndarray:
     """Global position (instance coordinates) owning each long position of `doc` at `level`."""
     lay = doc.lay
@@ -394,7 +402,7 @@ def assemble(
     for doc in docs:
         _global_part(doc, schema)
         dropped = np.flatnonzero(doc.lay.in_long & ~doc.alive)
-        report.dropped_nodes.extend(_node_label(doc, int(i), len(docs)) for i in dropped)
+        report.dropped_nodes.extend(_node_labels(doc, dropped, len(docs)))
     _cut_globals(docs, schema, report)
     for doc in docs:
         _index_globals(doc)

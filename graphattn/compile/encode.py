@@ -25,7 +25,7 @@ from graphattn.compile.ranges import coverage
 from graphattn.schema import Schema
 from graphattn.tokenize import Encoding, Tokenizer, spans_to_token_ranges
 
-FIRST_CHARS_PER_TOKEN = 8  # first guess of the text a long token takes (English wordpieces: ~4.5)
+FIRST_CHARS_PER_TOKEN = 6  # first guess of the text a long token takes (English wordpieces: 3-5)
 MIN_PREFIX_CHARS = 4096  # never cut shorter texts: a cut would save nothing
 _CUT = re.compile(r"(?<=\S) ")  # a space right after a non-space: where a prefix may end
 

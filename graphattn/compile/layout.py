@@ -219,9 +219,9 @@ def _check_crossing(graph, schema, node_ids, node_type, spans, own_span, type_na
             continue
         order = idx[np.lexsort((-spans[idx, 1], spans[idx, 0]))]
         s, e = spans[order, 0], spans[order, 1]
-        if np.all(s[1:] >= e[:-1]):
-            continue  # disjoint: the common case
-        open_ends: list[int] = []  # stack of enclosing nodes, only for nested types
+        if np.all(s[1:] >= e[:-1]) or _nested(s, e):
+            continue  # disjoint (the common case) or properly nested
+        open_ends: list[int] = []  # stack of enclosing nodes: finds the crossing pair to report
         for k, node in enumerate(order):
             while open_ends and e[open_ends[-1]] <= s[k]:
                 open_ends.pop()
@@ -234,6 +234,31 @@ def _check_crossing(graph, schema, node_ids, node_type, spans, own_span, type_na
                     node_ids[node],
                 )
             open_ends.append(k)
+
+
+def _nested(s: np.ndarray, e: np.ndarray) -> bool:
+    """Spans sorted by (start, -end) nest or are disjoint: every span starting inside span j
+    (the next ones, up to the last that starts before j's end) ends by j's end.
+
+    Range maxima by doubling (a sparse table built one level at a time, O(n) memory).
+    """
+    n = s.size
+    lo = np.arange(1, n + 1)
+    hi = np.searchsorted(s, e, side="left") - 1  # last span starting before j's end
+    asks = np.flatnonzero(hi >= lo)
+    if asks.size == 0:
+        return True
+    lo, hi, end = lo[asks], hi[asks], e[asks]
+    level_of = np.floor(np.log2(hi - lo + 1)).astype(np.int64)
+    maxima, width, level = e, 1, 0
+    while True:
+        at = level_of == level
+        if at.any() and (np.maximum(maxima[lo[at]], maxima[hi[at] - width + 1]) > end[at]).any():
+            return False
+        if 2 * width > n or not (level_of > level).any():
+            return True
+        maxima = np.maximum(maxima[:-width], maxima[width:])  # maxima[i] = max(e[i : i + 2 * width])
+        width, level = 2 * width, level + 1
 
 
 def _selected(graph: DocGraph, schema: Schema, node_type: np.ndarray, type_names) -> np.ndarray:
