@@ -10,7 +10,7 @@ import types
 
 from graphattn.compile.collate import collate
 from graphattn.compile.compact import CompactSideInputs
-from graphattn.compile.compiler import Packed, compile, compile_windows, pack, pack_groups, prepare
+from graphattn.compile.compiler import Packed, compile, compile_many, compile_windows, pack, pack_groups, prepare
 from graphattn.compile.contract import EtcBatch, EtcInstance, SideInputs, TruncationReport
 from graphattn.compile.labels import LabelVocab
 
@@ -24,6 +24,7 @@ __all__ = [
     "TruncationReport",
     "collate",
     "compile",
+    "compile_many",
     "compile_windows",
     "pack",
     "pack_groups",

@@ -5,7 +5,7 @@ which worker compiled it or when. Every document either yields its instances or 
 ``rejected.jsonl``; a failure is caught per document (any exception) and the shard goes on.
 
 Documents become instances the way the schema asks: one instance per document (every window
-under the `windows` policy, as `compile_windows`), or, when the schema packs several documents per
+under the `windows` policy, as `compile_windows`; `compile_many` tokenizes them in batches), or, when the schema packs several documents per
 instance (`packing.max_documents` > 1), `graphattn.compile.pack_groups` (greedy packing in input
 order, restarted at each shard), which reports a failing document and goes on: a pack that fails
 to assemble is compiled document by document, so one bad document never takes good ones down.
@@ -17,7 +17,7 @@ import traceback
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from graphattn.compile.compiler import compile_windows, pack_groups, prepare
+from graphattn.compile.compiler import BATCH_SIZE, compile_many, pack_groups, prepare
 from graphattn.corpus.shards import Layout, Provenance, encode_shard, instance_row, rows_to_table, sha256, shard_metadata
 from graphattn.corpus.sources import Document, ReadCache, Segment, iter_segment_graphs
 from graphattn.errors import GraphattnError
@@ -122,15 +122,37 @@ def _rows(state: WorkerState, docs: list[Document], instances: list, window_of: 
     return [instance_row(inst, where(i), state.layout) for i, inst in enumerate(instances)]
 
 
-def _compile_one(state: WorkerState, builder: _ShardBuilder, doc: Document, graph: Any) -> None:
-    """One document on its own: all its windows, or the rejection."""
-    try:
-        instances = compile_windows(graph, state.schema, state.tokenizer, compact=True)
-        rows = _rows(state, [doc], instances, lambda i: (i, len(instances)))
-    except Exception as err:  # noqa: BLE001 - reported per document
-        builder.reject(doc, err, graph)
-        return
-    builder.add([doc], instances, rows)
+def _compile_each(state: WorkerState, builder: _ShardBuilder, items) -> None:
+    """Each document on its own (all its windows), `BATCH_SIZE` per `compile_many` call."""
+    batch: list[tuple[Document, Any]] = []
+    for doc, graph in items:
+        batch.append((doc, graph))
+        if len(batch) == BATCH_SIZE:
+            _compile_batch(state, builder, batch)
+            batch = []
+    _compile_batch(state, builder, batch)
+
+
+def _compile_batch(state: WorkerState, builder: _ShardBuilder, batch: list[tuple[Document, Any]]) -> None:
+    readable = [(doc, graph) for doc, graph in batch if not isinstance(graph, BaseException)]
+    failed: dict[int, Exception] = {}
+    compiled = compile_many([graph for _, graph in readable], state.schema, state.tokenizer, compact=True,
+                            on_error=lambda index, graph, err: failed.__setitem__(index, err))
+    results = iter(zip(range(len(readable)), compiled))
+    for doc, graph in batch:  # in document order: read failures, compile failures and instances
+        if isinstance(graph, BaseException):
+            builder.reject(doc, graph)
+            continue
+        index, instances = next(results)
+        if index in failed:
+            builder.reject(doc, failed[index], graph)
+            continue
+        try:
+            rows = _rows(state, [doc], instances, lambda i: (i, len(instances)))
+        except Exception as err:  # noqa: BLE001 - reported per document
+            builder.reject(doc, err, graph)
+            continue
+        builder.add([doc], instances, rows)
 
 
 def _pack(state: WorkerState, builder: _ShardBuilder, items) -> None:
@@ -178,12 +200,9 @@ def compile_shard(task: ShardTask, state: WorkerState, progress: Callable[[int, 
     if state.packs:
         _pack(state, builder, _documents(task, state))
     else:
-        for doc, graph in _documents(task, state):
-            if isinstance(graph, BaseException):
-                builder.reject(doc, graph)
-            else:
-                _compile_one(state, builder, doc, graph)
+        _compile_each(state, builder, _documents(task, state))
     builder.flush_progress()
+    builder.rejected.sort(key=lambda entry: entry["document"])  # document order, however far reading ran ahead
     if builder.stats["documents"] != task.documents:
         raise RuntimeError(f"shard {task.index}: read {builder.stats['documents']} documents, planned {task.documents}")
     info = {"index": task.index, "first_document": task.first_document, "documents": task.documents,
