@@ -364,6 +364,9 @@ class DocGraph:
 
     def _check_span(self, node_id: str, span: Any) -> tuple[int, int]:
         """A span is a pair of integers (not bools, not floats, not strings) inside the text."""
+        if type(span) in (tuple, list) and len(span) == 2 and type(span[0]) is int and type(span[1]) is int:
+            if 0 <= span[0] <= span[1] <= len(self._text):  # the common case, checked without the general path
+                return span[0], span[1]
         pair = None
         if not isinstance(span, (str, bytes, Mapping)):
             try:

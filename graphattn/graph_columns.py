@@ -68,6 +68,10 @@ class Column:
         return values.item(i)  # a plain Python value (bool, int, float, str, object)
 
     def set(self, row: int, value: Any) -> None:
+        values = self._values
+        if type(values) is list and values and row == self.start + len(values):
+            values.append(value)  # the next row: what building node by node does
+            return
         self._as_list()
         values: list = self.values  # type: ignore[assignment]
         if not values:

@@ -62,8 +62,9 @@ class DocLayout:
 
     def of_types(self, names) -> np.ndarray:
         """bool [N]: node's type is one of `names`."""
-        wanted = [i for i, t in enumerate(self.type_names) if t in set(names)]
-        return np.isin(self.node_type, wanted)
+        names = set(names)
+        table = np.array([t in names for t in self.type_names] + [False])
+        return table[self.node_type]
 
     def type_flag(self, attr: str) -> np.ndarray:
         """bool [N]: the node's type has NodeType attribute `attr` true."""

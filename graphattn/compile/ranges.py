@@ -7,6 +7,8 @@ Python loop per token.
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 import numpy as np
 
 
@@ -70,8 +72,16 @@ def count_in_ranges(mask: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> n
 def take_or(values: np.ndarray, index: np.ndarray, default) -> np.ndarray:
     """``values[index]`` where index >= 0, `default` elsewhere (safe for empty `values`)."""
     values = np.asarray(values)
-    dtype = np.result_type(values.dtype, np.min_scalar_type(default))
-    out = np.full((*index.shape, *values.shape[1:]), default, dtype=dtype)
+    dtype = _take_dtype(values.dtype, default)
+    if values.shape[0] == 0:
+        return np.full((*index.shape, *values.shape[1:]), default, dtype=dtype)
     ok = index >= 0
-    out[ok] = values[index[ok]]
+    out = values[np.where(ok, index, 0)].astype(dtype, copy=False)
+    if not ok.all():
+        out[~ok] = default
     return out
+
+
+@lru_cache(maxsize=256)
+def _take_dtype(dtype: np.dtype, default) -> np.dtype:
+    return np.result_type(dtype, np.min_scalar_type(default))
