@@ -47,6 +47,15 @@ class ShardResult:
     stats: dict[str, int]
 
 
+@dataclass(frozen=True)
+class ShardWritten:
+    """What the driver learns of a shard once it is on disk: its counts, and where it was made."""
+
+    index: int
+    stats: dict[str, int]
+    where: str = "local"  # the Ray node that wrote it, for a distributed run
+
+
 @dataclass
 class WorkerState:
     """What every worker loads once: schema, tokenizer, the run's row layout and settings."""
@@ -211,3 +220,12 @@ def compile_shard(task: ShardTask, state: WorkerState, progress: Callable[[int, 
     data = encode_shard(rows_to_table(builder.rows, state.layout), metadata)
     return ShardResult(task.index, data, sha256(data), builder.rejected, builder.stats)
 
+
+
+def compile_and_write_shard(task: ShardTask, state: WorkerState, out: Any, where: str = "local",
+                            progress: Callable[[int, int], None] | None = None) -> ShardWritten:
+    """Compile a shard and write it into `out` (an `OutputDir`): shard file, then its done-marker,
+    each by atomic rename, exactly as the driver of the local engine writes them."""
+    result = compile_shard(task, state, progress)
+    out.write_shard(result.index, result.data, result.sha256, result.rejected, result.stats)
+    return ShardWritten(result.index, result.stats, where)
