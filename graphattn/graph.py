@@ -482,14 +482,15 @@ class DocGraph:
 
         return col(self._src), col(self._dst), col(self._rel), tuple(self._relation_names)
 
-    def attr_column(self, name: str) -> tuple[np.ndarray, np.ndarray]:
+    def attr_column(self, name: str, rows: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
         """(present bool [N], values [N]) of one node attr: typed where a bulk builder gave an
-        array, else objects (None where absent)."""
+        array, else objects (None where absent). With `rows`, of those rows only."""
         column = self._node_attrs.get(name)
         n = len(self._ids)
         if column is None:
-            return np.zeros(n, dtype=bool), np.full(n, None, dtype=object)
-        return column.dense(n)
+            m = n if rows is None else len(rows)
+            return np.zeros(m, dtype=bool), np.full(m, None, dtype=object)
+        return column.dense(n) if rows is None else column.rows(np.asarray(rows, dtype=np.int64))
 
     # -- plain dicts ----------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:

@@ -118,6 +118,28 @@ class Column:
                 values = [v if p else MISSING for v, p in zip(values, self.present.tolist())]
             self.values, self.present = values, None
 
+    def rows(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """`dense` of just these rows (without materializing the others)."""
+        values = self.values
+        i = rows - self.start
+        inside = (i >= 0) & (i < len(values))
+        j = np.where(inside, i, 0)
+        if isinstance(values, np.ndarray):
+            if not len(values):
+                return inside, np.zeros(rows.size, dtype=values.dtype)
+            present = inside if self.present is None else inside & self.present[j]
+            out = values[j]
+            out[~present] = None if values.dtype == object else 0  # as `dense` has them
+            return present, out
+        picked = np.full(rows.size, None, dtype=object)
+        got = [values[k] for k in j[inside].tolist()]
+        present = inside.copy()
+        if got:
+            picked[inside] = np.fromiter(got, dtype=object, count=len(got))
+            present[inside] = np.fromiter((v is not MISSING for v in got), dtype=bool, count=len(got))
+        picked[~present] = None
+        return present, picked
+
     def dense(self, n: int) -> tuple[np.ndarray, np.ndarray]:
         """(present bool [n], values [n]) over rows 0..n-1: a typed array where the builder gave
         one, else an object array (absent rows hold None)."""

@@ -367,13 +367,14 @@ def _features(doc: _Doc, schema: Schema) -> dict[str, np.ndarray]:
     out = {}
     for feat in schema.features:
         dtype = np.float32 if feat.dtype == "float32" else np.int32
-        present, column = lay.graph.attr_column(feat.attr)
-        holders = np.flatnonzero(present)
+        alive = np.flatnonzero(doc.alive)  # globals and long tokens come from live nodes only
+        present, column = lay.graph.attr_column(feat.attr, alive)
+        holders = alive[present]
         values = np.full(lay.n_nodes + 1, feat.default, dtype=np.float64)
         if holders.size:
-            values[holders] = column[holders].astype(np.float64)
+            values[holders] = column[present].astype(np.float64)
         out[f"global:{feat.name}"] = np.where(doc.g_node >= 0, values[doc.g_node], feat.default).astype(dtype)
-        live = holders[doc.alive[holders]] if holders.size else holders
+        live = holders
         inner = doc.innermost_of(live)
         per_body = take_or(values[live], inner, feat.default)
         out[f"long:{feat.name}"] = doc.with_prefix(per_body.astype(dtype), feat.default)

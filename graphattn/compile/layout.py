@@ -139,23 +139,26 @@ def _hierarchy(graph, schema, node_ids, edges) -> tuple[np.ndarray, np.ndarray]:
     parent = np.full(n, -1, dtype=np.int64)
     pairs = [np.stack(edges[name], axis=1) for name in schema.hierarchy_relations]
     pairs = np.concatenate(pairs) if pairs else np.zeros((0, 2), np.int64)
-    if pairs.size:  # the same edge twice is one edge
+    if pairs.size and np.bincount(pairs[:, 1], minlength=n).max() > 1:  # the same edge twice is one edge
         _, first = np.unique(pairs[:, 0] * max(n, 1) + pairs[:, 1], return_index=True)
         pairs = pairs[np.sort(first)]
-    if pairs.size:
         children, counts = np.unique(pairs[:, 1], return_counts=True)
         if (counts > 1).any():
             child = int(children[np.argmax(counts > 1)])
             parents = ", ".join(repr(node_ids[p]) for p in pairs[pairs[:, 1] == child, 0])
             _fail(graph, f"node has more than one parent in the containment hierarchy: {parents}", node_ids[child])
+    if pairs.size:
         parent[pairs[:, 1]] = pairs[:, 0]
-    # Pointer jumping with a sentinel root n: after ceil(log2(n+1)) + 1 rounds every acyclic node points at it.
+    # Pointer jumping with a sentinel root n: after ceil(log2(n+1)) + 1 rounds every acyclic node
+    # points at it; a shallow forest gets there in log2(depth) rounds.
     jump = np.where(parent >= 0, parent, n)
     jump = np.append(jump, n)
     dist = np.append((parent >= 0).astype(np.int64), 0)
     for _ in range(int(np.ceil(np.log2(n + 2))) + 1):
         dist = dist + np.where(jump < n, dist[jump], 0)
         jump = jump[jump]
+        if (jump == n).all():
+            break
     on_cycle = np.flatnonzero(jump[:n] != n)
     if on_cycle.size:
         first = int(on_cycle[0])

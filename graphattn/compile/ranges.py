@@ -25,9 +25,7 @@ def expand_ranges(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.
 
 def coverage(n: int, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
     """bool [n]: position covered by at least one range."""
-    delta = np.zeros(n + 1, dtype=np.int64)
-    np.add.at(delta, np.clip(starts, 0, n), 1)
-    np.add.at(delta, np.clip(ends, 0, n), -1)
+    delta = np.bincount(np.clip(starts, 0, n), minlength=n + 1) - np.bincount(np.clip(ends, 0, n), minlength=n + 1)
     return np.cumsum(delta[:n]) > 0
 
 
