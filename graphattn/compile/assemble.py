@@ -295,7 +295,7 @@ def _names(doc: _Doc, schema: Schema) -> tuple[list[str], list[str]]:
     ids = np.empty(kind.shape[0], dtype=object)
     types = np.empty(kind.shape[0], dtype=object)
     real = doc.g_node >= 0
-    ids[real] = np.asarray(lay.node_ids, dtype=object)[doc.g_node[real]]
+    ids[real] = [lay.node_ids[i] for i in doc.g_node[real].tolist()]  # a few globals of possibly many nodes
     types[real] = np.asarray(lay.type_names, dtype=object)[lay.node_type[doc.g_node[real]]]
     special = np.flatnonzero(kind == SPECIAL)
     ids[special] = [f"<{name}>" for name in schema.global_prefix[: special.size]]

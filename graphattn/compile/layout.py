@@ -355,10 +355,12 @@ def layout_from(checked: CheckedGraph, encoding: Encoding, tokenized_chars: int,
     """Map every node of a checked graph to the tokens of its text (or of the prefix tokenized)."""
     graph, spans, has_span, node_type = checked.graph, checked.spans, checked.has_span, checked.node_type
     offsets = encoding.offsets
-    ranges = np.zeros((len(checked.node_ids), 2), dtype=np.int64)
-    if has_span.any():
-        ranges[has_span] = spans_to_token_ranges(offsets, spans[has_span])
     T = int(encoding.ids.shape[0])
+    ranges = np.zeros((len(checked.node_ids), 2), dtype=np.int64)
+    ranges[has_span & (spans[:, 0] >= tokenized_chars)] = T  # past the tokenized part: no token starts there
+    looked_up = has_span & (spans[:, 0] < tokenized_chars)
+    if looked_up.any():
+        ranges[looked_up] = spans_to_token_ranges(offsets, spans[looked_up])
     long_types, type_names = checked.long_types, checked.type_names
     is_long_node = np.isin(node_type, long_types) if long_types else None
     if long_types:
