@@ -5,6 +5,17 @@ tokens itself, so every adapter encodes the bare text. Offsets are ``[start, end
 (not byte) positions into the text that was passed in, which is how graph spans, also in
 characters, find their long positions (`spans_to_token_ranges`).
 
+Document text is plain text, whatever it spells (`plain_text`):
+
+* Special tokens come only from the compiler. A literal ``[SEP]``, ``[CLS]``, ``[MASK]`` or
+  ``[PAD]`` in a document is encoded as the characters it is made of (the HF adapter sets
+  `tokenizers`' ``encode_special_tokens``, which stops added special tokens from being matched in
+  the text), and a piece of text that a vocabulary still maps to a special token's id (a
+  word-level vocabulary holding ``[SEP]`` as a word) reads as the unk token. So a document
+  cannot forge separators, masks or padding.
+* A lone surrogate (``"\\ud800"``, which JSON allows but Unicode text cannot hold) is encoded as
+  U+FFFD, one character for one, so offsets still index the graph's text.
+
 Adapters:
 
 * `HFTokenizer` wraps a Hugging Face `tokenizers.Tokenizer` (a ``tokenizer.json``).
@@ -16,6 +27,7 @@ Adapters:
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Protocol, Sequence, runtime_checkable
@@ -89,14 +101,41 @@ def _find_special_ids(token_to_id, overrides: dict[str, str | None]) -> dict[str
     return found
 
 
+def _special_id_array(ids: Iterable[int | None], unk_id: int | None) -> np.ndarray:
+    return np.array(sorted({i for i in ids if i is not None and i != unk_id}), dtype=np.int32)
+
+
 def _offsets_array(offsets: list[tuple[int, int]]) -> np.ndarray:
     return np.asarray(offsets, dtype=np.int32).reshape(-1, 2)
 
 
-def _check_text(text: Any, where: str) -> str:
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def plain_text(text: Any, *path: str | int) -> str:
+    """The text a tokenizer is given: a str, lone surrogates replaced by U+FFFD (same length).
+
+    `path` names the argument in errors (``$.texts[3]: expected a str to tokenize, got bytes``).
+    """
     if not isinstance(text, str):
-        raise TokenizerError(f"{where}: expected a str to tokenize, got {type(text).__name__}")
+        raise TokenizerError(f"expected a str to tokenize, got {type(text).__name__}", path=path)
+    if not text.isascii() and _LONE_SURROGATE.search(text):
+        text = _LONE_SURROGATE.sub("\ufffd", text)
     return text
+
+
+def _without_special_ids(ids: np.ndarray, special: np.ndarray, unk_id: int | None, text: str, offsets: np.ndarray) -> np.ndarray:
+    """Text pieces that a vocabulary maps to a special token's id read as unk (see module docstring)."""
+    forged = np.isin(ids, special)
+    if not forged.any():
+        return ids
+    if unk_id is None:
+        at = int(offsets[int(np.argmax(forged)), 0])
+        raise TokenizerError(
+            f"the text at character {at} ({text[at:at + 12]!r}) encodes to a special token's id and the vocabulary has "
+            "no unk token to read it as plain text instead",
+        )
+    return np.where(forged, np.int32(unk_id), ids).astype(np.int32)
 
 
 class HFTokenizer:
@@ -128,6 +167,7 @@ class HFTokenizer:
             pass
         tokenizer.no_truncation()
         tokenizer.no_padding()
+        tokenizer.encode_special_tokens = True  # "[SEP]" in a document is text, not the separator
         self.tokenizer = tokenizer
         self.source = source
         model_unk = getattr(tokenizer.model, "unk_token", None)
@@ -135,6 +175,8 @@ class HFTokenizer:
         special = _find_special_ids(tokenizer.token_to_id, overrides)
         self.cls_id, self.sep_id, self.pad_id = special["cls"], special["sep"], special["pad"]
         self.mask_id, self.unk_id = special["mask"], special["unk"]
+        added = [i for i, token in tokenizer.get_added_tokens_decoder().items() if token.special]
+        self._special_ids = _special_id_array([*added, self.cls_id, self.sep_id, self.pad_id, self.mask_id], self.unk_id)
 
     @classmethod
     def from_file(cls, path: str | os.PathLike, **special_tokens: str) -> "HFTokenizer":
@@ -156,16 +198,19 @@ class HFTokenizer:
     def vocab_size(self) -> int:
         return self.tokenizer.get_vocab_size(with_added_tokens=True)
 
-    def _wrap(self, encoding: Any) -> Encoding:
-        return Encoding(np.asarray(encoding.ids, dtype=np.int32), _offsets_array(encoding.offsets), encoding.tokens)
+    def _wrap(self, encoding: Any, text: str) -> Encoding:
+        offsets = _offsets_array(encoding.offsets)
+        ids = _without_special_ids(np.asarray(encoding.ids, dtype=np.int32), self._special_ids, self.unk_id, text, offsets)
+        return Encoding(ids, offsets, encoding.tokens)
 
     def encode(self, text: str) -> Encoding:
-        return self._wrap(self.tokenizer.encode(_check_text(text, "encode"), add_special_tokens=False))
+        text = plain_text(text, "text")
+        return self._wrap(self.tokenizer.encode(text, add_special_tokens=False), text)
 
     def encode_batch(self, texts: Sequence[str]) -> list[Encoding]:
         """Encode many texts on the library's parallel batch path (much faster than a loop)."""
-        texts = [_check_text(t, f"encode_batch item {i}") for i, t in enumerate(texts)]
-        return [self._wrap(e) for e in self.tokenizer.encode_batch(texts, add_special_tokens=False)]
+        texts = [plain_text(t, "texts", i) for i, t in enumerate(texts)]
+        return [self._wrap(e, t) for e, t in zip(self.tokenizer.encode_batch(texts, add_special_tokens=False), texts)]
 
     def token_to_id(self, token: str) -> int | None:
         return self.tokenizer.token_to_id(token)
@@ -225,6 +270,7 @@ class SpacyWordTokenizer:
         self.mask_id, self.unk_id = special["mask"], special["unk"]
         if not self.grow and self.unk_id is None:
             raise TokenizerError("a fixed vocabulary needs an unk token ([UNK] or <unk>) for unknown words", file=self.source)
+        self._special_ids = _special_id_array((self._id_of[t] for t in special_tokens), self.unk_id)
 
     def _add(self, token: str) -> int:
         token_id = self._id_of.get(token)
@@ -255,18 +301,19 @@ class SpacyWordTokenizer:
         distinct_ids = np.empty(len(distinct), dtype=np.int32)
         for k in np.argsort(first_seen, kind="stable"):  # a growing vocabulary numbers words by first use
             distinct_ids[k] = self._lookup(strings[int(distinct[k])])
-        ids = distinct_ids[inverse]
         starts = columns[:, 0].astype(np.int32)
         offsets = np.stack([starts, starts + columns[:, 1].astype(np.int32)], axis=1).reshape(-1, 2)
+        distinct_ids = _without_special_ids(distinct_ids, self._special_ids, self.unk_id, doc.text, offsets[first_seen])
+        ids = distinct_ids[inverse]
         token_strings = np.asarray([self._tokens[i] for i in distinct_ids], dtype=object)
         tokens = token_strings[inverse].tolist()
         return Encoding(ids.astype(np.int32, copy=False), offsets, tokens)
 
     def encode(self, text: str) -> Encoding:
-        return self._encode_doc(self.nlp.make_doc(_check_text(text, "encode")))
+        return self._encode_doc(self.nlp.make_doc(plain_text(text, "text")))
 
     def encode_batch(self, texts: Sequence[str]) -> list[Encoding]:
-        texts = [_check_text(t, f"encode_batch item {i}") for i, t in enumerate(texts)]
+        texts = [plain_text(t, "texts", i) for i, t in enumerate(texts)]
         return [self._encode_doc(doc) for doc in self.nlp.tokenizer.pipe(texts)]
 
     def token_to_id(self, token: str) -> int | None:
