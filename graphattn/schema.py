@@ -329,8 +329,7 @@ def _build(data: Mapping, lines: Mapping, source: str | None) -> Schema:
                 "fixed_blocks", "hard_l2g",
             )
     if needs_global_token and "global" not in special:
-        where = ("special_tokens",) if "special_tokens" in data else ()
-        check.fail("global nodes without their own global_token need special_tokens.global (a token string or id)", *where)
+        check.fail("global nodes without their own global_token need special_tokens.global (a token string or id)", "special_tokens")
     if any(t.sep_after for t in node_types.values()) and "sep" not in special:
         check.fail("sep_after needs special_tokens.sep", "special_tokens")
 

@@ -204,7 +204,7 @@ def read_schema_file(spec: str | os.PathLike | Mapping) -> tuple[Any, dict, str 
     if isinstance(spec, Mapping):
         return canonical(spec, {}, None), {}, None
     if not isinstance(spec, (str, os.PathLike)):
-        raise SchemaError(f"load_schema takes a path or a dict, got {type(spec).__name__}")
+        raise SchemaError(f"load_schema takes a path or a dict, got {type(spec).__name__}", path=("spec",))
     path = Path(spec)
     if not path.is_file():
         shipped = SCHEMA_DIR / f"{spec}.yaml"

@@ -86,7 +86,7 @@ class Tokenizer(Protocol):
     def id_to_token(self, token_id: int) -> str: ...
 
 
-def _find_special_ids(token_to_id, overrides: dict[str, str | None]) -> dict[str, int | None]:
+def _find_special_ids(token_to_id, overrides: dict[str, str | None], source: str | None = None) -> dict[str, int | None]:
     """Look special tokens up by the conventional names unless the caller named them."""
     found: dict[str, int | None] = {}
     for role, candidates in _SPECIAL_TOKEN_CANDIDATES.items():
@@ -94,7 +94,7 @@ def _find_special_ids(token_to_id, overrides: dict[str, str | None]) -> dict[str
         if named is not None:
             token_id = token_to_id(named)
             if token_id is None:
-                raise TokenizerError(f"{role}_token {named!r} is not in the vocabulary")
+                raise TokenizerError(f"{role}_token {named!r} is not in the vocabulary", file=source, path=(f"{role}_token",))
             found[role] = token_id
             continue
         found[role] = next((i for i in map(token_to_id, candidates) if i is not None), None)
@@ -124,7 +124,9 @@ def plain_text(text: Any, *path: str | int) -> str:
     return text
 
 
-def _without_special_ids(ids: np.ndarray, special: np.ndarray, unk_id: int | None, text: str, offsets: np.ndarray) -> np.ndarray:
+def _without_special_ids(
+    ids: np.ndarray, special: np.ndarray, unk_id: int | None, text: str, offsets: np.ndarray, source: str | None
+) -> np.ndarray:
     """Text pieces that a vocabulary maps to a special token's id read as unk (see module docstring)."""
     forged = np.isin(ids, special)
     if not forged.any():
@@ -134,6 +136,7 @@ def _without_special_ids(ids: np.ndarray, special: np.ndarray, unk_id: int | Non
         raise TokenizerError(
             f"the text at character {at} ({text[at:at + 12]!r}) encodes to a special token's id and the vocabulary has "
             "no unk token to read it as plain text instead",
+            file=source, path=("text",),
         )
     return np.where(forged, np.int32(unk_id), ids).astype(np.int32)
 
@@ -172,7 +175,7 @@ class HFTokenizer:
         self.source = source
         model_unk = getattr(tokenizer.model, "unk_token", None)
         overrides = {"cls": cls_token, "sep": sep_token, "pad": pad_token, "mask": mask_token, "unk": unk_token or model_unk}
-        special = _find_special_ids(tokenizer.token_to_id, overrides)
+        special = _find_special_ids(tokenizer.token_to_id, overrides, source)
         self.cls_id, self.sep_id, self.pad_id = special["cls"], special["sep"], special["pad"]
         self.mask_id, self.unk_id = special["mask"], special["unk"]
         added = [i for i, token in tokenizer.get_added_tokens_decoder().items() if token.special]
@@ -200,7 +203,8 @@ class HFTokenizer:
 
     def _wrap(self, encoding: Any, text: str) -> Encoding:
         offsets = _offsets_array(encoding.offsets)
-        ids = _without_special_ids(np.asarray(encoding.ids, dtype=np.int32), self._special_ids, self.unk_id, text, offsets)
+        ids = np.asarray(encoding.ids, dtype=np.int32)
+        ids = _without_special_ids(ids, self._special_ids, self.unk_id, text, offsets, self.source)
         return Encoding(ids, offsets, encoding.tokens)
 
     def encode(self, text: str) -> Encoding:
@@ -303,7 +307,7 @@ class SpacyWordTokenizer:
             distinct_ids[k] = self._lookup(strings[int(distinct[k])])
         starts = columns[:, 0].astype(np.int32)
         offsets = np.stack([starts, starts + columns[:, 1].astype(np.int32)], axis=1).reshape(-1, 2)
-        distinct_ids = _without_special_ids(distinct_ids, self._special_ids, self.unk_id, doc.text, offsets[first_seen])
+        distinct_ids = _without_special_ids(distinct_ids, self._special_ids, self.unk_id, doc.text, offsets[first_seen], self.source)
         ids = distinct_ids[inverse]
         token_strings = np.asarray([self._tokens[i] for i in distinct_ids], dtype=object)
         tokens = token_strings[inverse].tolist()
@@ -429,16 +433,17 @@ def spans_to_token_ranges(offsets: np.ndarray, spans: np.ndarray) -> np.ndarray:
     offsets = np.asarray(offsets)
     spans = np.asarray(spans)
     if offsets.ndim != 2 or offsets.shape[1] != 2:
-        raise TokenizerError(f"offsets must have shape [n, 2], got {list(offsets.shape)}")
+        raise TokenizerError(f"offsets must have shape [n, 2], got {list(offsets.shape)}", path=("offsets",))
     if spans.ndim != 2 or spans.shape[1] != 2:
-        raise TokenizerError(f"spans must have shape [m, 2], got {list(spans.shape)}")
+        raise TokenizerError(f"spans must have shape [m, 2], got {list(spans.shape)}", path=("spans",))
     starts = offsets[:, 0]
     if starts.shape[0] > 1 and np.any(starts[1:] < starts[:-1]):
         bad = int(np.argmax(starts[1:] < starts[:-1])) + 1
-        raise TokenizerError(f"token offsets are not in text order: token {bad} starts at {int(starts[bad])}, before token {bad - 1}")
+        message = f"token offsets are not in text order: token {bad} starts at {int(starts[bad])}, before token {bad - 1}"
+        raise TokenizerError(message, path=("offsets", bad))
     backwards = spans[:, 1] < spans[:, 0]
     if np.any(backwards):
         bad = int(np.argmax(backwards))
-        raise TokenizerError(f"span {bad} ends before it starts: {spans[bad].tolist()}")
+        raise TokenizerError(f"span {bad} ends before it starts: {spans[bad].tolist()}", path=("spans", bad))
     ranges = np.searchsorted(starts, spans.reshape(-1), side="left").astype(np.int32)
     return ranges.reshape(-1, 2)
