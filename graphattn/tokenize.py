@@ -14,7 +14,8 @@ Document text is plain text, whatever it spells (`plain_text`):
   word-level vocabulary holding ``[SEP]`` as a word) reads as the unk token. So a document
   cannot forge separators, masks or padding.
 * A lone surrogate (``"\\ud800"``, which JSON allows but Unicode text cannot hold) is encoded as
-  U+FFFD, one character for one, so offsets still index the graph's text.
+  U+FFFD, one character for one, so offsets still index the graph's text. The compiled
+  instance's ``texts`` hold the same replacement (UTF-8 writers such as Parquet refuse surrogates).
 
 Adapters:
 
