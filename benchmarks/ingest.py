@@ -28,7 +28,7 @@ import lxml.html
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from graphattn.compile import compile  # noqa: E402
+from graphattn.compile import compile_instance  # noqa: E402
 from graphattn.ingest.html import read_html  # noqa: E402
 from graphattn.schema import load_schema  # noqa: E402
 from graphattn.tokenize import load_tokenizer  # noqa: E402
@@ -74,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
     rows = [
         ("lxml parse", timed(lambda p: lxml.html.parse(str(p)), pages, repeats)),
         ("read_html", timed(read_html, pages, repeats)),
-        ("read_html+compile", timed(lambda p: compile(read_html(p), schema, tokenizer), pages, repeats)),
+        ("read_html+compile", timed(lambda p: compile_instance(read_html(p), schema, tokenizer), pages, repeats)),
         ("HF tokenize (text)", timed(lambda p: tokenizer.encode(texts[p]), pages, repeats)),
     ]
     base = rows[0][1]

@@ -21,13 +21,14 @@ from typing import Any, Iterator, Mapping
 import numpy as np
 
 from graphattn.errors import SchemaError
+from graphattn.labels import LabelVocab, first_schema_label_id
 from graphattn.schema_io import JSON_SCHEMA_PATH, SCHEMA_DIR, Path_, line_of, read_schema_file, validate
 
 __all__ = ["JSON_SCHEMA_PATH", "SCHEMA_DIR", "Schema", "NodeType", "Relation", "load_schema", "shipped_schemas"]
 
 GLOBAL_MODES = ("none", "node", "per_token")
 LINK_KINDS = ("l2g", "g2l", "g2g")
-DEFAULT_SPECIAL_TOKENS = {"cls": "[CLS]", "sep": "[SEP]"}
+DEFAULT_ROLE_TOKENS = {"cls": "[CLS]", "sep": "[SEP]"}
 
 
 # ------------------------------------------------------------------------------------------
@@ -131,7 +132,7 @@ class Schema:
     relative_vocab_size: int = 32
     max_long_length: int = 4096
     max_global_length: int = 256
-    special_tokens: Mapping[str, str | int] = field(default_factory=lambda: dict(DEFAULT_SPECIAL_TOKENS))
+    special_tokens: Mapping[str, str | int] = field(default_factory=lambda: dict(DEFAULT_ROLE_TOKENS))
     long_prefix: tuple[str, ...] = ()
     global_prefix: tuple[str, ...] = ()
     masks: Masks = Masks()
@@ -161,8 +162,6 @@ class Schema:
 
     def label_vocab(self):
         """The LabelVocab every instance compiled with this schema carries."""
-        from graphattn.compile.labels import LabelVocab
-
         return LabelVocab(self.relative_pos_max_distance, self.labels)
 
     @property
@@ -306,7 +305,7 @@ def _build(data: Mapping, lines: Mapping, source: str | None) -> Schema:
     check = _Checker(lines, source)
     node_types = {name: _node_type(name, raw, check) for name, raw in data.get("node_types", {}).items()}
     relations = {name: _relation(name, raw, check) for name, raw in data.get("relations", {}).items()}
-    special = {**DEFAULT_SPECIAL_TOKENS, **data.get("special_tokens", {})}
+    special = {**DEFAULT_ROLE_TOKENS, **data.get("special_tokens", {})}
     for key in ("long_prefix", "global_prefix"):
         for i, name in enumerate(data.get(key, [])):
             check.known(name, special, "special token", key, i)
@@ -404,8 +403,6 @@ def _check_truncation(trunc: Truncation, node_types: Mapping[str, NodeType], dat
 
 
 def _check_labels(schema: Schema, check: _Checker) -> None:
-    from graphattn.compile.labels import LabelVocab
-
     k = schema.relative_pos_max_distance
     builtin = set(LabelVocab(k).names)
     for name, rel in schema.relations.items():
@@ -415,10 +412,10 @@ def _check_labels(schema: Schema, check: _Checker) -> None:
                 check.fail(f"label {label!r} clashes with a built-in label", "relations", name, key)
     if schema.segments.cross_segment_label in builtin:
         check.fail("cross_segment_label clashes with a built-in label", "segments", "cross_segment_label")
-    needed = 2 * k + 3 + len(schema.labels)
+    needed = first_schema_label_id(k) + len(schema.labels)
     if schema.relative_vocab_size < needed:
         check.fail(
-            f"relative_vocab_size {schema.relative_vocab_size} is too small: 2k+3 = {2 * k + 3} built-in labels "
+            f"relative_vocab_size {schema.relative_vocab_size} is too small: 2k+3 = {first_schema_label_id(k)} built-in labels "
             f"plus {len(schema.labels)} schema label(s) need {needed}",
             "relative_vocab_size",
         )

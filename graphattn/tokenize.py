@@ -37,7 +37,7 @@ import numpy as np
 
 from graphattn.errors import GraphattnError
 
-DEFAULT_SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
+WORDPIECE_SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
 
 # Names the usual vocabularies give their special tokens (BERT first, then RoBERTa/XLNet style).
 _SPECIAL_TOKEN_CANDIDATES = {
@@ -252,7 +252,7 @@ class SpacyWordTokenizer:
         nlp: Any = None,
         grow: bool | None = None,
         lowercase: bool = False,
-        special_tokens: Sequence[str] = DEFAULT_SPECIAL_TOKENS,
+        special_tokens: Sequence[str] = WORDPIECE_SPECIAL_TOKENS,
     ):
         if nlp is None:
             import spacy
@@ -378,7 +378,7 @@ def load_tokenizer(spec: Any) -> Tokenizer:
 def train_wordpiece(
     texts: Iterable[str],
     vocab_size: int = 3000,
-    special_tokens: Sequence[str] = DEFAULT_SPECIAL_TOKENS,
+    special_tokens: Sequence[str] = WORDPIECE_SPECIAL_TOKENS,
     *,
     min_frequency: int = 1,
     lowercase: bool = True,

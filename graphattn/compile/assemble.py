@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from graphattn.compile.compact import CompactSideInputs
-from graphattn.compile.contract import EtcInstance, TruncationReport
+from graphattn.compact import CompactSideInputs
+from graphattn.contract import EtcInstance, TruncationReport
 from graphattn.compile.layout import DocLayout, document_error, schema_ref
 from graphattn.compile.ranges import coverage, expand_ranges, innermost, take_or
 from graphattn.compile.tokens import TokenTable

@@ -17,8 +17,8 @@ import traceback
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from graphattn.compile.compiler import compile_windows, pack_groups, prepare
-from graphattn.corpus.shards import Layout, Provenance, encode_shard, instance_row, rows_to_table, sha256, shard_metadata
+from graphattn.compile.compiler import compile_windows, load_schema_and_tokenizer, pack_groups
+from graphattn.shards.format import ShardColumns, Provenance, encode_shard, instance_row, rows_to_table, sha256, shard_metadata
 from graphattn.corpus.sources import Document, ReadCache, Segment, iter_segment_graphs
 from graphattn.errors import GraphattnError
 from graphattn.schema import Schema
@@ -55,12 +55,12 @@ class WorkerState:
     tokenizer: Any
     schema_text: str
     settings: dict
-    layout: Layout
+    layout: ShardColumns
     mapping: Any = None
     cache: ReadCache = field(default_factory=ReadCache)
 
     def __post_init__(self) -> None:
-        prepare(self.schema, self.tokenizer)  # a special token the tokenizer lacks fails the run here, not per document
+        load_schema_and_tokenizer(self.schema, self.tokenizer)  # a special token the tokenizer lacks fails the run here, not per document
 
     @property
     def packs(self) -> bool:
