@@ -398,7 +398,7 @@ def _feature_values(raw: list, feat: Feature, lay: DocLayout, holders: np.ndarra
 
 DENSE_LIMIT_BYTES = 4 << 30
 """Most bytes the eight dense side-input tensors of one instance may take (int32 masks and ids:
-8 * (L * (2r + 1) + G * G + 2 * L * G)); past it compile(compact=False) refuses before allocating.
+8 * (L * (2r + 1) + G * G + 2 * L * G)); past it compile_instance(compact=False) refuses before allocating.
 The compact form (O(L + G + edges)) has no such limit. 4 GiB is L = 131072 with G = 2048."""
 
 

@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from compile_helpers import WordTokenizer, schema_dict, sentences_doc
-from graphattn import compile, load_schema
+from graphattn import compile_instance, load_schema
 from graphattn.compile.assemble import DENSE_LIMIT_BYTES
 from graphattn.errors import CompileError, GraphattnError, SchemaError
 from graphattn.graph import DocGraph
@@ -78,7 +78,7 @@ def test_any_numeric_value_compiles_or_is_a_schema_error_within_a_memory_bound(r
     tracemalloc.start()
     try:
         schema = load_schema(raw)
-        inst = compile(graph, schema, tok, compact=compact)
+        inst = compile_instance(graph, schema, tok, compact=compact)
     except SchemaError as err:
         assert err.location.path, str(err)  # a key path names the value
     except CompileError as err:
@@ -96,7 +96,7 @@ def test_any_numeric_value_compiles_or_is_a_schema_error_within_a_memory_bound(r
 def test_the_largest_radius_costs_only_what_a_five_token_document_needs():
     schema = load_schema(schema_dict(local_radius=16384, relative_pos_max_distance=16384, relative_vocab_size=40000))
     tracemalloc.start()
-    inst = compile(sentences_doc([[2, 3]]), schema, WordTokenizer())
+    inst = compile_instance(sentences_doc([[2, 3]]), schema, WordTokenizer())
     peak = tracemalloc.get_traced_memory()[1]
     tracemalloc.stop()
     assert inst.side.l2l_att_mask.shape == (5, 32769)
@@ -111,9 +111,9 @@ def test_dense_side_inputs_past_the_limit_are_refused_before_allocating():
     graph.add_child("doc", "p", "paragraph", (0, len(graph.text)))
     graph.add_child("p", "s", "sentence", (0, len(graph.text)))
     with pytest.raises(CompileError, match=r"would take 4\.0 GiB, over graphattn\.compile\.assemble\.DENSE_LIMIT_BYTES") as err:
-        compile(graph, schema, WordTokenizer())
+        compile_instance(graph, schema, WordTokenizer())
     assert tuple(err.value.location.path) == ("local_radius",)
-    assert compile(graph, schema, WordTokenizer(), compact=True).long_length == n
+    assert compile_instance(graph, schema, WordTokenizer(), compact=True).long_length == n
 
 
 # -- item 4: packed documents with global prefixes and tight global budgets ----------------------
@@ -128,7 +128,7 @@ def packed_cases(draw):
                     "sentence": {"global": "node", "long": True}},
     )
     roomy = load_schema(raw)
-    full = compile(graphs, roomy, WordTokenizer())
+    full = compile_instance(graphs, roomy, WordTokenizer())
     budget = draw(st.integers(len(prefix), full.global_length))
     return graphs, roomy, load_schema({**raw, "max_global_length": budget}), full
 
@@ -138,7 +138,7 @@ def packed_cases(draw):
 def test_a_tight_global_budget_cuts_the_last_globals_even_inside_a_later_prefix(case):
     graphs, roomy, schema, full = case
     tok = WordTokenizer()
-    inst = compile(graphs, schema, tok)
+    inst = compile_instance(graphs, schema, tok)
     G = schema.max_global_length
     assert inst.global_length == min(G, full.global_length)
     assert inst.global_node_ids == full.global_node_ids[:G]  # a prefix of the uncut order, [CLS]/[SEP] included
@@ -149,14 +149,14 @@ def test_a_tight_global_budget_cuts_the_last_globals_even_inside_a_later_prefix(
     cross = inst.global_doc_index[:, None] != inst.global_doc_index[None, :]
     assert not side.g2g_att_mask[cross].any()  # still nothing across packed documents
     assert not side.l2g_att_mask[inst.long_doc_index[:, None] != inst.global_doc_index[None, :]].any()
-    compact = compile(graphs, schema, tok, compact=True)
+    compact = compile_instance(graphs, schema, tok, compact=True)
     for name, value in compact.side.to_dense().as_dict().items():
         np.testing.assert_array_equal(value, getattr(side, name), err_msg=name)
 
 
 def test_the_issues_minimal_packed_prefix_case():
     schema = load_schema(schema_dict(global_prefix=["cls", "sep"], max_global_length=4, packing={"max_documents": 2}))
-    inst = compile([sentences_doc([[2]], "a"), sentences_doc([[2]], "b")], schema, WordTokenizer())
+    inst = compile_instance([sentences_doc([[2]], "a"), sentences_doc([[2]], "b")], schema, WordTokenizer())
     assert inst.global_node_ids == ["<cls>", "<sep>", "p0.s0", "<cls>"]
     assert inst.global_token_ids.tolist() == [2, 3, 5, 2]
     assert inst.truncation.dropped_nodes == ["b/p0.s0"]
@@ -189,10 +189,10 @@ def test_feature_values_are_exact_or_a_compile_error_naming_node_and_attr(values
     bad = [s for s, value in enumerate(values) if not _acceptable(value, dtype, bounds)]
     if bad:
         with pytest.raises(CompileError, match=r"attr 'size': .* \(feature 'f' of schema 'test', \$\.features\[0\]\)") as err:
-            compile(graph, schema, WordTokenizer())
+            compile_instance(graph, schema, WordTokenizer())
         assert err.value.location.node == f"p0.s{bad[0]}"
         return
-    got = compile(graph, schema, WordTokenizer()).features["global:f"]
+    got = compile_instance(graph, schema, WordTokenizer()).features["global:f"]
     for s, value in enumerate(values):
         assert got[s] == (np.float32(value) if dtype == "float32" else int(value))  # never wrapped or truncated
 
@@ -204,7 +204,7 @@ def test_the_issues_feature_examples():
         graph = sentences_doc([[2]])
         graph.node("p0.s0").attrs["size"] = value
         with pytest.raises(CompileError, match=re.escape(f"node 'p0.s0': attr 'size': {problem}")) as err:
-            compile(graph, schema, WordTokenizer())
+            compile_instance(graph, schema, WordTokenizer())
         assert "$.features[0]" in str(err.value)
 
 
@@ -237,7 +237,7 @@ def test_special_token_strings_in_a_document_compile_as_text_and_separators_come
     graph.add_child("p", "s", "sentence", (0, len(text)))
     node_types = {"document": {}, "paragraph": {"sep_after": True}, "sentence": {"global": "node", "long": True}}
     schema = load_schema(schema_dict(long_prefix=["cls"], special_tokens={"global": 1}, node_types=node_types))
-    ids = compile(graph, schema, HF).long_token_ids.tolist()
+    ids = compile_instance(graph, schema, HF).long_token_ids.tolist()
     assert ids[0] == HF.cls_id and ids[-1] == HF.sep_id  # the compiler's own [CLS] and [SEP], nothing else
     assert HF.cls_id not in ids[1:] and HF.sep_id not in ids[:-1] and HF.mask_id not in ids and HF.pad_id not in ids
     assert len(ids) > 2 + 8  # "[SEP]" became several text tokens
@@ -256,11 +256,11 @@ def test_a_lone_surrogate_encodes_as_a_replacement_character_keeping_offsets():
 def test_error_policy_refuses_globals_over_max_global_length():
     schema = load_schema(schema_dict(max_global_length=2, truncation={"policy": "error"}))
     with pytest.raises(CompileError, match=r"node 'd': document needs 3 long and 3 global tokens; the schema allows 512 and 2"):
-        compile(sentences_doc([[1, 1, 1]]), schema, WordTokenizer())
-    assert compile(sentences_doc([[1, 1]]), schema, WordTokenizer()).global_length == 2
+        compile_instance(sentences_doc([[1, 1, 1]]), schema, WordTokenizer())
+    assert compile_instance(sentences_doc([[1, 1]]), schema, WordTokenizer()).global_length == 2
     packed = load_schema(schema_dict(max_global_length=1, truncation={"policy": "error"}, packing={"max_documents": 2}))
     with pytest.raises(CompileError, match=r"node 'a': the 2 packed documents need 2 long and 2 global tokens"):
-        compile([sentences_doc([[1]], "a"), sentences_doc([[1]], "b")], packed, WordTokenizer())
+        compile_instance([sentences_doc([[1]], "a"), sentences_doc([[1]], "b")], packed, WordTokenizer())
 
 
 @SETTINGS
@@ -268,7 +268,7 @@ def test_error_policy_refuses_globals_over_max_global_length():
 def test_error_policy_never_cuts(paragraphs, max_long, max_global):
     schema = load_schema(schema_dict(max_long_length=max_long, max_global_length=max_global, truncation={"policy": "error"}))
     try:
-        inst = compile(sentences_doc(paragraphs), schema, WordTokenizer())
+        inst = compile_instance(sentences_doc(paragraphs), schema, WordTokenizer())
     except CompileError as err:
         assert err.location.node == "d" and "truncation policy is 'error'" in str(err)
         return
@@ -279,4 +279,4 @@ def test_windows_refuse_pinned_text_longer_than_max_long_length():
     schema = load_schema(schema_dict(
         max_long_length=3, truncation={"policy": "windows", "stride": 1, "pin": ["sentence"]}))
     with pytest.raises(CompileError, match=r"the pinned nodes \(sentence\) leave no room"):
-        compile(sentences_doc([[5]]), schema, WordTokenizer())
+        compile_instance(sentences_doc([[5]]), schema, WordTokenizer())
