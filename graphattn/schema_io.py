@@ -2,8 +2,15 @@
 
 YAML nodes carry their line numbers; the loader keeps the line of every key path so that a
 problem found later (by jsonschema here, or by the semantic checks in `graphattn.schema`) reads
-``schemas/x.yaml:12: $.node_types.sentence.global: ...``. JSON files are parsed strictly as JSON
-first (YAML accepts more) and then composed as YAML for their line numbers.
+``schemas/x.yaml:12: $.node_types.sentence.global: ...``. JSON files are composed as YAML for
+their line numbers and then parsed strictly as JSON (YAML 1.1 reads some JSON differently).
+
+A schema file comes from a user, so reading one is bounded before it costs anything: the file
+size (MAX_SCHEMA_BYTES), nesting (MAX_DEPTH, checked while composing, so no RecursionError),
+values with YAML aliases expanded (MAX_VALUES, counted without expanding: no alias bomb), no
+recursive alias, and scalar sizes (a 5,000-digit integer is refused unread). Then `canonical`
+applies one conversion to files and dicts alike (integral floats, string keys). Every failure is
+a SchemaError with file and line.
 """
 
 from __future__ import annotations
@@ -35,6 +42,7 @@ MAX_NUMBER_CHARS = 100  # an integer or float written with more characters is re
 MAX_SCALAR_CHARS = 65_536  # any other scalar (a description) longer than this is refused
 
 _TOO_MANY = f"holds more than {MAX_VALUES} values (YAML aliases expanded); a relation schema needs a few hundred"
+_TOO_DEEP = f"nested more than {MAX_DEPTH} levels deep (a relation schema needs 6)"
 _STR_TAG, _MERGE_TAG = "tag:yaml.org,2002:str", "tag:yaml.org,2002:merge"
 _NUMBER_TAGS = ("tag:yaml.org,2002:int", "tag:yaml.org,2002:float")
 
@@ -63,7 +71,7 @@ class _BoundedLoader(yaml.SafeLoader):
                 raise self._fail(f"alias *{event.anchor} refers to a value that contains it (a recursive alias)", event.start_mark)
             return super().compose_node(parent, index)
         if self._depth >= MAX_DEPTH:
-            raise self._fail(f"nested more than {MAX_DEPTH} levels deep (a relation schema needs 6)", event.start_mark)
+            raise self._fail(_TOO_DEEP, event.start_mark)
         self._values += 1
         if self._values > MAX_VALUES:  # stop composing early; `_walk_lines` counts what aliases add
             raise self._fail(_TOO_MANY, event.start_mark)
@@ -105,8 +113,7 @@ def _walk_lines(node: yaml.Node, path: Path_, lines: dict, source: str | None, s
     if isinstance(node, yaml.ScalarNode):
         limit = MAX_NUMBER_CHARS if node.tag in _NUMBER_TAGS else MAX_SCALAR_CHARS
         if len(node.value) > limit:
-            what = "number" if node.tag in _NUMBER_TAGS else "value"
-            raise fail(f"a {what} of {len(node.value)} characters is too long (at most {limit})", node)
+            raise fail(_too_long("number" if node.tag in _NUMBER_TAGS else "value", len(node.value), limit), node)
     elif isinstance(node, yaml.MappingNode):
         seen: dict[Any, int] = {}
         for key_node, value_node in node.value:
@@ -131,6 +138,10 @@ def _walk_lines(node: yaml.Node, path: Path_, lines: dict, source: str | None, s
         raise fail(_TOO_MANY, node)
     sizes[id(node)] = size
     return size
+
+
+def _too_long(what: str, length: int, limit: int) -> str:
+    return f"a {what} of {length} characters is too long (at most {limit})"
 
 
 def key_error(key: Any, kind: str) -> str:
@@ -170,11 +181,9 @@ def _parse_json(text: str, source: str | None) -> Any:
         raise SchemaError(f"not valid JSON: {exc.msg}", file=source, line=exc.lineno) from None
     except _LongNumber as exc:
         line = text.count("\n", 0, max(text.find(exc.text), 0)) + 1
-        raise SchemaError(f"a number of {len(exc.text)} characters is too long (at most {MAX_NUMBER_CHARS})",
-                          file=source, line=line) from None
+        raise SchemaError(_too_long("number", len(exc.text), MAX_NUMBER_CHARS), file=source, line=line) from None
     except RecursionError:
-        raise SchemaError(f"nested more than {MAX_DEPTH} levels deep (a relation schema needs 6)", file=source,
-                          line=_json_deep_line(text)) from None
+        raise SchemaError(_TOO_DEEP, file=source, line=_json_deep_line(text)) from None
 
 
 class _LongNumber(Exception):
@@ -246,7 +255,7 @@ def canonical(data: Any, lines: Mapping, source: str | None) -> Any:
         if count > MAX_VALUES:
             raise fail(_TOO_MANY, path)
         if len(path) > MAX_DEPTH:
-            raise fail(f"nested more than {MAX_DEPTH} levels deep (a relation schema needs 6)", path)
+            raise fail(_TOO_DEEP, path)
         if isinstance(value, bool) or value is None or isinstance(value, str):
             return value
         if isinstance(value, numbers.Integral):
