@@ -268,7 +268,8 @@ def _features(raw: list, check: _Checker) -> tuple[Feature, ...]:
         minimum, maximum = item.get("minimum", low), item.get("maximum", high)
         for key, value in (("minimum", minimum), ("maximum", maximum)):
             if not low <= value <= high:
-                check.fail(f"{key} {value!r} is outside the {dtype} range [{_number(low)}, {_number(high)}]", "features", i, key)
+                message = f"{key} {value!r} is outside the {dtype} range [{_number(low)}, {_number(high)}]"
+                check.fail(message, "features", i, key)
         if minimum > maximum:
             check.fail(f"minimum {minimum!r} is larger than maximum {maximum!r}", "features", i, "minimum")
         default = item.get("default", 0)
@@ -328,7 +329,8 @@ def _build(data: Mapping, lines: Mapping, source: str | None) -> Schema:
                 "fixed_blocks", "hard_l2g",
             )
     if needs_global_token and "global" not in special:
-        check.fail("global nodes without their own global_token need special_tokens.global (a token string or id)", "special_tokens")
+        message = "global nodes without their own global_token need special_tokens.global (a token string or id)"
+        check.fail(message, "special_tokens")
     if any(t.sep_after for t in node_types.values()) and "sep" not in special:
         check.fail("sep_after needs special_tokens.sep", "special_tokens")
 

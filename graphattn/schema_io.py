@@ -68,7 +68,8 @@ class _BoundedLoader(yaml.SafeLoader):
         event = self.peek_event()
         if isinstance(event, yaml.AliasEvent):
             if event.anchor in self._open_anchors:
-                raise self._fail(f"alias *{event.anchor} refers to a value that contains it (a recursive alias)", event.start_mark)
+                message = f"alias *{event.anchor} refers to a value that contains it (a recursive alias)"
+                raise self._fail(message, event.start_mark)
             return super().compose_node(parent, index)
         if self._depth >= MAX_DEPTH:
             raise self._fail(_TOO_DEEP, event.start_mark)
@@ -225,7 +226,8 @@ def read_schema_file(spec: str | os.PathLike | Mapping) -> tuple[Any, dict, str 
     try:
         size = path.stat().st_size
         if size > MAX_SCHEMA_BYTES:
-            raise SchemaError(f"schema file has {size} bytes, over the {MAX_SCHEMA_BYTES} a schema may have", file=source)
+            message = f"schema file has {size} bytes, over the {MAX_SCHEMA_BYTES} a schema may have"
+            raise SchemaError(message, file=source)
         text = path.read_text(encoding="utf-8")
     except UnicodeDecodeError as exc:
         raise SchemaError(f"schema file is not UTF-8 ({exc.reason} at byte {exc.start})", file=source) from None

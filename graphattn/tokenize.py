@@ -87,7 +87,9 @@ class Tokenizer(Protocol):
     def id_to_token(self, token_id: int) -> str: ...
 
 
-def _find_special_ids(token_to_id, overrides: dict[str, str | None], source: str | None = None) -> dict[str, int | None]:
+def _find_special_ids(
+    token_to_id, overrides: dict[str, str | None], source: str | None = None
+) -> dict[str, int | None]:
     """Look special tokens up by the conventional names unless the caller named them."""
     found: dict[str, int | None] = {}
     for role, candidates in _SPECIAL_TOKEN_CANDIDATES.items():
@@ -95,7 +97,8 @@ def _find_special_ids(token_to_id, overrides: dict[str, str | None], source: str
         if named is not None:
             token_id = token_to_id(named)
             if token_id is None:
-                raise TokenizerError(f"{role}_token {named!r} is not in the vocabulary", file=source, path=(f"{role}_token",))
+                message = f"{role}_token {named!r} is not in the vocabulary"
+                raise TokenizerError(message, file=source, path=(f"{role}_token",))
             found[role] = token_id
             continue
         found[role] = next((i for i in map(token_to_id, candidates) if i is not None), None)
@@ -180,7 +183,8 @@ class HFTokenizer:
         self.cls_id, self.sep_id, self.pad_id = special["cls"], special["sep"], special["pad"]
         self.mask_id, self.unk_id = special["mask"], special["unk"]
         added = [i for i, token in tokenizer.get_added_tokens_decoder().items() if token.special]
-        self._special_ids = _special_id_array([*added, self.cls_id, self.sep_id, self.pad_id, self.mask_id], self.unk_id)
+        roles = [self.cls_id, self.sep_id, self.pad_id, self.mask_id]
+        self._special_ids = _special_id_array([*added, *roles], self.unk_id)
 
     @classmethod
     def from_file(cls, path: str | os.PathLike, **special_tokens: str) -> "HFTokenizer":
@@ -308,7 +312,8 @@ class SpacyWordTokenizer:
             distinct_ids[k] = self._lookup(strings[int(distinct[k])])
         starts = columns[:, 0].astype(np.int32)
         offsets = np.stack([starts, starts + columns[:, 1].astype(np.int32)], axis=1).reshape(-1, 2)
-        distinct_ids = _without_special_ids(distinct_ids, self._special_ids, self.unk_id, doc.text, offsets[first_seen], self.source)
+        first = offsets[first_seen]  # the offsets of each distinct word's first use, for errors
+        distinct_ids = _without_special_ids(distinct_ids, self._special_ids, self.unk_id, doc.text, first, self.source)
         ids = distinct_ids[inverse]
         token_strings = np.asarray([self._tokens[i] for i in distinct_ids], dtype=object)
         tokens = token_strings[inverse].tolist()
@@ -440,7 +445,9 @@ def spans_to_token_ranges(offsets: np.ndarray, spans: np.ndarray) -> np.ndarray:
     starts = offsets[:, 0]
     if starts.shape[0] > 1 and np.any(starts[1:] < starts[:-1]):
         bad = int(np.argmax(starts[1:] < starts[:-1])) + 1
-        message = f"token offsets are not in text order: token {bad} starts at {int(starts[bad])}, before token {bad - 1}"
+        message = (
+            f"token offsets are not in text order: token {bad} starts at {int(starts[bad])}, before token {bad - 1}"
+        )
         raise TokenizerError(message, path=("offsets", bad))
     backwards = spans[:, 1] < spans[:, 0]
     if np.any(backwards):

@@ -191,7 +191,8 @@ def test_hostile_yaml_is_a_schema_error_with_file_and_line(tmp_path, text, messa
     ('{"name": "x",\n\t"description": ' + "[" * 5000 + "]" * 5000 + "}", "nested more than", 2),  # YAML rejects the tab
     ('{"name": "x",\n "local_radius": ' + "9" * 5000 + "}", "a number of 5000 characters is too long", 2),
     ('{"name": "x",\n\t"local_radius": ' + "9" * 5000 + "}", "a number of 5000 characters is too long", 2),
-    ('{"name": "x", "local_radius": 3.0, "special_tokens": {"global": 1},\n "node_types": {"s": {"global": "node"}}}', None, None),
+    ('{"name": "x", "local_radius": 3.0, "special_tokens": {"global": 1},\n "node_types": {"s": {"global": "node"}}}',
+     None, None),
 ])
 def test_hostile_json_is_a_schema_error_with_file_and_line(tmp_path, text, message, line):
     file = write(tmp_path, text, "s.json")
@@ -245,7 +246,8 @@ def _yaml_documents(draw):
     return "\n".join(lines) + "\n"
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@settings(max_examples=150, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(_yaml_documents())
 def test_random_yaml_loads_or_is_a_schema_error_with_file_and_line(tmp_path, text):
     file = write(tmp_path, text)

@@ -366,7 +366,8 @@ def _features(doc: _Doc, schema: Schema) -> dict[str, np.ndarray]:
         holders = np.array([i for i, n in enumerate(nodes) if feat.attr in n.attrs], dtype=np.int64)
         values = np.full(lay.n_nodes + 1, feat.default, dtype=np.float64)
         if holders.size:
-            values[holders] = _feature_values([nodes[h].attrs[feat.attr] for h in holders], feat, lay, holders, schema, i)
+            raw = [nodes[h].attrs[feat.attr] for h in holders]
+            values[holders] = _feature_values(raw, feat, lay, holders, schema, i)
         out[f"global:{feat.name}"] = np.where(doc.g_node >= 0, values[doc.g_node], feat.default).astype(dtype)
         live = holders[doc.alive[holders]] if holders.size else holders
         inner = doc.innermost_of(live)
@@ -375,7 +376,9 @@ def _features(doc: _Doc, schema: Schema) -> dict[str, np.ndarray]:
     return out
 
 
-def _feature_values(raw: list, feat: Feature, lay: DocLayout, holders: np.ndarray, schema: Schema, index: int) -> np.ndarray:
+def _feature_values(
+    raw: list, feat: Feature, lay: DocLayout, holders: np.ndarray, schema: Schema, index: int
+) -> np.ndarray:
     """The attr values of one feature as float64, each checked against the feature's dtype and range
     (`feature_value_problem`): a bad value is a CompileError naming the node and the attr."""
     plain = all(type(v) in (int, float, bool) for v in raw)
@@ -390,7 +393,8 @@ def _feature_values(raw: list, feat: Feature, lay: DocLayout, holders: np.ndarra
         problem = feature_value_problem(value, feat.dtype, feat.minimum, feat.maximum)
         if problem:
             raise CompileError(
-                f"attr {feat.attr!r}: {problem} (feature {feat.name!r} of {schema_ref(schema)}, {format_path(('features', index))})",
+                f"attr {feat.attr!r}: {problem} "
+                f"(feature {feat.name!r} of {schema_ref(schema)}, {format_path(('features', index))})",
                 file=lay.graph.source, node=lay.node_ids[h],
             )
     return np.array([float(v) for v in raw], dtype=np.float64)
@@ -408,8 +412,9 @@ def _check_dense_size(L: int, G: int, schema: Schema) -> None:
     if nbytes > DENSE_LIMIT_BYTES:
         key = max(parts, key=parts.get)
         raise CompileError(
-            f"the eight dense side-input tensors of this instance (L={L}, G={G}, local_radius={schema.local_radius}) would take "
-            f"{nbytes / 2**30:.1f} GiB, over graphattn.compile.assemble.DENSE_LIMIT_BYTES ({DENSE_LIMIT_BYTES / 2**30:.0f} GiB): "
+            f"the eight dense side-input tensors of this instance (L={L}, G={G}, "
+            f"local_radius={schema.local_radius}) would take {nbytes / 2**30:.1f} GiB, over "
+            f"graphattn.compile.assemble.DENSE_LIMIT_BYTES ({DENSE_LIMIT_BYTES / 2**30:.0f} GiB): "
             f"compile with compact=True (memory O(L + G + edges)), or lower {key} / max_long_length",
             **schema.where(key),
         )

@@ -57,12 +57,14 @@ WHATWG_ENCODINGS: dict[str, tuple[str, tuple[str, ...]]] = {
     "iso-8859-6": ("iso8859-6", ("arabic", "asmo-708", "csiso88596e", "csiso88596i", "csisolatinarabic", "ecma-114",
                                  "iso-8859-6", "iso-8859-6-e", "iso-8859-6-i", "iso-ir-127", "iso8859-6", "iso88596",
                                  "iso_8859-6", "iso_8859-6:1987")),
-    "iso-8859-7": ("iso8859-7", ("csisolatingreek", "ecma-118", "elot_928", "greek", "greek8", "iso-8859-7", "iso-ir-126",
-                                 "iso8859-7", "iso88597", "iso_8859-7", "iso_8859-7:1987", "sun_eu_greek")),
-    "iso-8859-8": ("iso8859-8", ("csiso88598e", "csisolatinhebrew", "hebrew", "iso-8859-8", "iso-8859-8-e", "iso-ir-138",
-                                 "iso8859-8", "iso88598", "iso_8859-8", "iso_8859-8:1988", "visual")),
+    "iso-8859-7": ("iso8859-7", ("csisolatingreek", "ecma-118", "elot_928", "greek", "greek8", "iso-8859-7",
+                                 "iso-ir-126", "iso8859-7", "iso88597", "iso_8859-7", "iso_8859-7:1987",
+                                 "sun_eu_greek")),
+    "iso-8859-8": ("iso8859-8", ("csiso88598e", "csisolatinhebrew", "hebrew", "iso-8859-8", "iso-8859-8-e",
+                                 "iso-ir-138", "iso8859-8", "iso88598", "iso_8859-8", "iso_8859-8:1988", "visual")),
     "iso-8859-8-i": ("iso8859-8", ("csiso88598i", "iso-8859-8-i", "logical")),
-    "iso-8859-10": ("iso8859-10", ("csisolatin6", "iso-8859-10", "iso-ir-157", "iso8859-10", "iso885910", "l6", "latin6")),
+    "iso-8859-10": ("iso8859-10", ("csisolatin6", "iso-8859-10", "iso-ir-157", "iso8859-10", "iso885910", "l6",
+                                   "latin6")),
     "iso-8859-13": ("iso8859-13", ("iso-8859-13", "iso8859-13", "iso885913")),
     "iso-8859-14": ("iso8859-14", ("iso-8859-14", "iso8859-14", "iso885914")),
     "iso-8859-15": ("iso8859-15", ("csisolatin9", "iso-8859-15", "iso8859-15", "iso885915", "iso_8859-15", "l9")),
@@ -77,8 +79,8 @@ WHATWG_ENCODINGS: dict[str, tuple[str, tuple[str, ...]]] = {
                                 "iso-ir-100", "iso8859-1", "iso88591", "iso_8859-1", "iso_8859-1:1987", "l1", "latin1",
                                 "us-ascii", "windows-1252", "x-cp1252")),
     "windows-1253": ("cp1253", ("cp1253", "windows-1253", "x-cp1253")),
-    "windows-1254": ("cp1254", ("cp1254", "csisolatin5", "iso-8859-9", "iso-ir-148", "iso8859-9", "iso88599", "iso_8859-9",
-                                "iso_8859-9:1989", "l5", "latin5", "windows-1254", "x-cp1254")),
+    "windows-1254": ("cp1254", ("cp1254", "csisolatin5", "iso-8859-9", "iso-ir-148", "iso8859-9", "iso88599",
+                                "iso_8859-9", "iso_8859-9:1989", "l5", "latin5", "windows-1254", "x-cp1254")),
     "windows-1255": ("cp1255", ("cp1255", "windows-1255", "x-cp1255")),
     "windows-1256": ("cp1256", ("cp1256", "windows-1256", "x-cp1256")),
     "windows-1257": ("cp1257", ("cp1257", "windows-1257", "x-cp1257")),
@@ -90,13 +92,15 @@ WHATWG_ENCODINGS: dict[str, tuple[str, tuple[str, ...]]] = {
     "big5": ("big5hkscs", ("big5", "big5-hkscs", "cn-big5", "csbig5", "x-x-big5")),
     "euc-jp": ("euc_jp", ("cseucpkdfmtjapanese", "euc-jp", "x-euc-jp")),
     "iso-2022-jp": ("iso2022_jp", ("csiso2022jp", "iso-2022-jp")),
-    "shift_jis": ("cp932", ("csshiftjis", "ms932", "ms_kanji", "shift-jis", "shift_jis", "sjis", "windows-31j", "x-sjis")),
-    "euc-kr": ("cp949", ("cseuckr", "csksc56011987", "euc-kr", "iso-ir-149", "korean", "ks_c_5601-1987", "ks_c_5601-1989",
-                         "ksc5601", "ksc_5601", "windows-949")),
+    "shift_jis": ("cp932", ("csshiftjis", "ms932", "ms_kanji", "shift-jis", "shift_jis", "sjis", "windows-31j",
+                            "x-sjis")),
+    "euc-kr": ("cp949", ("cseuckr", "csksc56011987", "euc-kr", "iso-ir-149", "korean", "ks_c_5601-1987",
+                         "ks_c_5601-1989", "ksc5601", "ksc_5601", "windows-949")),
     "replacement": ("replacement", ("csiso2022kr", "hz-gb-2312", "iso-2022-cn", "iso-2022-cn-ext", "iso-2022-kr",
                                     "replacement")),
     "utf-16be": ("utf-16-be", ("unicodefffe", "utf-16be")),
-    "utf-16le": ("utf-16-le", ("csunicode", "iso-10646-ucs-2", "ucs-2", "unicode", "unicodefeff", "utf-16", "utf-16le")),
+    "utf-16le": ("utf-16-le", ("csunicode", "iso-10646-ucs-2", "ucs-2", "unicode", "unicodefeff", "utf-16",
+                               "utf-16le")),
     "x-user-defined": ("x-user-defined", ("x-user-defined",)),
 }
 LABELS: dict[str, str] = {label: name for name, (_, labels) in WHATWG_ENCODINGS.items() for label in labels}
@@ -146,7 +150,8 @@ def sniff_encoding(data: bytes, encoding: str | None = None, source: str | None 
         if name is None:
             close = difflib.get_close_matches(encoding.strip().lower(), list(LABELS), n=3, cutoff=0.6)
             hint = f" (did you mean {', '.join(map(repr, close))}?)" if close else ""
-            raise IngestError(f"unknown encoding {encoding!r}: not a label of the WHATWG Encoding Standard{hint}", file=source)
+            message = f"unknown encoding {encoding!r}: not a label of the WHATWG Encoding Standard{hint}"
+            raise IngestError(message, file=source, path=("encoding",))
         return name, "argument", data
     for match in _META_CHARSET.finditer(data[:PRESCAN_BYTES]):
         name = encoding_for_label(match.group(1).decode("ascii"))
@@ -174,8 +179,9 @@ def decode_html(data: bytes, *, encoding: str | None = None, errors: str = "stri
         if errors == "replace":
             return ("\ufffd" if data else ""), codec, how
         raise IngestError(
-            f"the page's encoding (from {how}) is one the WHATWG Encoding Standard maps to 'replacement' (ISO-2022-KR/CN, HZ: "
-            "unsafe to decode); browsers show one U+FFFD; pass errors='replace' for that, or encoding=... for the real one",
+            f"the page's encoding (from {how}) is one the WHATWG Encoding Standard maps to 'replacement' "
+            "(ISO-2022-KR/CN, HZ: unsafe to decode); browsers show one U+FFFD; pass errors='replace' for that, "
+            "or encoding=... for the real one",
             file=source,
         )
     try:
