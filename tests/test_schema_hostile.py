@@ -260,3 +260,12 @@ def test_random_yaml_loads_or_is_a_schema_error_with_file_and_line(tmp_path, tex
         peak = tracemalloc.get_traced_memory()[1]
         tracemalloc.stop()
     assert peak < 32 << 20
+
+
+def test_a_dict_schema_error_names_its_key_path():  # issue 15 item 12: this one had no place at all
+    raw = {"name": "x", "node_types": {"s": {"global": "node", "long": True}}}
+    with pytest.raises(SchemaError, match=r"^\$\.special_tokens: global nodes without their own global_token") as err:
+        load_schema(raw)
+    assert tuple(err.value.location.path) == ("special_tokens",)
+    with pytest.raises(SchemaError, match=r"^\$\.spec: load_schema takes a path or a dict, got int"):
+        load_schema(42)
