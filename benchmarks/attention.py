@@ -48,7 +48,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from graphattn.compile.contract import SideInputs  # noqa: E402
+from graphattn.contract import SideInputs  # noqa: E402
 from graphattn.compile.side_inputs import side_inputs  # noqa: E402
 from graphattn.kernels import blocked, dense, flex, global_local_attention, triton_available  # noqa: E402
 

@@ -4,7 +4,7 @@
 
 Rows (the ETC-base layout of schemas/etc-sentences.yaml: r=84, k=12, hard g2l):
   * one 4096-token document with 200 sentences (G = 200 of 256): HF `tokenizers` encode of its
-    text (the peer: compiling should cost no more), compile() to the eight dense tensors and to
+    text (the peer: compiling should cost no more), compile_instance() to the eight dense tensors and to
     the compact form, each end to end (tokenization included) and without tokenization, and
     the etcmodel-compatible `side_inputs` primitive on the same breakpoints / sentence ids;
   * docs/s over 1,000 such documents (100 with --quick), tokenize vs compile;
@@ -29,7 +29,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from graphattn import collate, compile, load_schema  # noqa: E402
+from graphattn import collate, compile_instance, load_schema  # noqa: E402
 from graphattn.compile.assemble import assemble  # noqa: E402
 from graphattn.compile.compiler import _prepare  # noqa: E402
 from graphattn.compile.layout import build_layout  # noqa: E402
@@ -96,8 +96,8 @@ def one_document(schema, tokenizer, repeat: int) -> list[tuple[str, float]]:
     print(f"document: {L} long tokens, {G} globals, r={schema.local_radius}, k={schema.relative_pos_max_distance}")
     return [
         ("HF tokenizers encode (peer)", median_ms(lambda: raw.encode(text, add_special_tokens=False), repeat)),
-        ("compile -> 8 dense tensors, end to end", median_ms(lambda: compile(graph, schema, tokenizer), repeat)),
-        ("compile -> compact, end to end", median_ms(lambda: compile(graph, schema, tokenizer, compact=True), repeat)),
+        ("compile -> 8 dense tensors, end to end", median_ms(lambda: compile_instance(graph, schema, tokenizer), repeat)),
+        ("compile -> compact, end to end", median_ms(lambda: compile_instance(graph, schema, tokenizer, compact=True), repeat)),
         ("  compile after tokenizing (layout w/o encode + dense)", _sum(
             median_ms(lambda: assemble([layout], selection, schema, table), repeat), _layout_without_encode(graph, schema, tokenizer, repeat))),
         ("  8 dense tensors from compact (to_dense)", median_ms(lambda: compact.side.to_dense(), repeat)),
@@ -139,7 +139,7 @@ def throughput(schema, tokenizer, n_docs: int) -> list[tuple[str, float]]:
     tokenize_s = time.perf_counter() - start
     start = time.perf_counter()
     for i in range(n_docs):
-        compile(graphs[i % len(graphs)], schema, tokenizer)
+        compile_instance(graphs[i % len(graphs)], schema, tokenizer)
     compile_s = time.perf_counter() - start
     return [(f"tokenize {n_docs} docs (docs/s)", n_docs / tokenize_s), (f"compile {n_docs} docs, dense (docs/s)", n_docs / compile_s)]
 
@@ -151,12 +151,12 @@ def million(schema_raw: dict, tokenizer, n_tokens: int, n_sentences: int) -> lis
     build_s = time.perf_counter() - start
     gc.collect()
     start = time.perf_counter()
-    inst = compile(graph, schema, tokenizer, compact=True)
+    inst = compile_instance(graph, schema, tokenizer, compact=True)
     seconds = time.perf_counter() - start
     del inst
     gc.collect()
     tracemalloc.start()  # a second run for memory: tracing slows allocation down
-    inst = compile(graph, schema, tokenizer, compact=True)
+    inst = compile_instance(graph, schema, tokenizer, compact=True)
     _, peak = tracemalloc.get_traced_memory()
     tracemalloc.stop()
     rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024

@@ -161,7 +161,7 @@ register(Pattern("LongNet x2 procs", build_longnet, processes=2))
 
 
 def _segment_batch(setup: Setup, length: int, num_global: int, radius: int, max_distance: int, seed: int):
-    from graphattn.compile.contract import EtcBatch
+    from graphattn.contract import EtcBatch
     from graphattn.kernels.synthetic import synthetic_side_inputs
 
     side, layout = synthetic_side_inputs(setup.batch, length, num_global, radius, max_distance, seed=seed)

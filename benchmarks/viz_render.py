@@ -26,7 +26,7 @@ from matplotlib.figure import Figure
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
-from graphattn.compile import compile  # noqa: E402
+from graphattn.compile import compile_instance  # noqa: E402
 from graphattn.ingest.text import text_to_graph  # noqa: E402
 from graphattn.viz.blocks import block_summary  # noqa: E402
 from graphattn.viz.html import write_viewer  # noqa: E402
@@ -41,7 +41,7 @@ WORDS = "alpha bravo charlie delta echo foxtrot golf hotel india juliet kilo lim
 def make_instance(sentences: int, words: int, compact: bool):
     sentence = " ".join(WORDS[i % len(WORDS)] for i in range(words)) + "."
     graph = text_to_graph(" ".join([sentence] * sentences), doc_id="bench")
-    return compile(graph, "etc-sentences", "spacy:en", compact=compact)
+    return compile_instance(graph, "etc-sentences", "spacy:en", compact=compact)
 
 
 def dense_imshow(instance, path: Path) -> None:

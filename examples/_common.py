@@ -21,7 +21,7 @@ TOKENIZER = DATA / "tokenizer.json"
 if str(ROOT) not in sys.path:  # run from a checkout without `pip install -e .`
     sys.path.insert(0, str(ROOT))
 
-from graphattn.compile import EtcInstance  # noqa: E402
+from graphattn.contract import EtcInstance  # noqa: E402
 from graphattn.tokenize import load_tokenizer  # noqa: E402
 
 

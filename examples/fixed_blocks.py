@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from _common import DATA, schema_path, summarize, tokenizer
 
-from graphattn.compile import compile
+from graphattn.compile import compile_instance
 from graphattn.ingest.text import text_to_graph
 
 
@@ -19,7 +19,7 @@ def main() -> None:
     for name in ("article.txt", "corpus.txt"):
         path = DATA / name
         graph = text_to_graph(path.read_text(encoding="utf-8"), doc_id=path.stem, source=str(path))
-        summarize(f"fixed-blocks: {name}", compile(graph, schema_path("fixed-blocks"), tok))
+        summarize(f"fixed-blocks: {name}", compile_instance(graph, schema_path("fixed-blocks"), tok))
 
 
 if __name__ == "__main__":

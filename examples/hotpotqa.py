@@ -7,14 +7,14 @@ from __future__ import annotations
 
 from _common import DATA, schema_path, summarize, tokenizer
 
-from graphattn.compile import compile
+from graphattn.compile import compile_instance
 from graphattn.ingest.json import read_json
 
 
 def main() -> None:
     tok = tokenizer()
     for graph in read_json(DATA / "hotpotqa_sample.json", "hotpotqa"):
-        instance = compile(graph, schema_path("hotpotqa"), tok)
+        instance = compile_instance(graph, schema_path("hotpotqa"), tok)
         summarize(f"hotpotqa {graph.doc_id}: {graph.span_text('q')}", instance)
         supporting = [graph.span_text(n.id) for n in graph.nodes_of_type("sentence") if n.attrs["supporting"]]
         print(f"   supporting sentences ({len(supporting)}): {supporting[0][:60]}...")

@@ -11,14 +11,14 @@ from __future__ import annotations
 
 from _common import DATA, schema_path, summarize, tokenizer
 
-from graphattn.compile import compile
+from graphattn.compile import compile_instance
 from graphattn.ingest.html import read_html
 
 
 def main() -> None:
     tok = tokenizer()
     graph = read_html(DATA / "openkp_page.html")
-    instance = compile(graph, schema_path("openkp-dom"), tok)
+    instance = compile_instance(graph, schema_path("openkp-dom"), tok)
     summarize(f"openkp {graph.doc_id}: {graph.node('doc').attrs['title']}", instance)
     print(f"   {len(graph.nodes_of_type('element'))} elements, {len(graph.nodes_of_type('text'))} text runs "
           f"(script, style, hidden and noscript content left out)")

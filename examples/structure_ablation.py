@@ -60,7 +60,7 @@ import torch
 
 from _common import ROOT  # noqa: F401  (puts the checkout on sys.path)
 
-from graphattn.compile import compile
+from graphattn.compile import compile_instance
 from graphattn.graph import DocGraph
 from graphattn.ingest.text import MENTION_OF
 from graphattn.nn import EtcConfig, EtcEncoder
@@ -218,7 +218,7 @@ def compile_examples(records: list[dict], schema: dict, tok) -> list[TaskExample
     examples = []
     for record in records:
         graph = record_graph(record)
-        instance = compile(graph, schema, tok)
+        instance = compile_instance(graph, schema, tok)
         examples.append(TaskExample(instance, wikihop_targets(instance, graph)))
     return examples
 

@@ -1,6 +1,6 @@
 """Fine-tune a candidate-scoring head on the bundled WikiHop records, end to end.
 
-    records -> DocGraphs -> compile(schemas/wikihop.yaml) -> targets -> TaskModel -> Trainer
+    records -> DocGraphs -> compile_instance(schemas/wikihop.yaml) -> targets -> TaskModel -> Trainer
 
 The bundled sample has two questions, so this shows the path (and that the model can fit them),
 not accuracy. With --init-from, the encoder is lifted from a local BERT/RoBERTa checkpoint
@@ -18,7 +18,7 @@ import tempfile
 import torch
 from _common import DATA, TOKENIZER, schema_path
 
-from graphattn.compile import compile
+from graphattn.compile import compile_instance
 from graphattn.ingest.json import read_json
 from graphattn.nn import EtcConfig, EtcEncoder
 from graphattn.nn.lift import lift_pretrained
@@ -53,7 +53,7 @@ def main() -> None:
     graphs = list(read_json(DATA / "wikihop_sample.json", "wikihop"))
     examples = []
     for graph in graphs:
-        instance = compile(graph, schema, tokenizer)
+        instance = compile_instance(graph, schema, tokenizer)
         examples.append(TaskExample(instance, wikihop_targets(instance, graph)))
         print(f"{graph.doc_id}: long {instance.long_length}, globals {instance.global_length}, "
               f"{int(examples[-1].targets['candidate_mask'].sum())} candidates")

@@ -14,25 +14,24 @@ _EXPORTS = {
     "load_schema": "graphattn.schema",
     "Schema": "graphattn.schema",
     "load_tokenizer": "graphattn.tokenize",
-    "compile": "graphattn.compile",  # the package itself, which is callable (see its docstring)
+    "compile_instance": "graphattn.compile.compiler",
     "compile_windows": "graphattn.compile.compiler",
     "pack": "graphattn.compile.compiler",
-    "collate": "graphattn.compile.collate",
-    "CompactSideInputs": "graphattn.compile.compact",
-    "EtcInstance": "graphattn.compile.contract",
-    "EtcBatch": "graphattn.compile.contract",
-    "SideInputs": "graphattn.compile.contract",
-    "TruncationReport": "graphattn.compile.contract",
-    "LabelVocab": "graphattn.compile.labels",
+    "pack_groups": "graphattn.compile.compiler",
+    "collate": "graphattn.compile.batching",
+    "CompactSideInputs": "graphattn.compact",
+    "EtcInstance": "graphattn.contract",
+    "EtcBatch": "graphattn.contract",
+    "SideInputs": "graphattn.contract",
+    "TruncationReport": "graphattn.contract",
+    "LabelVocab": "graphattn.labels",
 }
 
 __all__ = sorted(_EXPORTS)
 
 
 def __getattr__(name: str) -> Any:
-    if name == "compile":
-        value = import_module("graphattn.compile")
-    elif name in _EXPORTS:
+    if name in _EXPORTS:
         value = getattr(import_module(_EXPORTS[name]), name)
     else:
         raise AttributeError(f"module 'graphattn' has no attribute {name!r}")

@@ -15,7 +15,7 @@ from graphattn.errors import GraphattnError
 
 COMMANDS = {
     "compile": ("graphattn.corpus.cli", "compile documents or a corpus into Parquet shards"),
-    "inspect": ("graphattn.corpus.inspect", "summarize compiled shards and print an instance"),
+    "inspect": ("graphattn.shards.inspect", "summarize compiled shards and print an instance"),
     "viz": ("graphattn.viz.cli", "draw the attention pattern of a compiled instance"),
     "train": ("graphattn.train.cli", "fine-tune a task head (WikiHop, HotpotQA, NQ) on records, with checkpoints and DDP"),
 }

@@ -1,42 +1,38 @@
 """Lowering passes: DocGraph + relation schema + tokenizer -> ETC inputs (see compiler.py).
 
-The package is itself callable: ``graphattn.compile(graph, schema, tokenizer)`` is
-`graphattn.compile.compiler.compile`, so the natural spelling works although the package and
-the function share a name (``from graphattn import compile`` gives this callable package).
+The entry points are `compile_instance` (one instance; a list of graphs packs them),
+`compile_windows`, `compile_many` (many documents per call), `pack` and `pack_groups`;
+`collate` pads instances into an `EtcBatch`. The function is not called `compile`: this package has that name, and a package cannot also be a
+plain function without swapping its module class (see docs/ARCHITECTURE.md).
+
+Names load on first use, so that `graphattn.compile.batching` (all that shard readers need)
+does not pull in the schema loader and the tokenizers.
 """
 
-import sys
-import types
+from importlib import import_module
+from typing import Any
 
-from graphattn.compile.collate import collate
-from graphattn.compile.compact import CompactSideInputs
-from graphattn.compile.compiler import Packed, compile, compile_many, compile_windows, pack, pack_groups, prepare
-from graphattn.compile.contract import EtcBatch, EtcInstance, SideInputs, TruncationReport
-from graphattn.compile.labels import LabelVocab
+_EXPORTS = {
+    "collate": "graphattn.compile.batching",
+    "Packed": "graphattn.compile.compiler",
+    "compile_instance": "graphattn.compile.compiler",
+    "compile_many": "graphattn.compile.compiler",
+    "compile_windows": "graphattn.compile.compiler",
+    "load_schema_and_tokenizer": "graphattn.compile.compiler",
+    "pack": "graphattn.compile.compiler",
+    "pack_groups": "graphattn.compile.compiler",
+}
 
-__all__ = [
-    "CompactSideInputs",
-    "EtcBatch",
-    "EtcInstance",
-    "LabelVocab",
-    "Packed",
-    "SideInputs",
-    "TruncationReport",
-    "collate",
-    "compile",
-    "compile_many",
-    "compile_windows",
-    "pack",
-    "pack_groups",
-    "prepare",
-]
+__all__ = sorted(_EXPORTS)
 
 
-class _CallableModule(types.ModuleType):
-    """A module whose call is `compile` (the package name shadows the function's)."""
+def __getattr__(name: str) -> Any:
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'graphattn.compile' has no attribute {name!r}")
+    value = getattr(import_module(_EXPORTS[name]), name)
+    globals()[name] = value
+    return value
 
-    def __call__(self, *args, **kwargs):
-        return compile(*args, **kwargs)
 
-
-sys.modules[__name__].__class__ = _CallableModule
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_EXPORTS])

@@ -1,11 +1,11 @@
 """The graph compiler's entry points: graph(s) + schema + tokenizer -> EtcInstance(s).
 
-    compile(graph, schema, tokenizer)            one instance (a list of graphs packs them)
+    compile_instance(graph, schema, tokenizer)   one instance (a list of graphs packs them)
     compile_windows(graph, schema, tokenizer)    every window of a strided layout (NQ)
     compile_many(graphs, schema, tokenizer)      compile_windows of many documents, tokenized in batches
     pack(graphs, schema, tokenizer)              greedy packing of many small documents
     pack_groups(graphs, schema, tokenizer)       the same, saying which inputs each instance holds
-    prepare(schema, tokenizer)                   load both and resolve special tokens, up front
+    load_schema_and_tokenizer(schema, tokenizer) load both and resolve special tokens, up front
 
 Three passes, each in its own module: `layout` (check the graph, map nodes to tokens),
 `truncate` (choose tokens), `assemble` (sequences, owners, labels -> compact side inputs, and
@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Sequence
 
 from graphattn.compile.assemble import assemble
-from graphattn.compile.contract import EtcInstance
+from graphattn.contract import EtcInstance
 from graphattn.compile.layout import DocLayout, build_layout, build_layouts
 from graphattn.compile.tokens import TokenTable, resolve_tokens
 from graphattn.compile.truncate import Selection, doc_sizes, select, window_selections
@@ -74,7 +74,7 @@ def _as_list(graphs: DocGraph | Sequence[DocGraph], schema: Schema) -> list[DocG
     return graphs
 
 
-def compile(
+def compile_instance(
     graphs: DocGraph | Sequence[DocGraph],
     schema: Schema | str | Any,
     tokenizer: Tokenizer | str | Any,
@@ -156,7 +156,7 @@ class Packed:
     members: tuple[int, ...]
 
 
-def prepare(schema: Schema | str | Any, tokenizer: Tokenizer | str | Any) -> tuple[Schema, Tokenizer]:
+def load_schema_and_tokenizer(schema: Schema | str | Any, tokenizer: Tokenizer | str | Any) -> tuple[Schema, Tokenizer]:
     """Load schema and tokenizer and resolve the schema's special tokens in the tokenizer.
 
     Compiling does this itself (once per pair); call it first to fail before any document
@@ -265,4 +265,5 @@ def _assemble_packed(layouts: list[DocLayout], schema: Schema, table: TokenTable
     return assemble(layouts, selections, schema, table, compact=compact)
 
 
-__all__ = ["OnError", "Packed", "compile", "compile_many", "compile_windows", "pack", "pack_groups", "prepare"]
+__all__ = ["OnError", "Packed", "compile_instance", "compile_many", "compile_windows", "load_schema_and_tokenizer", "pack",
+           "pack_groups"]

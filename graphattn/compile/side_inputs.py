@@ -3,7 +3,8 @@
 `side_inputs` and `fixed_block_side_inputs` take and return what etcmodel's
 `make_global_local_transformer_side_inputs` and `make_fixed_block_side_inputs` do, value for
 value, so that users can check one against the other. Both are assembled from the small
-building blocks below, which the graph compiler reuses with its own labels:
+building blocks below (the label ids from `graphattn.labels`, the window and segment arrays from
+`graphattn.compact`, re-exported here), which the graph compiler reuses with its own labels:
 
     example_ids_from_breakpoints   breakpoints (1 = last token of a packed document) -> ids
     relative_position_ids          key - query distance -> clipped relative id (0 | 1..k | k+1..2k)
@@ -14,7 +15,7 @@ building blocks below, which the graph compiler reuses with its own labels:
     restrict_to_owner              hard masks in place, with ETC's ignore_hard_* row exceptions
     allocate_side_inputs           the eight output arrays as views of one buffer (fewer page faults)
 
-Conventions (DESIGN.md section 3): masks are 1 = may attend; a packed document and the padding
+Conventions (docs/DESIGN.md, the compiled contract): masks are 1 = may attend; a packed document and the padding
 after the last breakpoint are each one "example", and nothing attends across examples (so
 padding attends to padding, as in the reference); l2l column c is key i + c - r, and keys
 outside [0, L) are masked; l2g/g2l ids are 2k+1 (does not belong) and 2k+2 (belongs). Hard
@@ -28,64 +29,17 @@ single [...] (no batch dim), and return the kind they were given.
 
 from __future__ import annotations
 
-from functools import lru_cache
 from typing import Any, NamedTuple
 
 import numpy as np
 
-from graphattn.compile.contract import SIDE_INPUT_NAMES, SideInputs
+from graphattn.compact import SideInputError, _flat_view, allocate_side_inputs, l2l_window, same_segment, window_view
+from graphattn.contract import SIDE_INPUT_NAMES, SideInputs
 from graphattn.errors import CompileError
-
-
-class SideInputError(CompileError):
-    """Arguments to the side-input builders that disagree or are out of range."""
+from graphattn.labels import belongs_id, does_not_belong_id, full_relative_ids, local_relative_ids, relative_position_ids
 
 
 # -- building blocks --------------------------------------------------------------------------
-def relative_vocab_size(max_distance: int) -> int:
-    """Number of distance ids (2k+1); l2g/g2l ids start right after them."""
-    return 2 * max_distance + 1
-
-
-def relative_position_ids(delta: Any, max_distance: int) -> np.ndarray:
-    """Relative id for ``delta = key - query`` (any shape): 0 same, 1..k right, k+1..2k left.
-
-    Distances beyond k are clipped to k (right) or 2k (left), the reference's convention.
-    """
-    if max_distance < 0:
-        raise SideInputError(f"relative_pos_max_distance must be non-negative, got {max_distance}")
-    k = np.int32(max_distance)
-    clipped = np.clip(np.asarray(delta, dtype=np.int32), -k, k)
-    return np.where(clipped >= 0, clipped, k - clipped).astype(np.int32, copy=False)
-
-
-def _frozen(array: np.ndarray) -> np.ndarray:
-    array.flags.writeable = False
-    return array
-
-
-@lru_cache(maxsize=64)
-def local_relative_ids(local_radius: int, max_distance: int) -> np.ndarray:
-    """The [2r+1] row every long query gets: ids of key offsets -r..r (read-only, cached)."""
-    return _frozen(relative_position_ids(np.arange(-local_radius, local_radius + 1, dtype=np.int32), max_distance))
-
-
-@lru_cache(maxsize=64)
-def full_relative_ids(length: int, max_distance: int) -> np.ndarray:
-    """[n, n] ids of ``key - query`` for all pairs (g2g), read-only and cached per (n, k)."""
-    positions = np.arange(length, dtype=np.int32)
-    return _frozen(relative_position_ids(positions[None, :] - positions[:, None], max_distance))
-
-
-def _flat_view(out: np.ndarray, shape: tuple[int, ...], name: str) -> np.ndarray:
-    """`out` reshaped without a copy, so that writes land in it; int32, C-contiguous."""
-    if not isinstance(out, np.ndarray) or out.dtype != np.int32 or not out.flags.c_contiguous or not out.flags.writeable:
-        raise SideInputError(f"{name} must be a writable C-contiguous int32 numpy array")
-    if out.size != int(np.prod(shape)):
-        raise SideInputError(f"{name} has {out.size} elements; expected shape {list(shape)}")
-    return out.reshape(shape)
-
-
 def example_ids_from_breakpoints(breakpoints: Any) -> np.ndarray:
     """Example ids from end-of-document breakpoints: the count of breakpoints at or after a token.
 
@@ -94,80 +48,6 @@ def example_ids_from_breakpoints(breakpoints: Any) -> np.ndarray:
     """
     flipped = np.flip(np.asarray(breakpoints, dtype=np.int32), axis=-1)
     return np.flip(np.cumsum(flipped, axis=-1, dtype=np.int32), axis=-1)
-
-
-def window_view(values: Any, local_radius: int, fill: int) -> np.ndarray:
-    """``out[..., i, c] = values[..., i + c - r]``, or `fill` where that is outside [0, L).
-
-    A read-only strided view over one padded copy, [.., L, 2r+1]: compare it with
-    ``values[..., None]`` to get any "same X" relation restricted to the local window.
-    """
-    values = np.asarray(values)
-    pad = [(0, 0)] * (values.ndim - 1) + [(local_radius, local_radius)]
-    padded = np.pad(values, pad, constant_values=fill)
-    return np.lib.stride_tricks.sliding_window_view(padded, 2 * local_radius + 1, axis=-1)
-
-
-def l2l_window(
-    long_example_ids: Any,
-    local_radius: int,
-    max_distance: int,
-    *,
-    out_mask: np.ndarray | None = None,
-    out_ids: np.ndarray | None = None,
-) -> tuple[np.ndarray, np.ndarray | None]:
-    """Local attention [.., L, 2r+1]: mask (same example, key inside the sequence) and ids.
-
-    Example ids must be non-negative (-1 marks keys outside the sequence). The ids do not look
-    at the mask: every row is the same distance pattern, edges and padding included. `out_*`
-    are int32 arrays to write into (see `allocate_side_inputs`).
-    """
-    ids = np.asarray(long_example_ids, dtype=np.int32)
-    shape = (*ids.shape, 2 * local_radius + 1)
-    mask = np.empty(shape, dtype=np.int32) if out_mask is None else _flat_view(out_mask, shape, "out_mask")
-    np.equal(window_view(ids, local_radius, fill=-1), ids[..., None], out=mask, casting="unsafe")
-    if max_distance == 0:
-        return mask, None
-    relative = np.empty(shape, dtype=np.int32) if out_ids is None else _flat_view(out_ids, shape, "out_ids")
-    relative[...] = local_relative_ids(local_radius, max_distance)
-    return mask, relative
-
-
-def _row_codes(row: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Distinct values of a row and each element's index into them (no sort for small ids)."""
-    if row.size and row.min() >= 0 and row.max() <= row.size:
-        return np.arange(int(row.max()) + 1, dtype=row.dtype), row
-    values, inverse = np.unique(row, return_inverse=True)
-    return values, inverse.reshape(-1)
-
-
-def same_segment(query_ids: Any, key_ids: Any, *, out: np.ndarray | None = None) -> np.ndarray:
-    """``out[..., q, k] = query_ids[..., q] == key_ids[..., k]`` as int32 0/1, [.., Q, K].
-
-    Rows of equal query id are equal, so each distinct id's row is built once and the output
-    is a row gather: much cheaper than a broadcast comparison plus a cast when ids are few
-    (documents, segments).
-    """
-    query = np.asarray(query_ids, dtype=np.int32)
-    key = np.asarray(key_ids, dtype=np.int32)
-    batch, q_len, k_len = query.shape[:-1], query.shape[-1], key.shape[-1]
-    if out is None:
-        out = np.empty((*batch, q_len, k_len), dtype=np.int32)
-    n_rows = int(np.prod(batch, dtype=np.int64))
-    query_rows, key_rows = query.reshape(n_rows, q_len), key.reshape(n_rows, k_len)
-    flat = _flat_view(out, (n_rows * q_len, k_len), "out")
-    tables, indices, offset = [], [], 0
-    for query_row, key_row in zip(query_rows, key_rows):
-        values, codes = _row_codes(query_row)
-        tables.append((values[:, None] == key_row[None, :]).astype(np.int32))
-        indices.append(codes + offset)
-        offset += len(values)
-    if tables and q_len and k_len:
-        table = tables[0] if len(tables) == 1 else np.concatenate(tables)
-        index = indices[0] if len(indices) == 1 else np.concatenate(indices)
-        # mode="clip" (indices are in range by construction) lets numpy write `out` unbuffered
-        np.take(table, index, axis=0, out=flat, mode="clip")
-    return out
 
 
 def owner_labels(
@@ -225,37 +105,6 @@ def restrict_to_owner(mask: np.ndarray, owner: Any, exempt: Any = None, *, globa
         flat[np.asarray(exempt).reshape(flat.shape[:2]) != 1] = 0
     flat[at_owner] = kept
     return mask
-
-
-def allocate_side_inputs(
-    batch_size: int, long_length: int, global_length: int, local_radius: int, with_ids: bool = True
-) -> SideInputs:
-    """Uninitialized int32 arrays for the eight tensors, carved out of ONE buffer.
-
-    Why: the tensors are freshly written memory, and first touches of memory are page faults.
-    numpy maps buffers of 4 MiB and more with transparent huge pages, so one 22 MB buffer costs
-    a few hundred faults where eight separate arrays (the l2l ones under 4 MiB) cost thousands:
-    measured at L=4096, G=256, r=84 on 2 cores, 0.7 ms against 6-9 ms for the same work.
-    The arrays are views; the buffer lives as long as any of them. The id fields are None
-    without `with_ids`.
-    """
-    window = 2 * local_radius + 1
-    shapes = {
-        "l2l_att_mask": (batch_size, long_length, window),
-        "g2g_att_mask": (batch_size, global_length, global_length),
-        "l2g_att_mask": (batch_size, long_length, global_length),
-        "g2l_att_mask": (batch_size, global_length, long_length),
-    }
-    if with_ids:
-        shapes.update({name.replace("att_mask", "relative_att_ids"): shape for name, shape in list(shapes.items())})
-    sizes = {name: int(np.prod(shape)) for name, shape in shapes.items()}
-    buffer = np.empty(sum(sizes.values()), dtype=np.int32)
-    arrays: dict[str, np.ndarray | None] = dict.fromkeys(SIDE_INPUT_NAMES)
-    start = 0
-    for name, shape in shapes.items():
-        arrays[name] = buffer[start : start + sizes[name]].reshape(shape)
-        start += sizes[name]
-    return SideInputs(**arrays)
 
 
 # -- argument checking and array kinds ---------------------------------------------------------
@@ -339,7 +188,7 @@ def _build(
         restrict_to_owner(out.l2g_att_mask, sentence_ids, ignore_hard_l2g_mask)
     if max_distance > 0:
         out.g2g_relative_att_ids[...] = full_relative_ids(global_length, max_distance)
-        labels = dict(belongs=relative_vocab_size(max_distance) + 1, does_not_belong=relative_vocab_size(max_distance))
+        labels = dict(belongs=belongs_id(max_distance), does_not_belong=does_not_belong_id(max_distance))
         owner_labels(sentence_ids, global_length, out=out.l2g_relative_att_ids, **labels)
         owner_labels(sentence_ids, global_length, global_major=True, out=out.g2l_relative_att_ids, **labels)
     return out

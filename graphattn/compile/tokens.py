@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from graphattn.errors import CompileError
-from graphattn.schema import DEFAULT_SPECIAL_TOKENS, Schema
+from graphattn.schema import DEFAULT_ROLE_TOKENS, Schema
 from graphattn.tokenize import Tokenizer
 
 
@@ -27,7 +27,7 @@ def _resolve(value, tokenizer: Tokenizer, schema: Schema, role: str | None, *pat
             raise CompileError(f"token id {value} is outside the tokenizer's vocabulary of {tokenizer.vocab_size}", **schema.where(*path))
         return value
     token_id = tokenizer.token_to_id(value)
-    if token_id is None and role in ("cls", "sep") and value == DEFAULT_SPECIAL_TOKENS[role]:
+    if token_id is None and role in ("cls", "sep") and value == DEFAULT_ROLE_TOKENS[role]:
         token_id = getattr(tokenizer, f"{role}_id", None)
     if token_id is None:
         raise CompileError(
@@ -41,7 +41,7 @@ def resolve_tokens(schema: Schema, tokenizer: Tokenizer) -> TokenTable:
     special = schema.special_tokens
 
     def named(name: str, *path) -> int:
-        declared = ("special_tokens", name) in schema.lines or special[name] != DEFAULT_SPECIAL_TOKENS.get(name)
+        declared = ("special_tokens", name) in schema.lines or special[name] != DEFAULT_ROLE_TOKENS.get(name)
         where = ("special_tokens", name) if declared else path
         return _resolve(special[name], tokenizer, schema, name, *where)
 

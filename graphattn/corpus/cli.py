@@ -2,7 +2,7 @@
 
 Compiles HTML, text and JSON / JSON-lines documents (files, directories, globs) into Parquet
 shards of compiled instances; see `graphattn.corpus.pipeline` for how the work is cut and
-`graphattn.corpus.shards` for what a shard holds. Documents that fail are listed in
+`graphattn.shards.format` for what a shard holds. Documents that fail are listed in
 DIR/rejected.jsonl and the run goes on; a killed run continues with --resume.
 """
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
 
-from graphattn.corpus.shards import write_atomic
+from graphattn.shards.format import write_atomic
 from graphattn.errors import GraphattnError
 
 RUN_FORMAT = "graphattn-run/1"

@@ -29,7 +29,7 @@ from typing import Any, Callable, Iterable, Iterator
 
 import graphattn
 from graphattn.corpus.output import RUN_FORMAT, OutputDir
-from graphattn.corpus.shards import COMPRESSION, COMPRESSION_LEVEL, FORMAT, ROWS_PER_GROUP, Layout
+from graphattn.shards.format import COMPRESSION, COMPRESSION_LEVEL, FORMAT, ROWS_PER_GROUP, ShardColumns
 from graphattn.corpus.sources import DEFAULT_SHARD_SIZE, FORMATS, InputFile, expand_inputs, import_readers, plan_file, segment_of
 from graphattn.corpus.worker import ShardResult, ShardTask, ShardWritten, WorkerState, compile_shard
 from graphattn.errors import GraphattnError
@@ -125,7 +125,7 @@ class Run:
                 "documents": self.documents, "shards": len(self.tasks)}
 
 
-def prepare(options: CompileOptions) -> Run:
+def plan_run(options: CompileOptions) -> Run:
     """Load schema and tokenizer, plan the inputs, cut them into shard tasks (no compiling yet)."""
     from graphattn.schema import load_schema
     from graphattn.tokenize import load_tokenizer
@@ -168,7 +168,7 @@ def prepare(options: CompileOptions) -> Run:
         "compression": f"{COMPRESSION}:{COMPRESSION_LEVEL}",
     }
     state = WorkerState(schema=schema, tokenizer=tokenizer, schema_text=schema_text, settings=settings,
-                        layout=Layout.for_run(schema, tokenizer.vocab_size), mapping=mapping)
+                        layout=ShardColumns.for_run(schema, tokenizer.vocab_size), mapping=mapping)
     tasks = plan(planned, options.shard_size)
     return Run(state, tasks, planned, skipped, sum(f.documents for f in planned))
 
@@ -288,7 +288,7 @@ def run_compile(options: CompileOptions, print_fn: Callable[[str], None] | None 
     """Compile (or finish compiling, with `resume`) a corpus; returns the closing summary."""
     started = time.perf_counter()
     engine = _engine(options)
-    run = prepare(options)
+    run = plan_run(options)
     out = OutputDir(Path(options.out))
     done = out.start(run.manifest(), options.resume)
     todo = [task for task in run.tasks if task.index not in done]

@@ -5,10 +5,11 @@ which worker compiled it or when. Every document either yields its instances or 
 ``rejected.jsonl``; a failure is caught per document (any exception) and the shard goes on.
 
 Documents become instances the way the schema asks: one instance per document (every window
-under the `windows` policy, as `compile_windows`; `compile_many` tokenizes them in batches), or, when the schema packs several documents per
-instance (`packing.max_documents` > 1), `graphattn.compile.pack_groups` (greedy packing in input
-order, restarted at each shard), which reports a failing document and goes on: a pack that fails
-to assemble is compiled document by document, so one bad document never takes good ones down.
+under the `windows` policy, as `compile_windows`; `compile_many` tokenizes them in batches), or,
+when the schema packs several documents per instance (`packing.max_documents` > 1),
+`graphattn.compile.pack_groups` (greedy packing in input order, restarted at each shard), which
+reports a failing document and goes on: a pack that fails to assemble is compiled document by
+document, so one bad document never takes good ones down.
 """
 
 from __future__ import annotations
@@ -17,8 +18,8 @@ import traceback
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from graphattn.compile.compiler import BATCH_SIZE, compile_many, pack_groups, prepare
-from graphattn.corpus.shards import Layout, Provenance, encode_shard, instance_row, rows_to_table, sha256, shard_metadata
+from graphattn.compile.compiler import BATCH_SIZE, compile_many, load_schema_and_tokenizer, pack_groups
+from graphattn.shards.format import ShardColumns, Provenance, encode_shard, instance_row, rows_to_table, sha256, shard_metadata
 from graphattn.corpus.sources import Document, ReadCache, Segment, iter_segment_graphs
 from graphattn.errors import GraphattnError
 from graphattn.schema import Schema
@@ -64,12 +65,12 @@ class WorkerState:
     tokenizer: Any
     schema_text: str
     settings: dict
-    layout: Layout
+    layout: ShardColumns
     mapping: Any = None
     cache: ReadCache = field(default_factory=ReadCache)
 
     def __post_init__(self) -> None:
-        prepare(self.schema, self.tokenizer)  # a special token the tokenizer lacks fails the run here, not per document
+        load_schema_and_tokenizer(self.schema, self.tokenizer)  # a special token the tokenizer lacks fails the run here, not per document
 
     @property
     def packs(self) -> bool:

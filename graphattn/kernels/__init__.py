@@ -19,7 +19,7 @@ from types import ModuleType
 
 import torch
 
-from graphattn.compile.contract import SideInputs
+from graphattn.contract import SideInputs
 from graphattn.errors import BatchError
 from graphattn.kernels import blocked, dense, flex
 from graphattn.kernels.validate import as_torch_side, check_head_dim, check_label_ids, check_side, check_states, check_tables

@@ -31,11 +31,11 @@ from functools import partial
 
 import torch
 
-from graphattn.compile.contract import SideInputs
+from graphattn.contract import SideInputs
 from graphattn.kernels.blocked_tiles import (
     TILE_ELEMENTS,
     GlobalChunk,
-    Layout,
+    CallTensors,
     LongChunk,
     Scratch,
     Scratches,
@@ -68,7 +68,7 @@ def _finish(out: torch.Tensor, row_sum: torch.Tensor, row_max: torch.Tensor) -> 
     return out.div_(row_sum.unsqueeze(-1)), row_sum.log_().add_(row_max)
 
 
-def _forward(lay: Layout, workers: int):
+def _forward(lay: CallTensors, workers: int):
     geo = lay.geo
     bh, d = geo.bh, lay.dim
     long_out, long_lse = lay.lq.new_empty(bh, geo.num_long, d), lay.lq.new_empty(bh, geo.padded_long)
@@ -130,7 +130,7 @@ class _KeyGrads:
     """One worker's gradients of keys and values, which several chunks touch. Long keys are
     padded by one block on each side, where window gradients of blocks -1 and nb land."""
 
-    def __init__(self, lay: Layout):
+    def __init__(self, lay: CallTensors):
         geo = lay.geo
         self.scratch = Scratches(lay.lq)
         self.d_gk, self.d_gv = torch.zeros_like(lay.gk), torch.zeros_like(lay.gv)
@@ -144,7 +144,7 @@ class _KeyGrads:
             d_pad[:, (first + shift) * w : (last + shift) * w].view(bh, nbc, w, d).add_(parts[:, :, shift])
 
 
-def _backward(lay: Layout, outputs, grad_global, grad_long, workers: int):
+def _backward(lay: CallTensors, outputs, grad_global, grad_long, workers: int):
     geo = lay.geo
     bh, d, w = geo.bh, lay.dim, geo.block
     global_out, global_lse, long_out, long_lse = outputs
@@ -212,7 +212,7 @@ def _backward(lay: Layout, outputs, grad_global, grad_long, workers: int):
 class _BlockedAttention(torch.autograd.Function):
     @staticmethod
     def forward(ctx, gq, gk, gv, lq, lk, lv, t_global, t_long, side, geo, workers):
-        outputs = _forward(Layout(geo, side, gq, gk, gv, lq, lk, lv, t_global, t_long), workers)
+        outputs = _forward(CallTensors(geo, side, gq, gk, gv, lq, lk, lv, t_global, t_long), workers)
         ctx.save_for_backward(gq, gk, gv, lq, lk, lv, t_global, t_long, *outputs)
         ctx.side, ctx.geo, ctx.workers = side, geo, workers
         shape = lambda n: (geo.batch, geo.heads, n, lq.shape[-1])  # noqa: E731
@@ -221,7 +221,7 @@ class _BlockedAttention(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_global, grad_long):
         gq, gk, gv, lq, lk, lv, t_global, t_long, *outputs = ctx.saved_tensors
-        lay = Layout(ctx.geo, ctx.side, gq, gk, gv, lq, lk, lv, t_global, t_long)
+        lay = CallTensors(ctx.geo, ctx.side, gq, gk, gv, lq, lk, lv, t_global, t_long)
         grads = _backward(lay, outputs, grad_global.contiguous(), grad_long.contiguous(), ctx.workers)
         inputs = (gq, gk, gv, lq, lk, lv, t_global, t_long)
         return (*(g.reshape(x.shape) for g, x in zip(grads, inputs)), None, None, None)

@@ -13,7 +13,7 @@ from typing import Any, Callable
 
 import torch
 
-from graphattn.compile.contract import SideInputs
+from graphattn.contract import SideInputs
 
 # Elements of one score tile (all heads of a chunk): bounds memory, keeps tiles cache-friendly.
 TILE_ELEMENTS = 1 << 21
@@ -115,7 +115,7 @@ def _spans(mask: torch.Tensor, rows_per_chunk: int) -> list[tuple[int, int]]:
     return [(lo, hi) if ok else (0, 0) for lo, hi, ok in zip(first.tolist(), last.tolist(), some.tolist())]
 
 
-class Layout:
+class CallTensors:
     """Per-call tensors, built from the inputs by both passes. Everything is BH-major
     ([B*H, rows, ...]), so a chunk's window tiles ([BH*nbc, w, 3w]) and l2g tiles
     ([BH, nbc*w, G]) share one row order and their statistics merge without copies."""
@@ -192,7 +192,7 @@ class LongChunk:
     """Score tiles of long-query blocks first..last-1: the windows [BH*nbc, w, 3w] and the
     l2g tile [BH, R, span] (R = nbc*w rows, the same row order)."""
 
-    def __init__(self, lay: Layout, first: int, last: int, scratch: Scratches):
+    def __init__(self, lay: CallTensors, first: int, last: int, scratch: Scratches):
         geo, side = lay.geo, lay.side
         bh, w, nbc = geo.bh, geo.block, last - first
         self.first, self.last, self.nbc = first, last, nbc
@@ -225,7 +225,7 @@ class LongChunk:
 class GlobalChunk:
     """Score tiles of global query rows start..stop-1: g2g [BH, c, G] and g2l [BH, c, span]."""
 
-    def __init__(self, lay: Layout, start: int, stop: int, scratch: Scratches):
+    def __init__(self, lay: CallTensors, start: int, stop: int, scratch: Scratches):
         geo, side = lay.geo, lay.side
         bh, rows = geo.bh, stop - start
         self.rows = slice(start, stop)

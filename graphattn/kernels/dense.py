@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import torch
 
-from graphattn.compile.contract import SideInputs
+from graphattn.contract import SideInputs
 
 
 def full_labels_and_mask(side: SideInputs, num_global: int, num_long: int) -> tuple[torch.Tensor, torch.Tensor]:

@@ -17,7 +17,7 @@ from typing import Callable
 
 import torch
 
-from graphattn.compile.contract import SideInputs
+from graphattn.contract import SideInputs
 
 try:
     from torch.nn.attention.flex_attention import BlockMask, create_block_mask, flex_attention

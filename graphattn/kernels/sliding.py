@@ -24,7 +24,7 @@ from typing import Sequence
 
 import torch
 
-from graphattn.compile.contract import SideInputs
+from graphattn.contract import SideInputs
 from graphattn.errors import BatchError
 from graphattn.kernels import global_local_attention
 

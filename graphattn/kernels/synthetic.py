@@ -13,7 +13,8 @@ from dataclasses import dataclass
 
 import torch
 
-from graphattn.compile.contract import SideInputs
+from graphattn.contract import SideInputs
+from graphattn.labels import belongs_id, does_not_belong_id, first_schema_label_id
 
 
 @dataclass
@@ -66,8 +67,8 @@ def synthetic_side_inputs(
 ) -> tuple[SideInputs, SyntheticLayout]:
     """Batched int32 side inputs [B, ...] plus the layout they were built from."""
     gen = torch.Generator().manual_seed(seed)
-    does_not_belong, belongs = 2 * max_distance + 1, 2 * max_distance + 2
-    mention = 2 * max_distance + 3
+    does_not_belong, belongs = does_not_belong_id(max_distance), belongs_id(max_distance)
+    mention = first_schema_label_id(max_distance)
     vocab_size = mention + 1
     real_globals = global_length - global_padding
 

@@ -22,7 +22,7 @@ import weakref
 import torch
 from torch.autograd.function import once_differentiable
 
-from graphattn.compile.contract import SideInputs
+from graphattn.contract import SideInputs
 from graphattn.errors import BatchError
 from graphattn.kernels.triton_backward import backward
 from graphattn.kernels.triton_blocks import (

@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from graphattn.compile.contract import SIDE_INPUT_NAMES, SideInputs
+from graphattn.contract import SIDE_INPUT_NAMES, SideInputs
 from graphattn.errors import BatchError
 
 STATE_NAMES = ("global_q", "global_k", "global_v", "long_q", "long_k", "long_v")

@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from graphattn.compile.contract import SideInputs
+from graphattn.contract import SideInputs
 from graphattn.kernels import global_local_attention
 from graphattn.nn.config import EtcConfig
 

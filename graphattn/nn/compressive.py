@@ -29,7 +29,7 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 from tqdm.auto import tqdm
 
-from graphattn.compile.contract import EtcBatch, SideInputs
+from graphattn.contract import EtcBatch, SideInputs
 from graphattn.errors import BatchError, GraphattnError
 from graphattn.kernels import global_local_attention
 from graphattn.nn.compression import COMPRESSIONS, Compressor, attention_reconstruction_loss, attention_usage

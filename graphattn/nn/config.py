@@ -6,8 +6,8 @@ from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
 
 from graphattn.errors import GraphattnError
-
-ATTENTION_BACKENDS = ("auto", "dense", "blocked", "flex", "triton")
+from graphattn.kernels import BACKENDS
+from graphattn.labels import first_schema_label_id
 
 
 @dataclass
@@ -51,15 +51,15 @@ class EtcConfig:
             fail("hidden_size", f"{self.hidden_size} is not divisible by num_attention_heads={self.num_attention_heads}")
         if self.relative_pos_max_distance < 1:
             fail("relative_pos_max_distance", f"must be >= 1, got {self.relative_pos_max_distance}")
-        needed = 2 * self.relative_pos_max_distance + 3  # distances, does_not_belong, belongs
+        needed = first_schema_label_id(self.relative_pos_max_distance)  # distances, does_not_belong, belongs
         if self.relative_vocab_size < needed:
             fail("relative_vocab_size", f"{self.relative_vocab_size} is too small for relative_pos_max_distance={self.relative_pos_max_distance}: needs at least {needed}")
         if self.max_absolute_position_embeddings < 0:
             fail("max_absolute_position_embeddings", f"must be >= 0 (0 disables), got {self.max_absolute_position_embeddings}")
         if not 0.0 <= self.hidden_dropout_prob < 1.0:
             fail("hidden_dropout_prob", f"must be in [0, 1), got {self.hidden_dropout_prob}")
-        if self.attention_backend not in ATTENTION_BACKENDS:
-            fail("attention_backend", f"{self.attention_backend!r} is not one of {', '.join(ATTENTION_BACKENDS)}")
+        if self.attention_backend not in BACKENDS:
+            fail("attention_backend", f"{self.attention_backend!r} is not one of {', '.join(BACKENDS)}")
         if self.hidden_act not in ("gelu", "gelu_tanh", "relu"):
             fail("hidden_act", f"{self.hidden_act!r} is not one of gelu, gelu_tanh, relu")
 

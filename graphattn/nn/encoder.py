@@ -6,7 +6,7 @@ import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from graphattn.compile.contract import EtcBatch, SideInputs
+from graphattn.contract import EtcBatch, SideInputs
 from graphattn.errors import BatchError
 from graphattn.nn.attention import GlobalLocalAttention
 from graphattn.nn.config import EtcConfig

@@ -29,7 +29,7 @@ import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from graphattn.compile.contract import EtcBatch
+from graphattn.contract import EtcBatch
 from graphattn.errors import BatchError, GraphattnError
 from graphattn.kernels.sliding import global_rows_attention, windowed_attention
 from graphattn.nn.config import EtcConfig

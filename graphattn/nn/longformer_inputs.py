@@ -16,8 +16,8 @@ from typing import Any, Sequence
 import numpy as np
 import torch
 
-from graphattn.compile.collate import collate
-from graphattn.compile.contract import EtcBatch, EtcInstance
+from graphattn.compile.batching import collate
+from graphattn.contract import EtcBatch, EtcInstance
 from graphattn.errors import BatchError, CompileError
 from graphattn.schema import Schema, load_schema
 

@@ -24,7 +24,7 @@ from dataclasses import replace
 
 import torch
 
-from graphattn.compile.contract import EtcBatch, SideInputs
+from graphattn.contract import EtcBatch, SideInputs
 from graphattn.errors import BatchError
 
 

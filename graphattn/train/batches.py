@@ -13,7 +13,7 @@ from typing import Any, Callable, Iterator, Sequence
 import numpy as np
 from torch.utils.data import DataLoader
 
-from graphattn.compile.collate import collate
+from graphattn.compile.batching import collate
 from graphattn.errors import GraphattnError
 from graphattn.train.distributed import get_rank, get_world_size
 
@@ -70,7 +70,7 @@ def shard_loader(source: str | os.PathLike | Sequence[str | os.PathLike], batch_
 
     Row groups are split across ranks and workers and shuffled per epoch (the Trainer calls
     set_epoch); ranks whose share runs out first end the epoch for everyone (see Trainer)."""
-    from graphattn.data import ShardIterableDataset  # the shard reader pulls in pyarrow; import on use
+    from graphattn.shards.dataset import ShardIterableDataset  # the shard reader pulls in pyarrow; import on use
 
     rank = get_rank() if rank is None else rank
     world_size = get_world_size() if world_size is None else world_size

@@ -36,7 +36,7 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 from tqdm.auto import tqdm
 
-from graphattn.compile.contract import EtcBatch
+from graphattn.contract import EtcBatch
 from graphattn.errors import GraphattnError
 from graphattn.train import checkpoint as ckpt
 from graphattn.train.distributed import all_ranks_agree, all_reduce_sum, barrier, get_rank, get_world_size, is_distributed, local_rank

@@ -1,6 +1,6 @@
 """ETC pre-training: whole-word MLM on long tokens plus CPC on sentence globals.
 
-    from graphattn.compile.pretrain import PretrainingDataset, TokenInfo, collate_pretraining
+    from graphattn.compile.masking import PretrainingDataset, TokenInfo, collate_pretraining
     data = DataLoader(PretrainingDataset(instances, TokenInfo.from_tokenizer(tok), seed=0),
                       batch_size=8, shuffle=True, collate_fn=collate_pretraining)
     model = PretrainingModel(EtcEncoder(config))
@@ -29,7 +29,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from graphattn.compile.pretrain import IGNORE_INDEX, PretrainingBatch
+from graphattn.compile.masking import IGNORE_INDEX, PretrainingBatch
 from graphattn.errors import GraphattnError
 from graphattn.nn.encoder import EtcEncoder
 from graphattn.nn.pretraining_heads import CpcHead, MlmHead

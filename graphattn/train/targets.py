@@ -21,8 +21,8 @@ from typing import Sequence
 import numpy as np
 import torch
 
-from graphattn.compile.collate import collate
-from graphattn.compile.contract import EtcBatch, EtcInstance
+from graphattn.compile.batching import collate
+from graphattn.contract import EtcBatch, EtcInstance
 from graphattn.errors import GraphattnError
 from graphattn.graph import DocGraph
 from graphattn.nn.heads import NQ_ANSWER_TYPES

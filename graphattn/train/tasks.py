@@ -14,7 +14,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from graphattn.compile.contract import EtcBatch
+from graphattn.contract import EtcBatch
 from graphattn.errors import GraphattnError
 from graphattn.nn.encoder import EtcEncoder
 from graphattn.nn.heads import CandidateScoringHead, KeyphraseHead, SpanExtractionHead, SupportingFactsHead

@@ -2,7 +2,7 @@
 
 INPUT is a document (a DocGraph JSON, HTML, plain text, or a HotpotQA / WikiHop / NQ file with
 --format) that is compiled with the schema and tokenizer first, or a compiled Parquet shard
-(read through `graphattn.data`). Without --out the terminal view is printed.
+(read through `graphattn.shards.dataset`). Without --out the terminal view is printed.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import json
 import sys
 from pathlib import Path
 
-from graphattn.compile.contract import EtcInstance
+from graphattn.contract import EtcInstance
 from graphattn.errors import GraphattnError, GraphError, IngestError
 
 DOCUMENT_FORMATS = ("docgraph", "html", "text", "hotpotqa", "wikihop", "nq")
@@ -91,7 +91,7 @@ def load_instance(path: str | Path, *, schema=None, tokenizer=DEFAULT_TOKENIZER,
     from graphattn.tokenize import load_tokenizer
 
     try:
-        from graphattn.compile import compile as compile_graph
+        from graphattn.compile import compile_instance as compile_graph
     except ImportError:
         raise GraphattnError("compiling a document needs graphattn.compile.compile, which this installation lacks", file=str(path)) from None
     compiled = compile_graph(graph, load_schema(schema), load_tokenizer(tokenizer))
@@ -104,15 +104,15 @@ def load_instance(path: str | Path, *, schema=None, tokenizer=DEFAULT_TOKENIZER,
 
 
 def load_from_shard(path: Path, index: int) -> EtcInstance:
-    """Instance `index` of a compiled shard, through `graphattn.data.read_instance(path, index)`."""
+    """Instance `index` of a compiled shard, through `graphattn.shards.dataset.read_instance(path, index)`."""
     try:
-        data = importlib.import_module("graphattn.data")
+        data = importlib.import_module("graphattn.shards.dataset")
     except ModuleNotFoundError as err:
-        if err.name not in ("graphattn.data", "graphattn"):
+        if err.name not in ("graphattn.shards.dataset", "graphattn"):
             raise
-        raise GraphattnError("reading compiled shards needs the graphattn.data module, which this installation does not have", file=str(path)) from None
+        raise GraphattnError("reading compiled shards needs the graphattn.shards.dataset module, which this installation does not have", file=str(path)) from None
     if not hasattr(data, "read_instance"):
-        raise GraphattnError("graphattn.data has no read_instance(path, index) to read a shard with", file=str(path))
+        raise GraphattnError("graphattn.shards.dataset has no read_instance(path, index) to read a shard with", file=str(path))
     return data.read_instance(path, index)
 
 

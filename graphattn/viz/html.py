@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from graphattn.compile.contract import EtcInstance
+from graphattn.contract import EtcInstance
 from graphattn.viz.blocks import block_summary, choose_block_size
 from graphattn.viz.palette import label_colors, to_hex
 from graphattn.errors import GraphattnError

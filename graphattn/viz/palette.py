@@ -11,7 +11,7 @@ import colorsys
 
 import numpy as np
 
-from graphattn.compile.labels import BELONGS, DOES_NOT_BELONG, LabelVocab
+from graphattn.labels import BELONGS, DOES_NOT_BELONG, LabelVocab, distance_id_count, first_schema_label_id
 
 BACKGROUND = np.array([1.0, 1.0, 1.0])  # masked cells: nothing drawn
 SAME_POSITION = np.array([0.25, 0.25, 0.25])
@@ -47,11 +47,11 @@ def label_colors(vocab: LabelVocab) -> np.ndarray:
     colors = np.zeros((len(vocab), 3))
     colors[0] = SAME_POSITION
     colors[1 : k + 1] = _ramp(0.0, k)  # dist:+1..+k, reds
-    colors[k + 1 : 2 * k + 1] = _ramp(0.6, k)  # dist:-1..-k, blues
+    colors[k + 1 : distance_id_count(k)] = _ramp(0.6, k)  # dist:-1..-k, blues
     colors[vocab.id(DOES_NOT_BELONG)] = NOT_OWNED
     colors[vocab.id(BELONGS)] = OWNED
     for index in range(len(vocab.extra)):
-        colors[2 * k + 3 + index] = _schema_color(index)
+        colors[first_schema_label_id(k) + index] = _schema_color(index)
     return colors
 
 

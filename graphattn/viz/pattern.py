@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from graphattn.compile.contract import EtcInstance, SideInputs
+from graphattn.contract import EtcInstance, SideInputs
 from graphattn.errors import BatchError, GraphattnError
 
 MASKED = -1

@@ -18,7 +18,7 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Patch, Rectangle
 from matplotlib.transforms import blended_transform_factory
 
-from graphattn.compile.contract import EtcInstance
+from graphattn.contract import EtcInstance
 from graphattn.errors import GraphattnError
 from graphattn.viz.blocks import BlockSummary, block_summary
 from graphattn.viz.palette import BACKGROUND, label_colors, shade

@@ -14,7 +14,7 @@ import sys
 
 import numpy as np
 
-from graphattn.compile.contract import EtcInstance
+from graphattn.contract import EtcInstance
 from graphattn.errors import GraphattnError
 from graphattn.viz.blocks import block_summary, choose_block_size
 from graphattn.viz.palette import label_colors, to_uint8

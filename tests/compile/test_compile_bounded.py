@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from graphattn import compile, load_schema
+from graphattn import compile_instance, load_schema
 from graphattn.compile.encode import MIN_PREFIX_CHARS, long_token_bound
 from graphattn.graph import DocGraph
 from graphattn.tokenize import HFTokenizer, SpacyWordTokenizer, load_tokenizer
@@ -154,8 +154,8 @@ def test_the_instance_equals_the_one_from_the_whole_text(seed):
     graph = _document(seed, paragraphs=600 + 100 * seed)
     assert len(graph.text) > 4 * MIN_PREFIX_CHARS
     stopping, whole = Counting(inner, True), Counting(inner, False)
-    early = compile(graph, schema, stopping, compact=True)
-    full = compile(graph, schema, whole, compact=True)
+    early = compile_instance(graph, schema, stopping, compact=True)
+    full = compile_instance(graph, schema, whole, compact=True)
     _same_instance(early, full)
     assert stopping.chars < whole.chars / 2 and whole.chars == len(graph.text)
     report, exact = early.truncation, full.truncation
@@ -171,7 +171,7 @@ def test_short_documents_are_tokenized_whole_and_reported_exactly():
     inner = load_tokenizer(str(TOKENIZER))
     graph = _document(0, paragraphs=5)
     counting = Counting(inner, True)
-    inst = compile(graph, schema, counting)
+    inst = compile_instance(graph, schema, counting)
     assert counting.chars == len(graph.text) and not inst.truncation.truncated
     assert long_token_bound(schema) == 4096 and long_token_bound(load_schema("wikihop")) is None  # no long prefix; drop_longest_first
 
@@ -181,8 +181,8 @@ def test_a_per_token_global_is_never_cut():
     schema = load_schema({**_hotpot_dict(), "max_long_length": 64, "max_global_length": 4096})
     inner = load_tokenizer(str(TOKENIZER))
     graph = _document(3, paragraphs=60, question_words=3000)
-    early = compile(graph, schema, Counting(inner, True), compact=True)
-    full = compile(graph, schema, Counting(inner, False), compact=True)
+    early = compile_instance(graph, schema, Counting(inner, True), compact=True)
+    full = compile_instance(graph, schema, Counting(inner, False), compact=True)
     _same_instance(early, full)
     assert early.global_node_types.count("question") == full.global_node_types.count("question") > 3000
 
@@ -202,7 +202,7 @@ def test_ten_megabytes_tokenize_like_a_hundred_kilobytes():
     counted = []
     for graph in (small, large):
         counting = Counting(inner, True)
-        compile(graph, schema, counting, compact=True)
+        compile_instance(graph, schema, counting, compact=True)
         counted.append(counting.chars)
     assert counted[1] <= counted[0] * 1.5 and counted[1] < len(large.text) / 50
 
@@ -217,7 +217,7 @@ def test_random_tail_schemas_give_the_whole_texts_instance(seed, max_long, sep_a
     schema = load_schema(data)
     inner = load_tokenizer(str(TOKENIZER)) if kind == "shipped" else _cached("bpe")
     graph = _document(seed, paragraphs=random.Random(seed).randint(40, 400))
-    early = compile(graph, schema, Counting(inner, True), compact=True)
-    full = compile(graph, schema, Counting(inner, False), compact=True)
+    early = compile_instance(graph, schema, Counting(inner, True), compact=True)
+    full = compile_instance(graph, schema, Counting(inner, False), compact=True)
     _same_instance(early, full)
     assert early.truncation.long_tokens_before <= full.truncation.long_tokens_before

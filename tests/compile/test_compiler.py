@@ -8,8 +8,9 @@ import numpy as np
 import pytest
 
 from compile_helpers import WordTokenizer, schema_dict, sentences_doc
-from graphattn import collate, compile, load_schema
-from graphattn.compile import CompactSideInputs, SideInputs
+from graphattn import collate, compile_instance, load_schema
+from graphattn.compact import CompactSideInputs
+from graphattn.contract import SideInputs
 
 
 @pytest.fixture
@@ -27,7 +28,7 @@ def assert_side(side, **expected):
 def test_worked_example_of_the_design_notes(tok):
     """DESIGN.md section 3: k=2, r=3, sentences of 5, 7 and 4 tokens, padded to L=20, G=5."""
     schema = load_schema(schema_dict(masks={"hard_g2l": True}))
-    inst = compile(sentences_doc([[5, 7, 4]]), schema, tok)
+    inst = compile_instance(sentences_doc([[5, 7, 4]]), schema, tok)
     assert inst.global_node_ids == ["p0.s0", "p0.s1", "p0.s2"]
     assert inst.label_vocab.names[5:] == ["does_not_belong", "belongs"]
     batch = collate([inst], pad_to_long=20, pad_to_global=5)
@@ -74,7 +75,7 @@ def test_two_level_hierarchy_with_segments(tok):
             global_order=[["paragraph", "sentence"]],
         )
     )
-    inst = compile(sentences_doc([[2, 1], [2]]), schema, tok)
+    inst = compile_instance(sentences_doc([[2, 1], [2]]), schema, tok)
     assert inst.global_node_ids == ["p0", "p0.s0", "p0.s1", "p1", "p1.s0"]
     assert inst.global_node_types == ["paragraph", "sentence", "sentence", "paragraph", "sentence"]
     np.testing.assert_array_equal(inst.global_type_ids, [1, 3, 3, 1, 3])
@@ -108,8 +109,8 @@ def test_two_level_hierarchy_with_segments(tok):
 def test_compact_form_gives_the_same_tensors_and_batches(tok):
     schema = load_schema(schema_dict(masks={"hard_g2l": True, "hard_l2g": True}))
     docs = [sentences_doc([[3, 2], [4]]), sentences_doc([[1, 1, 5]])]
-    dense = [compile(d, schema, tok) for d in docs]
-    compact = [compile(d, schema, tok, compact=True) for d in docs]
+    dense = [compile_instance(d, schema, tok) for d in docs]
+    compact = [compile_instance(d, schema, tok, compact=True) for d in docs]
     for a, b in zip(dense, compact):
         assert isinstance(a.side, SideInputs) and isinstance(b.side, CompactSideInputs)
         for name, value in b.side.to_dense().as_dict().items():

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from compile_helpers import WordTokenizer, schema_dict, sentences_doc
-from graphattn import collate, compile, load_schema
+from graphattn import collate, compile_instance, load_schema
 from graphattn.compile.side_inputs import fixed_block_side_inputs
 from graphattn.graph import DocGraph
 
@@ -63,7 +63,7 @@ def nq_schema(**overrides):
 
 
 def test_prefix_separators_per_token_globals_links_and_hard_mask_exceptions(tok):
-    inst = compile(nq_graph(), nq_schema(), tok)
+    inst = compile_instance(nq_graph(), nq_schema(), tok)
     # [CLS] q0 q1 [SEP] a0 a1 a2 b0 b1 [SEP]; words get ids 8.. in order of appearance
     np.testing.assert_array_equal(inst.long_token_ids, [2, 8, 9, 3, 10, 11, 12, 13, 14, 3])
     np.testing.assert_array_equal(inst.long_type_ids, [0, 0, 0, 0, 1, 1, 1, 1, 1, 1])
@@ -110,7 +110,7 @@ def test_prefix_separators_per_token_globals_links_and_hard_mask_exceptions(tok)
 
 
 def test_hard_l2g_keeps_owned_linked_and_exempt_pairs(tok):
-    inst = compile(nq_graph(), nq_schema(masks={"hard_g2l": False, "hard_l2g": True}), tok)
+    inst = compile_instance(nq_graph(), nq_schema(masks={"hard_g2l": False, "hard_l2g": True}), tok)
     assert_side(
         inst.side,
         l2g_att_mask=[
@@ -145,7 +145,7 @@ def test_windows_with_stride_give_several_instances(tok):
     assert first.truncation.messages == ["window 1 of 2: long tokens [0, 3) of the 5 unpinned ones (stride 2)"]
     assert (first.truncation.long_tokens_before, first.truncation.long_tokens_after) == (10, 8)
     np.testing.assert_array_equal(second.long_owners["candidate"], [-1, -1, -1, -1, 3, 4, 4, -1])
-    only = compile(nq_graph(), schema, tok)
+    only = compile_instance(nq_graph(), schema, tok)
     np.testing.assert_array_equal(only.long_token_ids, first.long_token_ids)
     assert "compile_windows() returns all of them" in only.truncation.messages[-1]
 
@@ -165,7 +165,7 @@ def test_g2g_hierarchy_labels_cross_segment_label_and_blocking(tok):
             global_order=[["paragraph", "sentence"]],
         )
     )
-    inst = compile(sentences_doc([[1, 1], [1]]), schema, tok)
+    inst = compile_instance(sentences_doc([[1, 1], [1]]), schema, tok)
     assert inst.global_node_ids == ["<cls>", "p0", "p0.s0", "p0.s1", "p1", "p1.s0"]
     assert inst.label_vocab.names[7:] == ["child", "parent", "cross"]  # ids 7, 8, 9
     assert_side(
@@ -193,7 +193,7 @@ def test_g2g_hierarchy_labels_cross_segment_label_and_blocking(tok):
 
 def test_packed_documents_never_attend_across(tok):
     schema = load_schema(schema_dict(local_radius=2, packing={"max_documents": 2}))
-    inst = compile([sentences_doc([[2]], "a"), sentences_doc([[1, 2]], "b", word="v")], schema, tok)
+    inst = compile_instance([sentences_doc([[2]], "a"), sentences_doc([[1, 2]], "b", word="v")], schema, tok)
     assert inst.doc_ids == ["a", "b"]
     np.testing.assert_array_equal(inst.long_doc_index, [0, 0, 1, 1, 1])
     np.testing.assert_array_equal(inst.global_doc_index, [0, 1, 1])
@@ -220,7 +220,7 @@ def test_fixed_blocks_match_the_etcmodel_compatible_primitive(tok, hard_g2l, har
         )
     )
     text = " ".join(f"w{i}" for i in range(10))
-    inst = compile(DocGraph(text, doc_id="plain"), schema, tok)  # no long types: the whole text
+    inst = compile_instance(DocGraph(text, doc_id="plain"), schema, tok)  # no long types: the whole text
     assert inst.global_node_ids == ["<block:0>", "<block:1>", "<block:2>", "<block:3>"]
     np.testing.assert_array_equal(inst.long_owners["block"], [0, 0, 0, 1, 1, 1, 2, 2, 2, 3])
     np.testing.assert_array_equal(inst.global_token_ids, [1, 1, 1, 1])
@@ -255,7 +255,7 @@ def test_type_ids_features_and_where_filter(tok):
             global_order=["element"],
         )
     )
-    inst = compile(g, schema, tok)
+    inst = compile_instance(g, schema, tok)
     assert inst.global_node_ids == ["html", "h1", "div"]  # the inline <b> is no global
     np.testing.assert_array_equal(inst.long_owners["element"], [1, 1, 2, 2, 2])  # innermost block element
     np.testing.assert_array_equal(inst.long_type_ids, [3] * 5)
@@ -284,7 +284,7 @@ def test_hf_tokenizer_offsets_map_back_to_the_text():
     g.add_node("doc", "document", (0, len(text)))
     g.add_child("doc", "s0", "sentence", (0, 34))
     g.add_child("doc", "s1", "sentence", (35, len(text)))
-    inst = compile(g, load_schema(schema_dict(special_tokens={"global": 1})), tokenizer)
+    inst = compile_instance(g, load_schema(schema_dict(special_tokens={"global": 1})), tokenizer)
     encoding = tokenizer.encode(text)
     np.testing.assert_array_equal(inst.long_token_ids, encoding.ids)
     for i in range(inst.long_length):
@@ -310,7 +310,7 @@ def test_g2l_links_and_where_lists(tok):
             global_order=["sentence", "topic"],
         )
     )
-    inst = compile(g, schema, tok)
+    inst = compile_instance(g, schema, tok)
     assert inst.global_node_ids == ["s0", "topic"]  # s1 has kind "c": no global
     assert_side(
         inst.side,
@@ -322,7 +322,7 @@ def test_g2l_links_and_where_lists(tok):
 
 def test_compact_row_blocks_equal_the_dense_rows(tok):
     schema = nq_schema(masks={"hard_g2l": True, "hard_l2g": True})
-    inst = compile(nq_graph(), schema, tok, compact=True)
+    inst = compile_instance(nq_graph(), schema, tok, compact=True)
     dense = inst.side.to_dense()
     for rows in (slice(0, 3), slice(3, 7), slice(7, 10)):
         mask, ids = inst.side.l2g_rows(rows)

@@ -6,7 +6,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from compile_helpers import WordTokenizer
-from graphattn import collate, compile, load_schema
+from graphattn import collate, compile_instance, load_schema
 from graphattn.graph import DocGraph
 from reference import reference
 
@@ -109,14 +109,14 @@ def cases(draw):
 def test_compiler_matches_the_brute_force_reference(case, extra_long, extra_global):
     graphs, schema = case
     tok = WordTokenizer()
-    inst = compile(graphs, schema, tok)
+    inst = compile_instance(graphs, schema, tok)
     expected = reference(graphs, schema, tok)
     for name in ("long_token_ids", "global_token_ids", "long_doc_index"):
         np.testing.assert_array_equal(getattr(inst, name), expected[name], err_msg=name)
     for name, value in inst.side.as_dict().items():
         np.testing.assert_array_equal(value, expected[name], err_msg=name)
 
-    compact = compile(graphs, schema, tok, compact=True)
+    compact = compile_instance(graphs, schema, tok, compact=True)
     for name, value in compact.side.to_dense().as_dict().items():
         np.testing.assert_array_equal(value, expected[name], err_msg=f"compact {name}")
 
@@ -193,9 +193,9 @@ def test_truncation_fits_keeps_text_order_and_reports_what_it_dropped(case):
     paragraphs, schema = case
     tok = WordTokenizer()
     graph = sentences_doc(paragraphs)
-    inst = compile(graph, schema, tok)
+    inst = compile_instance(graph, schema, tok)
     roomy = load_schema({**_raw(schema), "max_long_length": 10_000, "max_global_length": 10_000})
-    full = compile(graph, roomy, tok)
+    full = compile_instance(graph, roomy, tok)
     report = inst.truncation
     assert inst.long_length <= schema.max_long_length and inst.global_length <= schema.max_global_length
     assert (report.long_tokens_after, report.globals_after) == (inst.long_length, inst.global_length)
@@ -210,7 +210,7 @@ def test_truncation_fits_keeps_text_order_and_reports_what_it_dropped(case):
         kept = {s for s, t in zip(inst.global_node_ids, inst.global_node_types) if t == "sentence"}
         for s in kept:  # whole sentences only: every kept sentence keeps all its tokens
             assert np.count_nonzero(inst.long_owners["sentence"] == inst.global_node_ids.index(s)) == len(graph.span_text(s).split())
-    compact = compile(graph, schema, tok, compact=True)
+    compact = compile_instance(graph, schema, tok, compact=True)
     for name, value in compact.side.to_dense().as_dict().items():
         np.testing.assert_array_equal(value, getattr(inst.side, name), err_msg=name)
 

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from compile_helpers import WordTokenizer, schema_dict, sentences_doc
-from graphattn import compile, load_schema
+from graphattn import compile_instance, load_schema
 from graphattn.compile import pack, pack_groups
 from graphattn.errors import CompileError
 
@@ -15,7 +15,7 @@ def tok():
 
 
 def test_nothing_dropped_gives_an_empty_report(tok):
-    inst = compile(sentences_doc([[2, 3]]), load_schema(schema_dict()), tok)
+    inst = compile_instance(sentences_doc([[2, 3]]), load_schema(schema_dict()), tok)
     report = inst.truncation
     assert not report.truncated and report.dropped_nodes == [] and report.messages == []
     assert (report.long_tokens_before, report.long_tokens_after, report.globals_before, report.globals_after) == (5, 5, 2, 2)
@@ -23,7 +23,7 @@ def test_nothing_dropped_gives_an_empty_report(tok):
 
 def test_tail_keeps_the_first_tokens_and_reports_whole_sentences_lost(tok):
     schema = load_schema(schema_dict(max_long_length=6))
-    inst = compile(sentences_doc([[3, 2], [4]]), schema, tok)  # 9 tokens
+    inst = compile_instance(sentences_doc([[3, 2], [4]]), schema, tok)  # 9 tokens
     assert inst.long_length == 6
     assert inst.global_node_ids == ["p0.s0", "p0.s1", "p1.s0"]  # p1.s0 keeps its first token
     np.testing.assert_array_equal(inst.long_owners["sentence"], [0, 0, 0, 1, 1, 2])
@@ -31,7 +31,7 @@ def test_tail_keeps_the_first_tokens_and_reports_whole_sentences_lost(tok):
     assert report.truncated and report.dropped_nodes == []
     assert (report.long_tokens_before, report.long_tokens_after) == (9, 6)
     assert report.messages == ["tail: kept the first 6 of 9 long tokens to fit max_long_length 6"]
-    inst = compile(sentences_doc([[3, 2], [4]]), load_schema(schema_dict(max_long_length=5)), tok)
+    inst = compile_instance(sentences_doc([[3, 2], [4]]), load_schema(schema_dict(max_long_length=5)), tok)
     assert inst.truncation.dropped_nodes == ["p1", "p1.s0"]  # the paragraph went with its only sentence
     assert inst.global_node_ids == ["p0.s0", "p0.s1"]
 
@@ -44,7 +44,7 @@ def test_tail_counts_prefix_and_separators(tok):
             max_long_length=7,
         )
     )
-    inst = compile(sentences_doc([[2], [2], [2]]), schema, tok)
+    inst = compile_instance(sentences_doc([[2], [2], [2]]), schema, tok)
     # [CLS] a a [SEP] b b [SEP] = 7: the third paragraph does not fit at all
     np.testing.assert_array_equal(inst.long_token_ids[[0, 3, 6]], [2, 3, 3])
     assert inst.long_length == 7 and inst.truncation.dropped_nodes == ["p2", "p2.s0"]
@@ -53,7 +53,7 @@ def test_tail_counts_prefix_and_separators(tok):
 def test_drop_longest_first_drops_last_sentences_of_the_longest_context(tok):
     """WikiHop's recipe: contexts (paragraphs) of 6 and 5 tokens, max 6 -> drop 2 sentences."""
     schema = load_schema(schema_dict(max_long_length=6, truncation={"policy": "drop_longest_first", "unit": "sentence"}))
-    inst = compile(sentences_doc([[3, 3], [3, 2]]), schema, tok)
+    inst = compile_instance(sentences_doc([[3, 3], [3, 2]]), schema, tok)
     # p0 (6) loses p0.s1 -> 3; then p1 (5) is the longest and loses p1.s1 -> 6 tokens left
     assert inst.global_node_ids == ["p0.s0", "p1.s0"]
     assert inst.truncation.dropped_nodes == ["p0.s1", "p1.s1"]
@@ -69,7 +69,7 @@ def test_drop_longest_first_with_an_explicit_context_type_and_the_global_budget(
             truncation={"policy": "drop_longest_first", "unit": "sentence", "context": "document"},
         )
     )
-    inst = compile(sentences_doc([[1, 1], [1, 1, 1]]), schema, tok)  # 5 sentence globals, 3 allowed
+    inst = compile_instance(sentences_doc([[1, 1], [1, 1, 1]]), schema, tok)  # 5 sentence globals, 3 allowed
     assert inst.global_node_ids == ["p0.s0", "p0.s1", "p1.s0"]  # one context: the last sentences go
     assert inst.truncation.dropped_nodes == ["p1.s1", "p1.s2"]
 
@@ -87,7 +87,7 @@ def test_drop_longest_first_falls_back_to_tail_when_units_do_not_suffice(tok):
     g = DocGraph("t0 t1 w0", doc_id="t")
     g.add_node("title", "title", (0, 5))
     g.add_node("s", "sentence", (6, 8))
-    inst = compile(g, schema, tok)
+    inst = compile_instance(g, schema, tok)
     assert inst.long_token_text(0) == "t0" and inst.long_length == 1
     assert inst.truncation.dropped_nodes == ["s"]
     # the last unit is never dropped whole, so tail cuts: the title's first token stays
@@ -96,7 +96,7 @@ def test_drop_longest_first_falls_back_to_tail_when_units_do_not_suffice(tok):
 
 def test_globals_past_the_limit_are_cut_from_the_end(tok):
     schema = load_schema(schema_dict(max_global_length=2))
-    inst = compile(sentences_doc([[1, 1, 1, 1]]), schema, tok)
+    inst = compile_instance(sentences_doc([[1, 1, 1, 1]]), schema, tok)
     assert inst.global_node_ids == ["p0.s0", "p0.s1"]
     assert inst.truncation.dropped_nodes == ["p0.s2", "p0.s3"]
     assert inst.truncation.messages == ["cut the last 2 global token(s) to fit max_global_length 2"]

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from compile_helpers import WordTokenizer, schema_dict
-from graphattn import compile, load_schema
+from graphattn import compile_instance, load_schema
 from graphattn.compile.side_inputs import side_inputs
 from graphattn.errors import SchemaError
 from graphattn.graph import DocGraph
@@ -42,7 +42,7 @@ def qa_schema(hard_g2l: bool, hard_l2g: bool, **overrides):
 
 def test_exemptions_are_per_query_row():
     doc = question_doc(["q0", "q1"], [["w0", "w1", "w2"], ["w3", "w4"]], "d")
-    inst = compile(doc, qa_schema(True, True), WordTokenizer())
+    inst = compile_instance(doc, qa_schema(True, True), WordTokenizer())
     assert inst.global_node_ids == ["q", "s0", "s1"]
     # long: q0 q1 | w0 w1 w2 | w3 w4; k = 2, so 5 = does_not_belong, 6 = belongs
     np.testing.assert_array_equal(inst.side.l2g_relative_att_ids, [[6, 5, 5]] * 2 + [[5, 6, 5]] * 3 + [[5, 5, 6]] * 2)
@@ -66,7 +66,7 @@ def test_exemptions_are_per_query_row():
             [0, 0, 1],
         ],
     )
-    compact = compile(doc, qa_schema(True, True), WordTokenizer(), compact=True).side
+    compact = compile_instance(doc, qa_schema(True, True), WordTokenizer(), compact=True).side
     np.testing.assert_array_equal(compact.long_hard_l2g, [0, 0, 1, 1, 1, 1, 1])
     np.testing.assert_array_equal(compact.global_hard_g2l, [0, 1, 1])
 
@@ -80,7 +80,7 @@ def test_one_level_hierarchy_equals_etcmodel_side_inputs(hard_g2l, hard_l2g):
         question_doc(["r0"], [["b0", "b1"]], "b"),
     ]
     schema = qa_schema(hard_g2l, hard_l2g, local_radius=3, long_prefix=["cls"], global_prefix=["cls"], packing={"max_documents": 2})
-    inst = compile(docs, schema, WordTokenizer())
+    inst = compile_instance(docs, schema, WordTokenizer())
     # long:   [CLS] q0 q1 a0 a1 a2 a3 a4 | [CLS] r0 b0 b1
     # global: <cls> q s0 s1 | <cls> q s0
     assert inst.global_node_ids == ["<cls>", "q", "s0", "s1", "<cls>", "q", "s0"]

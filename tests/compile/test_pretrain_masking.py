@@ -1,4 +1,4 @@
-"""Whole-word MLM masking and CPC sentence instances (graphattn.compile.pretrain).
+"""Whole-word MLM masking and CPC sentence instances (graphattn.compile.masking).
 
 Tiny instances compiled with the shipped WordPiece tokenizer; expected words, masks and side
 inputs are written out by hand; properties are checked against references written straight from
@@ -14,8 +14,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from graphattn.compile import compile
-from graphattn.compile.pretrain import (
+from graphattn.compile import compile_instance
+from graphattn.compile.masking import (
     IGNORE_INDEX,
     KEEP,
     MASK,
@@ -85,26 +85,26 @@ def tokens_of(instance, tok) -> list[str]:
 
 
 def test_word_starts_follow_wordpiece_continuations(tok, info):
-    inst = compile(sentence_graph(["Sea levels rotates.", "The Moon pulls."]), tiny_schema(), tok)
+    inst = compile_instance(sentence_graph(["Sea levels rotates.", "The Moon pulls."]), tiny_schema(), tok)
     assert tokens_of(inst, tok) == ["sea", "le", "##vel", "##s", "rot", "##ates", ".", "the", "moon", "pull", "##s", "."]
     assert word_starts(inst, info.continuation).astype(int).tolist() == [1, 1, 0, 0, 1, 0, 1, 1, 1, 1, 0, 1]
 
 
 def test_word_starts_by_adjacency_alone_join_punctuation(tok):
     """Without a continuation prefix (BPE, word tokenizers) touching tokens form one word."""
-    inst = compile(sentence_graph(["Sea levels rotates.", "The Moon pulls."]), tiny_schema(), tok)
+    inst = compile_instance(sentence_graph(["Sea levels rotates.", "The Moon pulls."]), tiny_schema(), tok)
     assert word_starts(inst, None).astype(int).tolist() == [1, 1, 0, 0, 1, 0, 0, 1, 1, 1, 0, 0]
 
 
 def test_a_sentence_boundary_always_ends_a_word(tok, info):
     """'seamoon' is sea ##m ##oon; with sentences [0, 3) and [3, 7) '##m' opens sentence 2."""
-    inst = compile(sentence_graph(["sea", "moon"], separator=""), tiny_schema(), tok)
+    inst = compile_instance(sentence_graph(["sea", "moon"], separator=""), tiny_schema(), tok)
     assert tokens_of(inst, tok) == ["sea", "##m", "##oon"]
     assert word_starts(inst, info.continuation).astype(int).tolist() == [1, 1, 0]
 
 
 def test_inserted_tokens_are_words_of_their_own_and_never_masked(tok, info):
-    inst = compile(sentence_graph(["Sea levels."]), tiny_schema(prefix=True), tok)
+    inst = compile_instance(sentence_graph(["Sea levels."]), tiny_schema(prefix=True), tok)
     assert tokens_of(inst, tok) == ["[CLS]", "sea", "le", "##vel", "##s", "."]
     starts = word_starts(inst, info.continuation)
     assert starts.astype(int).tolist() == [1, 1, 1, 0, 0, 1]
@@ -168,7 +168,7 @@ def test_mask_instance_by_hand(tok, info):
     'rotates' '.' | 'tides' '.'), round(0.34 * 6) = 2 words, the script picks words 1 and 4
     ('levels' = le ##vel ##s, 'tides'); per-token uniforms 0.1, 0.85, 0.95, 0.5 give MASK,
     RANDOM, KEEP, MASK; the random draw for the RANDOM token is id 300."""
-    inst = compile(sentence_graph(["Sea levels rotates.", "Tides.", "The Moon pulls."]), tiny_schema(), tok)
+    inst = compile_instance(sentence_graph(["Sea levels rotates.", "Tides.", "The Moon pulls."]), tiny_schema(), tok)
     ids = inst.long_token_ids.tolist()
     assert tokens_of(inst, tok) == ["sea", "le", "##vel", "##s", "rot", "##ates", ".", "tides", ".", "the", "moon", "pull", "##s", "."]
     rng = ScriptedRng(picks=[[2], [1, 4], [5, 300, 5, 5]], uniforms=[0.5, 0.1, 0.85, 0.95, 0.5])
@@ -186,7 +186,7 @@ def test_mask_instance_by_hand(tok, info):
 
 
 def test_mask_everything_or_keep_everything(tok, info):
-    inst = compile(sentence_graph(["Sea levels rotates.", "The Moon pulls."]), tiny_schema(prefix=True), tok)
+    inst = compile_instance(sentence_graph(["Sea levels rotates.", "The Moon pulls."]), tiny_schema(prefix=True), tok)
     text = inst.long_char_spans[:, 0] >= 0
     everything = mask_instance(inst, info, np.random.default_rng(0), MaskingConfig(mlm_probability=1.0, mask_fraction=1.0, random_fraction=0.0, cpc_probability=0.0))
     assert np.all(everything.instance.long_token_ids[text] == tok.mask_id)
@@ -216,7 +216,7 @@ def test_tokenizer_without_mask_token_is_a_clear_error(tok):
 
 def test_dataset_masks_are_fresh_per_epoch_and_repeatable(tok, info):
     text = ["Tides rise and fall twice every day.", "The Moon pulls the sea.", "The Sun pulls it too.", "Earth rotates."]
-    insts = [compile(sentence_graph(text), tiny_schema(), tok)] * 3
+    insts = [compile_instance(sentence_graph(text), tiny_schema(), tok)] * 3
     config = MaskingConfig(mlm_probability=0.3, cpc_probability=0.3)
     data = PretrainingDataset(insts, info, config, seed=7)
     first = [data[i].instance.long_token_ids.tolist() for i in range(3)]
@@ -239,7 +239,7 @@ def st_punct(words: list[str]) -> str:
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(sentences=st.lists(sentence_strategy, min_size=1, max_size=5), seed=st.integers(0, 2**31 - 1))
 def test_masks_are_whole_words_of_the_right_count(tok, info, sentences, seed):
-    inst = compile(sentence_graph(sentences), tiny_schema(), tok)
+    inst = compile_instance(sentence_graph(sentences), tiny_schema(), tok)
     pieces = tokens_of(inst, tok)
     sentence_of = inst.long_owners["sentence"]
     # Reference, straight from BERT's definition: a token continues the word before it iff it
@@ -281,7 +281,7 @@ def test_choose_sentences_counts():
 
 
 def test_sentence_globals_need_the_sentence_level(tok):
-    inst = compile(sentence_graph(["Sea levels.", "Tides."]), tiny_schema(), tok)
+    inst = compile_instance(sentence_graph(["Sea levels.", "Tides."]), tiny_schema(), tok)
     assert sentence_globals(inst).tolist() == [0, 1]
     with pytest.raises(CompileError, match="no 'paragraph' level"):
         sentence_globals(inst, "paragraph")
@@ -289,7 +289,7 @@ def test_sentence_globals_need_the_sentence_level(tok):
 
 def test_sentence_instance_side_inputs_by_hand(tok):
     """'The Moon pulls.' alone: 5 tokens, radius 2, k 2 (ids 0..4, does_not_belong 5, belongs 6)."""
-    inst = compile(sentence_graph(["Sea levels.", "The Moon pulls."]), tiny_schema(radius=2), tok)
+    inst = compile_instance(sentence_graph(["Sea levels.", "The Moon pulls."]), tiny_schema(radius=2), tok)
     alone = sentence_instance(inst, 1)
     assert tokens_of(alone, tok) == ["the", "moon", "pull", "##s", "."]
     assert alone.global_token_ids.tolist() == [1] and alone.global_node_ids == ["s1"]

@@ -9,7 +9,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from graphattn.compile.contract import SIDE_INPUT_NAMES
+from graphattn.contract import SIDE_INPUT_NAMES
 from graphattn.compile.side_inputs import (
     SideInputError,
     allocate_side_inputs,

@@ -1,4 +1,4 @@
-"""graphattn.data: Dataset / IterableDataset over shards, with DataLoader workers and shuffling."""
+"""graphattn.shards.dataset: Dataset / IterableDataset over shards, with DataLoader workers and shuffling."""
 
 from __future__ import annotations
 
@@ -11,9 +11,10 @@ import torch
 from torch.utils.data import DataLoader
 
 from corpus_helpers import TOKENIZER, assert_same_instance, make_corpus, reference_instances, small_schema
-from graphattn.compile import CompactSideInputs, collate as compile_collate
+from graphattn.compact import CompactSideInputs
+from graphattn.compile import collate as compile_collate
 from graphattn.corpus.pipeline import CompileOptions, run_compile
-from graphattn.data import ShardDataset, ShardIterableDataset, collate, read_instance, read_table
+from graphattn.shards.dataset import ShardDataset, ShardIterableDataset, collate, read_instance, read_table
 from graphattn.errors import GraphattnError
 from graphattn.schema import load_schema
 from graphattn.tokenize import load_tokenizer

@@ -11,7 +11,7 @@ import yaml
 from corpus_helpers import TOKENIZER, WORDS, assert_same_instance
 from graphattn.compile import compile_windows
 from graphattn.corpus.pipeline import CompileOptions, run_compile
-from graphattn.data import ShardDataset, read_table
+from graphattn.shards.dataset import ShardDataset, read_table
 from graphattn.ingest.html import read_html
 from graphattn.ingest.json import Record, hotpotqa_graph
 from graphattn.schema import SCHEMA_DIR, load_schema

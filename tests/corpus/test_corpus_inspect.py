@@ -9,7 +9,7 @@ import pytest
 from corpus_helpers import TOKENIZER, make_corpus, small_schema
 from graphattn.cli import main
 from graphattn.corpus.pipeline import CompileOptions, run_compile
-from graphattn.data import ShardDataset
+from graphattn.shards.dataset import ShardDataset
 
 
 @pytest.fixture(scope="module")

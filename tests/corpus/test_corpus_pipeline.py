@@ -15,7 +15,7 @@ import pytest
 from corpus_helpers import TOKENIZER, assert_same_instance, directory_bytes, make_corpus, reference_instances, small_schema
 from graphattn.cli import main
 from graphattn.corpus.pipeline import THROTTLE_ENV, CompileOptions, run_compile
-from graphattn.data import ShardDataset
+from graphattn.shards.dataset import ShardDataset
 from graphattn.errors import GraphattnError
 from graphattn.schema import load_schema
 from graphattn.tokenize import load_tokenizer

@@ -12,7 +12,7 @@ import pytest
 
 from corpus_helpers import TOKENIZER, directory_bytes
 from graphattn.corpus.output import OutputDir
-from graphattn.corpus.pipeline import CompileOptions, prepare, run_compile
+from graphattn.corpus.pipeline import CompileOptions, plan_run, run_compile
 
 ray = pytest.importorskip("ray", reason="Ray is the optional graphattn[ray] extra")
 pytest.importorskip("ray.data", reason="Ray Data needs the graphattn[ray] extra (ray[data])")
@@ -61,7 +61,7 @@ def _driver_run(tmp_path, name: str, documents: int, sentences: int = 30):
     _corpus(data, documents, length=sentences)
     options = CompileOptions(inputs=[str(data)], schema="etc-sentences", out=str(tmp_path / name), tokenizer=TOKENIZER,
                              engine="ray", workers=2, shard_size=10, progress=False)
-    run = prepare(options)
+    run = plan_run(options)
     out = OutputDir(tmp_path / name)
     out.start(run.manifest(), False)
     tracemalloc.start()

@@ -12,9 +12,9 @@ from corpus_helpers import TOKENIZER, make_corpus, small_schema
 from graphattn.compile import compile_windows, compiler
 from graphattn.corpus import worker
 from graphattn.corpus.pipeline import CompileOptions, plan, run_compile
-from graphattn.corpus.shards import Layout, Provenance, instance_row, span_columns, spans_from_columns
+from graphattn.shards.format import ShardColumns, Provenance, instance_row, span_columns, spans_from_columns
 from graphattn.corpus.sources import InputFile, expand_inputs, plan_file, sniff_format
-from graphattn.data import ShardDataset
+from graphattn.shards.dataset import ShardDataset
 from graphattn.errors import GraphattnError
 from graphattn.schema import load_schema
 from graphattn.tokenize import load_tokenizer
@@ -55,10 +55,10 @@ def test_gap_and_length_columns_by_hand():
 
 def test_layout_picks_narrow_dtypes_from_schema_and_vocabulary():
     schema = load_schema("hotpotqa")
-    small = Layout.for_run(schema, vocab_size=30_000)
+    small = ShardColumns.for_run(schema, vocab_size=30_000)
     assert (small.token, small.gpos, small.label, small.doc, small.type) == ("uint16", "int16", "int8", "int8", "int16")
     assert small.levels == ("question", "paragraph", "title", "sentence")
-    assert Layout.for_run(schema, vocab_size=250_002).token == "int32"
+    assert ShardColumns.for_run(schema, vocab_size=250_002).token == "int32"
 
 
 def test_values_that_do_not_fit_the_run_dtypes_are_refused(tmp_path):
@@ -66,7 +66,7 @@ def test_values_that_do_not_fit_the_run_dtypes_are_refused(tmp_path):
 
     schema, tokenizer = load_schema("etc-sentences"), load_tokenizer(TOKENIZER)
     (instance,) = compile_windows(text_to_graph("One sentence here. Another one."), schema, tokenizer, compact=True)
-    layout = Layout.for_run(schema, tokenizer.vocab_size)
+    layout = ShardColumns.for_run(schema, tokenizer.vocab_size)
     where = Provenance([0], ["x.txt"], [None], [None])
     assert instance_row(instance, where, layout)["long_token_ids"].dtype == np.uint16
     instance.long_token_ids[1] = 70_000
@@ -149,8 +149,8 @@ def test_shards_store_the_hard_mask_flags_per_query_row(tmp_path):
     import pyarrow.parquet as pq
     import yaml
 
-    from graphattn.compile import compile
-    from graphattn.corpus.shards import DecodedRows, ShardFormatError, encode_shard, read_info, rows_to_table, shard_metadata
+    from graphattn.compile import compile_instance
+    from graphattn.shards.format import DecodedRows, ShardFormatError, encode_shard, read_info, rows_to_table, shard_metadata
     from graphattn.ingest.json import hotpotqa_graph
     from graphattn.schema import SCHEMA_DIR
 
@@ -158,8 +158,8 @@ def test_shards_store_the_hard_mask_flags_per_query_row(tmp_path):
     data["masks"] = {"hard_g2l": True, "hard_l2g": True}
     schema, tokenizer = load_schema(data), load_tokenizer(TOKENIZER)
     graph = hotpotqa_graph({"question": "Who won?", "context": [["A", ["a b.", "c."]], ["B", ["d e."]]]})
-    instance = compile(graph, schema, tokenizer, compact=True)
-    layout = Layout.for_run(schema, tokenizer.vocab_size)
+    instance = compile_instance(graph, schema, tokenizer, compact=True)
+    layout = ShardColumns.for_run(schema, tokenizer.vocab_size)
     table = rows_to_table([instance_row(instance, Provenance([0], ["h.json"], [1], [0]), layout)], layout)
     assert "long_hard_l2g" in table.column_names and "global_hard_g2l" in table.column_names
     assert "long_hard_g2l" not in table.column_names and "global_hard_l2g" not in table.column_names

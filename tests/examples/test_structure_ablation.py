@@ -17,7 +17,7 @@ if str(EXAMPLES) not in sys.path:
 
 import structure_ablation as ablation  # noqa: E402
 
-from graphattn.compile import compile  # noqa: E402
+from graphattn.compile import compile_instance  # noqa: E402
 from graphattn.ingest.json import wikihop_graph  # noqa: E402
 
 
@@ -64,8 +64,8 @@ def test_record_graph_matches_the_wikihop_adapter(records):
 
 def test_schemas_differ_in_the_ablated_structure_only(records, tok):
     graph = ablation.record_graph(records[0])
-    structured = compile(graph, ablation.structured_schema(4), tok)
-    flat = compile(graph, ablation.flat_schema(4), tok)
+    structured = compile_instance(graph, ablation.structured_schema(4), tok)
+    flat = compile_instance(graph, ablation.flat_schema(4), tok)
     assert structured.long_token_ids.tolist() == flat.long_token_ids.tolist()  # same text, same order
     types = Counter(structured.global_node_types)
     assert Counter(flat.global_node_types) == Counter({t: n for t, n in types.items() if t != "document"})
@@ -84,7 +84,7 @@ def test_schemas_differ_in_the_ablated_structure_only(records, tok):
         owned = inst.long_owners["sentence"] == sentence
         assert inst.side.g2l_att_mask[sentence].astype(bool).tolist() == owned.tolist()
     assert structured.side.g2l_att_mask[0].sum() == 3 and flat.side.g2l_att_mask[0].sum() == 1
-    exempt = compile(graph, ablation.flat_schema(4, candidates_exempt=True), tok)
+    exempt = compile_instance(graph, ablation.flat_schema(4, candidates_exempt=True), tok)
     assert exempt.side.g2l_att_mask[0].sum() == exempt.long_length
 
 

@@ -16,7 +16,7 @@ import lxml.html
 import pytest
 import yaml
 
-from graphattn.compile import compile
+from graphattn.compile import compile_instance
 from graphattn.ingest.html import read_html
 from graphattn.schema import load_schema
 from graphattn.tokenize import load_tokenizer
@@ -92,10 +92,10 @@ def test_real_page_parses_and_compiles(path, tokenizer, block_schema):
     graph = read_html(path)
     assert b"<script" in raw.lower() and "<script" not in graph.text and len(graph.text) > 1000
     assert max(n.attrs["depth"] for n in graph.nodes_of_type("element")) >= 10
-    instance = compile(graph, ROOT / "schemas" / "openkp-dom.yaml", tokenizer)
+    instance = compile_instance(graph, ROOT / "schemas" / "openkp-dom.yaml", tokenizer)
     assert 0 < instance.global_length <= 512 and 0 < instance.long_length <= 4096
 
-    blocks = compile(graph, block_schema, tokenizer)
+    blocks = compile_instance(graph, block_schema, tokenizer)
     reference = _visible_text_by_xpath(path)
     checked = 0
     for node_id, node_type in zip(blocks.global_node_ids, blocks.global_node_types):

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import yaml
 
-from graphattn.compile import compile, compile_windows
+from graphattn.compile import compile_instance, compile_windows
 from graphattn.ingest.html import parse_html, read_html
 from graphattn.ingest.json import hotpotqa_graph, nq_graph, wikihop_graph
 from graphattn.ingest.text import text_to_graph
@@ -55,7 +55,7 @@ def test_shipped_schemas_load(name):
 
 def test_hotpotqa_layout(words):
     graph = hotpotqa_graph({"question": "Who won?", "context": [["A", ["a b.", "c."]], ["B", ["d e."]]]})
-    inst = compile(graph, schema("hotpotqa"), words)
+    inst = compile_instance(graph, schema("hotpotqa"), words)
     assert long_texts(inst) == ["Who", "won", "?", "A", "a", "b.", "c.", "B", "d", "e."]
     assert inst.global_node_ids == ["<cls>", "q", "q", "q", "p0", "p0.title", "p0.s0", "p0.s1", "p1", "p1.title", "p1.s0"]
     assert inst.global_token_ids.tolist() == [words.cls_id, *inst.long_token_ids[:3].tolist(), 5, 1, 1, 1, 5, 1, 1]
@@ -92,7 +92,7 @@ WIKIHOP_SMALL = {"id": "w", "query": "capital france", "candidates": ["paris", "
 
 
 def test_wikihop_layout_and_mention_links(words):
-    inst = compile(wikihop_graph(WIKIHOP_SMALL), schema("wikihop"), words)
+    inst = compile_instance(wikihop_graph(WIKIHOP_SMALL), schema("wikihop"), words)
     assert long_texts(inst) == ["paris", "rome", "capital", "france", "Paris", "is", "big", ".", "Rome", "is", "old", ".", "I", "like", "paris", "."]
     assert inst.global_node_ids == ["c0", "c1", "q", "q", "d0", "d0.s0", "d0.s1", "d1", "d1.s0"]
     assert inst.global_type_ids.tolist() == [6, 6, 5, 5, 7, 0, 0, 7, 0]
@@ -112,7 +112,7 @@ def test_wikihop_layout_and_mention_links(words):
 
 
 def test_wikihop_truncation_drops_sentences_from_the_longest_document(words):
-    inst = compile(wikihop_graph(WIKIHOP_SMALL), schema("wikihop", max_long_length=12), words)
+    inst = compile_instance(wikihop_graph(WIKIHOP_SMALL), schema("wikihop", max_long_length=12), words)
     assert inst.long_length == 12
     assert "d0.s1" in inst.truncation.dropped_nodes and "d1.s0" not in inst.truncation.dropped_nodes
     assert "d0.s1" not in inst.global_node_ids and long_texts(inst)[-4:] == ["I", "like", "paris", "."]
@@ -134,7 +134,7 @@ def test_nq_layout_windows_and_nested_candidates(words):
 
 def test_openkp_globals_are_vdom_text_runs_with_feature_arrays(words):
     graph = parse_html(PAGE)
-    inst = compile(graph, schema("openkp-dom"), words)
+    inst = compile_instance(graph, schema("openkp-dom"), words)
     texts = graph.nodes_of_type("text")
     assert inst.global_node_ids == [t.id for t in texts]
     for name in ("font_size_bucket", "is_bold", "is_leaf", "parent_is_heading", "text_share"):
@@ -152,13 +152,13 @@ def test_openkp_with_selected_elements_as_globals(words):
     data["node_types"]["element"] = {"global": "node", "where": {"selected": True}}
     data["node_types"]["text"] = {"long": True}
     graph = parse_html(PAGE, selector="p, h1")
-    inst = compile(graph, load_schema(data), words)
+    inst = compile_instance(graph, load_schema(data), words)
     assert [graph.span_text(g) for g in inst.global_node_ids] == ["Main title", "Hello bold world & caf\u00e9.", "Second\nline"]
 
 
 def test_etc_sentences_one_global_per_sentence_hard_g2l(words):
     graph = text_to_graph("One two. Three four five!\n\nSix seven.")
-    inst = compile(graph, "etc-sentences", words)
+    inst = compile_instance(graph, "etc-sentences", words)
     assert inst.global_node_ids == ["p0.s0", "p0.s1", "p1.s0"]
     assert inst.side.g2l_att_mask.tolist() == [
         [1, 1, 1, 0, 0, 0, 0, 0, 0, 0],
@@ -169,7 +169,7 @@ def test_etc_sentences_one_global_per_sentence_hard_g2l(words):
 
 def test_fixed_blocks_on_plain_text(words):
     graph = text_to_graph(" ".join(f"w{i}" for i in range(60)))
-    inst = compile(graph, "fixed-blocks", words)
+    inst = compile_instance(graph, "fixed-blocks", words)
     assert inst.global_length == 3 and inst.global_node_types == ["block"] * 3
     assert inst.long_owners["block"].tolist() == (np.arange(60) // 27).tolist()
 
@@ -179,7 +179,7 @@ def test_ten_megabyte_single_line_page_compiles_with_a_truncation_report(tmp_pat
     paragraph = "<p>" + "The quick brown fox jumps over the lazy dog near the river bank today. " * 10 + "</p>"
     path = tmp_path / "huge.html"
     path.write_text("<html><body>" + paragraph * (10_000_000 // len(paragraph)) + "</body></html>", encoding="utf-8")
-    inst = compile(read_html(path), schema("openkp-dom"), load_tokenizer(str(TOKENIZER)))
+    inst = compile_instance(read_html(path), schema("openkp-dom"), load_tokenizer(str(TOKENIZER)))
     report = inst.truncation
     assert inst.long_length == 4096 and report.truncated
     # Only the text that can be kept is tokenized (#16 item 3): the sizes before truncation count

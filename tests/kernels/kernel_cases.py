@@ -12,9 +12,9 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from graphattn.compile.collate import collate
-from graphattn.compile.compiler import compile as compile_graph
-from graphattn.compile.contract import EtcBatch, SideInputs
+from graphattn.compile.batching import collate
+from graphattn.compile.compiler import compile_instance as compile_graph
+from graphattn.contract import EtcBatch, SideInputs
 from graphattn.compile.side_inputs import side_inputs
 from graphattn.graph import DocGraph
 from graphattn.kernels.synthetic import synthetic_side_inputs

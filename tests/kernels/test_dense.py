@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from kernel_cases import assert_all_close, compiler_case, run, synthetic_case
 
-from graphattn.compile.contract import SideInputs
+from graphattn.contract import SideInputs
 from graphattn.kernels import dense
 
 T = lambda rows, dtype=torch.int32: torch.tensor(rows, dtype=dtype)  # noqa: E731

@@ -10,7 +10,7 @@ import torch
 from kernel_cases import assert_all_close, run, synthetic_case
 
 import graphattn.kernels as kernels
-from graphattn.compile.contract import SideInputs
+from graphattn.contract import SideInputs
 from graphattn.errors import BatchError
 from graphattn.kernels import dense, global_local_attention
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from graphattn.compile.contract import SideInputs
+from graphattn.contract import SideInputs
 from graphattn.kernels.synthetic import synthetic_side_inputs
 from graphattn.nn import EtcConfig, GlobalLocalAttention
 

@@ -8,7 +8,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from graphattn.compile.contract import EtcBatch
+from graphattn.contract import EtcBatch
 from graphattn.errors import BatchError, GraphattnError
 from graphattn.kernels.synthetic import synthetic_side_inputs
 from graphattn.nn import EtcConfig, EtcEncoder

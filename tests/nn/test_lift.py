@@ -11,7 +11,7 @@ import torch
 
 transformers = pytest.importorskip("transformers")
 
-from graphattn.compile.contract import EtcBatch  # noqa: E402
+from graphattn.contract import EtcBatch  # noqa: E402
 from graphattn.compile.side_inputs import side_inputs_from_example_ids  # noqa: E402
 from graphattn.errors import GraphattnError  # noqa: E402
 from graphattn.nn import EtcConfig  # noqa: E402

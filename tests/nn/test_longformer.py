@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from graphattn.compile import compile
+from graphattn.compile import compile_instance
 from graphattn.errors import BatchError, CompileError, GraphattnError
 from graphattn.graph import DocGraph
 from graphattn.nn.longformer import (
@@ -273,7 +273,7 @@ def words():
 
 
 def test_schema_globals_are_copies_of_long_positions(words):
-    inst = compile(wikihop_like_graph(), LONGFORMER_SCHEMA, words)
+    inst = compile_instance(wikihop_like_graph(), LONGFORMER_SCHEMA, words)
     assert [inst.long_token_text(i) for i in range(inst.long_length)] == [
         "", "red", "fox", "blue", "which", "color", "?", "the", "red", "fox", "ran", ".", "it", "was", "fast", ".",
     ]
@@ -285,7 +285,7 @@ def test_schema_globals_are_copies_of_long_positions(words):
 
 def test_node_globals_are_rejected(words):
     schema = load_schema(SCHEMAS / "wikihop.yaml")  # candidates and documents are `global: node`
-    inst = compile(wikihop_like_graph(), schema, words)
+    inst = compile_instance(wikihop_like_graph(), schema, words)
     with pytest.raises(CompileError, match=r"global 0 \('c0', type 'candidate'\) is not a copy.*global: per_token"):
         global_copy_positions(inst, schema)
 
@@ -296,14 +296,14 @@ def test_prefix_without_long_copy_is_rejected(words):
     data = yaml.safe_load(LONGFORMER_SCHEMA.read_text())
     data["long_prefix"] = []
     with pytest.raises(CompileError, match="add 'cls' to long_prefix"):
-        global_copy_positions(compile(wikihop_like_graph(), data, words), data)
+        global_copy_positions(compile_instance(wikihop_like_graph(), data, words), data)
 
 
 def test_collate_pads_positions(words):
     short = DocGraph("blue ?\n\nsky", doc_id="w2")
     short.add_node("q", "query", (0, 6))
     short.add_node("d", "document", (8, 11))
-    instances = [compile(wikihop_like_graph(), LONGFORMER_SCHEMA, words), compile(short, LONGFORMER_SCHEMA, words)]
+    instances = [compile_instance(wikihop_like_graph(), LONGFORMER_SCHEMA, words), compile_instance(short, LONGFORMER_SCHEMA, words)]
     batch, positions = collate_longformer(instances, LONGFORMER_SCHEMA)
     assert positions.tolist() == [[0, 1, 2, 3, 4, 5, 6], [0, 1, 2, -1, -1, -1, -1]]
     assert positions.shape[1] == batch.global_token_ids.shape[1]
@@ -315,7 +315,7 @@ def test_encoder_end_to_end(words):
     short = DocGraph("blue ?\n\nsky", doc_id="w2")
     short.add_node("q", "query", (0, 6))
     short.add_node("d", "document", (8, 11))
-    instances = [compile(g, LONGFORMER_SCHEMA, words) for g in (graph, short)]
+    instances = [compile_instance(g, LONGFORMER_SCHEMA, words) for g in (graph, short)]
     batch, positions = collate_longformer(instances, LONGFORMER_SCHEMA)
     config = small_config(vocab_size=words.vocab_size, num_hidden_layers=2, attention_window=[2, 4], attention_dilation=[1, [1, 1, 2, 3]])
     torch.manual_seed(0)

@@ -17,7 +17,7 @@ from torch import nn
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from train_cases import TOKENIZER, task_examples, tiny_config  # noqa: E402
 
-from graphattn.compile.contract import EtcBatch  # noqa: E402
+from graphattn.contract import EtcBatch  # noqa: E402
 from graphattn.errors import GraphattnError  # noqa: E402
 from graphattn.nn import EtcEncoder  # noqa: E402
 from graphattn.train import (  # noqa: E402

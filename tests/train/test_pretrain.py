@@ -11,9 +11,9 @@ import pytest
 import torch
 from torch.utils.data import DataLoader
 
-from graphattn.compile import compile
-from graphattn.compile.collate import collate
-from graphattn.compile.pretrain import (
+from graphattn.compile import compile_instance
+from graphattn.compile.batching import collate
+from graphattn.compile.masking import (
     IGNORE_INDEX,
     MaskingConfig,
     PretrainingDataset,
@@ -119,8 +119,8 @@ MOON = "The Moon pulls the sea."
 def identical_sentence_batch(tok, info):
     """Two documents; the MOON sentence is sentences 0 and 2 of the first and 1 of the second.
     The script selects exactly those three for CPC and masks no MLM word."""
-    first = compile(sentence_graph([MOON, "Tides rise.", MOON, "Earth rotates."], "a"), SCHEMA, tok)
-    second = compile(sentence_graph(["Earth rotates.", MOON, "The Sun shines."], "b"), SCHEMA, tok)
+    first = compile_instance(sentence_graph([MOON, "Tides rise.", MOON, "Earth rotates."], "a"), SCHEMA, tok)
+    second = compile_instance(sentence_graph(["Earth rotates.", MOON, "The Sun shines."], "b"), SCHEMA, tok)
     config = MaskingConfig(mlm_probability=0.0, cpc_probability=0.5)
     # floor(0.5 * 4 + 0.0) = 2 sentences: globals 0 and 2; floor(0.5 * 3 + 0.0) = 1: global 1.
     examples = [
@@ -186,7 +186,7 @@ def test_identical_sentences_as_negatives_change_the_loss_only_when_kept(tok, in
 
 def test_model_output_and_gradients_reach_both_cpc_branches(tok, info):
     text = ["Tides rise and fall twice every day.", "The Moon pulls the sea.", "The Sun pulls it too.", "Earth rotates."]
-    inst = compile(sentence_graph(text), SCHEMA, tok)
+    inst = compile_instance(sentence_graph(text), SCHEMA, tok)
     data = PretrainingDataset([inst, inst, inst], info, MaskingConfig(cpc_probability=0.5), seed=3)
     batch = collate_pretraining([data[i] for i in range(3)])
     assert batch.num_cpc >= 3
@@ -205,7 +205,7 @@ def test_model_output_and_gradients_reach_both_cpc_branches(tok, info):
 
 
 def test_a_batch_without_cpc_sentences_keeps_every_parameter_in_the_graph(tok, info):
-    inst = compile(sentence_graph(["Tides rise and fall.", "Earth rotates."]), SCHEMA, tok)
+    inst = compile_instance(sentence_graph(["Tides rise and fall.", "Earth rotates."]), SCHEMA, tok)
     example = mask_instance(inst, info, np.random.default_rng(0), MaskingConfig(cpc_probability=0.0))
     batch = collate_pretraining([example])
     assert batch.num_cpc == 0 and batch.sentences is None and batch.cpc_duplicates.shape == (0, 0)
@@ -261,7 +261,7 @@ def test_mlm_and_cpc_losses_fall_on_a_generated_corpus(tok, info):
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # tiny tensors: a second thread only adds synchronisation on a busy machine
     try:
-        instances = [compile(sentence_graph(doc, f"d{i}"), SCHEMA, tok) for i, doc in enumerate(generated_corpus(160, seed=0))]
+        instances = [compile_instance(sentence_graph(doc, f"d{i}"), SCHEMA, tok) for i, doc in enumerate(generated_corpus(160, seed=0))]
         data = PretrainingDataset(instances, info, MaskingConfig(cpc_probability=0.3), seed=0)
         loader = DataLoader(data, batch_size=8, shuffle=True, collate_fn=collate_pretraining, generator=torch.Generator().manual_seed(0))
         model = PretrainingModel(tiny_encoder(tok.vocab_size), PretrainingConfig(mlm_weight=0.5, cpc_weight=0.5))

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from graphattn.compile import compile as compile_graph
+from graphattn.compile import compile_instance as compile_graph
 from graphattn.graph import DocGraph
 from graphattn.nn import EtcConfig
 from graphattn.tokenize import load_tokenizer

@@ -1,4 +1,4 @@
-"""`graphattn viz`: documents compiled on the way in, outputs by suffix, shards via graphattn.data."""
+"""`graphattn viz`: documents compiled on the way in, outputs by suffix, shards via graphattn.shards.dataset."""
 
 import argparse
 import json
@@ -85,8 +85,8 @@ def test_errors_name_the_problem(text_file, tmp_path):
 def test_shard_without_graphattn_data_says_what_is_missing(tmp_path, monkeypatch):
     shard = tmp_path / "part-0.parquet"
     shard.write_bytes(b"")
-    monkeypatch.setitem(sys.modules, "graphattn.data", None)  # as if the module did not exist
-    with pytest.raises(GraphattnError, match="needs the graphattn.data module"):
+    monkeypatch.setitem(sys.modules, "graphattn.shards.dataset", None)  # as if the module did not exist
+    with pytest.raises(GraphattnError, match="needs the graphattn.shards.dataset module"):
         run_viz(str(shard))
 
 
@@ -99,7 +99,7 @@ def test_shard_instance_is_read_through_graphattn_data(tmp_path, monkeypatch, ca
         asked.append((str(path), index))
         return hand_instance((2, 2), radius=1, max_distance=1)
 
-    monkeypatch.setitem(sys.modules, "graphattn.data", types.SimpleNamespace(read_instance=read_instance))
+    monkeypatch.setitem(sys.modules, "graphattn.shards.dataset", types.SimpleNamespace(read_instance=read_instance))
     assert run_viz(str(shard), "--instance", "3", "--style", "letters") == 0
     assert asked == [(str(shard), 3)]
     assert "G1 sentence:s0" in capsys.readouterr().out

@@ -6,7 +6,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from viz_instances import brute_force_grid, hand_instance, random_instance
 
-from graphattn.compile.contract import SideInputs
+from graphattn.contract import SideInputs
 from graphattn.errors import BatchError, GraphattnError
 from graphattn.viz.pattern import MASKED, AxisRange, Pattern, parse_range
 
@@ -96,7 +96,7 @@ def test_labels_match_brute_force_on_any_range(G, L, radius, seed, q, k):
 
 def _compact_instance():
     """A CompactSideInputs by hand: 2 sentence globals + 1 document, 6 tokens, one link."""
-    from graphattn.compile.compact import CompactSideInputs
+    from graphattn.compact import CompactSideInputs
 
     instance = hand_instance((3, 3), radius=2, max_distance=2, extra_labels=("mention_of",))
     L, G = 6, 3
@@ -114,7 +114,7 @@ def _compact_instance():
 
 
 def test_compact_side_inputs_read_by_rows_match_their_dense_form():
-    pytest.importorskip("graphattn.compile.compact")
+    pytest.importorskip("graphattn.compact")
     compact_instance = _compact_instance()
     dense_instance = _compact_instance()
     dense_instance.side = dense_instance.side.to_dense()

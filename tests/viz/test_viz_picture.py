@@ -162,10 +162,10 @@ STORY = "The quick brown fox jumps. It was lazy.\n\nA dog barked at night. The e
 
 
 def compiled(compact: bool = False):
-    from graphattn.compile import compile
+    from graphattn.compile import compile_instance
     from graphattn.ingest.text import text_to_graph
 
-    return compile(text_to_graph(STORY, doc_id="story"), "etc-sentences", "spacy:en", compact=compact)
+    return compile_instance(text_to_graph(STORY, doc_id="story"), "etc-sentences", "spacy:en", compact=compact)
 
 
 def test_compiled_sentence_globals_are_hard_masked_to_their_own_tokens():

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from graphattn.compile.contract import EtcInstance, SideInputs
-from graphattn.compile.labels import LabelVocab
+from graphattn.contract import EtcInstance, SideInputs
+from graphattn.labels import LabelVocab
 
 WORDS = "the quick brown fox jumps over a lazy dog while seven bright owls watch from old oak trees".split()
 

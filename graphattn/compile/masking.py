@@ -34,8 +34,8 @@ from typing import Any, Sequence
 import numpy as np
 import torch
 
-from graphattn.compile.collate import collate
-from graphattn.compile.contract import EtcBatch, EtcInstance, TruncationReport
+from graphattn.compile.batching import collate
+from graphattn.contract import EtcBatch, EtcInstance, TruncationReport
 from graphattn.compile.side_inputs import side_inputs
 from graphattn.errors import BatchError, CompileError
 from graphattn.tokenize import Tokenizer

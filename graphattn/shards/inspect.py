@@ -37,7 +37,7 @@ def run(args: argparse.Namespace) -> int:
 
 def inspect_lines(source: str, *, instance: int = 0, label_instances: int = 200, bins: int = 8, tokens: int = 24) -> list[str]:
     """The report as lines of text (what `graphattn inspect` prints)."""
-    from graphattn.data import ShardDataset, read_table, shard_paths
+    from graphattn.shards.dataset import ShardDataset, read_table, shard_paths
     from graphattn.errors import GraphattnError
 
     if bins < 1 or tokens < 0 or label_instances < 0:
@@ -72,7 +72,7 @@ def _rejected_count(source: str, paths: list[str]) -> str:
     rejected = Path(source) / "rejected.jsonl"
     if rejected.is_file():
         return f"{sum(1 for line in rejected.read_text(encoding='utf-8').splitlines() if line.strip()):,}"
-    from graphattn.corpus.shards import read_info
+    from graphattn.shards.format import read_info
 
     return f"{sum(read_info(p).shard.get('rejected', 0) for p in paths):,} (from shard footers)"
 

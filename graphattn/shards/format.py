@@ -35,9 +35,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from graphattn.compile.compact import CompactSideInputs
-from graphattn.compile.contract import EtcInstance, TruncationReport
-from graphattn.compile.labels import LabelVocab
+from graphattn.compact import CompactSideInputs
+from graphattn.contract import EtcInstance, TruncationReport
+from graphattn.labels import LabelVocab
 from graphattn.errors import GraphattnError
 
 FORMAT = "graphattn-shards/2"  # 2: hard-mask flags per query row only (long_hard_l2g, global_hard_g2l)
@@ -63,7 +63,7 @@ class ShardFormatError(GraphattnError):
 
 
 @dataclass(frozen=True)
-class Layout:
+class ShardColumns:
     """What a run's rows look like: fixed by the schema and the tokenizer, shared by all shards."""
 
     token: str  # numpy dtype names
@@ -77,7 +77,7 @@ class Layout:
     max_distance: int
 
     @classmethod
-    def for_run(cls, schema, vocab_size: int) -> "Layout":
+    def for_run(cls, schema, vocab_size: int) -> "ShardColumns":
         features = tuple((f"{side}:{f.name}", "float32" if f.dtype == "float32" else "int32")
                          for f in schema.features for side in ("global", "long"))
         return cls(
@@ -101,7 +101,7 @@ class Layout:
                 "local_radius": self.local_radius, "max_distance": self.max_distance}
 
     @classmethod
-    def from_dict(cls, data: dict) -> "Layout":
+    def from_dict(cls, data: dict) -> "ShardColumns":
         return cls(**{**data, "levels": tuple(data["levels"]), "features": tuple(tuple(f) for f in data["features"])})
 
     def arrow_schema(self) -> pa.Schema:
@@ -152,7 +152,7 @@ class Provenance:
     windows: int = 1
 
 
-def instance_row(inst: EtcInstance, where: Provenance, layout: Layout) -> dict[str, Any]:
+def instance_row(inst: EtcInstance, where: Provenance, layout: ShardColumns) -> dict[str, Any]:
     """One instance as a row: numpy arrays in the run's dtypes, lists of strings, scalars."""
     side = inst.side
     if not isinstance(side, CompactSideInputs):
@@ -188,7 +188,7 @@ def instance_row(inst: EtcInstance, where: Provenance, layout: Layout) -> dict[s
     return row
 
 
-def _check_consistent(inst: EtcInstance, layout: Layout) -> None:
+def _check_consistent(inst: EtcInstance, layout: ShardColumns) -> None:
     """What the format stores once must really be one thing (else a compiler change lost data)."""
     side = inst.side
     problems = []
@@ -226,7 +226,7 @@ def spans_from_columns(gap: np.ndarray, length: np.ndarray) -> np.ndarray:
     return np.stack([start, start + length], axis=1).astype(np.int32).reshape(-1, 2)
 
 
-def rows_to_table(rows: Sequence[dict[str, Any]], layout: Layout) -> pa.Table:
+def rows_to_table(rows: Sequence[dict[str, Any]], layout: ShardColumns) -> pa.Table:
     """Rows (from `instance_row`) -> an Arrow table with the run's schema; list columns built flat."""
     schema = layout.arrow_schema()
     arrays = []
@@ -248,7 +248,7 @@ def _list_array(values: list[np.ndarray], type: pa.ListType) -> pa.Array:
 
 
 # -- writing ---------------------------------------------------------------------------------
-def shard_metadata(settings: dict, schema_text: str, vocab: LabelVocab, layout: Layout, shard: dict) -> dict[bytes, bytes]:
+def shard_metadata(settings: dict, schema_text: str, vocab: LabelVocab, layout: ShardColumns, shard: dict) -> dict[bytes, bytes]:
     dump = lambda x: json.dumps(x, sort_keys=True, ensure_ascii=False).encode()  # noqa: E731
     return {
         b"graphattn.format": FORMAT.encode(),
@@ -298,7 +298,7 @@ class ShardInfo:
     settings: dict
     schema_text: str
     label_vocab: LabelVocab
-    layout: Layout
+    layout: ShardColumns
     shard: dict
     num_rows: int
     row_groups: tuple[int, ...]  # rows per row group
@@ -321,7 +321,7 @@ def read_info(path: str | os.PathLike, parquet_file: pq.ParquetFile | None = Non
         settings=load(b"graphattn.settings"),
         schema_text=meta[b"graphattn.schema"].decode(),
         label_vocab=LabelVocab.from_dict(load(b"graphattn.label_vocab")),
-        layout=Layout.from_dict(load(b"graphattn.layout")),
+        layout=ShardColumns.from_dict(load(b"graphattn.layout")),
         shard=load(b"graphattn.shard"),
         num_rows=md.num_rows,
         row_groups=tuple(md.row_group(i).num_rows for i in range(md.num_row_groups)),

@@ -13,10 +13,10 @@ from typing import Sequence
 import numpy as np
 import torch
 
-from graphattn.compile.compact import CompactSideInputs
-from graphattn.compile.contract import EtcBatch, EtcInstance, SideInputs
-from graphattn.compile.side_inputs import allocate_side_inputs, full_relative_ids, l2l_window
+from graphattn.compact import CompactSideInputs, allocate_side_inputs, l2l_window
+from graphattn.contract import EtcBatch, EtcInstance, SideInputs
 from graphattn.errors import BatchError
+from graphattn.labels import does_not_belong_id, full_relative_ids
 
 
 def _target(lengths: list[int], pad_to: int | None, what: str) -> int:
@@ -77,7 +77,7 @@ def collate(instances: Sequence[EtcInstance], pad_to_long: int | None = None, pa
     radius, k = _geometry(instances)
     L = _target([i.long_length for i in instances], pad_to_long, "long")
     G = _target([i.global_length for i in instances], pad_to_global, "global")
-    dnb = 2 * k + 1
+    dnb = does_not_belong_id(k)
     out = allocate_side_inputs(len(instances), L, G, radius)
     for b, inst in enumerate(instances):
         if isinstance(inst.side, CompactSideInputs):

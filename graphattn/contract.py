@@ -1,4 +1,4 @@
-"""The compiled contract: what the compiler hands to the encoder (DESIGN.md section 3).
+"""The compiled contract: what the compiler hands to the encoder (docs/DESIGN.md, "The compiled contract").
 
 Names and shapes follow etcmodel so that users can compare tensors one to one. Per instance the
 shapes below have no batch dim; `collate` adds B in front.
@@ -9,6 +9,10 @@ shapes below have no batch dim; `collate` adds B in front.
     g2l_att_mask, g2l_relative_att_ids   [G, L]
 
 Masks are 1 = may attend. All eight are int32 (numpy per instance, torch once batched).
+
+This module sits at the bottom of the package: compile, kernels, nn, shards, viz and train all
+import it, and it imports nothing above `graphattn.labels`. torch is imported only by the methods
+that make tensors, so the compiler and readers never pay for it.
 """
 
 from __future__ import annotations
@@ -17,10 +21,11 @@ from dataclasses import dataclass, field, fields, replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import torch
 
 if TYPE_CHECKING:
-    from graphattn.compile.labels import LabelVocab
+    import torch
+
+    from graphattn.labels import LabelVocab
 
 SIDE_INPUT_NAMES = (
     "l2l_att_mask",
@@ -34,7 +39,9 @@ SIDE_INPUT_NAMES = (
 )
 
 
-def _as_torch(x: Any) -> torch.Tensor:
+def _as_torch(x: Any) -> "torch.Tensor":
+    import torch
+
     return x if isinstance(x, torch.Tensor) else torch.from_numpy(np.ascontiguousarray(x))
 
 
@@ -74,7 +81,7 @@ class SideInputs:
         return self.map(_as_torch)
 
     def to_numpy(self) -> "SideInputs":
-        return self.map(lambda x: x.cpu().numpy() if isinstance(x, torch.Tensor) else np.asarray(x))
+        return self.map(lambda x: x if isinstance(x, np.ndarray) else x.cpu().numpy() if hasattr(x, "cpu") else np.asarray(x))
 
 
 @dataclass
@@ -93,7 +100,7 @@ class TruncationReport:
         return bool(self.dropped_nodes) or self.long_tokens_after < self.long_tokens_before or self.globals_after < self.globals_before
 
 
-@dataclass
+@dataclass(repr=False)
 class EtcInstance:
     """One compiled input (possibly several packed documents): ids, side inputs, provenance.
 
@@ -132,11 +139,18 @@ class EtcInstance:
         return int(self.global_token_ids.shape[0])
 
     def long_token_text(self, i: int) -> str:
+        """The text of long token `i` ("" for tokens the compiler inserted)."""
         start, end = (int(x) for x in self.long_char_spans[i])
         return "" if start < 0 else self.texts[int(self.long_doc_index[i])][start:end]
 
+    def __repr__(self) -> str:
+        form = type(self.side).__name__
+        docs = ", ".join(repr(d) for d in self.doc_ids[:3]) + (", ..." if len(self.doc_ids) > 3 else "")
+        cut = ", truncated" if self.truncation.truncated else ""
+        return f"EtcInstance(L={self.long_length}, G={self.global_length}, docs=[{docs}], side={form}{cut})"
 
-@dataclass
+
+@dataclass(repr=False)
 class EtcBatch:
     """A padded batch ready for `EtcEncoder`: token ids, type ids, padding masks, side inputs.
 
@@ -146,21 +160,25 @@ class EtcBatch:
     (name -> [B, L, ...] or [B, G, ...]). `vocab_size` is the number of relative labels used.
     """
 
-    long_token_ids: torch.Tensor  # [B, L]
-    long_type_ids: torch.Tensor  # [B, L]
-    global_token_ids: torch.Tensor  # [B, G]
-    global_type_ids: torch.Tensor  # [B, G]
-    long_input_mask: torch.Tensor  # [B, L]
-    global_input_mask: torch.Tensor  # [B, G]
+    long_token_ids: "torch.Tensor"  # [B, L]
+    long_type_ids: "torch.Tensor"  # [B, L]
+    global_token_ids: "torch.Tensor"  # [B, G]
+    global_type_ids: "torch.Tensor"  # [B, G]
+    long_input_mask: "torch.Tensor"  # [B, L]
+    global_input_mask: "torch.Tensor"  # [B, G]
     side: SideInputs
     vocab_size: int
-    features: dict[str, torch.Tensor] = field(default_factory=dict)
+    features: dict[str, "torch.Tensor"] = field(default_factory=dict)
 
     @property
     def batch_size(self) -> int:
         return self.long_token_ids.shape[0]
 
-    def to(self, device: torch.device | str) -> "EtcBatch":
+    def __repr__(self) -> str:
+        batch, long = self.long_token_ids.shape
+        return f"EtcBatch(B={batch}, L={long}, G={self.global_token_ids.shape[1]}, labels={self.vocab_size}, device={self.long_token_ids.device})"
+
+    def to(self, device: "torch.device | str") -> "EtcBatch":
         move = lambda t: t.to(device)  # noqa: E731
         tensors = {f.name: move(getattr(self, f.name)) for f in fields(self) if f.name.endswith(("ids", "mask"))}
         return replace(

@@ -1,7 +1,7 @@
 """Training on compiled shards: a map-style Dataset, an IterableDataset, and a collate.
 
     from torch.utils.data import DataLoader
-    from graphattn.data import ShardDataset, ShardIterableDataset, collate
+    from graphattn.shards.dataset import ShardDataset, ShardIterableDataset, collate
 
     loader = DataLoader(ShardDataset("shards/"), batch_size=8, shuffle=True, num_workers=2, collate_fn=collate)
     stream = DataLoader(ShardIterableDataset("shards/", shuffle=True, seed=0), batch_size=8, num_workers=2, collate_fn=collate)
@@ -31,9 +31,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from torch.utils.data import Dataset, IterableDataset, get_worker_info
 
-from graphattn.compile.collate import collate as _collate
-from graphattn.compile.contract import EtcBatch, EtcInstance
-from graphattn.corpus.shards import DecodedRows, Provenance, ShardInfo, read_info
+from graphattn.compile.batching import collate as _collate
+from graphattn.contract import EtcBatch, EtcInstance
+from graphattn.shards.format import DecodedRows, Provenance, ShardInfo, read_info
 from graphattn.errors import GraphattnError
 
 Source = str | os.PathLike | Sequence[str | os.PathLike]
@@ -198,7 +198,7 @@ class ShardIterableDataset(IterableDataset):
 
 
 def collate(instances: Sequence[EtcInstance], pad_to_long: int | None = None, pad_to_global: int | None = None) -> EtcBatch:
-    """DataLoader `collate_fn`: pad and stack instances into an EtcBatch (graphattn.compile.collate)."""
+    """DataLoader `collate_fn`: pad and stack instances into an EtcBatch (graphattn.compile.batching)."""
     return _collate(instances, pad_to_long=pad_to_long, pad_to_global=pad_to_global)
 
 

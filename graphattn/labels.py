@@ -1,4 +1,4 @@
-"""The relative-label vocabulary: every id the compiler emits has a readable name.
+"""The relative-label vocabulary: the one place that says which id means what.
 
 Layout, fixed by ETC's reference (etcmodel) so that ids compare one to one:
 
@@ -9,17 +9,76 @@ Layout, fixed by ETC's reference (etcmodel) so that ids compare one to one:
     2k+2         belongs           l2g / g2l: the long token is owned by the global token
     2k+3...      structural labels a schema declares (mention_of, cross_segment, ...)
 
-l2l/l2g and g2g/g2l share this one vocabulary because each pair lives inside one softmax.
+l2l/l2g and g2g/g2l share this one vocabulary because each pair lives inside one softmax. Every
+other module asks this one for ids (`does_not_belong_id(k)`, ...) rather than re-deriving them.
+This module imports nothing above `graphattn.errors`, so kernels and readers can use it cheaply.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import Any
+
+import numpy as np
 
 from graphattn.errors import CompileError
 
+class SideInputError(CompileError):
+    """Arguments to the label and side-input builders that disagree or are out of range."""
+
+
 BELONGS = "belongs"
 DOES_NOT_BELONG = "does_not_belong"
+
+
+# -- the id layout ------------------------------------------------------------------------------
+def distance_id_count(max_distance: int) -> int:
+    """Number of distance ids, 2k+1 (0, 1..k right, k+1..2k left)."""
+    return 2 * max_distance + 1
+
+
+def does_not_belong_id(max_distance: int) -> int:
+    return distance_id_count(max_distance)
+
+
+def belongs_id(max_distance: int) -> int:
+    return distance_id_count(max_distance) + 1
+
+
+def first_schema_label_id(max_distance: int) -> int:
+    """The id of the first label a schema declares; also the size of the built-in vocabulary."""
+    return distance_id_count(max_distance) + 2
+
+
+def relative_position_ids(delta: Any, max_distance: int) -> np.ndarray:
+    """Relative id for ``delta = key - query`` (any shape): 0 same, 1..k right, k+1..2k left.
+
+    Distances beyond k are clipped to k (right) or 2k (left), the reference's convention.
+    """
+    if max_distance < 0:
+        raise SideInputError(f"relative_pos_max_distance must be non-negative, got {max_distance}")
+    k = np.int32(max_distance)
+    clipped = np.clip(np.asarray(delta, dtype=np.int32), -k, k)
+    return np.where(clipped >= 0, clipped, k - clipped).astype(np.int32, copy=False)
+
+
+def _frozen(array: np.ndarray) -> np.ndarray:
+    array.flags.writeable = False
+    return array
+
+
+@lru_cache(maxsize=64)
+def local_relative_ids(local_radius: int, max_distance: int) -> np.ndarray:
+    """The [2r+1] row every long query gets: ids of key offsets -r..r (read-only, cached)."""
+    return _frozen(relative_position_ids(np.arange(-local_radius, local_radius + 1, dtype=np.int32), max_distance))
+
+
+@lru_cache(maxsize=64)
+def full_relative_ids(length: int, max_distance: int) -> np.ndarray:
+    """[n, n] ids of ``key - query`` for all pairs (g2g), read-only and cached per (n, k)."""
+    positions = np.arange(length, dtype=np.int32)
+    return _frozen(relative_position_ids(positions[None, :] - positions[:, None], max_distance))
 
 
 def distance_label_names(max_distance: int) -> list[str]:
@@ -31,6 +90,7 @@ def distance_label_names(max_distance: int) -> list[str]:
     return ["dist:0", *right, *left]
 
 
+# -- the vocabulary -----------------------------------------------------------------------------
 @dataclass
 class LabelVocab:
     """Ordered label names; `id(name)` and `name(id)` both ways; serializes to a dict."""
@@ -52,13 +112,16 @@ class LabelVocab:
     def __contains__(self, name: object) -> bool:
         return name in self._ids
 
+    def __repr__(self) -> str:
+        return f"LabelVocab(max_distance={self.max_distance}, {len(self)} labels, extra={self.extra})"
+
     @property
     def does_not_belong(self) -> int:
-        return 2 * self.max_distance + 1
+        return does_not_belong_id(self.max_distance)
 
     @property
     def belongs(self) -> int:
-        return 2 * self.max_distance + 2
+        return belongs_id(self.max_distance)
 
     def id(self, name: str) -> int:
         try:
