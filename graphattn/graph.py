@@ -25,13 +25,15 @@ import numbers
 from array import array
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Iterator
+from typing import TYPE_CHECKING, Any, Iterable, Iterator
 
-import networkx as nx
 import numpy as np
 
 from graphattn.errors import GraphError
 from graphattn.graph_columns import Column, RowAttrs, add_columns, set_attrs
+
+if TYPE_CHECKING:
+    import networkx as nx
 
 CONTAINS = "contains"
 
@@ -535,8 +537,10 @@ class DocGraph:
         return graph
 
     # -- networkx -------------------------------------------------------------------------
-    def to_networkx(self) -> nx.MultiDiGraph:
+    def to_networkx(self) -> "nx.MultiDiGraph":
         """A MultiDiGraph: node attrs `type`, `span`, attrs; edge key and attr `relation`."""
+        import networkx as nx  # only for the conversions: reading and compiling never need it
+
         g = nx.MultiDiGraph(text=self._text, doc_id=self.doc_id)
         for n in self:
             g.add_node(n.id, type=n.type, span=n.span, **n.attrs)
@@ -545,7 +549,7 @@ class DocGraph:
         return g
 
     @classmethod
-    def from_networkx(cls, g: nx.Graph, text: str | None = None, doc_id: str | None = None) -> "DocGraph":
+    def from_networkx(cls, g: "nx.Graph", text: str | None = None, doc_id: str | None = None) -> "DocGraph":
         """Inverse of `to_networkx`; any networkx graph whose nodes carry a `type` attribute."""
         graph = cls(text if text is not None else g.graph.get("text", ""), doc_id or g.graph.get("doc_id"))
         for node_id, data in g.nodes(data=True):
