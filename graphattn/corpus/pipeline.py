@@ -284,8 +284,12 @@ def _engine(options: CompileOptions) -> Callable[..., Iterable[ShardWritten]]:
     raise GraphattnError(f"--engine must be local or ray, got {options.engine!r}")
 
 
-def run_compile(options: CompileOptions, print_fn: Callable[[str], None] | None = print) -> Summary:
-    """Compile (or finish compiling, with `resume`) a corpus; returns the closing summary."""
+def run_compile(options: CompileOptions, print_fn: Callable[[str], None] | None = print,
+                on_shard: Callable[[ShardWritten], None] | None = None) -> Summary:
+    """Compile (or finish compiling, with `resume`) a corpus; returns the closing summary.
+
+    `on_shard(written)` is called as each shard is on disk (its index, counts and where it was made).
+    """
     started = time.perf_counter()
     engine = _engine(options)
     run = plan_run(options)
@@ -300,6 +304,8 @@ def run_compile(options: CompileOptions, print_fn: Callable[[str], None] | None 
         for written in engine(todo, run.state, out, progress):  # each shard is on disk by now
             summary.compiled_documents += written.stats["documents"]
             summary.compiled_tokens += written.stats["long_tokens"]
+            if on_shard is not None:
+                on_shard(written)
             if throttle:
                 time.sleep(throttle)
     finally:

@@ -46,7 +46,8 @@ class _CompileShards:
         done = [compile_and_write_shard(pickle.loads(task), self.state, self.out, self.node) for task in batch["task"]]
         return {"index": np.asarray([d.index for d in done], np.int64),
                 "stats": np.asarray([json.dumps(d.stats) for d in done], dtype=object),
-                "where": np.asarray([d.where for d in done], dtype=object)}
+                "where": np.asarray([d.where for d in done], dtype=object),
+                "cpu_seconds": np.asarray([d.cpu_seconds for d in done], np.float64)}
 
 
 def _start(workers: int | None, address: str | None) -> bool:
@@ -94,8 +95,8 @@ def run_ray(tasks: list[ShardTask], state: WorkerState, out: OutputDir, workers:
         )
         try:
             for batch in dataset.iter_batches(batch_size=1, batch_format="numpy", prefetch_batches=0):
-                for index, stats, where in zip(batch["index"], batch["stats"], batch["where"]):
-                    written = ShardWritten(int(index), json.loads(stats), str(where))
+                for index, stats, where, cpu in zip(batch["index"], batch["stats"], batch["where"], batch["cpu_seconds"]):
+                    written = ShardWritten(int(index), json.loads(stats), str(where), float(cpu))
                     progress(written.stats["documents"], written.stats["long_tokens"])
                     yield written
         except ray.exceptions.GetTimeoutError:

@@ -14,6 +14,7 @@ document, so one bad document never takes good ones down.
 
 from __future__ import annotations
 
+import time
 import traceback
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -55,6 +56,7 @@ class ShardWritten:
     index: int
     stats: dict[str, int]
     where: str = "local"  # the Ray node that wrote it, for a distributed run
+    cpu_seconds: float | None = None  # CPU time of the process that compiled it (Ray actors report it)
 
 
 @dataclass
@@ -227,6 +229,7 @@ def compile_and_write_shard(task: ShardTask, state: WorkerState, out: Any, where
                             progress: Callable[[int, int], None] | None = None) -> ShardWritten:
     """Compile a shard and write it into `out` (an `OutputDir`): shard file, then its done-marker,
     each by atomic rename, exactly as the driver of the local engine writes them."""
+    cpu = time.process_time()
     result = compile_shard(task, state, progress)
     out.write_shard(result.index, result.data, result.sha256, result.rejected, result.stats)
-    return ShardWritten(result.index, result.stats, where)
+    return ShardWritten(result.index, result.stats, where, time.process_time() - cpu)
