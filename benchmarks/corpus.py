@@ -42,7 +42,6 @@ sys.path.insert(0, str(REPO))
 
 from graphattn.corpus.pipeline import CompileOptions, run_compile  # noqa: E402
 from graphattn.schema import SCHEMA_DIR, load_schema  # noqa: E402
-from graphattn.tokenize import load_tokenizer  # noqa: E402
 
 TOKENIZER = REPO / "examples" / "data" / "tokenizer.json"
 
@@ -55,11 +54,22 @@ def generate(path: Path, documents: int, seed: int = 0) -> list[str]:
     texts = []
     with path.open("w", encoding="utf-8") as handle:
         for i in range(documents):
-            context = [[" ".join(rng.choice(words) for _ in range(rng.randint(1, 4))),
-                        [sentence() for _ in range(rng.randint(2, 6))]] for _ in range(10)]
-            record = {"_id": f"bench{i}", "question": " ".join(rng.choice(words) for _ in range(rng.randint(8, 16))) + "?",
-                      "answer": rng.choice(words), "type": "bridge", "level": "medium", "context": context,
-                      "supporting_facts": [[context[0][0], 0], [context[3][0], 1]]}
+            context = [
+                [
+                    " ".join(rng.choice(words) for _ in range(rng.randint(1, 4))),
+                    [sentence() for _ in range(rng.randint(2, 6))],
+                ]
+                for _ in range(10)
+            ]
+            record = {
+                "_id": f"bench{i}",
+                "question": " ".join(rng.choice(words) for _ in range(rng.randint(8, 16))) + "?",
+                "answer": rng.choice(words),
+                "type": "bridge",
+                "level": "medium",
+                "context": context,
+                "supporting_facts": [[context[0][0], 0], [context[3][0], 1]],
+            }
             handle.write(json.dumps(record) + "\n")
             texts.append("\n\n".join([record["question"]] + [t + "\n" + " ".join(s) for t, s in context]))
     return texts
@@ -109,8 +119,19 @@ def one_thread() -> None:
 def profile_one_worker(data: Path, schema: str, shard_size: int, out: Path) -> str:
     """The top entries of a profile of the local engine with one worker (this process)."""
     profile = cProfile.Profile()
-    profile.runcall(run_compile, CompileOptions(inputs=[str(data)], schema=schema, out=str(out), tokenizer=str(TOKENIZER),
-                                                workers=1, shard_size=shard_size, progress=False), print_fn=None)
+    profile.runcall(
+        run_compile,
+        CompileOptions(
+            inputs=[str(data)],
+            schema=schema,
+            out=str(out),
+            tokenizer=str(TOKENIZER),
+            workers=1,
+            shard_size=shard_size,
+            progress=False,
+        ),
+        print_fn=None,
+    )
     stream = io.StringIO()
     pstats.Stats(profile, stream=stream).sort_stats("tottime").print_stats(20)
     return "\n".join(line for line in stream.getvalue().splitlines() if line.strip())
@@ -185,9 +206,20 @@ def main(argv: list[str] | None = None) -> int:
                 stamps.append((time.perf_counter() - started, written.stats["documents"]))
                 actor_cpu.append(written.cpu_seconds or 0.0)
 
-            summary = run_compile(CompileOptions(inputs=[str(data)], schema=schema, out=str(out), tokenizer=str(TOKENIZER),
-                                                 workers=workers, engine=engine, shard_size=shard_size, progress=False),
-                                  print_fn=None, on_shard=on_shard)
+            summary = run_compile(
+                CompileOptions(
+                    inputs=[str(data)],
+                    schema=schema,
+                    out=str(out),
+                    tokenizer=str(TOKENIZER),
+                    workers=workers,
+                    engine=engine,
+                    shard_size=shard_size,
+                    progress=False,
+                ),
+                print_fn=None,
+                on_shard=on_shard,
+            )
             rows.append((label, summary, cpu_seconds() - before if engine == "local" else sum(actor_cpu)))
             outputs.append(out)
             steady[label] = steady_state(stamps, workers)
@@ -197,44 +229,75 @@ def main(argv: list[str] | None = None) -> int:
             ray.shutdown()
 
         base = rows[0][1].seconds
-        print(f"corpus compile: {documents:,} HotpotQA-like documents, schema {schema}, shards of {shard_size} documents; "
-              f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs (a shared machine: wall-clock figures are indicative)")
-        print(f"{'engine':<22}{'seconds':>9}{'docs/s':>10}{'tokens/s':>12}{'vs 1 worker':>13}{'vs peer':>9}{'cpu s':>8}")
+        print(
+            f"corpus compile: {documents:,} HotpotQA-like documents, schema {schema}, shards of {shard_size} "
+            f"documents; load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs (a shared machine: "
+            "wall-clock figures are indicative)"
+        )
+        print(
+            f"{'engine':<22}{'seconds':>9}{'docs/s':>10}{'tokens/s':>12}{'vs 1 worker':>13}{'vs peer':>9}{'cpu s':>8}"
+        )
         for label, s, cpu in rows:
             cpu_text = f"{cpu:>8.2f}" if cpu is not None else f"{'n/a':>8}"
-            print(f"{label:<22}{s.seconds:>9.2f}{s.documents / s.seconds:>10,.1f}{s.long_tokens / s.seconds:>12,.0f}"
-                  f"{base / s.seconds:>12.2f}x{peer / s.seconds:>8.2f}x{cpu_text}")
+            print(
+                f"{label:<22}{s.seconds:>9.2f}{s.documents / s.seconds:>10,.1f}{s.long_tokens / s.seconds:>12,.0f}"
+                f"{base / s.seconds:>12.2f}x{peer / s.seconds:>8.2f}x{cpu_text}"
+            )
         tokens = rows[0][1].long_tokens
-        print(f"{'peer: HF tokenizers':<22}{peer:>9.2f}{documents / peer:>10,.1f}{tokens / peer:>12,.0f}{base / peer:>12.2f}x"
-              f"{1:>8.2f}x   (Tokenizer.encode of the same texts one by one, one thread)")
+        print(
+            f"{'peer: HF tokenizers':<22}{peer:>9.2f}{documents / peer:>10,.1f}{tokens / peer:>12,.0f}"
+            f"{base / peer:>12.2f}x{1:>8.2f}x   (Tokenizer.encode of the same texts one by one, one thread)"
+        )
         if ray_startup is not None:
             print(f"ray startup (not in the ray row): {ray_startup:.1f} s")
-        print("steady state (shards after each worker's first, which carries its start-up): "
-              + "; ".join(f"{label} {rate:,.1f} docs/s, first wave {first:.1f} s" for label, (rate, first) in steady.items()))
+        print(
+            "steady state (shards after each worker's first, which carries its start-up): "
+            + "; ".join(
+                f"{label} {rate:,.1f} docs/s, first wave {first:.1f} s" for label, (rate, first) in steady.items()
+            )
+        )
         total, ids = shard_bytes(outputs[0])
         radius = load_schema(schema).local_radius
-        print(f"shards: {total / 1e6:.2f} MB for {tokens:,} long tokens = {total / tokens:.2f} bytes/token "
-              f"(token ids {ids / tokens:.2f}, everything else {(total - ids) / tokens:.2f}; target <= 4.00)")
+        print(
+            f"shards: {total / 1e6:.2f} MB for {tokens:,} long tokens = {total / tokens:.2f} bytes/token "
+            f"(token ids {ids / tokens:.2f}, everything else {(total - ids) / tokens:.2f}; target <= 4.00)"
+        )
         dense = dense_bytes_per_token(outputs[0], radius)
-        print(f"peer: the eight dense int32 side inputs alone would take {dense:,.0f} bytes/token ({dense / (total / tokens):,.0f}x the shards)")
-        same = all(sorted(p.name for p in o.iterdir()) == sorted(p.name for p in outputs[0].iterdir()) and
-                   all((o / p.name).read_bytes() == p.read_bytes() for p in outputs[0].iterdir()) for o in outputs[1:])
+        print(
+            f"peer: the eight dense int32 side inputs alone would take {dense:,.0f} bytes/token "
+            f"({dense / (total / tokens):,.0f}x the shards)"
+        )
+        same = all(
+            sorted(p.name for p in o.iterdir()) == sorted(p.name for p in outputs[0].iterdir())
+            and all((o / p.name).read_bytes() == p.read_bytes() for p in outputs[0].iterdir())
+            for o in outputs[1:]
+        )
         print(f"byte-identical outputs across engines and worker counts: {'yes' if same else 'NO'}")
         cpu_one, cpu_two = rows[0][2], rows[1][2]
-        print(f"cpu s = driver + worker processes (Ray: the actors' compile time only): 2 workers spend "
-              f"{cpu_two / cpu_one:.2f}x the CPU of one, so on two idle cores they would approach "
-              f"{min(2.0, 2 * cpu_one / cpu_two):.2f}x" + (f"; Ray's actors spend {rows[2][2] / cpu_two:.2f}x the CPU of "
-                                                          "the 2 local workers" if len(rows) > 2 else ""))
+        print(
+            f"cpu s = driver + worker processes (Ray: the actors' compile time only): 2 workers spend "
+            f"{cpu_two / cpu_one:.2f}x the CPU of one, so on two idle cores they would approach "
+            f"{min(2.0, 2 * cpu_one / cpu_two):.2f}x"
+            + (
+                f"; Ray's actors spend {rows[2][2] / cpu_two:.2f}x the CPU of the 2 local workers"
+                if len(rows) > 2
+                else ""
+            )
+        )
         speedup = base / rows[1][1].seconds
         met = lambda ok: "met" if ok else "NOT met"  # noqa: E731
-        print(f"target 2 workers >= 1.7x one worker: {speedup:.2f}x -> {met(speedup >= 1.7)}; "
-              f"shards <= 4 bytes/token besides ids: {(total - ids) / tokens:.2f} -> {met((total - ids) / tokens <= 4)}")
+        print(
+            f"target 2 workers >= 1.7x one worker: {speedup:.2f}x -> {met(speedup >= 1.7)}; "
+            f"shards <= 4 bytes/token besides ids: {(total - ids) / tokens:.2f} -> {met((total - ids) / tokens <= 4)}"
+        )
         print(f"target one worker >= 0.8x the tokenizers peer: {peer / base:.2f}x -> {met(peer / base >= 0.8)}")
         if len(rows) > 2:
             ray_ratio = rows[1][1].seconds / rows[2][1].seconds
             ray_steady = steady[rows[2][0]][0] / max(steady[rows[1][0]][0], 1e-9)
-            print(f"target ray data 2 workers >= 0.9x local 2 workers: {ray_ratio:.2f}x end to end (actor start-up "
-                  f"included), {ray_steady:.2f}x in the steady state -> {met(ray_steady >= 0.9)}")
+            print(
+                f"target ray data 2 workers >= 0.9x local 2 workers: {ray_ratio:.2f}x end to end (actor start-up "
+                f"included), {ray_steady:.2f}x in the steady state -> {met(ray_steady >= 0.9)}"
+            )
         if args.profile:
             print("\nprofile of the local engine, one worker (top 20 by own time):")
             print(profiled)

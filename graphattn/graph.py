@@ -206,14 +206,18 @@ class DocGraph:
     def text(self, value: str) -> None:
         """Replace the text; every span must still lie inside it."""
         if not isinstance(value, str):
-            raise GraphError(f"document text must be a str, got {type(value).__name__}", file=self.source, node=self.doc_id)
+            raise GraphError(
+                f"document text must be a str, got {type(value).__name__}", file=self.source, node=self.doc_id
+            )
         ends = np.frombuffer(self._ends, dtype=np.int64) if len(self._ends) else np.zeros(0, np.int64)
         outside = np.flatnonzero(ends > len(value))
         if outside.size:
             row = int(outside[0])
             raise GraphError(
-                f"span [{self._starts[row]}, {self._ends[row]}) would lie outside the new text of {len(value)} characters",
-                file=self.source, node=self._ids[row],
+                f"span [{self._starts[row]}, {self._ends[row]}) would lie outside the new text of "
+                f"{len(value)} characters",
+                file=self.source,
+                node=self._ids[row],
             )
         self._text = value
 
@@ -222,7 +226,9 @@ class DocGraph:
         node_id = str(node_id)
         index = self._index()
         if node_id in index:
-            raise GraphError(f"duplicate node id (first has type {self.node(node_id).type!r})", file=self.source, node=node_id)
+            raise GraphError(
+                f"duplicate node id (first has type {self.node(node_id).type!r})", file=self.source, node=node_id
+            )
         code = self._type_code(node_id, type)
         start, end = (-1, -1) if span is None else self._check_span(node_id, span)
         row = len(self._ids)
@@ -253,7 +259,9 @@ class DocGraph:
             set_attrs(self._edge_attrs, row, attrs)
         return _EdgeView(self, row)
 
-    def add_child(self, parent: str, node_id: str, type: str, span: tuple[int, int] | None = None, **attrs: Any) -> Node:
+    def add_child(
+        self, parent: str, node_id: str, type: str, span: tuple[int, int] | None = None, **attrs: Any
+    ) -> Node:
         """Add a node and a `contains` edge from `parent` to it."""
         node = self.add_node(node_id, type, span, **attrs)
         self.add_edge(parent, CONTAINS, node.id)
@@ -310,12 +318,16 @@ class DocGraph:
         src, dst = np.asarray(src, dtype=np.int64), np.asarray(dst, dtype=np.int64)
         n_nodes = len(self._ids)
         if src.shape != dst.shape or src.ndim != 1:
-            raise GraphError(f"edge rows must be two 1-d arrays of one length, got {src.shape} and {dst.shape}", file=self.source)
+            raise GraphError(
+                f"edge rows must be two 1-d arrays of one length, got {src.shape} and {dst.shape}", file=self.source
+            )
         bad = (src < 0) | (src >= n_nodes) | (dst < 0) | (dst >= n_nodes)
         if bad.any():
             i = int(np.argmax(bad))
-            raise GraphError(f"edge {i} of a bulk add joins rows {int(src[i])} -> {int(dst[i])}, outside the {n_nodes} nodes",
-                             file=self.source)
+            raise GraphError(
+                f"edge {i} of a bulk add joins rows {int(src[i])} -> {int(dst[i])}, outside the {n_nodes} nodes",
+                file=self.source,
+            )
         self._src.frombytes(src.tobytes())
         self._dst.frombytes(dst.tobytes())
         self._rel.frombytes(np.full(src.shape, self._relation_code(str(relation)), dtype=np.int64).tobytes())
@@ -345,7 +357,7 @@ class DocGraph:
     def _index(self) -> dict[str, int]:
         index = self._index_map
         if len(index) < len(self._ids):  # rows added in bulk since the last lookup
-            index.update(zip(self._ids[len(index):], range(len(index), len(self._ids))))
+            index.update(zip(self._ids[len(index) :], range(len(index), len(self._ids))))
         return index
 
     def _type_code(self, node_id: str | None, type: Any) -> int:
@@ -375,7 +387,11 @@ class DocGraph:
                 pair = tuple(span)
             except TypeError:
                 pass
-        if pair is None or len(pair) != 2 or not all(isinstance(v, numbers.Integral) and not isinstance(v, (bool, np.bool_)) for v in pair):
+        if (
+            pair is None
+            or len(pair) != 2
+            or not all(isinstance(v, numbers.Integral) and not isinstance(v, (bool, np.bool_)) for v in pair)
+        ):
             raise GraphError(f"span must be a pair of ints [start, end), got {span!r}", file=self.source, node=node_id)
         start, end = int(pair[0]), int(pair[1])
         if start > end:
@@ -390,8 +406,10 @@ class DocGraph:
 
     def _check_spans(self, ids: list[str], spans: np.ndarray) -> np.ndarray:
         if spans.ndim != 2 or spans.shape != (len(ids), 2) or not np.issubdtype(spans.dtype, np.integer):
-            raise GraphError(f"spans must be an integer array [{len(ids)}, 2], got {spans.dtype} {list(spans.shape)}",
-                             file=self.source)
+            raise GraphError(
+                f"spans must be an integer array [{len(ids)}, 2], got {spans.dtype} {list(spans.shape)}",
+                file=self.source,
+            )
         has = spans[:, 0] >= 0
         bad = (has & ((spans[:, 1] < spans[:, 0]) | (spans[:, 1] > len(self._text)))) | (~has & (spans[:, 1] != -1))
         if bad.any():
@@ -456,8 +474,10 @@ class DocGraph:
         kinds = ", ".join(f"{names[c]} {counts[c]:,}" for c in common if counts[c])
         more = ", ..." if len(names) > 4 else ""
         where = f", source={self.source!r}" if self.source else ""
-        return (f"DocGraph(doc_id={self.doc_id!r}, {len(self._text):,} chars, {len(self):,} nodes"
-                f"{f' ({kinds}{more})' if kinds else ''}, {len(self._src):,} edges{where})")
+        return (
+            f"DocGraph(doc_id={self.doc_id!r}, {len(self._text):,} chars, {len(self):,} nodes"
+            f"{f' ({kinds}{more})' if kinds else ''}, {len(self._src):,} edges{where})"
+        )
 
     # -- columns (what the compiler reads) --------------------------------------------------
     @property
@@ -467,7 +487,9 @@ class DocGraph:
 
     def type_codes(self) -> tuple[np.ndarray, tuple[str, ...]]:
         """(int64 [N] code per node, the type name of each code)."""
-        return np.frombuffer(self._types, dtype=np.int64).copy() if len(self._types) else np.zeros(0, np.int64), tuple(self._type_names)
+        return np.frombuffer(self._types, dtype=np.int64).copy() if len(self._types) else np.zeros(0, np.int64), tuple(
+            self._type_names
+        )
 
     def span_array(self) -> np.ndarray:
         """int64 [N, 2] spans, (-1, -1) for a node without one."""
@@ -479,6 +501,7 @@ class DocGraph:
 
     def edge_arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, tuple[str, ...]]:
         """(source rows, target rows, relation codes), int64 [E] each, and the relation of each code."""
+
         def col(a: array) -> np.ndarray:
             return np.frombuffer(a, dtype=np.int64).copy() if len(a) else np.zeros(0, np.int64)
 
@@ -516,7 +539,8 @@ class DocGraph:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any], source: str | None = None) -> "DocGraph":
-        """Build from ``{"text", "doc_id"?, "nodes": [{id, type, span?, attrs?}], "edges": [{src, relation, dst, attrs?}]}``."""
+        """Build from ``{"text", "doc_id"?, "nodes": [{id, type, span?, attrs?}], "edges": [{src, relation, dst,
+        attrs?}]}``; every value is checked (spans are pairs of ints, attrs mappings), naming the node."""
         if not isinstance(data, dict):
             raise GraphError(f"a document graph must be an object, got {type(data).__name__}", file=source)
         if not isinstance(data.get("text"), str):
@@ -557,7 +581,9 @@ class DocGraph:
             if "type" not in data:
                 raise GraphError("networkx node has no 'type' attribute", node=str(node_id))
             graph.add_node(str(node_id), data.pop("type"), data.pop("span", None), **data)
-        edge_iter: Iterable = g.edges(keys=True, data=True) if g.is_multigraph() else ((u, v, None, d) for u, v, d in g.edges(data=True))
+        edge_iter: Iterable = (
+            g.edges(keys=True, data=True) if g.is_multigraph() else ((u, v, None, d) for u, v, d in g.edges(data=True))
+        )
         for src, dst, key, data in edge_iter:
             data = dict(data)
             relation = data.pop("relation", key)
@@ -570,8 +596,12 @@ class DocGraph:
 def _checked_attrs(attrs: Any, source: str | None, node: str, path: tuple = ()) -> dict[str, Any]:
     """Attrs are a mapping with string keys (they become keyword arguments and column names)."""
     if not isinstance(attrs, Mapping):
-        raise GraphError(f"attrs must be an object (a mapping of names to values), got {type(attrs).__name__}",
-                         file=source, path=path, node=node)
+        raise GraphError(
+            f"attrs must be an object (a mapping of names to values), got {type(attrs).__name__}",
+            file=source,
+            path=path,
+            node=node,
+        )
     bad = next((k for k in attrs if not isinstance(k, str)), None)
     if bad is not None:
         raise GraphError(f"attr names must be strings, got {bad!r}", file=source, path=path, node=node)

@@ -41,7 +41,9 @@ class Column:
 
     __slots__ = ("start", "_values", "present")
 
-    def __init__(self, start: int = 0, values: list | np.ndarray | Deferred | None = None, present: np.ndarray | None = None):
+    def __init__(
+        self, start: int = 0, values: list | np.ndarray | Deferred | None = None, present: np.ndarray | None = None
+    ):
         self.start = start
         self._values: list | np.ndarray | Deferred = [] if values is None else values
         self.present = present  # bool array like `values` (arrays only); None: every row present
@@ -147,7 +149,9 @@ class Column:
         stop = min(self.start + len(self.values), n)
         count = max(stop - self.start, 0)
         if isinstance(self.values, np.ndarray):
-            values = np.zeros(n, dtype=self.values.dtype) if self.values.dtype != object else np.full(n, None, dtype=object)
+            values = (
+                np.zeros(n, dtype=self.values.dtype) if self.values.dtype != object else np.full(n, None, dtype=object)
+            )
             values[self.start : stop] = self.values[:count]
             present[self.start : stop] = True if self.present is None else self.present[:count]
             return present, values

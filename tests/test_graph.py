@@ -80,7 +80,9 @@ def test_graph_errors():
         g.add_node("z", "sentence", (5, 2))
     with pytest.raises(GraphError, match="span must be a pair of ints"):
         g.add_node("z", "sentence", ("a", None))
-    with pytest.raises(GraphError, match=r"node 'nope': edge 's0' -\[mentions\]-> 'nope': target node 'nope' does not exist"):
+    with pytest.raises(
+        GraphError, match=r"node 'nope': edge 's0' -\[mentions\]-> 'nope': target node 'nope' does not exist"
+    ):
         g.add_edge("s0", "mentions", "nope")
     with pytest.raises(GraphError, match="no such node"):
         g.node("nope")
@@ -109,11 +111,19 @@ def test_extend_adds_in_bulk_checked_or_as_built():
     checked, trusted = DocGraph("abc def"), DocGraph("abc def")
     checked.extend(nodes, edges)
     trusted.extend(nodes, edges, validate=False)
-    assert checked.to_dict() == trusted.to_dict() == {
-        "doc_id": None, "text": "abc def",
-        "nodes": [{"id": "a", "type": "sentence", "span": [0, 3]}, {"id": "b", "type": "sentence", "span": [4, 7], "attrs": {"k": 1}}],
-        "edges": [{"src": "a", "relation": "next", "dst": "b"}],
-    }
+    assert (
+        checked.to_dict()
+        == trusted.to_dict()
+        == {
+            "doc_id": None,
+            "text": "abc def",
+            "nodes": [
+                {"id": "a", "type": "sentence", "span": [0, 3]},
+                {"id": "b", "type": "sentence", "span": [4, 7], "attrs": {"k": 1}},
+            ],
+            "edges": [{"src": "a", "relation": "next", "dst": "b"}],
+        }
+    )
     nodes[1].attrs["k"] = 2  # the graph stores values in its columns, not the objects handed in
     assert trusted.node("b").attrs["k"] == checked.node("b").attrs["k"] == 1
     with pytest.raises(GraphError, match=r"node 'c': span \[0, 99\) lies outside"):
@@ -125,8 +135,23 @@ def test_extend_adds_in_bulk_checked_or_as_built():
 
 
 # -- columns, views and the checks that no path around the constructors escapes (#15 item 11) --
-@pytest.mark.parametrize("span", [[float("inf"), 2], [0.2, 1.7], [0.0, 2.0], ["0", "2"], [True, 2], [0, False], [1], [0, 1, 2], "02", 5, 0,
-                                  {"a": 0, "b": 1}])
+@pytest.mark.parametrize(
+    "span",
+    [
+        [float("inf"), 2],
+        [0.2, 1.7],
+        [0.0, 2.0],
+        ["0", "2"],
+        [True, 2],
+        [0, False],
+        [1],
+        [0, 1, 2],
+        "02",
+        5,
+        0,
+        {"a": 0, "b": 1},
+    ],
+)
 def test_from_dict_refuses_spans_that_are_not_two_integers(span):
     data = {"text": "abcdef", "nodes": [{"id": "n7", "type": "t", "span": span}]}
     with pytest.raises(GraphError, match=r"node 'n7': span must be a pair of ints \[start, end\), got"):
@@ -138,7 +163,11 @@ def test_from_dict_refuses_attrs_that_are_not_a_mapping(attrs):
     data = {"text": "abc", "nodes": [{"id": "a", "type": "t", "attrs": attrs}]}
     with pytest.raises(GraphError, match=r"^g.json: \$\.nodes\[0\]\.attrs: node 'a': attrs must be an object"):
         DocGraph.from_dict(data, source="g.json")
-    data = {"text": "abc", "nodes": [{"id": "a", "type": "t"}], "edges": [{"src": "a", "relation": "r", "dst": "a", "attrs": attrs}]}
+    data = {
+        "text": "abc",
+        "nodes": [{"id": "a", "type": "t"}],
+        "edges": [{"src": "a", "relation": "r", "dst": "a", "attrs": attrs}],
+    }
     with pytest.raises(GraphError, match=r"\$\.edges\[0\]\.attrs: node 'a': attrs must be an object"):
         DocGraph.from_dict(data, source="g.json")
 
@@ -146,7 +175,9 @@ def test_from_dict_refuses_attrs_that_are_not_a_mapping(attrs):
 def test_a_span_or_text_set_later_is_checked_then():
     g = sample()
     node = g.node("s0")
-    with pytest.raises(GraphError, match=r"d1.json: node 's0': span \[3, 40\) lies outside the document text of 24 characters"):
+    with pytest.raises(
+        GraphError, match=r"d1.json: node 's0': span \[3, 40\) lies outside the document text of 24 characters"
+    ):
         node.span = (3, 40)
     with pytest.raises(GraphError, match=r"node 's0': span must be a pair of ints"):
         node.span = (0.5, 2)
@@ -186,15 +217,21 @@ def test_bulk_nodes_are_columns_and_read_back_as_nodes():
 
     g = DocGraph("one two three")
     g.add_node("doc", "document", (0, 13))
-    first = g.add_nodes(["w0", "w1", "w2"], "word", np.array([[0, 3], [4, 7], [8, 13]]),
-                        {"length": np.array([3, 3, 5]), "stop": (np.array([True, False, False]), np.array([True, True, False]))})
+    first = g.add_nodes(
+        ["w0", "w1", "w2"],
+        "word",
+        np.array([[0, 3], [4, 7], [8, 13]]),
+        {"length": np.array([3, 3, 5]), "stop": (np.array([True, False, False]), np.array([True, True, False]))},
+    )
     g.add_edges(np.zeros(3, np.int64), CONTAINS, np.arange(first, first + 3))
     assert first == 1 and [n.id for n in g.nodes_of_type("word")] == ["w0", "w1", "w2"]
     assert g.node("w2").attrs == {"length": 5} and type(g.node("w2").attrs["length"]) is int
     assert g.node("w1").attrs == {"length": 3, "stop": False}
     assert [(e.src, e.dst) for e in g.edges_of(CONTAINS)] == [("doc", "w0"), ("doc", "w1"), ("doc", "w2")]
     present, values = g.attr_column("length")
-    assert present.tolist() == [False, True, True, True] and values.dtype == np.int64 and values.tolist() == [0, 3, 3, 5]
+    assert (
+        present.tolist() == [False, True, True, True] and values.dtype == np.int64 and values.tolist() == [0, 3, 3, 5]
+    )
     checked = DocGraph(g.text)
     checked.extend(g.nodes.values(), g.edges)
     assert checked.to_dict() == g.to_dict()
@@ -211,7 +248,9 @@ def test_bulk_nodes_are_columns_and_read_back_as_nodes():
 
 def test_repr_is_one_line():
     text = repr(sample())
-    assert text == "DocGraph(doc_id='d1', 24 chars, 4 nodes (sentence 2, document 1, entity 1), 3 edges, source='d1.json')"
+    assert (
+        text == "DocGraph(doc_id='d1', 24 chars, 4 nodes (sentence 2, document 1, entity 1), 3 edges, source='d1.json')"
+    )
     assert repr(sample().node("s1")) == "Node(id='s1', type='sentence', span=(14, 24), attrs={'topic': 'age'})"
 
 
@@ -230,8 +269,11 @@ from hypothesis import given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
 _JSON_SCALARS = st.one_of(st.none(), st.booleans(), st.integers(-5, 30), st.floats(allow_nan=True), st.text(max_size=3))
-_JSON = st.recursive(_JSON_SCALARS, lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=2), inner, max_size=2),
-                     max_leaves=6)
+_JSON = st.recursive(
+    _JSON_SCALARS,
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=2), inner, max_size=2),
+    max_leaves=6,
+)
 
 
 @settings(max_examples=300, deadline=None)
@@ -246,4 +288,6 @@ def test_from_dict_builds_a_checked_graph_or_names_the_node(span, attrs):
         assert "node 'n'" in str(err)
         return
     got = graph.node("n").span
-    assert got is None or (type(got[0]) is int and type(got[1]) is int and 0 <= got[0] <= got[1] <= 10 and list(got) == span)
+    assert got is None or (
+        type(got[0]) is int and type(got[1]) is int and 0 <= got[0] <= got[1] <= 10 and list(got) == span
+    )

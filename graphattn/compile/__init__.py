@@ -2,8 +2,9 @@
 
 The entry points are `compile_instance` (one instance; a list of graphs packs them),
 `compile_windows`, `compile_many` (many documents per call), `pack` and `pack_groups`;
-`collate` pads instances into an `EtcBatch`. The function is not called `compile`: this package has that name, and a package cannot also be a
-plain function without swapping its module class (see docs/ARCHITECTURE.md).
+`collate` pads instances into an `EtcBatch`. The function is not called `compile`: this
+package has that name, and a package cannot also be a plain function without swapping its
+module class (see docs/ARCHITECTURE.md).
 
 Names load on first use, so that `graphattn.compile.batching` (all that shard readers need)
 does not pull in the schema loader and the tokenizers.

@@ -135,7 +135,8 @@ def compile_many(
     out: list[list[EtcInstance]] = []
     for first in range(0, len(graphs), BATCH_SIZE):
         batch = graphs[first : first + BATCH_SIZE]
-        for index, graph, layout in zip(range(first, first + len(batch)), batch, build_layouts(batch, schema, tokenizer)):
+        layouts = build_layouts(batch, schema, tokenizer)
+        for index, graph, layout in zip(range(first, first + len(batch)), batch, layouts):
             try:
                 if isinstance(layout, Exception):
                     raise layout
@@ -225,7 +226,9 @@ def pack_groups(
         yield from _assemble_group(current, schema, table, compact, on_error)
 
 
-def _layouts_in_batches(graphs: Iterable[DocGraph], schema: Schema, tokenizer: Tokenizer) -> Iterator[tuple[int, Any, Any]]:
+def _layouts_in_batches(
+    graphs: Iterable[DocGraph], schema: Schema, tokenizer: Tokenizer
+) -> Iterator[tuple[int, Any, Any]]:
     """(index, graph, layout or its exception), reading `BATCH_SIZE` graphs ahead for each tokenizer batch."""
     batch: list[tuple[int, Any]] = []
     for item in enumerate(graphs):
@@ -265,5 +268,13 @@ def _assemble_packed(layouts: list[DocLayout], schema: Schema, table: TokenTable
     return assemble(layouts, selections, schema, table, compact=compact)
 
 
-__all__ = ["OnError", "Packed", "compile_instance", "compile_many", "compile_windows", "load_schema_and_tokenizer", "pack",
-           "pack_groups"]
+__all__ = [
+    "OnError",
+    "Packed",
+    "compile_instance",
+    "compile_many",
+    "compile_windows",
+    "load_schema_and_tokenizer",
+    "pack",
+    "pack_groups",
+]

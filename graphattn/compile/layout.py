@@ -5,9 +5,9 @@ containment forest, document order, which nodes become globals, which tokens are
 Later passes choose which tokens to keep and assemble instances from it.
 
 Checks made here, each naming the node and the files involved: undeclared node types and
-relations, spans past the text (the graph checks them when set; read here as they are), crossing spans of one type, a node with two
-parents or a cycle in a hierarchy relation, a child span outside its parent's, an empty
-document.
+relations, spans past the text (the graph checks them when set; read here as they are),
+crossing spans of one type, a node with two parents or a cycle in a hierarchy relation, a child
+span outside its parent's, an empty document.
 """
 
 from __future__ import annotations
@@ -103,7 +103,8 @@ def _read_nodes(graph: DocGraph, schema: Schema, text_len: int):
     if (node_type < 0).any():
         i = int(np.argmax(node_type < 0))
         declared = ", ".join(type_names) or "none"
-        _fail(graph, f"node type {graph_types[codes[i]]!r} is not declared in {schema_ref(schema)}; declared: {declared}", node_ids[i])
+        message = f"node type {graph_types[codes[i]]!r} is not declared in {schema_ref(schema)}; declared: {declared}"
+        _fail(graph, message, node_ids[i])
     spans = graph.span_array()
     has_span = spans[:, 0] >= 0
     # The graph checks spans when they are set; checked again here on exactly what is read.
@@ -124,7 +125,8 @@ def _read_edges(graph: DocGraph, schema: Schema, node_ids: list[str]) -> dict[st
         declared = ", ".join(schema.relations) or "none"
         name = relations[codes[e]]
         where = f"edge {node_ids[src[e]]!r} -[{name}]-> {node_ids[dst[e]]!r}"
-        _fail(graph, f"{where}: relation {name!r} is not declared in {schema_ref(schema)}; declared: {declared}", node_ids[src[e]])
+        message = f"{where}: relation {name!r} is not declared in {schema_ref(schema)}; declared: {declared}"
+        _fail(graph, message, node_ids[src[e]])
     code_of = {name: code for code, name in enumerate(relations)}
     out = {}
     for name in schema.relations:

@@ -94,7 +94,8 @@ def _tail(layouts: list[DocLayout], schema: Schema, keeps: list[np.ndarray], mes
                         f"{schema.max_long_length}; tokenizing stopped at {stopped} (nothing past it can be kept), "
                         "so the sizes before truncation count the tokens up to there only")
     else:
-        messages.append(f"tail: kept the first {cut} of {offset} long tokens to fit max_long_length {schema.max_long_length}")
+        limit = f"max_long_length {schema.max_long_length}"
+        messages.append(f"tail: kept the first {cut} of {offset} long tokens to fit {limit}")
     return out
 
 

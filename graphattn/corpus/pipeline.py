@@ -214,7 +214,9 @@ def run_local(tasks: list[ShardTask], state: WorkerState, out: OutputDir, worker
         yield ShardWritten(result.index, result.stats)
 
 
-def _compile_local(tasks: list[ShardTask], state: WorkerState, workers: int, progress: Callable[[int, int], None]) -> Iterator[ShardResult]:
+def _compile_local(
+    tasks: list[ShardTask], state: WorkerState, workers: int, progress: Callable[[int, int], None]
+) -> Iterator[ShardResult]:
     if workers == 1 or len(tasks) <= 1:
         for task in tasks:
             yield compile_shard(task, state, progress)
@@ -280,7 +282,9 @@ def _engine(options: CompileOptions) -> Callable[..., Iterable[ShardWritten]]:
     if options.engine == "ray":
         from graphattn.corpus.ray_engine import run_ray
 
-        return lambda tasks, state, out, progress: run_ray(tasks, state, out, options.workers, options.ray_address, progress)
+        return lambda tasks, state, out, progress: run_ray(
+            tasks, state, out, options.workers, options.ray_address, progress
+        )
     raise GraphattnError(f"--engine must be local or ray, got {options.engine!r}")
 
 

@@ -44,10 +44,12 @@ class _CompileShards:
 
     def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         done = [compile_and_write_shard(pickle.loads(task), self.state, self.out, self.node) for task in batch["task"]]
-        return {"index": np.asarray([d.index for d in done], np.int64),
-                "stats": np.asarray([json.dumps(d.stats) for d in done], dtype=object),
-                "where": np.asarray([d.where for d in done], dtype=object),
-                "cpu_seconds": np.asarray([d.cpu_seconds for d in done], np.float64)}
+        return {
+            "index": np.asarray([d.index for d in done], np.int64),
+            "stats": np.asarray([json.dumps(d.stats) for d in done], dtype=object),
+            "where": np.asarray([d.where for d in done], dtype=object),
+            "cpu_seconds": np.asarray([d.cpu_seconds for d in done], np.float64),
+        }
 
 
 def _start(workers: int | None, address: str | None) -> bool:
@@ -58,7 +60,12 @@ def _start(workers: int | None, address: str | None) -> bool:
         raise GraphattnError("--engine ray needs Ray: pip install 'graphattn[ray]'") from None
     if ray.is_initialized():
         return False
-    quiet = {"include_dashboard": False, "configure_logging": True, "logging_level": logging.WARNING, "log_to_driver": True}
+    quiet = {
+        "include_dashboard": False,
+        "configure_logging": True,
+        "logging_level": logging.WARNING,
+        "log_to_driver": True,
+    }
     try:
         if address:
             ray.init(address=address, **quiet)
@@ -70,8 +77,14 @@ def _start(workers: int | None, address: str | None) -> bool:
     return True
 
 
-def run_ray(tasks: list[ShardTask], state: WorkerState, out: OutputDir, workers: int | None, address: str | None,
-            progress: Callable[[int, int], None]) -> Iterator[ShardWritten]:
+def run_ray(
+    tasks: list[ShardTask],
+    state: WorkerState,
+    out: OutputDir,
+    workers: int | None,
+    address: str | None,
+    progress: Callable[[int, int], None],
+) -> Iterator[ShardWritten]:
     """Compile and write shard tasks on Ray Data; each shard's counts as it is written."""
     if not tasks:
         return
@@ -82,7 +95,9 @@ def run_ray(tasks: list[ShardTask], state: WorkerState, out: OutputDir, workers:
         context = ray.data.DataContext.get_current()
         context.enable_progress_bars = False
         context.print_on_execution_start = False
-        context.wait_for_min_actors_s = ACTOR_START_TIMEOUT_S  # every actor up before shards go out: all workers get some
+        context.wait_for_min_actors_s = (
+            ACTOR_START_TIMEOUT_S  # every actor up before shards go out: all workers get some
+        )
         workers = workers or int(ray.cluster_resources().get("CPU", 1))
         actors = max(1, min(workers, len(tasks)))
         items = [{"task": pickle.dumps(task)} for task in tasks]
@@ -95,14 +110,18 @@ def run_ray(tasks: list[ShardTask], state: WorkerState, out: OutputDir, workers:
         )
         try:
             for batch in dataset.iter_batches(batch_size=1, batch_format="numpy", prefetch_batches=0):
-                for index, stats, where, cpu in zip(batch["index"], batch["stats"], batch["where"], batch["cpu_seconds"]):
+                for index, stats, where, cpu in zip(
+                    batch["index"], batch["stats"], batch["where"], batch["cpu_seconds"]
+                ):
                     written = ShardWritten(int(index), json.loads(stats), str(where), float(cpu))
                     progress(written.stats["documents"], written.stats["long_tokens"])
                     yield written
         except ray.exceptions.GetTimeoutError:
             cpus = int(ray.cluster_resources().get("CPU", 0))
-            raise GraphattnError(f"{actors} Ray actors (one CPU each) did not start within {ACTOR_START_TIMEOUT_S} s; "
-                                 f"the cluster has {cpus} CPU(s): pass --workers {max(cpus, 1)} or fewer") from None
+            raise GraphattnError(
+                f"{actors} Ray actors (one CPU each) did not start within {ACTOR_START_TIMEOUT_S} s; "
+                f"the cluster has {cpus} CPU(s): pass --workers {max(cpus, 1)} or fewer"
+            ) from None
     finally:
         if started:
             ray.shutdown()

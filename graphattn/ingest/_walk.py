@@ -153,8 +153,11 @@ class _Columns:
                 self.displays[i] = style.display_of(tag, declared)
                 self.bold[i] = style.is_bold_style(tag, declared, p >= 0 and bool(self.bold[p]))
                 self.font_px[i] = style.computed_font_px(tag, declared, size, px)
-                self.preformatted[i] = (bool(pre_tag[i]) or declared.get("white-space", "").startswith("pre")
-                                        or (p >= 0 and bool(self.preformatted[p]) and "white-space" not in declared))
+                self.preformatted[i] = (
+                    bool(pre_tag[i])
+                    or declared.get("white-space", "").startswith("pre")
+                    or (p >= 0 and bool(self.preformatted[p]) and "white-space" not in declared)
+                )
 
     # -- the visible text ----------------------------------------------------------------------
     def _text(self) -> None:
@@ -185,9 +188,13 @@ class _Columns:
         texts = np.asarray(walk.texts + [None], dtype=object)
         tails = np.asarray(walk.tails + [None], dtype=object)
         has_parent = self.parents[element] >= 0
-        item_text = np.where(starts, np.where(rendered, texts[element], None), np.where(has_parent, tails[element], None))
+        item_text = np.where(
+            starts, np.where(rendered, texts[element], None), np.where(has_parent, tails[element], None)
+        )
         owner = np.where(starts, element, self.parents[element])
-        drop = np.flatnonzero(starts & rendered & np.isin(self.tag_codes[element], self._codes("pre", "listing", "textarea")))
+        drop = np.flatnonzero(
+            starts & rendered & np.isin(self.tag_codes[element], self._codes("pre", "listing", "textarea"))
+        )
         for k in drop:  # HTML drops the newline right after <pre>, <listing>, <textarea>; libxml2 keeps it
             if item_text[k] and item_text[k][0] == "\n":
                 item_text[k] = item_text[k][1:]
@@ -287,7 +294,9 @@ def _subscripts(parents: np.ndarray, tag_codes: np.ndarray, not_element: int) ->
     key = np.where(tag_codes != not_element, (parents + 1) * (int(tag_codes.max(initial=0)) + 2) + tag_codes, -1)
     order = np.lexsort((np.arange(n), key))
     sorted_key = key[order]
-    group_start = np.flatnonzero(np.concatenate([[True], sorted_key[1:] != sorted_key[:-1]])) if n else np.zeros(0, np.int64)
+    group_start = (
+        np.flatnonzero(np.concatenate([[True], sorted_key[1:] != sorted_key[:-1]])) if n else np.zeros(0, np.int64)
+    )
     rank = np.arange(n) - np.repeat(group_start, np.diff(np.append(group_start, n)))
     out = np.empty(n, dtype=np.int64)
     out[order] = rank + 1
@@ -308,8 +317,9 @@ def _flag(values: np.ndarray, members: frozenset) -> np.ndarray:
     return np.fromiter(map(decided.__getitem__, values.tolist()), dtype=bool, count=values.size)
 
 
-def _xpath_column(tags: list, parents: np.ndarray, tag_codes: np.ndarray, not_element: int, kept: np.ndarray,
-                  n_texts: int) -> np.ndarray:
+def _xpath_column(
+    tags: list, parents: np.ndarray, tag_codes: np.ndarray, not_element: int, kept: np.ndarray, n_texts: int
+) -> np.ndarray:
     """``/html/body/div[2]/p[1]``: html and body plain, every other step subscripted."""
     subscripts = _subscripts(parents, tag_codes, not_element)
     paths: list[str] = []
@@ -345,8 +355,15 @@ def _features(page: _Columns, rows: np.ndarray) -> dict[str, np.ndarray]:
         "font_size": np.asarray([round(x, 2) for x in distinct_px.tolist()], dtype=np.float64)[px_index.reshape(n)],
         "font_size_bucket": np.asarray(style.font_size_bucket(page.font_px), dtype=np.int64).reshape(n),
     }
-    root = {"is_block": True, "is_inline": False, "is_heading": False, "is_leaf": False, "is_bold": False,
-            "font_size": style.DEFAULT_FONT_PX, "font_size_bucket": style.font_size_bucket(style.DEFAULT_FONT_PX)}
+    root = {
+        "is_block": True,
+        "is_inline": False,
+        "is_heading": False,
+        "is_leaf": False,
+        "is_bold": False,
+        "font_size": style.DEFAULT_FONT_PX,
+        "font_size_bucket": style.font_size_bucket(style.DEFAULT_FONT_PX),
+    }
     out = {}
     parent = parents[rows]
     has_parent = parent >= 0
@@ -377,7 +394,9 @@ def to_graph(walk: Walk, *, doc_id: str | None, source: str | None, doc_attrs: d
     n_elements, n_texts = kept.size, starts.size
     node_of = np.full(page.n + 1, -1, dtype=np.int64)  # element index -> element node number
     node_of[kept] = np.arange(n_elements)
-    element_span = np.stack([starts[first[kept]], ends[end[kept] - 1]], axis=1) if n_elements else np.zeros((0, 2), np.int64)
+    element_span = (
+        np.stack([starts[first[kept]], ends[end[kept] - 1]], axis=1) if n_elements else np.zeros((0, 2), np.int64)
+    )
     spans = np.concatenate([element_span, np.stack([starts, ends], axis=1)]).reshape(-1, 2)
 
     element_ids = [f"e{i}" for i in range(n_elements)]
@@ -389,11 +408,17 @@ def to_graph(walk: Walk, *, doc_id: str | None, source: str | None, doc_attrs: d
     tags = np.asarray(walk.tags, dtype=object)
     attrs: dict = {
         "tag": tags[rows_of],
-        "xpath": (Deferred(_xpath_column, walk.tags, page.parents, page.tag_codes, page.code(_COMMENT), kept, n_texts), is_element),
+        "xpath": (
+            Deferred(_xpath_column, walk.tags, page.parents, page.tag_codes, page.code(_COMMENT), kept, n_texts),
+            is_element,
+        ),
         "depth": (_pad(page.depths[kept], n_texts), is_element),
         "parent": (_pad(element_id_array[parent_node], n_texts), is_element),
         "display": (_pad(page.displays[kept], n_texts), is_element),
-        "element": (np.concatenate([np.full(n_elements, None, dtype=object), element_id_array[node_of[owner]]]), ~is_element),
+        "element": (
+            np.concatenate([np.full(n_elements, None, dtype=object), element_id_array[node_of[owner]]]),
+            ~is_element,
+        ),
         **_features(page, rows_of),
         "reading_position": spans[:, 0] / total,
         "text_share": (spans[:, 1] - spans[:, 0]) / total,

@@ -19,7 +19,8 @@ from graphattn.tokenize import HFTokenizer, SpacyWordTokenizer, load_tokenizer
 
 ROOT = Path(__file__).resolve().parents[2]
 TOKENIZER = ROOT / "examples" / "data" / "tokenizer.json"
-WORDS = "the river runs past old mills and quiet towns where people trade grain wool stories, storms; ships (bridges)".split()
+WORDS = ("the river runs past old mills and quiet towns where people trade grain wool stories, storms; ships "
+         "(bridges)").split()
 
 
 class Counting:
@@ -48,14 +49,22 @@ def _trained(kind: str) -> HFTokenizer:
     if kind == "bpe":
         raw = Tokenizer(models.BPE(unk_token="[UNK]"))
         raw.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-        trainer = trainers.BpeTrainer(vocab_size=300, special_tokens=["[UNK]", "[CLS]", "[SEP]", "[PAD]", "[MASK]"],
-                                      initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+        trainer = trainers.BpeTrainer(
+            vocab_size=300,
+            special_tokens=["[UNK]", "[CLS]", "[SEP]", "[PAD]", "[MASK]"],
+            initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+            show_progress=False,
+        )
     else:
         raw = Tokenizer(models.Unigram())
         raw.normalizer = normalizers.NFKC()
         raw.pre_tokenizer = pre_tokenizers.Metaspace()
-        trainer = trainers.UnigramTrainer(vocab_size=200, special_tokens=["[UNK]", "[CLS]", "[SEP]", "[PAD]", "[MASK]"],
-                                          unk_token="[UNK]", show_progress=False)
+        trainer = trainers.UnigramTrainer(
+            vocab_size=200,
+            special_tokens=["[UNK]", "[CLS]", "[SEP]", "[PAD]", "[MASK]"],
+            unk_token="[UNK]",
+            show_progress=False,
+        )
     raw.train_from_iterator(corpus, trainer)
     return HFTokenizer(raw)
 
@@ -80,12 +89,18 @@ def test_which_tokenizers_may_stop_early():
 
 @pytest.mark.parametrize("kind", ["shipped", "bpe", "unigram", "spacy"])
 @settings(max_examples=40, deadline=None)
-@given(words=st.lists(st.sampled_from(WORDS + ["  ", "\n", "\t", "caf\u00e9", "x\u0301y", "ß"]), min_size=1, max_size=60),
-       where=st.floats(0, 1))
+@given(
+    words=st.lists(st.sampled_from(WORDS + ["  ", "\n", "\t", "caf\u00e9", "x\u0301y", "ß"]), min_size=1, max_size=60),
+    where=st.floats(0, 1),
+)
 def test_a_prefix_tokenizes_like_the_whole_text(kind, words, where):
     """The claim `prefix_exact` makes: cut before a space that follows a non-space."""
-    tokenizer = {"shipped": lambda: load_tokenizer(str(TOKENIZER)), "bpe": lambda: _cached("bpe"),
-                 "unigram": lambda: _cached("unigram"), "spacy": lambda: SpacyWordTokenizer(vocab=WORDS + ["[UNK]"])}[kind]()
+    tokenizer = {
+        "shipped": lambda: load_tokenizer(str(TOKENIZER)),
+        "bpe": lambda: _cached("bpe"),
+        "unigram": lambda: _cached("unigram"),
+        "spacy": lambda: SpacyWordTokenizer(vocab=WORDS + ["[UNK]"]),
+    }[kind]()
     text = " ".join(words)
     cuts = [i for i in range(1, len(text)) if text[i] == " " and not text[i - 1].isspace()]
     if not cuts:
@@ -140,10 +155,23 @@ def _same_instance(a, b) -> None:
     assert a.global_node_ids == b.global_node_ids
     for level in a.long_owners:
         np.testing.assert_array_equal(a.long_owners[level], b.long_owners[level])
-    for field in ("link_long", "link_global", "link_label", "g2g_src", "g2g_dst", "g2g_label", "long_segment", "global_segment"):
+    for field in (
+        "link_long",
+        "link_global",
+        "link_label",
+        "g2g_src",
+        "g2g_dst",
+        "g2g_label",
+        "long_segment",
+        "global_segment",
+    ):
         np.testing.assert_array_equal(getattr(a.side, field), getattr(b.side, field), err_msg=field)
     ra, rb = a.truncation, b.truncation
-    assert (ra.long_tokens_after, ra.globals_after, ra.dropped_nodes) == (rb.long_tokens_after, rb.globals_after, rb.dropped_nodes)
+    assert (ra.long_tokens_after, ra.globals_after, ra.dropped_nodes) == (
+        rb.long_tokens_after,
+        rb.globals_after,
+        rb.dropped_nodes,
+    )
     assert ra.truncated == rb.truncated
 
 
@@ -173,7 +201,9 @@ def test_short_documents_are_tokenized_whole_and_reported_exactly():
     counting = Counting(inner, True)
     inst = compile_instance(graph, schema, counting)
     assert counting.chars == len(graph.text) and not inst.truncation.truncated
-    assert long_token_bound(schema) == 4096 and long_token_bound(load_schema("wikihop")) is None  # no long prefix; drop_longest_first
+    assert (
+        long_token_bound(schema) == 4096 and long_token_bound(load_schema("wikihop")) is None
+    )  # no long prefix; drop_longest_first
 
 
 def test_a_per_token_global_is_never_cut():
@@ -208,11 +238,18 @@ def test_ten_megabytes_tokenize_like_a_hundred_kilobytes():
 
 
 @settings(max_examples=25, deadline=None)
-@given(seed=st.integers(0, 10_000), max_long=st.integers(8, 700), sep_after=st.booleans(), prefix=st.booleans(),
-       kind=st.sampled_from(["shipped", "bpe"]))
+@given(
+    seed=st.integers(0, 10_000),
+    max_long=st.integers(8, 700),
+    sep_after=st.booleans(),
+    prefix=st.booleans(),
+    kind=st.sampled_from(["shipped", "bpe"]),
+)
 def test_random_tail_schemas_give_the_whole_texts_instance(seed, max_long, sep_after, prefix, kind):
     data = _hotpot_dict()
-    data.update(max_long_length=max_long, max_global_length=max(8, max_long // 4), long_prefix=["cls"] if prefix else [])
+    data.update(
+        max_long_length=max_long, max_global_length=max(8, max_long // 4), long_prefix=["cls"] if prefix else []
+    )
     data["node_types"]["paragraph"]["sep_after"] = sep_after
     schema = load_schema(data)
     inner = load_tokenizer(str(TOKENIZER)) if kind == "shipped" else _cached("bpe")

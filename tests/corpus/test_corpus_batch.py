@@ -28,10 +28,20 @@ def _hotpot_lines(path, documents: int, seed: int = 0) -> None:
     with path.open("w", encoding="utf-8") as handle:
         for i in range(documents):
             paragraphs = rng.choice([3, 10, 400])  # some far past max_long_length: tokenizing stops early
-            context = [[" ".join(rng.choices(WORDS, k=2)), [" ".join(rng.choices(WORDS, k=rng.randint(5, 20))) + "."
-                                                              for _ in range(rng.randint(1, 4))]] for _ in range(paragraphs)]
-            record = {"_id": f"h{i}", "question": " ".join(rng.choices(WORDS, k=8)) + "?", "answer": "x", "context": context,
-                      "supporting_facts": [[context[0][0], 0]]}
+            context = [
+                [
+                    " ".join(rng.choices(WORDS, k=2)),
+                    [" ".join(rng.choices(WORDS, k=rng.randint(5, 20))) + "." for _ in range(rng.randint(1, 4))],
+                ]
+                for _ in range(paragraphs)
+            ]
+            record = {
+                "_id": f"h{i}",
+                "question": " ".join(rng.choices(WORDS, k=8)) + "?",
+                "answer": "x",
+                "context": context,
+                "supporting_facts": [[context[0][0], 0]],
+            }
             if i == 7:
                 record["question"] = "  "  # rejected: an empty question
             handle.write(json.dumps(record) + "\n")
@@ -55,7 +65,9 @@ def test_batched_shards_equal_one_at_a_time(tmp_path, monkeypatch, packing):
     _hotpot_lines(tmp_path / "docs" / "z_hotpot.jsonl", 40)
     schema = small_schema(tmp_path / "small.yaml", packing={"max_documents": packing})
     small = dict(inputs=[str(tmp_path / "docs")], schema=schema, shard_size=9)
-    assert _run(tmp_path, "batched", False, monkeypatch, **small) == _run(tmp_path, "single", True, monkeypatch, **small)
+    assert _run(tmp_path, "batched", False, monkeypatch, **small) == _run(
+        tmp_path, "single", True, monkeypatch, **small
+    )
     hotpot = dict(inputs=[str(tmp_path / "docs" / "z_hotpot.jsonl")], schema="hotpotqa", shard_size=16)
     batched = _run(tmp_path, "hotpot-batched", False, monkeypatch, **hotpot)
     assert batched == _run(tmp_path, "hotpot-single", True, monkeypatch, whole_texts=False, **hotpot)
@@ -65,8 +77,13 @@ def test_batched_shards_equal_one_at_a_time(tmp_path, monkeypatch, packing):
     # what was never tokenized (the sizes before truncation, and its message).
     whole = _run(tmp_path, "hotpot-whole", True, monkeypatch, **hotpot)
     report = {"long_tokens_before", "globals_before", "truncation_messages"}
-    messages = [m for name in batched if name.endswith(".parquet")
-                for ms in pq.read_table(pa.BufferReader(batched[name])).column("truncation_messages").to_pylist() for m in ms]
+    messages = [
+        m
+        for name in batched
+        if name.endswith(".parquet")
+        for ms in pq.read_table(pa.BufferReader(batched[name])).column("truncation_messages").to_pylist()
+        for m in ms
+    ]
     assert any("tokenizing stopped" in m for m in messages)
     for name in (n for n in batched if n.endswith(".parquet")):
         a, b = (pq.read_table(pa.BufferReader(d[name])) for d in (batched, whole))
@@ -87,7 +104,9 @@ def test_compile_many_equals_compile_windows_one_by_one(tmp_path):
     graphs = [hotpotqa_graph(r) if i != 7 else "not a graph" for i, r in enumerate(records)]
     tokenizer = load_tokenizer(TOKENIZER)
     failed = []
-    many = compile_many(graphs, "hotpotqa", tokenizer, compact=True, on_error=lambda i, g, e: failed.append((i, type(e).__name__)))
+    many = compile_many(
+        graphs, "hotpotqa", tokenizer, compact=True, on_error=lambda i, g, e: failed.append((i, type(e).__name__))
+    )
     assert failed == [(7, "CompileError")] and many[7] == []
     for graph, instances in zip(graphs, many):
         if isinstance(graph, str):

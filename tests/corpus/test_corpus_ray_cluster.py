@@ -27,7 +27,9 @@ def _corpus(path, documents: int, length: int = 30) -> None:
     rng = random.Random(documents)
     with path.open("w", encoding="utf-8") as handle:
         for i in range(documents):
-            sentences = [" ".join(rng.choices(WORDS, k=rng.randint(5, 15))) + "." for _ in range(rng.randint(length, 2 * length))]
+            sentences = [
+                " ".join(rng.choices(WORDS, k=rng.randint(5, 15))) + "." for _ in range(rng.randint(length, 2 * length))
+            ]
             text, nodes, edges = "", [{"id": "doc", "type": "document"}], []
             for s, sentence in enumerate(sentences):
                 start = len(text) + (1 if text else 0)
@@ -59,8 +61,16 @@ def _driver_run(tmp_path, name: str, documents: int, sentences: int = 30):
 
     data = tmp_path / f"{name}.jsonl"
     _corpus(data, documents, length=sentences)
-    options = CompileOptions(inputs=[str(data)], schema="etc-sentences", out=str(tmp_path / name), tokenizer=TOKENIZER,
-                             engine="ray", workers=2, shard_size=10, progress=False)
+    options = CompileOptions(
+        inputs=[str(data)],
+        schema="etc-sentences",
+        out=str(tmp_path / name),
+        tokenizer=TOKENIZER,
+        engine="ray",
+        workers=2,
+        shard_size=10,
+        progress=False,
+    )
     run = plan_run(options)
     out = OutputDir(tmp_path / name)
     out.start(run.manifest(), False)

@@ -29,10 +29,18 @@ def reference_graph(markup: str, selector: str | None = None, max_elements: int 
     walk = _Walk(max_elements=max_elements, source=None)
     walk.run(root)
     title = root.findtext(".//title")
-    return _build_graph(walk, doc_id=None, source=None, selected=selected, attrs={
-        "source": None, "encoding": "utf-8", "encoding_source": "str",
-        "title": " ".join(title.split()) if title else None,
-    })
+    return _build_graph(
+        walk,
+        doc_id=None,
+        source=None,
+        selected=selected,
+        attrs={
+            "source": None,
+            "encoding": "utf-8",
+            "encoding_source": "str",
+            "title": " ".join(title.split()) if title else None,
+        },
+    )
 
 
 @dataclass(slots=True)
@@ -159,9 +167,11 @@ class _Walk:
             parent=parent,
             display=display,
             is_bold=style.is_bold_style(tag, declared, parent_record is not None and parent_record.is_bold),
-            font_px=style.computed_font_px(tag, declared, el.get("size"),
-                                           style.DEFAULT_FONT_PX if parent_record is None else parent_record.font_px),
-            preformatted=tag in style.PREFORMATTED_TAGS or declared.get("white-space", "").startswith("pre")
+            font_px=style.computed_font_px(
+                tag, declared, el.get("size"), style.DEFAULT_FONT_PX if parent_record is None else parent_record.font_px
+            ),
+            preformatted=tag in style.PREFORMATTED_TAGS
+            or declared.get("white-space", "").startswith("pre")
             or (parent_record is not None and parent_record.preformatted and "white-space" not in declared),
             first_chunk=len(self.text.chunk_starts),
         )
@@ -218,10 +228,19 @@ def _record_features(records: list[_Element]) -> list[dict]:
         for r, bucket in zip(records, buckets)
     ]
     # The document root stands in for the parent of <html>: a block at the default size.
-    root = {"is_block": True, "is_inline": False, "is_heading": False, "is_leaf": False, "is_bold": False,
-            "font_size": style.DEFAULT_FONT_PX, "font_size_bucket": style.font_size_bucket(style.DEFAULT_FONT_PX)}
-    return [{**mine, **{f"parent_{k}": v for k, v in (own[r.parent] if r.parent >= 0 else root).items()}}
-            for r, mine in zip(records, own)]
+    root = {
+        "is_block": True,
+        "is_inline": False,
+        "is_heading": False,
+        "is_leaf": False,
+        "is_bold": False,
+        "font_size": style.DEFAULT_FONT_PX,
+        "font_size_bucket": style.font_size_bucket(style.DEFAULT_FONT_PX),
+    }
+    return [
+        {**mine, **{f"parent_{k}": v for k, v in (own[r.parent] if r.parent >= 0 else root).items()}}
+        for r, mine in zip(records, own)
+    ]
 
 
 def _build_graph(walk: _Walk, *, doc_id, source, selected, attrs) -> DocGraph:
@@ -242,9 +261,16 @@ def _build_graph(walk: _Walk, *, doc_id, source, selected, attrs) -> DocGraph:
             continue  # renders no text: not a node (its subtree has none either)
         start, end = starts[record.first_chunk], ends[record.end_chunk - 1]
         node_id = node_ids[index] = f"e{len(node_ids)}"
-        node_attrs = {"tag": record.tag, "xpath": record.xpath, "depth": record.depth, "parent": node_ids.get(record.parent),
-                      "display": record.display, **features[index], "reading_position": start / total,
-                      "text_share": (end - start) / total}
+        node_attrs = {
+            "tag": record.tag,
+            "xpath": record.xpath,
+            "depth": record.depth,
+            "parent": node_ids.get(record.parent),
+            "display": record.display,
+            **features[index],
+            "reading_position": start / total,
+            "text_share": (end - start) / total,
+        }
         if selected is not None:
             node_attrs["selected"] = record.el in selected
         nodes.append(Node(node_id, "element", (start, end), node_attrs))
@@ -252,9 +278,20 @@ def _build_graph(walk: _Walk, *, doc_id, source, selected, attrs) -> DocGraph:
     for chunk, owner in enumerate(walk.chunk_owner):
         start, end = starts[chunk], ends[chunk]
         node_id = f"t{chunk}"
-        nodes.append(Node(node_id, "text", (start, end), {
-            "element": node_ids[owner], "tag": walk.records[owner].tag, **features[owner],
-            "reading_position": start / total, "text_share": (end - start) / total}))
+        nodes.append(
+            Node(
+                node_id,
+                "text",
+                (start, end),
+                {
+                    "element": node_ids[owner],
+                    "tag": walk.records[owner].tag,
+                    **features[owner],
+                    "reading_position": start / total,
+                    "text_share": (end - start) / total,
+                },
+            )
+        )
         edges.append(Edge(node_ids[owner], CONTAINS, node_id))
     graph.extend(nodes, edges, validate=False)
     return graph
