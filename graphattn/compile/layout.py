@@ -2,7 +2,11 @@
 
 The result (`DocLayout`) is independent of truncation: every node as a token range, the
 containment forest, document order, which nodes become globals, which tokens are long text.
-Later passes choose which tokens to keep and assemble instances from it.
+Later passes choose which tokens to keep and assemble instances from it. One exception, for
+cost: under `tail` the text is tokenized only as far as anything can be kept (`encode`), and
+nodes past that point are known by their text, not their tokens (`long_past_cut`).
+`check_graph` does the tokenizer-free part, so that `build_layouts` can tokenize many
+documents in one batch.
 
 Checks made here, each naming the node and the files involved: undeclared node types and
 relations, spans past the text (the graph checks them when set; read here as they are),
@@ -29,7 +33,7 @@ class DocLayout:
     """One document over its tokens. Node arrays are indexed like `node_ids`."""
 
     graph: DocGraph
-    token_ids: np.ndarray  # [T] int32, the whole text tokenized once
+    token_ids: np.ndarray  # [T] int32, the text tokenized once (under tail: up to `tokenized_chars`)
     offsets: np.ndarray  # [T, 2] int32 char [start, end)
     node_ids: list[str]
     node_type: np.ndarray  # [N] index into schema type names (`type_names`)
