@@ -103,7 +103,7 @@ def run_ray(
         items = [{"task": pickle.dumps(task)} for task in tasks]
         dataset = ray.data.from_items(items, override_num_blocks=len(items)).map_batches(
             _CompileShards,
-            fn_constructor_args=(pickle.dumps(state), out),
+            fn_constructor_args=(pickle.dumps(state), OutputDir(out.path.resolve())),
             batch_size=1,
             compute=ray.data.ActorPoolStrategy(size=actors),
             num_cpus=1,
