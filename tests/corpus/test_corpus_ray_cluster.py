@@ -98,4 +98,4 @@ def test_the_drivers_memory_does_not_grow_with_the_corpus(tmp_path, cluster):
     shard_bytes = sum((tmp_path / "large" / f"shard-{w.index:05d}.parquet").stat().st_size for w in written)
     print(f"driver peak: {small:,} B for 20 documents, {large:,} B for 100 ({shard_bytes:,} B of shards)")
     assert large < 1.5 * small + 500_000, (small, large)  # five times the corpus and the shards, the same driver
-    assert all(set(vars(w)) == {"index", "stats", "where"} for w in written)  # counts come back, never bytes
+    assert all(not isinstance(v, (bytes, bytearray)) for w in written for v in vars(w).values())  # counts, never bytes
