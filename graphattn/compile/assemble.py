@@ -375,7 +375,9 @@ def _features(doc: _Doc, schema: Schema) -> dict[str, np.ndarray]:
         holders = alive[present]
         values = np.full(lay.n_nodes + 1, feat.default, dtype=np.float64)
         if holders.size:
-            values[holders] = _feature_values(column[present].tolist(), feat, lay, holders, schema, i)
+            raw = column[present]  # a bulk builder's numeric column stays an array: checked with numpy
+            raw = raw if raw.dtype != object else raw.tolist()
+            values[holders] = _feature_values(raw, feat, lay, holders, schema, i)
         out[f"global:{feat.name}"] = np.where(doc.g_node >= 0, values[doc.g_node], feat.default).astype(dtype)
         live = holders
         inner = doc.innermost_of(live)
@@ -385,18 +387,22 @@ def _features(doc: _Doc, schema: Schema) -> dict[str, np.ndarray]:
 
 
 def _feature_values(
-    raw: list, feat: Feature, lay: DocLayout, holders: np.ndarray, schema: Schema, index: int
+    raw: list | np.ndarray, feat: Feature, lay: DocLayout, holders: np.ndarray, schema: Schema, index: int
 ) -> np.ndarray:
     """The attr values of one feature as float64, each checked against the feature's dtype and range
     (`feature_value_problem`): a bad value is a CompileError naming the node and the attr."""
-    plain = all(type(v) in (int, float, bool) for v in raw)
-    values = np.array(raw, dtype=np.float64) if plain and all(abs(v) < 2**63 for v in raw) else None
+    if isinstance(raw, np.ndarray):  # a typed column: bool, int or float values need no check of their type
+        values = raw.astype(np.float64) if raw.dtype.kind in "biuf" else None
+    else:
+        plain = all(type(v) in (int, float, bool) for v in raw)
+        values = np.array(raw, dtype=np.float64) if plain and all(abs(v) < 2**63 for v in raw) else None
     if values is not None:
         ok = np.isfinite(values) & (values >= feat.minimum) & (values <= feat.maximum)
         if feat.dtype == "int32":
             ok &= values == np.round(values)
         if ok.all():
             return values
+    raw = raw.tolist() if isinstance(raw, np.ndarray) else raw
     for h, value in zip(holders, raw):  # only on failure (or unusual types): find the first bad value
         problem = feature_value_problem(value, feat.dtype, feat.minimum, feat.maximum)
         if problem:

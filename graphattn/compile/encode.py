@@ -5,7 +5,9 @@ long tokens, so a 10 MB page with a 4,096-token schema needs only its first few 
 tokenized. `long_token_bound` says when such a bound exists (tail only: `drop_longest_first`
 chooses what to drop from the sizes of all contexts, `windows` compiles every window and
 `error` reports the full size), and `encode_documents` then tokenizes a prefix of the text that
-holds more long tokens than the bound, growing it until it does or the text ends.
+holds more long tokens than the bound, growing it until it does or the text ends: a first
+prefix of `MIN_PREFIX_CHARS` measures how much text a long token takes, the next is sized from
+that. Every step depends on the document alone, so the cut (and the report) is deterministic.
 
 A prefix is cut right before a space that follows a non-space, and only for tokenizers whose
 tokens there are provably those of the whole text (`Tokenizer.prefix_exact`: per-character
@@ -25,8 +27,8 @@ from graphattn.compile.ranges import coverage
 from graphattn.schema import Schema
 from graphattn.tokenize import Encoding, Tokenizer, spans_to_token_ranges
 
-FIRST_CHARS_PER_TOKEN = 6  # first guess of the text a long token takes (English wordpieces: 3-5)
-MIN_PREFIX_CHARS = 4096  # never cut shorter texts: a cut would save nothing
+MIN_PREFIX_CHARS = 4096  # the first prefix tokenized: it measures the text's rate of long tokens per character
+GROWTH_MARGIN = 1.2  # the next prefix holds the bound's tokens at that rate, and a fifth more
 _CUT = re.compile(r"(?<=\S) ")  # a space right after a non-space: where a prefix may end
 
 
@@ -72,14 +74,12 @@ def encode_documents(plans: list[TextPlan], tokenizer: Tokenizer) -> list[tuple[
                 found = _long_tokens(encoding, plan)
                 if found <= plan.bound:  # not enough yet: grow the prefix by what the rate so far says
                     rate = stop / max(found, 1)
-                    wanted[i] = max(2 * stop, int(rate * (plan.bound + 1) * 1.25))
+                    wanted[i] = max(2 * stop, int(rate * (plan.bound + 1) * GROWTH_MARGIN))
     return results  # type: ignore[return-value]
 
 
 def _first_guess(plan: TextPlan) -> int:
-    if plan.bound is None:
-        return len(plan.text)
-    return max(MIN_PREFIX_CHARS, (plan.bound + 1) * FIRST_CHARS_PER_TOKEN)
+    return len(plan.text) if plan.bound is None else MIN_PREFIX_CHARS
 
 
 def _cut_point(plan: TextPlan, chars: int) -> int:
