@@ -25,6 +25,7 @@ The footer carries the run's settings, the schema text and the LabelVocab (keys
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -278,11 +279,16 @@ def encode_shard(table: pa.Table, metadata: dict[bytes, bytes]) -> bytes:
 def write_atomic(path: str, data: bytes) -> None:
     """Write bytes to `path` so that a reader (or a killed run) never sees half a file."""
     tmp = f"{path}.tmp-{os.getpid()}"
-    with open(tmp, "wb") as handle:
-        handle.write(data)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:  # disk full, Ctrl-C: no half file stays behind, under either name
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
 
 
 def sha256(data: bytes) -> str:

@@ -51,8 +51,8 @@ def inspect_lines(source: str, *, instance: int = 0, label_instances: int = 200,
     out = [f"{len(paths)} shard(s) from {source}",
            f"schema {settings.get('schema_name')} ({settings.get('schema')}), tokenizer {settings.get('tokenizer')}, "
            f"shard size {settings.get('shard_size')}, packing {'on' if settings.get('packing') else 'off'}"]
-    documents = len(set(np.concatenate([np.asarray(d, np.int64) for d in table.column("doc_numbers").to_pylist()] or [np.zeros(0, np.int64)]).tolist()))
-    out.append(f"instances {table.num_rows:,}  documents {documents:,}  rejected {_rejected_count(source, paths)}")
+    out += _document_counts(source, paths)
+    out.append(f"instances {table.num_rows:,}")
     long_lengths = np.asarray(table.column("long_length").to_pylist(), np.int64)
     global_lengths = np.asarray(table.column("global_length").to_pylist(), np.int64)
     out += _histogram("long length", long_lengths, bins)
@@ -67,14 +67,26 @@ def inspect_lines(source: str, *, instance: int = 0, label_instances: int = 200,
     return out
 
 
-def _rejected_count(source: str, paths: list[str]) -> str:
-    """From DIR/rejected.jsonl for a directory, from the footers of the shards otherwise."""
-    rejected = Path(source) / "rejected.jsonl"
-    if rejected.is_file():
-        return f"{sum(1 for line in rejected.read_text(encoding='utf-8').splitlines() if line.strip()):,}"
+def _document_counts(source: str, paths: list[str]) -> list[str]:
+    """The compile summary's own count line, from the shard footers; for a run directory also
+    where rejected.jsonl is and whether the run finished."""
+    from graphattn.corpus.output import OutputDir, documents_line
     from graphattn.shards.format import read_info
 
-    return f"{sum(read_info(p).shard.get('rejected', 0) for p in paths):,} (from shard footers)"
+    shards = [read_info(p).shard for p in paths]
+    line = documents_line(sum(s.get("documents", 0) for s in shards), sum(s.get("rejected", 0) for s in shards))
+    run_dir = OutputDir(Path(source))
+    if not run_dir.run_file.is_file():
+        return [line + " (from shard footers)"]
+    out = [line + (f" (see {run_dir.rejected_file})" if run_dir.rejected_file.is_file() else "")]
+    try:
+        planned = json.loads(run_dir.run_file.read_text(encoding="utf-8")).get("shards")
+    except (OSError, ValueError):
+        planned = None
+    if isinstance(planned, int) and planned > len(paths):
+        out.append(f"run incomplete: {len(paths)} of {planned} shards written; finish it with the same "
+                   "graphattn compile command and --resume")
+    return out
 
 
 def _histogram(title: str, values: np.ndarray, bins: int, width: int = 40) -> list[str]:
