@@ -61,9 +61,15 @@ def _prepare(schema: Any, tokenizer: Any) -> tuple[Schema, Tokenizer, TokenTable
 def _as_list(graphs: DocGraph | Sequence[DocGraph], schema: Schema) -> list[DocGraph]:
     if isinstance(graphs, DocGraph):
         return [graphs]
+    if isinstance(graphs, (dict, str, bytes)) or not hasattr(graphs, "__iter__"):
+        hint = "; DocGraph.from_dict(data) reads the JSON form" if isinstance(graphs, dict) else ""
+        raise CompileError(f"expected a DocGraph or a list of DocGraphs, got {type(graphs).__name__}{hint}")
     graphs = list(graphs)
     if not graphs:
         raise CompileError("no documents to compile")
+    wrong = next((i for i, g in enumerate(graphs) if not isinstance(g, DocGraph)), None)
+    if wrong is not None:
+        raise CompileError(f"expected a DocGraph at position {wrong} of the list, got {type(graphs[wrong]).__name__}")
     if len(graphs) > schema.max_documents:
         raise CompileError(
             f"{len(graphs)} documents given, but the schema packs at most {schema.max_documents} per instance "

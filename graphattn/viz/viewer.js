@@ -1,7 +1,9 @@
 // graphattn attention-pattern viewer. Reads the metadata and the compressed typed arrays that
 // graphattn/viz/html.py embeds in this page; draws [global ; long] queries (rows) by keys
 // (columns) on a canvas, one screen pixel at a time, so zoom level never changes the cost:
-// zoomed out it samples the embedded block summary, zoomed in the pieces themselves.
+// zoomed out it samples the embedded block summary, zoomed in the pairs themselves, read from
+// the stored pieces (a dense instance) or derived from the compact form (compactCode, the same
+// rules as graphattn/compact.py).
 "use strict";
 (function () {
   const meta = JSON.parse(document.getElementById("graphattn-meta").textContent);
@@ -29,7 +31,7 @@
   let lastMode = "";
 
   // -- data -------------------------------------------------------------------------------
-  const TYPED = { uint8: Uint8Array, uint16: Uint16Array, int16: Int16Array, int32: Int32Array };
+  const TYPED = { uint8: Uint8Array, uint16: Uint16Array, int16: Int16Array, int32: Int32Array, float64: Float64Array };
 
   async function inflate(text) {
     if (typeof DecompressionStream === "undefined") {
@@ -66,12 +68,12 @@
   labelRGB.forEach((c, i) => { codeColors[i + 1] = packed(c); });
 
   function shadeBlocks() {
-    // same blend as palette.shade: at least a fifth of the label color where anything is allowed
-    const dominant = data.blockDominant, share = data.blockShare;
-    const out = new Uint32Array(dominant.length);
-    for (let i = 0; i < dominant.length; i++) {
-      if (share[i] === 0 || dominant[i] < 0) { out[i] = BG; continue; }
-      const s = share[i] / 255, a = 0.2 + 0.8 * s, c = labelRGB[dominant[i]];
+    // same blend as palette.shade: at least shadeFloor of the label color where any pair has it
+    const drawn = data.blockDrawn, share = data.blockShare, floor = meta.shadeFloor;
+    const out = new Uint32Array(drawn.length);
+    for (let i = 0; i < drawn.length; i++) {
+      if (share[i] === 0 || drawn[i] < 0) { out[i] = BG; continue; }
+      const s = share[i] / 255, a = floor + (1 - floor) * s, c = labelRGB[drawn[i]];
       out[i] = packed(c.map((v, j) => Math.round(BACKGROUND[j] * (1 - a) + v * a)));
     }
     return out;
@@ -79,11 +81,60 @@
 
   // label + 1 of query q, key k over [global ; long]; 0 = masked
   function code(q, k) {
+    return meta.form === "compact" ? compactCode(q, k) : storedCode(q, k);
+  }
+
+  function storedCode(q, k) {
     if (q < G) return k < G ? data.g2g[q * G + k] : data.g2l[q * L + (k - G)];
     const i = q - G;
     if (k < G) return data.l2g[i * G + k];
     const c = k - G - i + R;
     return c < 0 || c >= W ? 0 : data.band[i * W + c];
+  }
+
+  // -- the compact form: labels derived as graphattn/compact.py derives the dense tensors ---
+  const K = meta.maxDistance;
+
+  function distanceId(d) {
+    const c = Math.max(-K, Math.min(K, d));
+    return c >= 0 ? c : K - c;
+  }
+
+  function findLabel(keys, labels, key) {
+    let lo = 0, hi = keys.length - 1;
+    while (lo <= hi) {
+      const mid = (lo + hi) >> 1, v = keys[mid];
+      if (v === key) return labels[mid];
+      if (v < key) lo = mid + 1; else hi = mid - 1;
+    }
+    return -1;
+  }
+
+  function crossCode(i, g, hardRow) {
+    // l2g (i, g) and g2l (g, i): a link's label, else belongs where g owns i, else
+    // does_not_belong within one document for a row the hard mask leaves free
+    const link = findLabel(data.linkKey, data.linkLabel, i * G + g);
+    if (link >= 0) return link + 1;
+    const owners = data.compactOwners || data.owners, levels = owners.length / L;
+    for (let lv = 0; lv < levels; lv++) if (owners[lv * L + i] === g) return meta.belongs + 1;
+    return hardRow || data.longDoc[i] !== data.globalDoc[g] ? 0 : meta.doesNotBelong + 1;
+  }
+
+  function compactCode(q, k) {
+    if (q < G && k < G) {
+      if (data.globalDoc[q] !== data.globalDoc[k]) return 0;
+      const cross = data.globalSegment[q] !== data.globalSegment[k];
+      if (cross && data.globalBlockable[q] && data.globalBlockable[k]) return 0;
+      const edge = findLabel(data.edgeKey, data.edgeLabel, q * G + k);
+      if (edge >= 0) return edge + 1;
+      return (cross && meta.crossLabel >= 0 ? meta.crossLabel : distanceId(k - q)) + 1;
+    }
+    if (q < G) return crossCode(k - G, q, data.globalHard[q]);
+    const i = q - G;
+    if (k < G) return crossCode(i, k, data.longHard[i]);
+    const j = k - G;
+    if (Math.abs(j - i) > R || data.longSegment[i] !== data.longSegment[j]) return 0;
+    return distanceId(j - i) + 1;
   }
 
   function blockIndex(starts, p) {
@@ -354,8 +405,8 @@
       const qb = blockIndex(data.qStarts, q), kb = blockIndex(data.kStarts, k), i = qb * (data.kStarts.length - 1) + kb;
       const range = (s, b) => `${shortName(s[b])}\u2013${shortName(s[b + 1] - 1)}`;
       const share = Math.round((data.blockShare[i] / 255) * 100);
-      const most = data.blockDominant[i] >= 0 ? `, mostly ${meta.labels[data.blockDominant[i]]}` : "";
-      lines.push(`block  queries ${range(data.qStarts, qb)} \u00d7 keys ${range(data.kStarts, kb)}: ${share}% allowed${most}`);
+      const shown = data.blockDrawn[i] >= 0 ? `${share}% ${meta.labels[data.blockDrawn[i]]}` : "every pair masked";
+      lines.push(`block  queries ${range(data.qStarts, qb)} \u00d7 keys ${range(data.kStarts, kb)}: ${shown}`);
     }
     return lines.join("\n");
   }
@@ -406,17 +457,19 @@
   }
 
   function buildLegend() {
+    // the labels present in legend order (palette.legend_order), then what white means
     const legend = document.getElementById("legend");
-    for (const label of meta.present) {
+    const entry = (name, color) => {
       const row = document.createElement("div");
       const swatch = document.createElement("span");
       swatch.className = "swatch";
-      swatch.style.background = meta.colors[label];
-      row.append(swatch, document.createTextNode(meta.labels[label]));
-      row.dataset.label = meta.labels[label];
+      swatch.style.background = color;
+      row.append(swatch, document.createTextNode(name));
+      row.dataset.label = name;
       legend.append(row);
-    }
-    if (!meta.present.length) legend.append("(every pair masked)");
+    };
+    for (const label of meta.present) entry(meta.labels[label], meta.colors[label]);
+    entry(meta.maskedName, "#ffffff");
   }
 
   // -- test and scripting hooks ------------------------------------------------------------
@@ -433,6 +486,7 @@
   };
   api.mode = () => lastMode;
   api.describe = describe;
+  api.code = (q, k) => code(q, k); // label + 1 of a pair (0: masked), for tests
 
   inflate(document.getElementById("graphattn-data").textContent)
     .then((buffer) => {

@@ -95,11 +95,11 @@ def test_shard_instance_is_read_through_graphattn_data(tmp_path, monkeypatch, ca
     shard.write_bytes(b"")
     asked = []
 
-    def read_instance(path, index):
-        asked.append((str(path), index))
+    def read_instance(path, index, compact=False):
+        asked.append((str(path), index, compact))
         return hand_instance((2, 2), radius=1, max_distance=1)
 
     monkeypatch.setitem(sys.modules, "graphattn.shards.dataset", types.SimpleNamespace(read_instance=read_instance))
     assert run_viz(str(shard), "--instance", "3", "--style", "letters") == 0
-    assert asked == [(str(shard), 3)]
+    assert asked == [(str(shard), 3, True)]  # the compact form: a long instance never expands
     assert "G1 sentence:s0" in capsys.readouterr().out
