@@ -409,3 +409,25 @@ class DecodedRows:
             features={key: self.column(f"feature:{key}", i).astype(dtype) for key, dtype in layout.features},
             global_doc_index=side.global_doc.copy(),
         )
+
+
+def read_row(path: str | os.PathLike, index: int, *, compact: bool = True) -> tuple[EtcInstance, Provenance]:
+    """Instance `index` of one shard file and where it came from, decoding only its row group.
+
+    Needs no torch (the datasets do): `graphattn viz` reads a shard this way, in its compact
+    form unless asked otherwise.
+    """
+    path = str(path)
+    try:
+        pf = pq.ParquetFile(pa.memory_map(path, "r"))
+    except (OSError, pa.ArrowInvalid) as err:
+        raise ShardFormatError(f"not a readable Parquet file: {err}", file=path) from None
+    info = read_info(path, pf)
+    if not 0 <= index < info.num_rows:
+        raise ShardFormatError(f"instance {index} is out of range: the shard holds {info.num_rows} (counting from 0)", file=path)
+    group, first = 0, 0
+    while index >= first + info.row_groups[group]:
+        first += info.row_groups[group]
+        group += 1
+    rows = DecodedRows(pf.read_row_group(group), info)
+    return rows.instance(index - first, compact), rows.provenance(index - first)

@@ -127,8 +127,7 @@ def block_summary(
     block_size: int | None = None,
 ) -> BlockSummary:
     """Summarize `queries` x `keys` (default: everything) in blocks of `block_size` tokens."""
-    queries = queries or pattern.full_range()
-    keys = keys or pattern.full_range()
+    queries, keys = pattern.checked(queries, "queries"), pattern.checked(keys, "keys")
     block_size = block_size or choose_block_size(max(len(queries), len(keys)))
     q_axis = BlockAxis.cut(queries, pattern.global_length, block_size)
     k_axis = BlockAxis.cut(keys, pattern.global_length, block_size)

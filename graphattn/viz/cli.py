@@ -12,7 +12,6 @@ Without --out the terminal view is printed.
 from __future__ import annotations
 
 import argparse
-import importlib
 import itertools
 import json
 import sys
@@ -142,21 +141,13 @@ def load_instance(path: str | Path, *, schema=None, tokenizer=DEFAULT_TOKENIZER,
 
 
 def load_from_shard(path: Path, index: int) -> Loaded:
-    """Instance `index` of a compiled shard, compact, through `graphattn.shards.dataset.read_instance`."""
-    try:
-        data = importlib.import_module("graphattn.shards.dataset")
-    except ModuleNotFoundError as err:
-        if err.name not in ("graphattn.shards.dataset", "graphattn"):
-            raise
-        raise GraphattnError("reading compiled shards needs the graphattn.shards.dataset module, which this installation does not have", file=str(path)) from None
-    if not hasattr(data, "read_instance"):
-        raise GraphattnError("graphattn.shards.dataset has no read_instance(path, index) to read a shard with", file=str(path))
-    instance = data.read_instance(path, index, compact=True)
+    """Instance `index` of a compiled shard, compact (`graphattn.shards.format.read_row`: no torch)."""
+    from graphattn.shards.format import read_row
+
+    instance, provenance = read_row(path, index, compact=True)
     where = ""
-    if hasattr(data, "ShardDataset"):
-        provenance = data.ShardDataset(path, compact=True, cache_row_groups=1).provenance(index)
-        if provenance.windows > 1:
-            where = f"instance {index}: window {provenance.window + 1} of {provenance.windows} of document #{provenance.doc_numbers[0]}"
+    if provenance.windows > 1:
+        where = f"instance {index}: window {provenance.window + 1} of {provenance.windows} of document #{provenance.doc_numbers[0]}"
     return Loaded(instance, where)
 
 

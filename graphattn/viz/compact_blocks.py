@@ -45,7 +45,12 @@ class Histogram:
         if weights is not None:
             keep &= weight != 0
         index = (q[keep].astype(np.int64) * self.shape[1] + k[keep]) * self.shape[2] + label[keep]
-        self.flat += np.bincount(index, weights=None if weights is None else weight[keep], minlength=self.flat.size).astype(np.int64)
+        if not index.size:
+            return
+        # a row chunk touches a few query blocks: count over just that stretch of the histogram
+        lo, hi = int(index.min()), int(index.max()) + 1
+        counted = np.bincount(index - lo, weights=None if weights is None else weight[keep], minlength=hi - lo)
+        self.flat[lo:hi] += counted.astype(np.int64)
 
     def counts(self) -> np.ndarray:
         return self.flat.reshape(self.shape)

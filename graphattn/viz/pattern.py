@@ -154,6 +154,15 @@ class Pattern:
     def full_range(self) -> AxisRange:
         return AxisRange(0, self.size)
 
+    def checked(self, span: AxisRange | None, what: str = "range") -> AxisRange:
+        """`span` (default: everything), refused unless it is a non-empty range inside [0, G + L)."""
+        if span is None:
+            return self.full_range()
+        if not 0 <= span.start < span.stop <= self.size:
+            raise GraphattnError(f"{what} {span.start}:{span.stop} is not inside the instance's 0:{self.size} "
+                                 f"(G={self.global_length} globals, L={self.long_length} long tokens)")
+        return span
+
     # -- pieces ------------------------------------------------------------------------------
     def piece(self, name: str, rows: slice, cols: slice) -> np.ndarray:
         """Labels of g2g, g2l or l2g in piece-local rows x cols (MASKED where not allowed)."""

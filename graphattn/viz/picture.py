@@ -87,8 +87,7 @@ def render(
 ) -> Rendering:
     """Draw `queries` x `keys` (default: the whole instance) at token level or as blocks."""
     pattern = source if isinstance(source, Pattern) else Pattern(source)
-    queries = queries or pattern.full_range()
-    keys = keys or pattern.full_range()
+    queries, keys = pattern.checked(queries, "queries"), pattern.checked(keys, "keys")
     colors = label_colors(pattern.vocab)
     as_tokens = block_size is None and max(len(queries), len(keys)) <= token_limit
     summary = None

@@ -70,8 +70,7 @@ def terminal_view(
     if style not in STYLES:
         raise GraphattnError(f"terminal style {style!r}: expected one of {', '.join(STYLES)}")
     pattern = source if isinstance(source, Pattern) else Pattern(source)
-    queries = queries or pattern.full_range()
-    keys = keys or pattern.full_range()
+    queries, keys = pattern.checked(queries, "queries"), pattern.checked(keys, "keys")
     glyphs = _Glyphs(ascii_only)
     colors = to_uint8(label_colors(pattern.vocab))
     if len(keys) <= MAX_TOKEN_COLUMNS and len(queries) <= MAX_TOKEN_ROWS:

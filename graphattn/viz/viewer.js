@@ -10,6 +10,8 @@
   const G = meta.G, L = meta.L, N = G + L, R = meta.radius, W = 2 * R + 1;
   const MARGIN = { left: 170, top: 130, right: 72, bottom: 34 };
   const TOKEN_SCALE = 2; // pixels per position from which every pair is drawn as its own cell
+  const SAMPLE_BLOCK = 6; // pixels per summary block from which each pixel shows the pair at its center instead
+  const TICK_GAP = 16; // pixels between tick labels at least
   const NAME_SCALE = 11; // pixels per position from which every tick carries the token's name
   const GRID_SCALE = 8; // pixels per position from which white lines separate cells
   const MAX_SCALE = 80;
@@ -178,7 +180,10 @@
 
   // -- drawing ----------------------------------------------------------------------------
   function mode() {
-    return view.scale >= TOKEN_SCALE || meta.blockSize === 1 ? "tokens" : "blocks";
+    // blocks when the embedded summary is finer than the screen; once its blocks grow past a few
+    // pixels, each pixel shows the pair at its center (sampled); from TOKEN_SCALE every pair
+    if (view.scale >= TOKEN_SCALE || meta.blockSize === 1) return "tokens";
+    return meta.blockSize * view.scale >= SAMPLE_BLOCK ? "sampled" : "blocks";
   }
 
   function layout() {
@@ -209,7 +214,7 @@
       queryAt[y] = q >= 0 && q < N ? q : -1;
     }
     px.fill(BG);
-    if (mode() === "tokens") {
+    if (mode() !== "blocks") {
       for (let y = 0; y < plot.h; y++) {
         const q = queryAt[y];
         if (q < 0) continue;
@@ -292,15 +297,21 @@
   }
 
   function tickPositions(start, extent) {
+    // part starts first (long, then global), then round steps; a tick closer than TICK_GAP
+    // pixels to one already kept is left out, so labels never overlap (as picture.py does)
     const [p0, p1] = visibleRange(start, extent);
     if (view.scale >= NAME_SCALE) return Array.from({ length: p1 - p0 }, (_, i) => p0 + i);
-    const step = niceStep(60 / view.scale), out = new Set();
-    for (const [lo, hi, origin] of [[p0, Math.min(p1, G), 0], [Math.max(p0, G), p1, G]]) {
+    const step = niceStep(60 / view.scale), starts = [], steps = [];
+    for (const [lo, hi, origin] of [[Math.max(p0, G), p1, G], [p0, Math.min(p1, G), 0]]) {
       if (hi <= lo) continue;
-      if (lo === origin) out.add(lo);
-      for (let p = origin + Math.ceil((lo - origin) / step) * step; p < hi; p += step) out.add(p);
+      if (lo === origin) starts.push(lo);
+      for (let p = origin + Math.ceil((lo - origin) / step) * step; p < hi; p += step) steps.push(p);
     }
-    return [...out].sort((a, b) => a - b);
+    const kept = [];
+    for (const p of [...starts, ...steps]) {
+      if (kept.every((other) => Math.abs(p - other) * view.scale >= TICK_GAP)) kept.push(p);
+    }
+    return kept.sort((a, b) => a - b);
   }
 
   function drawTicks() {
@@ -348,7 +359,12 @@
     drawPieceNames();
     lastMode = mode();
     const [k0, k1] = visibleRange(view.x, plot.w), [q0, q1] = visibleRange(view.y, plot.h);
-    const how = lastMode === "tokens" ? "one cell per pair" : `blocks of up to ${meta.blockSize} tokens (shade = share allowed, color = most common label)`;
+    const how = {
+      tokens: "one cell per pair",
+      sampled: "each pixel shows the pair at its center (zoom in for every pair)",
+      blocks: `blocks of up to ${meta.blockSize} tokens (color: the structure label if any pair has one, else the most ` +
+        "common label; shade: its share of the block)",
+    }[lastMode];
     status.title = status.textContent = `queries ${shortName(q0)}\u2013${shortName(Math.max(q0, q1 - 1))}, keys ${shortName(k0)}\u2013${shortName(Math.max(k0, k1 - 1))}: ${how}`;
   }
 
