@@ -112,7 +112,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     args = parse_args(argv)
-    name = f"graphattn {args.command}"
+    name = " ".join(["graphattn", args.command, *([args.action] if getattr(args, "action", None) else [])])
     try:
         return int(importlib.import_module(args._module).run(args) or 0)
     except GraphattnError as err:

@@ -48,8 +48,9 @@ def _megabytes(size: int) -> str:
 
 
 @contextmanager
-def writing(path: Path, size: int = 0):
-    """Turn the file system's refusal to write `path` (`size` bytes) into one OutputError line."""
+def writing(path: Path, size: int = 0, expected: str = "--out must name a directory you may write to"):
+    """Turn the file system's refusal to write `path` (`size` bytes) into one OutputError line
+    saying why and what was `expected`."""
     try:
         yield
     except OSError as err:
@@ -58,14 +59,14 @@ def writing(path: Path, size: int = 0):
                 free = shutil.disk_usage(path.parent if path.parent.exists() else ".").free
             except OSError:
                 free = 0
-            raise OutputError(f"disk full: writing it needs {_megabytes(size)}, {_megabytes(free)} free there; free some "
-                              "space or choose another --out, then run again (--resume keeps the shards already done)", file=str(path)) from None
+            needs = f"writing it needs {_megabytes(size)}, " if size else ""
+            raise OutputError(f"disk full: {needs}{_megabytes(free)} free there; free some space or choose another --out, "
+                              "then run again (compile: --resume keeps the shards already done)", file=str(path)) from None
         why = {errno.EROFS: "the file system is read-only", errno.EACCES: "permission denied",
                errno.EPERM: "permission denied", errno.ENOTDIR: "a part of the path is a file, not a directory",
                errno.EEXIST: "a part of the path is a file, not a directory",
                errno.ENOENT: "this file system lets nobody create files there"}.get(err.errno, err.strerror or str(err))
-        raise OutputError(f"cannot write the output here: {why} (--out must name a directory you may write to)",
-                          file=str(path)) from None
+        raise OutputError(f"cannot write the output here: {why} ({expected})", file=str(path)) from None
 
 
 def shard_name(index: int) -> str:

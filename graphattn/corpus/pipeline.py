@@ -19,6 +19,7 @@ import hashlib
 import multiprocessing
 import os
 import queue
+import signal
 import sys
 import time
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
@@ -239,6 +240,9 @@ _WORKER: dict[str, Any] = {}
 
 
 def _init_worker(state: WorkerState, progress_queue) -> None:
+    # Ctrl-C reaches the whole process group; the driver alone answers it (it stops the pool and
+    # says how to resume), so a worker ignores it instead of printing its own traceback.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     _WORKER["state"], _WORKER["queue"] = state, progress_queue
 
 

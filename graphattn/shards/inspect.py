@@ -17,6 +17,8 @@ from typing import Callable
 
 import numpy as np
 
+from graphattn.cli import add_verbosity_arguments
+
 KINDS = ("l2l", "g2g", "l2g", "g2l")
 
 
@@ -27,6 +29,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="count relative labels over the first N instances (default 200; 0: skip)")
     parser.add_argument("--bins", type=int, default=8, help="bars per length histogram (default 8)")
     parser.add_argument("--tokens", type=int, default=24, metavar="N", help="long and global tokens shown of the instance (default 24)")
+    add_verbosity_arguments(parser)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -78,21 +78,30 @@ def run(args: argparse.Namespace) -> int:
     if out.suffix.lower() not in (".png", ".svg", ".html"):
         raise GraphattnError(f"cannot write a picture with suffix {out.suffix!r}; use .png or .svg (or .html for the viewer)",
                              file=str(out))
-    out.parent.mkdir(parents=True, exist_ok=True)
     if out.suffix.lower() == ".html":
-        from graphattn.viz.html import write_viewer
+        from graphattn.viz.html import viewer_html
 
-        write_viewer(pattern, out, title=args.title, queries=queries, keys=keys)
+        page = viewer_html(pattern, title=args.title, queries=queries, keys=keys)
+        _write(out, lambda: out.write_text(page, encoding="utf-8"), len(page))
         if talk:
             print(f"wrote {out} (G={G}, L={L}; open it in a browser)")
         return 0
     from graphattn.viz.picture import render
 
     rendering = render(pattern, queries, keys, block_size=args.block_size, title=args.title)
-    rendering.save(out)
+    _write(out, lambda: rendering.save(out))
     if talk:
         print(f"wrote {out} ({rendering.level}, queries {queries.start}:{queries.stop}, keys {keys.start}:{keys.stop})")
     return 0
+
+
+def _write(out: Path, write, size: int = 0) -> None:
+    """Create --out's folder and write it; a refusal of the file system is one line naming the path."""
+    from graphattn.corpus.output import writing
+
+    with writing(out, size, expected="--out must name a file in a directory you may write to"):
+        out.parent.mkdir(parents=True, exist_ok=True)
+        write()
 
 
 # -- inputs --------------------------------------------------------------------------------
