@@ -182,13 +182,15 @@ class CompactSideInputs:
     g2g_label: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int32))
     cross_segment_label: int = -1
 
-    # -- sizes ----------------------------------------------------------------------------
+    # -- sizes (methods follow every field) ----------------------------------------------------
     @property
     def long_length(self) -> int:
+        """L."""
         return int(self.long_doc.shape[0])
 
     @property
     def global_length(self) -> int:
+        """G."""
         return int(self.global_doc.shape[0])
 
     @property
@@ -198,10 +200,12 @@ class CompactSideInputs:
 
     @property
     def belongs(self) -> int:
+        """The `belongs` label id (after does_not_belong)."""
         return belongs_id(self.max_distance)
 
     @property
     def nbytes(self) -> int:
+        """Bytes held by the arrays (what a compact instance costs in memory)."""
         return sum(getattr(self, f.name).nbytes for f in fields(self) if isinstance(getattr(self, f.name), np.ndarray))
 
     # -- pairs ----------------------------------------------------------------------------

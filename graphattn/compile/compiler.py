@@ -67,9 +67,6 @@ def _as_list(graphs: DocGraph | Sequence[DocGraph], schema: Schema) -> list[DocG
     graphs = list(graphs)
     if not graphs:
         raise CompileError("no documents to compile")
-    wrong = next((i for i, g in enumerate(graphs) if not isinstance(g, DocGraph)), None)
-    if wrong is not None:
-        raise CompileError(f"expected a DocGraph at position {wrong} of the list, got {type(graphs[wrong]).__name__}")
     if len(graphs) > schema.max_documents:
         raise CompileError(
             f"{len(graphs)} documents given, but the schema packs at most {schema.max_documents} per instance "

@@ -81,7 +81,8 @@ def _document_counts(source: str, paths: list[str]) -> list[str]:
     run_dir = OutputDir(Path(source))
     if not run_dir.run_file.is_file():
         return [line + " (from shard footers)"]
-    out = [line + (f" (see {run_dir.rejected_file})" if run_dir.rejected_file.is_file() else "")]
+    rejected = sum(s.get("rejected", 0) for s in shards)
+    out = [line + (f" (see {run_dir.rejected_file})" if rejected and run_dir.rejected_file.is_file() else "")]
     try:
         planned = json.loads(run_dir.run_file.read_text(encoding="utf-8")).get("shards")
     except (OSError, ValueError):

@@ -1,4 +1,4 @@
-"""Hand-built EtcInstances for the viz tests, written straight from DESIGN.md section 3.
+"""Hand-built EtcInstances for the viz tests, written straight from docs/DESIGN.md §3.
 
 One document of sentences, one word per long token. Globals: an optional `document` global
 (soft: sees every long token) and one `sentence` global per sentence (hard g2l: sees only its
@@ -115,7 +115,7 @@ def random_instance(rng: np.random.Generator, G: int, L: int, radius: int, max_d
 
 
 def brute_force_grid(instance: EtcInstance) -> np.ndarray:
-    """[G+L, G+L] label-or--1 straight from DESIGN.md section 3, one pair at a time."""
+    """[G+L, G+L] label-or--1 straight from docs/DESIGN.md §3, one pair at a time."""
     s = instance.side
     G, L = instance.global_length, instance.long_length
     r = (s.l2l_att_mask.shape[1] - 1) // 2
