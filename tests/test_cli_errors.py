@@ -313,3 +313,27 @@ def test_full_disk_message_names_the_space_needed(tmp_path):
     with pytest.raises(OutputError, match=r"shard\.parquet: disk full: writing it needs 2\.5 MB, [\d,.]+ \S+ free there"):
         with writing(tmp_path / "shard.parquet", 2_500_000):
             raise OSError(errno.ENOSPC, "No space left on device")
+
+
+def test_encoding_and_errors_reach_the_html_reader(tmp_path, capsys):
+    from graphattn.shards.dataset import ShardDataset
+
+    page = tmp_path / "latin.html"
+    page.write_bytes("<html><body><p>Café crème. A second sentence.</p></body></html>".encode("windows-1252"))
+
+    def compile_with(*flags: str) -> tuple[int, str, str]:
+        out = tmp_path / f"out{len(list(tmp_path.iterdir()))}"
+        code, _, err = _run(capsys, ["compile", str(page), "--schema", "openkp-dom", "--out", str(out), "-q", *flags])
+        return code, out, err
+
+    code, out, _ = compile_with()  # nothing declared, not UTF-8: windows-1252, as browsers read it
+    assert code == 0 and "Café crème" in ShardDataset(out)[0].texts[0]
+    code, out, err = compile_with("--encoding", "utf-8")  # strict: the page is refused, and says why
+    assert code == 1 and "is not valid utf-8" in err
+    code, out, _ = compile_with("--encoding", "utf-8", "--errors", "replace")
+    assert code == 0 and "Caf\ufffd cr\ufffdme" in ShardDataset(out)[0].texts[0]
+    code, _, err = compile_with("--encoding", "utf8x")  # a wrong label is one usage error, not a rejected page each
+    assert code == 2 and "--encoding: unknown encoding 'utf8x'" in err and "did you mean" in err
+    code, out, err = _run(capsys, ["viz", str(page), "--schema", "openkp-dom", "--encoding", "utf-8", "--errors", "replace",
+                                   "--queries", "l0:l3", "--keys", "l0:l3", "--style", "plain"])
+    assert code == 0 and "L0 Caf " in out  # (BERT normalization drops U+FFFD from the tokens; the text keeps it)

@@ -45,13 +45,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def add_html_arguments(parser: argparse.ArgumentParser) -> None:
-    """--encoding / --errors for HTML inputs (shared by compile and viz)."""
-    parser.add_argument("--encoding", metavar="NAME",
-                        help="HTML: decode every page with this encoding, whatever the page declares "
-                             "(default: the page's BOM or meta charset, else UTF-8, else windows-1252 as browsers do)")
+    """--encoding / --errors for HTML inputs (shared by compile and viz; `graphattn.ingest.html.read_html`)."""
+    parser.add_argument("--encoding", metavar="LABEL",
+                        help="HTML: read every page in this encoding (a WHATWG label: utf-8, windows-1252, shift_jis, ...), "
+                             "as a server's Content-Type would say it; it overrides <meta charset> but not a byte-order mark "
+                             "(default: sniff as browsers do: BOM, <meta charset>, else UTF-8 if valid, else windows-1252)")
     parser.add_argument("--errors", choices=("strict", "replace"),
-                        help="HTML: what undecodable bytes do: reject the page (strict) or become U+FFFD (replace) "
-                             "(default: the reader's)")
+                        help="HTML: bytes invalid in the page's encoding reject the page (strict) or read as U+FFFD "
+                             "(replace) (default: strict)")
 
 
 def html_options(args: argparse.Namespace) -> dict:

@@ -175,6 +175,13 @@ def plan_run(options: CompileOptions) -> Run:
         raise GraphattnError(f"--workers must be at least 1, got {options.workers}")
     if options.format not in FORMATS:
         raise GraphattnError(f"--format must be one of {', '.join(FORMATS)}, got {options.format!r}")
+    if options.html_options.get("encoding") is not None:  # a wrong label: one mistake of the command, not one per page
+        from graphattn.ingest.encoding import sniff_encoding
+
+        try:
+            sniff_encoding(b"", encoding=options.html_options["encoding"])
+        except GraphattnError as err:
+            raise GraphattnError(f"--encoding: {err.reason}") from None
     if not 0.0 <= options.max_rejected <= 1.0:
         raise GraphattnError(f"--max-rejected is a share of the documents, from 0 to 1; got {options.max_rejected:g}")
     schema = load_schema(options.schema)
