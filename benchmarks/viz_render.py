@@ -71,7 +71,8 @@ def long_document(tokens: int, sentences: int) -> dict:
     from graphattn.tokenize import load_tokenizer
 
     tokenizer = load_tokenizer("default")
-    vocab = sorted(w for w in tokenizer.tokenizer.get_vocab() if w.isalpha() and len(w) > 2 and len(tokenizer.encode(w)) == 1)
+    one_piece = lambda w: w.isalpha() and len(w) > 2 and len(tokenizer.encode(w)) == 1  # noqa: E731
+    vocab = sorted(filter(one_piece, tokenizer.tokenizer.get_vocab()))
     rng = np.random.default_rng(0)
     per, extra = divmod(tokens, sentences)
     texts, nodes, position = [], [], 0
@@ -82,8 +83,9 @@ def long_document(tokens: int, sentences: int) -> dict:
         texts.append(words)
         position = start + len(words)
     text = " ".join(texts)
-    return {"doc_id": "long", "text": text, "nodes": [{"id": "doc", "type": "document", "span": [0, len(text)]}, *nodes],
-            "edges": [{"src": "doc", "relation": "contains", "dst": n["id"]} for n in nodes]}
+    document = {"id": "doc", "type": "document", "span": [0, len(text)]}
+    edges = [{"src": "doc", "relation": "contains", "dst": n["id"]} for n in nodes]
+    return {"doc_id": "long", "text": text, "nodes": [document, *nodes], "edges": edges}
 
 
 # Runs `graphattn` in a child and writes the child's own peak RSS to the file named by its first
@@ -106,7 +108,8 @@ def timed_command(argv: list[str], out: Path) -> tuple[float, float]:
     """(wall seconds, peak RSS in MB) of one `graphattn` command in a process of its own."""
     peak_file = out / "peak-rss-kb"
     start = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-c", CHILD, str(peak_file), *argv], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    child = [sys.executable, "-c", CHILD, str(peak_file), *argv]
+    proc = subprocess.run(child, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     seconds = time.perf_counter() - start
     if proc.returncode != 0:
         raise SystemExit(f"graphattn {' '.join(argv)} failed: {proc.stderr.decode()}")
@@ -123,11 +126,12 @@ def long_input(out: Path, tokens: int, sentences: int) -> list[tuple[str, float,
     schema.update(name="etc-sentences-long", max_long_length=tokens, max_global_length=sentences)
     (out / "long.yaml").write_text(yaml.safe_dump(schema))
     (out / "long.json").write_text(json.dumps(long_document(tokens, sentences)))
-    rows = [("graphattn compile (setup)", *timed_command(["compile", str(out / "long.json"), "--schema", str(out / "long.yaml"),
-                                                          "--out", str(out / "shards"), "-q"], out))]
+    compile_argv = ["compile", str(out / "long.json"), "--schema", str(out / "long.yaml"), "-q", "--out", str(out / "shards")]
+    rows = [("graphattn compile (setup)", *timed_command(compile_argv, out))]
     shard = str(out / "shards" / "shard-00000.parquet")
     for suffix in ("png", "html"):
-        rows.append((f"graphattn viz -> .{suffix}", *timed_command(["viz", shard, "--out", str(out / f"long.{suffix}"), "-q"], out)))
+        viz_argv = ["viz", shard, "--out", str(out / f"long.{suffix}"), "-q"]
+        rows.append((f"graphattn viz -> .{suffix}", *timed_command(viz_argv, out)))
     return rows
 
 
@@ -178,7 +182,8 @@ def main() -> None:
         print(f"{kind:8} {size:10} {name:30} {ours_s:8.3f} {peer_text} {ratio}")
     print(f"(files in {out}; python and matplotlib import time not included)")
     if args.long_tokens:
-        print(f"\nlong input: {args.long_tokens:,} long tokens, {args.long_globals:,} globals (one process per command)")
+        print(f"\nlong input: {args.long_tokens:,} long tokens, {args.long_globals:,} globals "
+              "(one process per command)")
         print(f"{'command':30} {'wall s':>8} {'peak RSS MB':>12}")
         for name, seconds, rss in long_input(out, args.long_tokens, args.long_globals):
             print(f"{name:30} {seconds:8.1f} {rss:12.0f}")

@@ -37,8 +37,10 @@ COMMANDS = {
     "inspect": Command("graphattn.shards.inspect", "summarize compiled shards and print an instance",
                        "graphattn inspect shards/ --instance 0"),
     "viz": Command("graphattn.viz.cli", "draw the attention pattern of a compiled instance",
-                   "graphattn viz shards/ --out mask.png    (or a document: viz story.txt --schema etc-sentences --out mask.html)"),
-    "train": Command("graphattn.train.cli", "fine-tune a task head (WikiHop, HotpotQA, NQ) on records, with checkpoints and DDP",
+                   "graphattn viz shards/shard-00000.parquet --out mask.png    "
+                   "(or a document: viz story.txt --schema etc-sentences --out mask.html)"),
+    "train": Command("graphattn.train.cli",
+                     "fine-tune a task head (WikiHop, HotpotQA, NQ) on records, with checkpoints and DDP",
                      "graphattn train --task wikihop --data examples/data/wikihop_sample.json --schema wikihop "
                      "--out runs/wikihop --steps 20"),
     "tokenizer": Command("graphattn.tokenizer_cli", "train a WordPiece tokenizer.json on your own text",
@@ -82,8 +84,9 @@ def build_parser(only: str | None = None) -> tuple[argparse.ArgumentParser, dict
     """The parser and its sub-parsers. Only the `only` command's arguments are loaded (its module
     imported): the top-level --help lists commands without importing any of them."""
     examples = "\n".join(f"  {c.example}" for c in COMMANDS.values())
-    parser = argparse.ArgumentParser(prog="graphattn", description=__doc__.splitlines()[0], formatter_class=HelpFormatter,
-                                     epilog=f"examples:\n{examples}\n\n`graphattn COMMAND --help` shows a command's options.")
+    epilog = f"examples:\n{examples}\n\n`graphattn COMMAND --help` shows a command's options."
+    parser = argparse.ArgumentParser(prog="graphattn", description=__doc__.splitlines()[0],
+                                     formatter_class=HelpFormatter, epilog=epilog)
     parser.add_argument("--version", action="version", version=f"graphattn {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     parsers = {}

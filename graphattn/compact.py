@@ -220,7 +220,8 @@ class CompactSideInputs:
         """(long, global, label) of the links with the long index in `rows`, the global in `cols`."""
         start, stop = _span(rows, self.long_length)
         first, last = _span(cols, self.global_length)
-        keep = (self.link_long >= start) & (self.link_long < stop) & (self.link_global >= first) & (self.link_global < last)
+        long_in = (self.link_long >= start) & (self.link_long < stop)
+        keep = long_in & (self.link_global >= first) & (self.link_global < last)
         return self.link_long[keep].astype(np.int64), self.link_global[keep].astype(np.int64), self.link_label[keep]
 
     # -- dense derivation -----------------------------------------------------------------
@@ -290,7 +291,9 @@ class CompactSideInputs:
         mask[glob[own] - start, tok[own] - first] = 1
         mask[lglob - start, ltok - first] = 1
 
-    def _piece_rows(self, name: str, rows: slice, cols: slice, n_rows: int, n_cols: int) -> tuple[np.ndarray, np.ndarray]:
+    def _piece_rows(self, name: str, rows: slice, cols: slice, n_rows: int, n_cols: int
+                    ) -> tuple[np.ndarray, np.ndarray]:
+        """`name`'s mask and ids for a rows x cols range, allocated."""
         (r0, r1), (c0, c1) = _span(rows, n_rows), _span(cols, n_cols)
         mask, ids = (np.empty((r1 - r0, c1 - c0), np.int32) for _ in range(2))
         getattr(self, f"{name}_into")(mask, ids, slice(r0, r1), slice(c0, c1))

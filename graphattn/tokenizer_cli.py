@@ -22,13 +22,25 @@ MAX_VOCAB_SIZE = 1_000_000  # ids; a WordPiece past this is a typo, and its trai
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     actions = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
-    train = actions.add_parser("train", help="train a WordPiece tokenizer.json on plain text", formatter_class=parser.formatter_class,
-                               description="train a WordPiece tokenizer.json on plain text (lowercased, BERT-style)",
-                               epilog="example:\n  graphattn tokenizer train corpus.txt notes/ --vocab-size 8000 --out tokenizer.json")
-    train.add_argument("files", nargs="+", metavar="FILE", help="UTF-8 text files, or directories of .txt/.text/.md files")
-    train.add_argument("--vocab-size", type=int, default=8000, metavar="N", help="ids in the vocabulary, special tokens included")
-    train.add_argument("--min-frequency", type=int, default=2, metavar="N", help="a piece must occur this often to be kept")
-    train.add_argument("--cased", action="store_true", help="keep case and accents (default: lowercase, as BERT uncased)")
+    train = actions.add_parser(
+        "train",
+        help="train a WordPiece tokenizer.json on plain text",
+        formatter_class=parser.formatter_class,
+        description="train a WordPiece tokenizer.json on plain text (lowercased, BERT-style)",
+        epilog="example:\n  graphattn tokenizer train corpus.txt notes/ --vocab-size 8000 --out tokenizer.json",
+    )
+    train.add_argument(
+        "files", nargs="+", metavar="FILE", help="UTF-8 text files, or directories of .txt/.text/.md files"
+    )
+    train.add_argument(
+        "--vocab-size", type=int, default=8000, metavar="N", help="ids in the vocabulary, special tokens included"
+    )
+    train.add_argument(
+        "--min-frequency", type=int, default=2, metavar="N", help="a piece must occur this often to be kept"
+    )
+    train.add_argument(
+        "--cased", action="store_true", help="keep case and accents (default: lowercase, as BERT uncased)"
+    )
     train.add_argument("--out", required=True, metavar="FILE", help="the tokenizer.json to write")
     add_verbosity_arguments(train)
 
@@ -66,8 +78,10 @@ class _Lines:
                             self.chars += len(line)
                             yield line
             except UnicodeDecodeError as err:
-                raise TokenizerError(f"not UTF-8 text ({err.reason} at byte {err.start} of a line); "
-                                     "convert it or leave it out", file=str(path)) from None
+                raise TokenizerError(
+                    f"not UTF-8 text ({err.reason} at byte {err.start} of a line); convert it or leave it out",
+                    file=str(path),
+                ) from None
 
 
 def run(args: argparse.Namespace) -> int:
@@ -82,13 +96,17 @@ def run(args: argparse.Namespace) -> int:
         raise TokenizerError("--out names a directory; give the tokenizer.json file to write", file=str(out))
     lines = _Lines(text_files(args.files))
     started = time.perf_counter()
-    tokenizer = train_wordpiece(lines, vocab_size=args.vocab_size, min_frequency=args.min_frequency, lowercase=not args.cased)
+    tokenizer = train_wordpiece(
+        lines, vocab_size=args.vocab_size, min_frequency=args.min_frequency, lowercase=not args.cased
+    )
     if lines.lines == 0:
         raise TokenizerError("the files hold no text to train on", file=", ".join(args.files))
     out.parent.mkdir(parents=True, exist_ok=True)
     tokenizer.save(out)
     if verbosity(args) >= 0:
         short = " (the text has fewer distinct pieces)" if tokenizer.vocab_size < args.vocab_size else ""
-        print(f"wrote {out}: {tokenizer.vocab_size:,} ids{short}, trained on {lines.lines:,} lines "
-              f"({lines.chars / 1e6:.1f} M characters) of {len(lines.files)} file(s) in {time.perf_counter() - started:.1f} s")
+        print(
+            f"wrote {out}: {tokenizer.vocab_size:,} ids{short}, trained on {lines.lines:,} lines "
+            f"({lines.chars:,} characters) of {len(lines.files)} file(s) in {time.perf_counter() - started:.1f} s"
+        )
     return 0

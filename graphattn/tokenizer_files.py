@@ -27,9 +27,11 @@ from graphattn.tokenize import TokenizerError
 
 DEFAULT_TOKENIZER = "default"
 DEFAULT_TOKENIZER_FILE = Path(__file__).resolve().parent / "assets" / "default-tokenizer.json"
-TOKENIZER_HELP = ("tokenizer.json, or a local Hugging Face model directory (tokenizer.json, BERT vocab.txt or RoBERTa "
-                  "vocab.json + merges.txt); default: 'default', a small English WordPiece shipped for structure-only use "
-                  "and demos, whose ids match no pre-trained model")
+TOKENIZER_HELP = (
+    "tokenizer.json, or a local Hugging Face model directory (tokenizer.json, BERT vocab.txt or RoBERTa "
+    "vocab.json + merges.txt); default: 'default', a small English WordPiece shipped for structure-only use "
+    "and demos, whose ids match no pre-trained model"
+)
 _HUB_NAME = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")
 
 
@@ -52,9 +54,11 @@ def raw_tokenizer(spec: str | os.PathLike) -> tuple[Any, str]:
 def _missing(spec: str) -> str:
     if _HUB_NAME.match(spec) and not spec.endswith((".json", ".txt")):
         folder = spec.rsplit("/", 1)[-1]
-        return (f"no such file or directory; if {spec!r} is a Hugging Face Hub name: graphattn never downloads, so save a "
-                f"local copy first (huggingface-cli download {spec} --local-dir {folder}, or transformers' "
-                f"AutoTokenizer.from_pretrained({spec!r}).save_pretrained({folder!r})) and pass that directory")
+        return (
+            f"no such file or directory; if {spec!r} is a Hugging Face Hub name: graphattn never downloads, so save a "
+            f"local copy first (huggingface-cli download {spec} --local-dir {folder}, or transformers' "
+            f"AutoTokenizer.from_pretrained({spec!r}).save_pretrained({folder!r})) and pass that directory"
+        )
     return "tokenizer file does not exist (expected a tokenizer.json or a Hugging Face model directory)"
 
 
@@ -76,8 +80,11 @@ def _from_directory(folder: Path) -> Any:
     if (folder / "vocab.json").is_file() and (folder / "merges.txt").is_file():
         return _byte_level_bpe(folder / "vocab.json", folder / "merges.txt")
     present = ", ".join(sorted(p.name for p in folder.iterdir())[:8]) or "nothing"
-    raise TokenizerError(f"no tokenizer here: expected tokenizer.json, vocab.txt (BERT) or vocab.json + merges.txt "
-                             f"(RoBERTa); found {present}", file=str(folder))
+    raise TokenizerError(
+        f"no tokenizer here: expected tokenizer.json, vocab.txt (BERT) or vocab.json + merges.txt "
+        f"(RoBERTa); found {present}",
+        file=str(folder),
+    )
 
 
 def _tokenizer_config(folder: Path) -> dict:

@@ -54,29 +54,78 @@ def _run(capsys, argv: list[str]) -> tuple[int, str, str]:
 
 CASES = [
     # (argv with {d} for the fixture directory, exit status, text the first error line holds)
-    (["compile", "{d}/notes.txt", "--schema", "etc-sentences", "--out", "{d}/o", "--bogus"], 2, "unrecognized arguments: --bogus"),
+    (
+        ["compile", "{d}/notes.txt", "--schema", "etc-sentences", "--out", "{d}/o", "--bogus"],
+        2,
+        "unrecognized arguments: --bogus",
+    ),
     (["compile", "{d}/missing.txt", "--schema", "etc-sentences", "--out", "{d}/o1"], 2, "missing.txt: no such file"),
     (["compile", "{d}/notes.txt", "--schema", "hotpotq", "--out", "{d}/o2"], 2, "did you mean 'hotpotqa'?"),
     (["compile", "{d}/notes.txt", "--schema", "{d}/bad.yaml", "--out", "{d}/o3"], 2, "bad.yaml:3: not valid YAML"),
-    (["compile", "{d}/notes.txt", "--schema", "etc-sentences", "--out", "{d}/o4", "--tokenizer", "{d}/badtok.json"], 2,
-     "badtok.json: not a valid tokenizers tokenizer.json"),
-    (["compile", "{d}/notes.txt", "--schema", "etc-sentences", "--out", "{d}/o5", "--tokenizer", "{d}/emptydir"], 2,
-     "emptydir: no tokenizer here: expected tokenizer.json, vocab.txt (BERT) or vocab.json + merges.txt"),
-    (["compile", "{d}/notes.txt", "--schema", "etc-sentences", "--out", "{d}/o6", "--tokenizer", "bert-base-uncased"], 2,
-     "graphattn never downloads, so save a local copy first"),
-    (["compile", "{d}/notes.txt", "--schema", "etc-sentences", "--out", "{d}/o7", "--tokenizer", "spacy:en"], 2,
-     "growing spaCy vocabulary"),
-    (["compile", "{d}/notes.txt", "--schema", "etc-sentences", "--out", "{d}/o8", "--mapping", "{d}/bad.yaml"], 2,
-     "bad.yaml:3: mapping is not valid YAML"),
-    (["compile", "{d}/notes.txt", "--schema", "etc-sentences", "--out", "{d}/o9", "--max-rejected", "2"], 2,
-     "--max-rejected is a share of the documents, from 0 to 1"),
-    (["compile", "{d}/notes.txt", "--schema", "etc-sentences", "--out", "{d}/o10", "--shard-size", "0"], 2, "--shard-size must be"),
-    (["compile", "{d}/notes.txt", "--schema", "etc-sentences", "--out", "{d}/o11", "--resume"], 2, "nothing to resume here"),
-    (["compile", "{d}/notes.txt", "--schema", "etc-sentences", "--out", "{d}/notes.txt"], 2, "--out must be a directory"),
-    (["compile", "{d}/notes.txt", "--schema", "etc-sentences", "--out", "{d}/notes.txt/shards"], 2,
-     "notes.txt/shards: cannot write the output here: a part of the path is a file"),
-    (["compile", "{d}/notes.txt", "--schema", "etc-sentences", "--out", "/proc/graphattn-shards"], 2,
-     "/proc/graphattn-shards: cannot write the output here"),
+    (
+        ["compile", "{d}/notes.txt", "--schema", "etc-sentences", "--out", "{d}/o4", "--tokenizer", "{d}/badtok.json"],
+        2,
+        "badtok.json: not a valid tokenizers tokenizer.json",
+    ),
+    (
+        ["compile", "{d}/notes.txt", "--schema", "etc-sentences", "--out", "{d}/o5", "--tokenizer", "{d}/emptydir"],
+        2,
+        "emptydir: no tokenizer here: expected tokenizer.json, vocab.txt (BERT) or vocab.json + merges.txt",
+    ),
+    (
+        [
+            "compile",
+            "{d}/notes.txt",
+            "--schema",
+            "etc-sentences",
+            "--out",
+            "{d}/o6",
+            "--tokenizer",
+            "bert-base-uncased",
+        ],
+        2,
+        "graphattn never downloads, so save a local copy first",
+    ),
+    (
+        ["compile", "{d}/notes.txt", "--schema", "etc-sentences", "--out", "{d}/o7", "--tokenizer", "spacy:en"],
+        2,
+        "growing spaCy vocabulary",
+    ),
+    (
+        ["compile", "{d}/notes.txt", "--schema", "etc-sentences", "--out", "{d}/o8", "--mapping", "{d}/bad.yaml"],
+        2,
+        "bad.yaml:3: mapping is not valid YAML",
+    ),
+    (
+        ["compile", "{d}/notes.txt", "--schema", "etc-sentences", "--out", "{d}/o9", "--max-rejected", "2"],
+        2,
+        "--max-rejected is a share of the documents, from 0 to 1",
+    ),
+    (
+        ["compile", "{d}/notes.txt", "--schema", "etc-sentences", "--out", "{d}/o10", "--shard-size", "0"],
+        2,
+        "--shard-size must be",
+    ),
+    (
+        ["compile", "{d}/notes.txt", "--schema", "etc-sentences", "--out", "{d}/o11", "--resume"],
+        2,
+        "nothing to resume here",
+    ),
+    (
+        ["compile", "{d}/notes.txt", "--schema", "etc-sentences", "--out", "{d}/notes.txt"],
+        2,
+        "--out must be a directory",
+    ),
+    (
+        ["compile", "{d}/notes.txt", "--schema", "etc-sentences", "--out", "{d}/notes.txt/shards"],
+        2,
+        "notes.txt/shards: cannot write the output here: a part of the path is a file",
+    ),
+    (
+        ["compile", "{d}/notes.txt", "--schema", "etc-sentences", "--out", "/proc/graphattn-shards"],
+        2,
+        "/proc/graphattn-shards: cannot write the output here",
+    ),
     (["compile", "{d}/emptydir", "--schema", "etc-sentences", "--out", "{d}/o12"], 2, "no document files found"),
     (["compile", "{d}/empty.json", "--schema", "etc-sentences", "--out", "{d}/o13"], 1, "rejected 1 document"),
     (["compile", "{d}/binary.html", "--schema", "etc-sentences", "--out", "{d}/o14"], 1, "rejected 1 document"),
@@ -91,23 +140,69 @@ CASES = [
     (["viz", "{d}/notes.txt", "--schema", "etc-sentences", "--queries", "5:2"], 2, "--queries '5:2'"),
     (["viz", "{d}/notes.txt", "--schema", "etc-sentences", "--window", "3"], 2, "--window 3 is out of range"),
     (["viz", "{d}/notes.txt", "--schema", "etc-sentences", "--out", "{d}/x.pdf"], 2, "use .png or .svg"),
-    (["viz", "{d}/notes.txt", "--schema", "etc-sentences", "--out", "{d}/notes.txt/x.png"], 2, "a part of the path is a file"),
+    (
+        ["viz", "{d}/notes.txt", "--schema", "etc-sentences", "--out", "{d}/notes.txt/x.png"],
+        2,
+        "a part of the path is a file",
+    ),
     (["viz", "{d}/binary.html", "--schema", "etc-sentences"], 2, "binary.html"),
     (["viz", "{d}/notes.txt", "--schema", "etc-sentences", "--format", "parquet"], 2, "invalid choice: 'parquet'"),
-    (["train", "--task", "wikihop", "--data", "{d}/missing.json", "--schema", "wikihop", "--tokenizer", "default", "--out",
-      "{d}/t1", "--steps", "1"], 2, "missing.json"),
-    (["train", "--task", "wikihop", "--data", str(DATA / "wikihop_sample.json"), "--schema", "wikihop", "--tokenizer", "default",
-      "--out", "{d}/t2", "--steps", "1", "--init-from", "{d}/checkpoint"], 2, "config.json: config.json must hold a JSON object, got a list"),
+    (
+        [
+            "train",
+            "--task",
+            "wikihop",
+            "--data",
+            "{d}/missing.json",
+            "--schema",
+            "wikihop",
+            "--tokenizer",
+            "default",
+            "--out",
+            "{d}/t1",
+            "--steps",
+            "1",
+        ],
+        2,
+        "missing.json",
+    ),
+    (
+        [
+            "train",
+            "--task",
+            "wikihop",
+            "--data",
+            str(DATA / "wikihop_sample.json"),
+            "--schema",
+            "wikihop",
+            "--tokenizer",
+            "default",
+            "--out",
+            "{d}/t2",
+            "--steps",
+            "1",
+            "--init-from",
+            "{d}/checkpoint",
+        ],
+        2,
+        "config.json: config.json must hold a JSON object, got a list",
+    ),
     (["tokenizer", "train", "{d}/missing.txt", "--out", "{d}/t.json"], 2, "missing.txt: no such file or directory"),
     (["tokenizer", "train", "{d}/binary.html", "--out", "{d}/t.json"], 2, "binary.html: not UTF-8 text"),
-    (["tokenizer", "train", "{d}/notes.txt", "--out", "{d}/t.json", "--vocab-size", "3"], 2, "--vocab-size must be from 10"),
+    (
+        ["tokenizer", "train", "{d}/notes.txt", "--out", "{d}/t.json", "--vocab-size", "3"],
+        2,
+        "--vocab-size must be from 10",
+    ),
     (["tokenizer", "train", "{d}/notes.txt", "--out", "{d}/emptydir"], 2, "--out names a directory"),
     (["compil"], 2, "unknown command 'compil'; did you mean 'compile'?"),
     ([], 2, "the following arguments are required: COMMAND"),
 ]
 
 
-@pytest.mark.parametrize("argv, status, says", CASES, ids=[" ".join(a[:2]) + f" {i}" for i, (a, _, _) in enumerate(CASES)])
+@pytest.mark.parametrize(
+    "argv, status, says", CASES, ids=[" ".join(a[:2]) + f" {i}" for i, (a, _, _) in enumerate(CASES)]
+)
 def test_bad_input_gets_one_line_and_an_exit_status(files, capsys, argv, status, says):
     code, out, err = _run(capsys, [a.replace("{d}", str(files)) for a in argv])
     assert code == status, (out, err)
@@ -118,10 +213,23 @@ def test_bad_input_gets_one_line_and_an_exit_status(files, capsys, argv, status,
 
 
 def test_compile_that_rejects_everything_says_why_and_where(files, capsys):
-    code, out, err = _run(capsys, ["compile", str(DATA / "hotpotqa_sample.json"), "--schema", "wikihop", "--out",
-                                   str(files / "wrong-schema"), "-q"])
+    code, out, err = _run(
+        capsys,
+        [
+            "compile",
+            str(DATA / "hotpotqa_sample.json"),
+            "--schema",
+            "wikihop",
+            "--out",
+            str(files / "wrong-schema"),
+            "-q",
+        ],
+    )
     assert code == 1
-    assert out.splitlines()[0] == f"compiled 0 of 2 documents; rejected 2 (see {files / 'wrong-schema' / 'rejected.jsonl'})"
+    assert (
+        out.splitlines()[0]
+        == f"compiled 0 of 2 documents; rejected 2 (see {files / 'wrong-schema' / 'rejected.jsonl'})"
+    )
     lines = err.splitlines()
     assert lines[0] == "rejected 2 documents:"
     assert "node type 'question' is not declared in schema 'wikihop'" in lines[1]
@@ -138,7 +246,9 @@ def test_rejected_share_over_max_rejected_fails_and_singular_counts(files, capsy
     code, out, err = _run(capsys, [*argv, "--out", str(files / "mixed-out")])
     assert code == 1 and "compiled 1 of 2 documents; rejected 1" in out
     assert "1 instance (0 truncated) in 1 shard under" in out
-    assert "rejected 1 document:" in err and "rejected 50% of the documents, more than --max-rejected 0.25 allows" in err
+    assert (
+        "rejected 1 document:" in err and "rejected 50% of the documents, more than --max-rejected 0.25 allows" in err
+    )
     code, out, err = _run(capsys, [*argv, "--out", str(files / "mixed-out-2"), "--max-rejected", "0.5"])
     assert code == 0 and "error:" not in err
     code, out, _ = _run(capsys, ["inspect", str(files / "mixed-out-2"), "--instance", "-1", "--label-instances", "0"])
@@ -152,10 +262,18 @@ def _command(*argv: str, **kw) -> subprocess.CompletedProcess:
 
 def test_installed_command_reports_bad_input_without_a_traceback(files):
     for argv, status, says in [
-        (["compile", str(files / "notes.txt"), "--schema", "nope", "--out", str(files / "p1")], 2, "shipped: etc-sentences"),
+        (
+            ["compile", str(files / "notes.txt"), "--schema", "nope", "--out", str(files / "p1")],
+            2,
+            "shipped: etc-sentences",
+        ),
         (["inspect", str(files / "binary.parquet")], 2, "not a readable Parquet file"),
         (["viz", str(files / "broken.json"), "--schema", "etc-sentences"], 2, "not valid JSON"),
-        (["compile", str(files / "empty.json"), "--schema", "etc-sentences", "--out", str(files / "p2"), "-q"], 1, "no instance"),
+        (
+            ["compile", str(files / "empty.json"), "--schema", "etc-sentences", "--out", str(files / "p2"), "-q"],
+            1,
+            "no instance",
+        ),
     ]:
         proc = _command(*argv)
         assert proc.returncode == status, proc.stderr
@@ -164,8 +282,14 @@ def test_installed_command_reports_bad_input_without_a_traceback(files):
 
 def _interrupt(argv: list[str], ready, env=None) -> subprocess.CompletedProcess:
     """Start `graphattn argv` in its own process group, wait for `ready()`, then Ctrl-C the group."""
-    proc = subprocess.Popen(["graphattn", *argv], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True, env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})})
+    proc = subprocess.Popen(
+        ["graphattn", *argv],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})},
+    )
     deadline = time.monotonic() + 120
     try:
         while not ready(proc):
@@ -192,8 +316,23 @@ def many(tmp_path_factory) -> Path:
 def test_ctrl_c_in_a_parallel_compile_is_one_message_and_130(many, tmp_path):
     out = tmp_path / "shards"
     done = lambda proc: len(glob.glob(str(out / "*.done.json"))) >= 2  # noqa: E731
-    proc = _interrupt(["compile", str(many), "--schema", "etc-sentences", "--out", str(out), "--shard-size", "2", "--workers", "2",
-                       "-q"], done, env={"GRAPHATTN_COMPILE_THROTTLE": "0.3"})
+    proc = _interrupt(
+        [
+            "compile",
+            str(many),
+            "--schema",
+            "etc-sentences",
+            "--out",
+            str(out),
+            "--shard-size",
+            "2",
+            "--workers",
+            "2",
+            "-q",
+        ],
+        done,
+        env={"GRAPHATTN_COMPILE_THROTTLE": "0.3"},
+    )
     assert proc.returncode == 130
     assert "Traceback" not in proc.stdout + proc.stderr  # the workers leave Ctrl-C to the driver
     assert "interrupted; finished shards are kept" in proc.stderr and "--resume" in proc.stderr
@@ -207,9 +346,33 @@ def test_ctrl_c_in_train_is_130_without_a_traceback(tmp_path):
         lines.append(proc.stdout.readline())
         return "training instances" in lines[-1]
 
-    proc = _interrupt(["train", "--task", "wikihop", "--data", str(DATA / "wikihop_sample.json"), "--schema", "wikihop",
-                       "--tokenizer", "default", "--out", str(tmp_path / "run"), "--steps", "100000", "--hidden-size", "32",
-                       "--layers", "1", "--heads", "2", "--batch-size", "2", "-q"], started)
+    proc = _interrupt(
+        [
+            "train",
+            "--task",
+            "wikihop",
+            "--data",
+            str(DATA / "wikihop_sample.json"),
+            "--schema",
+            "wikihop",
+            "--tokenizer",
+            "default",
+            "--out",
+            str(tmp_path / "run"),
+            "--steps",
+            "100000",
+            "--hidden-size",
+            "32",
+            "--layers",
+            "1",
+            "--heads",
+            "2",
+            "--batch-size",
+            "2",
+            "-q",
+        ],
+        started,
+    )
     assert proc.returncode == 130, proc.stderr
     assert "Traceback" not in proc.stdout + proc.stderr and "interrupted" in proc.stderr
 
@@ -235,12 +398,32 @@ def test_full_disk_is_one_line_and_leaves_nothing_that_looks_complete(many, tmp_
     from graphattn.corpus.output import OutputDir
 
     out = tmp_path / "shards"
-    proc = subprocess.run([sys.executable, "-c", FULL_DISK, str(fail_from), "compile", str(many), "--schema", "etc-sentences",
-                           "--out", str(out), "--shard-size", "10", "-q"], capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            FULL_DISK,
+            str(fail_from),
+            "compile",
+            str(many),
+            "--schema",
+            "etc-sentences",
+            "--out",
+            str(out),
+            "--shard-size",
+            "10",
+            "-q",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 2, proc.stderr
     assert "Traceback" not in proc.stdout + proc.stderr
     (line,) = proc.stderr.splitlines()
-    assert line.startswith("graphattn compile: error: ") and "disk full: writing it needs" in line and "free there" in line
+    assert (
+        line.startswith("graphattn compile: error: ") and "disk full: writing it needs" in line and "free there" in line
+    )
     assert str(out / "shard-0000") in line
     assert not list(out.glob("*.tmp-*"))  # no half-written file under any name
     run = OutputDir(out)
@@ -252,7 +435,10 @@ def test_full_disk_is_one_line_and_leaves_nothing_that_looks_complete(many, tmp_
 def _mount_tmpfs(path: Path, options: str) -> bool:
     path.mkdir()
     try:
-        return subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(path)], capture_output=True).returncode == 0
+        return (
+            subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(path)], capture_output=True).returncode
+            == 0
+        )
     except OSError:
         return False
 
@@ -263,13 +449,19 @@ def test_a_real_full_disk_and_a_read_only_file_system(many, tmp_path):
     if not _mount_tmpfs(small, "size=96k"):
         pytest.skip("cannot mount a tmpfs here (needs root); the injected ENOSPC test covers the logic")
     try:
-        proc = _command("compile", str(many), "--schema", "etc-sentences", "--out", str(small / "shards"), "--shard-size", "2", "-q")
+        proc = _command(
+            "compile", str(many), "--schema", "etc-sentences", "--out", str(small / "shards"), "--shard-size", "2", "-q"
+        )
         assert proc.returncode == 2 and "Traceback" not in proc.stdout + proc.stderr
         assert "disk full" in proc.stderr and len(proc.stderr.splitlines()) == 1
         assert not list((small / "shards").glob("*.tmp-*"))
         if _mount_tmpfs(read_only, "ro,size=16k"):
             proc = _command("compile", str(many), "--schema", "etc-sentences", "--out", str(read_only / "shards"), "-q")
-            assert proc.returncode == 2 and "the file system is read-only" in proc.stderr and "Traceback" not in proc.stderr
+            assert (
+                proc.returncode == 2
+                and "the file system is read-only" in proc.stderr
+                and "Traceback" not in proc.stderr
+            )
     finally:
         for mount in (small, read_only):
             subprocess.run(["umount", str(mount)], capture_output=True)
@@ -282,7 +474,12 @@ def test_version_and_help_name_the_defaults_and_an_example(capsys):
     assert code == 0 and out.strip() == f"graphattn {graphattn.__version__}"
     code, out, _ = _run(capsys, ["compile", "--help"])
     words = " ".join(out.split())  # help text wraps at the terminal's width
-    assert code == 0 and "example:\n  graphattn compile" in out and "(default: 0.25)" in words and "(default: 1000)" in words
+    assert (
+        code == 0
+        and "example:\n  graphattn compile" in out
+        and "(default: 0.25)" in words
+        and "(default: 1000)" in words
+    )
     for command in ("inspect", "viz", "train", "tokenizer"):
         code, out, _ = _run(capsys, [command, "--help"])
         assert code == 0 and f"example:\n  graphattn {command}" in out, command
@@ -295,9 +492,11 @@ def test_version_and_help_name_the_defaults_and_an_example(capsys):
 
 @pytest.mark.parametrize("argv", [["--help"], ["compile", "--help"], ["inspect", "--help"]])
 def test_help_does_not_import_torch(argv):
-    code = ("import sys; from graphattn.cli import main\n"
-            f"try:\n    main({argv!r})\nexcept SystemExit:\n    pass\n"
-            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'pyarrow', 'matplotlib', 'tokenizers')))")
+    code = (
+        "import sys; from graphattn.cli import main\n"
+        f"try:\n    main({argv!r})\nexcept SystemExit:\n    pass\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'pyarrow', 'matplotlib', 'tokenizers')))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert json.loads(out.strip().splitlines()[-1].replace("'", '"')) == []
 
@@ -310,7 +509,9 @@ def test_bad_flag_shows_the_sub_commands_usage(files, capsys):
 def test_full_disk_message_names_the_space_needed(tmp_path):
     from graphattn.corpus.output import OutputError, writing
 
-    with pytest.raises(OutputError, match=r"shard\.parquet: disk full: writing it needs 2\.5 MB, [\d,.]+ \S+ free there"):
+    with pytest.raises(
+        OutputError, match=r"shard\.parquet: disk full: writing it needs 2\.5 MB, [\d,.]+ \S+ free there"
+    ):
         with writing(tmp_path / "shard.parquet", 2_500_000):
             raise OSError(errno.ENOSPC, "No space left on device")
 
@@ -334,6 +535,23 @@ def test_encoding_and_errors_reach_the_html_reader(tmp_path, capsys):
     assert code == 0 and "Caf\ufffd cr\ufffdme" in ShardDataset(out)[0].texts[0]
     code, _, err = compile_with("--encoding", "utf8x")  # a wrong label is one usage error, not a rejected page each
     assert code == 2 and "--encoding: unknown encoding 'utf8x'" in err and "did you mean" in err
-    code, out, err = _run(capsys, ["viz", str(page), "--schema", "openkp-dom", "--encoding", "utf-8", "--errors", "replace",
-                                   "--queries", "l0:l3", "--keys", "l0:l3", "--style", "plain"])
+    code, out, err = _run(
+        capsys,
+        [
+            "viz",
+            str(page),
+            "--schema",
+            "openkp-dom",
+            "--encoding",
+            "utf-8",
+            "--errors",
+            "replace",
+            "--queries",
+            "l0:l3",
+            "--keys",
+            "l0:l3",
+            "--style",
+            "plain",
+        ],
+    )
     assert code == 0 and "L0 Caf " in out  # (BERT normalization drops U+FFFD from the tokens; the text keeps it)

@@ -21,7 +21,9 @@ def _tracked_text_files() -> list[Path]:
 
 
 def test_no_file_points_outside_the_repository():
-    outside = re.compile(r"\.\./shared|shared/DESIGN|/work/shared|(?<![\w/])DESIGN\.md")  # bare DESIGN.md: the outside file
+    outside = re.compile(
+        r"\.\./shared|shared/DESIGN|/work/shared|(?<![\w/])DESIGN\.md"
+    )  # bare DESIGN.md: the outside file
     offenders = []
     for path in _tracked_text_files():
         if path == Path(__file__):
@@ -59,7 +61,9 @@ def test_mapping_example_reads_as_the_formats_doc_says(tmp_path):
     from graphattn.ingest.mapping import json_graph, load_mapping
 
     mapping = load_mapping(REPO / "examples" / "data" / "mapping-example.yaml")
-    graphs = list(read_json(REPO / "examples" / "data" / "mapping-example.jsonl", lambda record: json_graph(record, mapping)))
+    graphs = list(
+        read_json(REPO / "examples" / "data" / "mapping-example.jsonl", lambda record: json_graph(record, mapping))
+    )
     bridges = graphs[1]
     assert bridges.text == "Bridges of the old town\n\nThe stone bridge is the oldest. Floods never moved it."
     assert sorted(bridges.nodes) == ["doc", "s1", "sentence0", "sentence1", "sentence2"]
@@ -69,9 +73,22 @@ def test_mapping_example_reads_as_the_formats_doc_says(tmp_path):
     import yaml
 
     assert yaml.safe_load(shown) == yaml.safe_load((REPO / "examples" / "data" / "mapping-example.yaml").read_text())
-    proc = subprocess.run(["graphattn", "compile", str(REPO / "examples" / "data" / "mapping-example.jsonl"), "--mapping",
-                           str(REPO / "examples" / "data" / "mapping-example.yaml"), "--schema", "etc-sentences", "--out",
-                           str(tmp_path / "shards"), "-q"], capture_output=True, text=True)
+    proc = subprocess.run(
+        [
+            "graphattn",
+            "compile",
+            str(REPO / "examples" / "data" / "mapping-example.jsonl"),
+            "--mapping",
+            str(REPO / "examples" / "data" / "mapping-example.yaml"),
+            "--schema",
+            "etc-sentences",
+            "--out",
+            str(tmp_path / "shards"),
+            "-q",
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert proc.returncode == 0 and proc.stdout.startswith("compiled 2 of 2 documents; rejected 0"), proc.stderr
 
 

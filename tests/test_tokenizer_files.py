@@ -22,8 +22,12 @@ transformers = pytest.importorskip("transformers")
 def test_default_tokenizer_ships_inside_the_package():
     tokenizer = load_tokenizer("default")
     assert isinstance(tokenizer, HFTokenizer) and tokenizer.vocab_size == 3000
-    assert Path(tokenizer.source) == DEFAULT_TOKENIZER_FILE and DEFAULT_TOKENIZER_FILE.is_relative_to(REPO / "graphattn")
-    assert (REPO / "examples" / "data" / "tokenizer.json").resolve() == DEFAULT_TOKENIZER_FILE  # the examples use the same one
+    assert Path(tokenizer.source) == DEFAULT_TOKENIZER_FILE and DEFAULT_TOKENIZER_FILE.is_relative_to(
+        REPO / "graphattn"
+    )
+    assert (
+        REPO / "examples" / "data" / "tokenizer.json"
+    ).resolve() == DEFAULT_TOKENIZER_FILE  # the examples use the same one
     assert tokenizer.cls_id is not None and tokenizer.sep_id is not None and tokenizer.unk_id is not None
 
 
@@ -46,8 +50,15 @@ def roberta_dir(tmp_path_factory) -> Path:
     raw = Tokenizer(models.BPE())
     raw.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     lines = (REPO / "examples" / "data" / "corpus.txt").read_text().splitlines()
-    raw.train_from_iterator(lines, trainers.BpeTrainer(vocab_size=600, special_tokens=["<s>", "<pad>", "</s>", "<unk>", "<mask>"],
-                                                       initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False))
+    raw.train_from_iterator(
+        lines,
+        trainers.BpeTrainer(
+            vocab_size=600,
+            special_tokens=["<s>", "<pad>", "</s>", "<unk>", "<mask>"],
+            initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+            show_progress=False,
+        ),
+    )
     raw.model.save(str(folder))
     return folder
 
@@ -60,7 +71,9 @@ def test_bert_vocab_txt_directory_matches_transformers(bert_dir):
     np.testing.assert_array_equal(got.ids, want["input_ids"])
     np.testing.assert_array_equal(got.offsets, want["offset_mapping"])
     assert (ours.cls_id, ours.sep_id, ours.mask_id) == (theirs.cls_token_id, theirs.sep_token_id, theirs.mask_token_id)
-    assert load_tokenizer(str(bert_dir / "vocab.txt")).encode(TEXT).ids.tolist() == got.ids.tolist()  # the file alone too
+    assert (
+        load_tokenizer(str(bert_dir / "vocab.txt")).encode(TEXT).ids.tolist() == got.ids.tolist()
+    )  # the file alone too
 
 
 def test_roberta_vocab_json_and_merges_directory_matches_transformers(roberta_dir):
@@ -75,8 +88,11 @@ def test_roberta_vocab_json_and_merges_directory_matches_transformers(roberta_di
 
 
 def test_hub_name_says_a_local_copy_is_needed():
-    with pytest.raises(TokenizerError, match=r"bert-base-uncased: no such file or directory; .*graphattn never downloads, "
-                                             r"so save a local copy first \(huggingface-cli download bert-base-uncased"):
+    with pytest.raises(
+        TokenizerError,
+        match=r"bert-base-uncased: no such file or directory; .*graphattn never downloads, "
+        r"so save a local copy first \(huggingface-cli download bert-base-uncased",
+    ):
         load_tokenizer("bert-base-uncased")
     with pytest.raises(TokenizerError, match="tokenizer file does not exist"):
         load_tokenizer("missing/tokenizer.json")
@@ -87,8 +103,12 @@ def test_tokenizer_train_command_writes_a_tokenizer_json(tmp_path):
     (tmp_path / "texts" / "a.txt").write_text((REPO / "examples" / "data" / "corpus.txt").read_text())
     (tmp_path / "texts" / "skip.bin").write_bytes(b"\xff\xfe")  # not a text suffix: left out of the directory
     out = tmp_path / "tok" / "tokenizer.json"
-    proc = subprocess.run(["graphattn", "tokenizer", "train", str(tmp_path / "texts"), "--vocab-size", "600", "--out", str(out)],
-                          capture_output=True, text=True, check=True)
+    proc = subprocess.run(
+        ["graphattn", "tokenizer", "train", str(tmp_path / "texts"), "--vocab-size", "600", "--out", str(out)],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     assert proc.stdout.startswith(f"wrote {out}: 600 ids, trained on 270 lines")
     tokenizer = load_tokenizer(str(out))
     assert tokenizer.vocab_size == 600 and tokenizer.unk_id is not None
@@ -97,8 +117,20 @@ def test_tokenizer_train_command_writes_a_tokenizer_json(tmp_path):
 
 def test_compile_and_viz_default_to_the_same_tokenizer(tmp_path):
     (tmp_path / "doc.txt").write_text(TEXT)
-    proc = subprocess.run(["graphattn", "compile", str(tmp_path / "doc.txt"), "--schema", "etc-sentences", "--out",
-                           str(tmp_path / "shards"), "-q"], capture_output=True, text=True)
+    proc = subprocess.run(
+        [
+            "graphattn",
+            "compile",
+            str(tmp_path / "doc.txt"),
+            "--schema",
+            "etc-sentences",
+            "--out",
+            str(tmp_path / "shards"),
+            "-q",
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert proc.returncode == 0, proc.stderr
     run = json.loads((tmp_path / "shards" / "run.json").read_text())
     assert run["settings"]["tokenizer"] == "default" and run["settings"]["tokenizer_vocab_size"] == 3000

@@ -26,8 +26,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", required=True, metavar="DIR", help="output directory for shards, run.json and rejected.jsonl")
     parser.add_argument("--tokenizer", metavar="T", help=TOKENIZER_HELP + "; ids must not depend on input order")
     parser.add_argument("--max-rejected", type=float, default=DEFAULT_MAX_REJECTED, metavar="FRACTION",
-                        help="fail (exit 1) when more than this share of the documents is rejected; 0: any rejection fails, "
-                             "1: never (a run that compiles nothing always fails)")
+                        help="fail (exit 1) when more than this share of the documents is rejected; "
+                             "0: any rejection fails, 1: never (a run that compiles nothing always fails)")
     parser.add_argument("--workers", type=int, metavar="N",
                         help="parallel workers: processes (default 1), or Ray actors (default: every CPU Ray has)")
     parser.add_argument("--engine", choices=("local", "ray"), default="local",
@@ -38,8 +38,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="documents per shard; packing never crosses a shard")
     parser.add_argument("--format", choices=FORMATS, default="auto",
                         help="how to read the inputs (auto: by suffix, and JSON records by their keys)")
-    parser.add_argument("--mapping", metavar="FILE", help="read JSON records with this generic ingest mapping (YAML/JSON; "
-                                                          "see docs/FORMATS.md)")
+    parser.add_argument("--mapping", metavar="FILE",
+                        help="read JSON records with this generic ingest mapping (YAML/JSON; see docs/FORMATS.md)")
     add_html_arguments(parser)
     add_verbosity_arguments(parser)
 
@@ -47,9 +47,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def add_html_arguments(parser: argparse.ArgumentParser) -> None:
     """--encoding / --errors for HTML inputs (shared by compile and viz; `graphattn.ingest.html.read_html`)."""
     parser.add_argument("--encoding", metavar="LABEL",
-                        help="HTML: read every page in this encoding (a WHATWG label: utf-8, windows-1252, shift_jis, ...), "
-                             "as a server's Content-Type would say it; it overrides <meta charset> but not a byte-order mark "
-                             "(default: sniff as browsers do: BOM, <meta charset>, else UTF-8 if valid, else windows-1252)")
+                        help="HTML: read every page in this encoding (a WHATWG label: utf-8, windows-1252, "
+                             "shift_jis, ...), as a server's Content-Type would say it; it overrides <meta charset> "
+                             "but not a byte-order mark (default: sniff as browsers do: BOM, <meta charset>, else "
+                             "UTF-8 if valid, else windows-1252)")
     parser.add_argument("--errors", choices=("strict", "replace"),
                         help="HTML: bytes invalid in the page's encoding reject the page (strict) or read as U+FFFD "
                              "(replace) (default: strict)")

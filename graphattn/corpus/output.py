@@ -60,8 +60,9 @@ def writing(path: Path, size: int = 0, expected: str = "--out must name a direct
             except OSError:
                 free = 0
             needs = f"writing it needs {_megabytes(size)}, " if size else ""
-            raise OutputError(f"disk full: {needs}{_megabytes(free)} free there; free some space or choose another --out, "
-                              "then run again (compile: --resume keeps the shards already done)", file=str(path)) from None
+            raise OutputError(f"disk full: {needs}{_megabytes(free)} free there; free some space or choose another "
+                              "--out, then run again (compile: --resume keeps the shards already done)",
+                              file=str(path)) from None
         why = {errno.EROFS: "the file system is read-only", errno.EACCES: "permission denied",
                errno.EPERM: "permission denied", errno.ENOTDIR: "a part of the path is a file, not a directory",
                errno.EEXIST: "a part of the path is a file, not a directory",

@@ -30,7 +30,8 @@ from typing import Any, Callable, Iterable, Iterator
 import graphattn
 from graphattn.corpus.output import RUN_FORMAT, OutputDir, documents_line, plural
 from graphattn.shards.format import COMPRESSION, COMPRESSION_LEVEL, FORMAT, ROWS_PER_GROUP, ShardColumns
-from graphattn.corpus.sources import DEFAULT_MAX_REJECTED, DEFAULT_SHARD_SIZE, FORMATS, InputFile, expand_inputs, import_readers, plan_file, segment_of
+from graphattn.corpus.sources import (DEFAULT_MAX_REJECTED, DEFAULT_SHARD_SIZE, FORMATS, InputFile, expand_inputs,
+                                     import_readers, plan_file, segment_of)
 from graphattn.corpus.worker import ShardResult, ShardTask, WorkerState, compile_shard
 from graphattn.errors import GraphattnError
 
@@ -95,7 +96,8 @@ class Summary:
         rate = lambda n: n / self.seconds if self.seconds > 0 else 0.0  # noqa: E731
         out = [
             documents_line(self.documents, self.rejected) + (f" (see {self.rejected_file})" if self.rejected else ""),
-            f"  {plural(self.instances, 'instance')} ({self.truncated:,} truncated) in {plural(self.shards, 'shard')} under {self.out}",
+            f"  {plural(self.instances, 'instance')} ({self.truncated:,} truncated) in {plural(self.shards, 'shard')} "
+            f"under {self.out}",
             f"  {self.long_tokens:,} long and {self.global_tokens:,} global tokens; "
             f"{self.bytes / 1e6:.2f} MB" + (f", {self.bytes / self.long_tokens:.2f} bytes per long token" if self.long_tokens else ""),
             f"  this run: {plural(self.compiled_documents, 'document')} in {self.seconds:.1f} s, "
@@ -105,7 +107,8 @@ class Summary:
             out.append(f"  resumed: {self.shards_resumed} of {plural(self.shards, 'shard')} were already complete")
         if self.skipped_files:
             shown = ", ".join(self.skipped_files[:5]) + (" ..." if len(self.skipped_files) > 5 else "")
-            out.append(f"  skipped {plural(len(self.skipped_files), 'file')} with unknown suffixes in input directories: {shown}")
+            files = plural(len(self.skipped_files), "file")
+            out.append(f"  skipped {files} with unknown suffixes in input directories: {shown}")
         return out
 
     def problem_lines(self, reasons: int | None = 3) -> list[str]:
@@ -113,15 +116,16 @@ class Summary:
         out = []
         if self.rejected:
             shown = self.reasons if reasons is None else self.reasons[:reasons]
-            out.append(f"rejected {plural(self.rejected, 'document')}" + (f"; the first {len(shown)}:" if len(shown) < self.rejected else ":"))
+            first = f"; the first {len(shown)}:" if len(shown) < self.rejected else ":"
+            out.append(f"rejected {plural(self.rejected, 'document')}{first}")
             out += [f"  {_one_line(reason)}" for reason in shown]
             out.append(f"  every rejected document, with where it is and why: {self.rejected_file}")
         if self.instances == 0:
-            out.append(f"error: no instance was compiled from {plural(self.documents, 'document')}"
-                       + ("; check --schema and --format against the data" if self.documents else "; the inputs hold no document"))
+            hint = "check --schema and --format against the data" if self.documents else "the inputs hold no document"
+            out.append(f"error: no instance was compiled from {plural(self.documents, 'document')}; {hint}")
         elif self.too_many_rejected:
-            out.append(f"error: rejected {self.rejected / self.documents:.0%} of the documents, more than --max-rejected "
-                       f"{self.max_rejected:g} allows")
+            out.append(f"error: rejected {self.rejected / self.documents:.0%} of the documents, "
+                       f"more than --max-rejected {self.max_rejected:g} allows")
         return out
 
 
@@ -146,7 +150,8 @@ def _load_fixed_tokenizer(spec: str | None):
             "between workers and resumed runs; give a fixed tokenizer (a tokenizer.json or a model directory) instead")
     tokenizer = load_tokenizer(DEFAULT_TOKENIZER if spec is None else spec)
     if not isinstance(tokenizer, HFTokenizer):
-        raise GraphattnError(f"--tokenizer {spec}: compile needs a fixed vocabulary (a tokenizer.json or a model directory)")
+        raise GraphattnError(f"--tokenizer {spec}: compile needs a fixed vocabulary "
+                             "(a tokenizer.json or a model directory)")
     return tokenizer, hashlib.sha256(tokenizer.tokenizer.to_str().encode()).hexdigest()
 
 

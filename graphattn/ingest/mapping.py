@@ -85,7 +85,8 @@ def load_mapping(spec: Mapping | str | os.PathLike | Spec) -> Spec:
         except UnicodeDecodeError as err:
             raise IngestError(f"mapping is not UTF-8 text ({err.reason} at byte {err.start})", file=source) from None
         except json.JSONDecodeError as err:
-            raise IngestError(f"mapping is not valid JSON: {err.msg} (column {err.colno})", file=source, line=err.lineno) from None
+            raise IngestError(f"mapping is not valid JSON: {err.msg} (column {err.colno})", file=source,
+                              line=err.lineno) from None
         except yaml.YAMLError as err:
             mark = getattr(err, "problem_mark", None)
             what = " ".join(str(getattr(err, "problem", None) or err).split())

@@ -94,6 +94,8 @@ class CheckpointError(GraphattnError):
 
 
 REQUIRED_SIZES = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size")
+NUMERIC_KEYS = ("max_position_embeddings", "type_vocab_size", "pad_token_id", "layer_norm_eps", "initializer_range",
+                "hidden_dropout_prob")
 
 
 def _read_json_object(path: Path, what: str) -> dict[str, Any]:
@@ -112,8 +114,8 @@ def read_hf_config(checkpoint_dir: str | os.PathLike) -> dict[str, Any]:
     """config.json as a dict, with the sizes lifting needs present and positive integers."""
     path = Path(checkpoint_dir) / "config.json"
     if not path.is_file():
-        raise CheckpointError("no config.json: expected a local Hugging Face checkpoint directory (save_pretrained output)",
-                              file=str(checkpoint_dir))
+        raise CheckpointError("no config.json: expected a local Hugging Face checkpoint directory "
+                              "(save_pretrained output)", file=str(checkpoint_dir))
     return check_hf_config(_read_json_object(path, "config.json"), str(path))
 
 
@@ -129,7 +131,7 @@ def check_hf_config(hf: Any, source: str = "config.json") -> dict[str, Any]:
             raise CheckpointError(f"config.json needs {key} as a positive integer, found {found} "
                                   f"(the sizes a BERT/RoBERTa config.json holds: {', '.join(REQUIRED_SIZES)})",
                                   file=source, path=(key,))
-    for key in ("max_position_embeddings", "type_vocab_size", "pad_token_id", "layer_norm_eps", "initializer_range", "hidden_dropout_prob"):
+    for key in NUMERIC_KEYS:
         if key in hf and (isinstance(hf[key], bool) or not isinstance(hf[key], (int, float))):
             raise CheckpointError(f"config.json's {key} must be a number, got {hf[key]!r}", file=source, path=(key,))
     return hf
@@ -148,7 +150,8 @@ def read_hf_weights(checkpoint_dir: str | os.PathLike) -> dict[str, torch.Tensor
             shards = sorted(set(weight_map.values()))
             missing = [name for name in shards if not (root / name).is_file()]
             if missing:
-                raise CheckpointError(f"{index_name} names shard files that are not there: {', '.join(missing[:3])}", file=str(index))
+                raise CheckpointError(f"{index_name} names shard files that are not there: {', '.join(missing[:3])}",
+                                      file=str(index))
             return {name: tensor for shard in shards for name, tensor in loader(root / shard).items()}
     for file_name, loader in (("model.safetensors", _load_safetensors), ("pytorch_model.bin", _load_torch_bin)):
         if (root / file_name).is_file():
@@ -163,8 +166,9 @@ def _load_safetensors(path: Path) -> dict[str, torch.Tensor]:
     try:
         return load_file(str(path))
     except (SafetensorError, OSError, ValueError) as err:
-        raise CheckpointError(f"not a readable safetensors file ({_first_line(err)}); expected the model.safetensors that "
-                              "save_pretrained writes (a truncated download? fetch it again)", file=str(path)) from None
+        raise CheckpointError(f"not a readable safetensors file ({_first_line(err)}); expected the model.safetensors "
+                              "that save_pretrained writes (a truncated download? fetch it again)",
+                              file=str(path)) from None
 
 
 def _load_torch_bin(path: Path) -> dict[str, torch.Tensor]:

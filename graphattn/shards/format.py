@@ -424,7 +424,8 @@ def read_row(path: str | os.PathLike, index: int, *, compact: bool = True) -> tu
         raise ShardFormatError(f"not a readable Parquet file: {err}", file=path) from None
     info = read_info(path, pf)
     if not 0 <= index < info.num_rows:
-        raise ShardFormatError(f"instance {index} is out of range: the shard holds {info.num_rows} (counting from 0)", file=path)
+        raise ShardFormatError(f"instance {index} is out of range: the shard holds {info.num_rows} (counting from 0)",
+                               file=path)
     group, first = 0, 0
     while index >= first + info.row_groups[group]:
         first += info.row_groups[group]

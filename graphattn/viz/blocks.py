@@ -152,7 +152,8 @@ def block_summary(
     return BlockSummary(q_axis, k_axis, counts, allowed, allowed / pairs, dominant, drawn, drawn_share)
 
 
-def _count_dense(hist: Histogram, pattern: Pattern, queries: AxisRange, keys: AxisRange, q_axis: BlockAxis, k_axis: BlockAxis) -> None:
+def _count_dense(hist: Histogram, pattern: Pattern, queries: AxisRange, keys: AxisRange, q_axis: BlockAxis,
+                 k_axis: BlockAxis) -> None:
     """One pass over the stored pieces, a row chunk at a time."""
     G = pattern.global_length
     qg, ql = queries.split(G)
@@ -170,7 +171,8 @@ def _count_dense(hist: Histogram, pattern: Pattern, queries: AxisRange, keys: Ax
     count_band(hist, pattern, ql, kl, q_axis.block_of(np.arange(ql.start, ql.stop) + G), k_axis.block_of)
 
 
-def _count_compact(hist: Histogram, pattern: Pattern, queries: AxisRange, keys: AxisRange, q_axis: BlockAxis, k_axis: BlockAxis) -> None:
+def _count_compact(hist: Histogram, pattern: Pattern, queries: AxisRange, keys: AxisRange, q_axis: BlockAxis,
+                   k_axis: BlockAxis) -> None:
     """From owner ids, documents, segments, links and the band (see compact_blocks)."""
     compact, G = pattern.compact, pattern.global_length
     qg, ql = queries.split(G)
@@ -181,7 +183,8 @@ def _count_compact(hist: Histogram, pattern: Pattern, queries: AxisRange, keys: 
 
     if ql.stop > ql.start and kg.stop > kg.start:
         pairs = _structure_pairs(compact, ql, kg)
-        count_cross(hist, q_long, compact.long_doc[ql], ~compact.long_hard_l2g[ql], k_global, compact.global_doc[kg], pairs, dnb)
+        count_cross(hist, q_long, compact.long_doc[ql], ~compact.long_hard_l2g[ql], k_global, compact.global_doc[kg],
+                    pairs, dnb)
     if qg.stop > qg.start and kl.stop > kl.start:
         tok, glob, label = _structure_pairs(compact, kl, qg)
         count_cross(hist, q_global, compact.global_doc[qg], ~compact.global_hard_g2l[qg], k_long, compact.long_doc[kl],

@@ -38,9 +38,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", help="write FILE.png, FILE.svg or FILE.html instead of printing to the terminal")
     parser.add_argument("--queries", help="query rows A:B over [global ; long] positions; g/l prefixes count in one part (l0:l64)")
     parser.add_argument("--keys", help="key columns A:B, as --queries")
-    parser.add_argument("--instance", type=int, default=0, help="which record of a dataset file, or which instance of a shard")
+    parser.add_argument("--instance", type=int, default=0,
+                        help="which record of a dataset file, or which instance of a shard")
     parser.add_argument("--window", type=int, default=0, metavar="N",
-                        help="which window of a document that the schema's strided layout (truncation: windows) cuts into several")
+                        help="which window of a document that the schema's strided layout (truncation: windows) "
+                             "cuts into several")
     parser.add_argument(
         "--style", choices=("auto", "plain", "letters", "color"), default="auto",
         help="terminal view style (auto: color on a terminal, letters otherwise)",
@@ -56,8 +58,8 @@ def run(args: argparse.Namespace) -> int:
     from graphattn.corpus.cli import html_options
     from graphattn.viz.pattern import Pattern, parse_range
 
-    loaded = load_instance(args.input, schema=args.schema, tokenizer=args.tokenizer, format=args.format, index=args.instance,
-                           window=args.window, html_options=html_options(args))
+    loaded = load_instance(args.input, schema=args.schema, tokenizer=args.tokenizer, format=args.format,
+                           index=args.instance, window=args.window, html_options=html_options(args))
     talk = verbosity(args) >= 0
     if talk and loaded.where:
         print(f"drawing {loaded.where}", file=sys.stderr if args.out is None else sys.stdout)
@@ -76,8 +78,8 @@ def run(args: argparse.Namespace) -> int:
         return 0
     out = Path(args.out)
     if out.suffix.lower() not in (".png", ".svg", ".html"):
-        raise GraphattnError(f"cannot write a picture with suffix {out.suffix!r}; use .png or .svg (or .html for the viewer)",
-                             file=str(out))
+        raise GraphattnError(f"cannot write a picture with suffix {out.suffix!r}; use .png or .svg "
+                             "(or .html for the viewer)", file=str(out))
     if out.suffix.lower() == ".html":
         from graphattn.viz.html import viewer_html
 
@@ -113,8 +115,8 @@ class Loaded:
     where: str = ""  # e.g. "window 2 of 3 (long tokens 2048-6143 of the document)"
 
 
-def load_instance(path: str | Path, *, schema=None, tokenizer=DEFAULT_TOKENIZER, format: str | None = None, index: int = 0,
-                  window: int = 0, html_options: dict | None = None) -> Loaded:
+def load_instance(path: str | Path, *, schema=None, tokenizer=DEFAULT_TOKENIZER, format: str | None = None,
+                  index: int = 0, window: int = 0, html_options: dict | None = None) -> Loaded:
     """The instance to draw, in its compact form: compiled from a document, or read from a shard."""
     path = Path(path)
     if not path.exists():
@@ -125,8 +127,8 @@ def load_instance(path: str | Path, *, schema=None, tokenizer=DEFAULT_TOKENIZER,
         raise GraphattnError(f"--window must be >= 0, got {window}", file=str(path))
     if path.suffix.lower() in SHARD_SUFFIXES:
         if window:
-            raise GraphattnError("--window picks a window of a document; in a shard every window is an instance of its own: "
-                                 "use --instance", file=str(path))
+            raise GraphattnError("--window picks a window of a document; in a shard every window is an instance "
+                                 "of its own: use --instance", file=str(path))
         return load_from_shard(path, index)
     graph = read_document(path, format, index, html_options)
     if schema is None:
@@ -156,7 +158,8 @@ def load_from_shard(path: Path, index: int) -> Loaded:
     instance, provenance = read_row(path, index, compact=True)
     where = ""
     if provenance.windows > 1:
-        where = f"instance {index}: window {provenance.window + 1} of {provenance.windows} of document #{provenance.doc_numbers[0]}"
+        where = (f"instance {index}: window {provenance.window + 1} of {provenance.windows} "
+                 f"of document #{provenance.doc_numbers[0]}")
     return Loaded(instance, where)
 
 

@@ -68,7 +68,7 @@ def _pair_counts(q_blocks, q_class, k_blocks, k_class, nq: int, nk: int) -> np.n
     codes, inverse = np.unique(np.concatenate([q_class, k_class]), return_inverse=True)
     inverse = inverse.reshape(-1)
     a = _per_block(q_blocks, inverse[: len(q_class)], nq, len(codes))
-    b = _per_block(k_blocks, inverse[len(q_class):], nk, len(codes))
+    b = _per_block(k_blocks, inverse[len(q_class) :], nk, len(codes))
     return (a @ b.T).toarray()
 
 
@@ -114,8 +114,9 @@ def count_g2g(hist: Histogram, compact, rows: slice, cols: slice, q_blocks, k_bl
     q_ds, k_ds = qd.astype(np.int64) * width + qs + 1, kd.astype(np.int64) * width + ks + 1
     same_doc = _pair_counts(q_blocks, qd, k_blocks, kd, nq, nk)
     same_segment = _pair_counts(q_blocks, q_ds, k_blocks, k_ds, nq, nk)
-    blocked = _pair_counts(q_blocks[qb], qd[qb], k_blocks[kb], kd[kb], nq, nk) \
-        - _pair_counts(q_blocks[qb], q_ds[qb], k_blocks[kb], k_ds[kb], nq, nk)
+    blocked = _pair_counts(q_blocks[qb], qd[qb], k_blocks[kb], kd[kb], nq, nk) - _pair_counts(
+        q_blocks[qb], q_ds[qb], k_blocks[kb], k_ds[kb], nq, nk
+    )
     allowed = same_doc - blocked
     cross = same_doc - same_segment - blocked if compact.cross_segment_label >= 0 else np.zeros_like(allowed)
     distance = allowed - cross
@@ -175,7 +176,9 @@ def _near_band(compact, rows: slice, cols: slice, k: int):
     return g[allowed], h[allowed], label[allowed]
 
 
-def _count_g2g_cells(hist: Histogram, compact, rows: slice, cols: slice, q_blocks, k_blocks, chosen: np.ndarray) -> None:
+def _count_g2g_cells(
+    hist: Histogram, compact, rows: slice, cols: slice, q_blocks, k_blocks, chosen: np.ndarray
+) -> None:
     """Every cell of the chosen block pairs, derived a query block at a time."""
     r0, c0 = rows.start, cols.start
     for bq in np.flatnonzero(chosen.any(axis=1)):
@@ -193,7 +196,9 @@ def _count_g2g_cells(hist: Histogram, compact, rows: slice, cols: slice, q_block
             hist.add(q_blocks[start:stop][:, None], keys, np.where(keep, ids, -1))
 
 
-def _move_edge_pairs(hist: Histogram, compact, rows: slice, cols: slice, q_blocks, k_blocks, chosen: np.ndarray) -> None:
+def _move_edge_pairs(
+    hist: Histogram, compact, rows: slice, cols: slice, q_blocks, k_blocks, chosen: np.ndarray
+) -> None:
     """g2g edges relabel allowed pairs (masks stay): move each from its label to the edge's."""
     src, dst, label = (np.asarray(a, np.int64) for a in (compact.g2g_src, compact.g2g_dst, compact.g2g_label))
     keep = (src >= rows.start) & (src < rows.stop) & (dst >= cols.start) & (dst < cols.stop)

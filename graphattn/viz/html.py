@@ -75,7 +75,8 @@ def viewer_data(
         "docIndex": np.asarray(instance.long_doc_index, np.int32),
         "blockDrawn": summary.drawn.astype(np.int16),
         # share in 1/255ths, never rounded down to 0 where some pair carries the label
-        "blockShare": np.where(summary.drawn >= 0, np.maximum(1, np.round(summary.drawn_share * 255)), 0).astype(np.uint8),
+        "blockShare": np.where(summary.drawn >= 0, np.maximum(1, np.round(summary.drawn_share * 255)), 0)
+        .astype(np.uint8),
         "qStarts": np.append(summary.queries.starts, summary.queries.stops[-1]).astype(np.int32),
         "kStarts": np.append(summary.keys.starts, summary.keys.stops[-1]).astype(np.int32),
     })
@@ -111,7 +112,8 @@ def _dense_arrays(pattern: Pattern) -> dict[str, np.ndarray]:
     G, L, V = pattern.global_length, pattern.long_length, len(pattern.vocab)
     if G * L > VIEWER_MAX_PAIRS:
         raise GraphattnError(
-            f"the viewer embeds a dense instance's l2g and g2l whole, and G x L = {G} x {L} is past {VIEWER_MAX_PAIRS} pairs; "
+            f"the viewer embeds a dense instance's l2g and g2l whole, and G x L = {G} x {L} is past "
+            f"{VIEWER_MAX_PAIRS} pairs; "
             "compile it with compact=True (graphattn viz and shards do) or draw a block summary (.png/.svg)"
         )
     everything = slice(None)
@@ -128,11 +130,10 @@ def _compact_arrays(pattern: Pattern) -> dict[str, np.ndarray]:
 
     Links and g2g edges are sorted by their pair's key (query * G + key, exact in float64) for
     a binary search; a pair listed twice keeps its last label, as the dense derivation does."""
-    c, G = pattern.compact, max(pattern.global_length, 1)
-    link_long, link_global, link_label = unique_pairs(np.asarray(c.link_long, np.int64), np.asarray(c.link_global, np.int64),
-                                                      np.asarray(c.link_label, np.int64), G)
-    src, dst, edge_label = unique_pairs(np.asarray(c.g2g_src, np.int64), np.asarray(c.g2g_dst, np.int64),
-                                        np.asarray(c.g2g_label, np.int64), G)
+    c, G, L = pattern.compact, max(pattern.global_length, 1), pattern.long_length
+    as64 = lambda a: np.asarray(a, np.int64)  # noqa: E731
+    link_long, link_global, link_label = unique_pairs(as64(c.link_long), as64(c.link_global), as64(c.link_label), G)
+    src, dst, edge_label = unique_pairs(as64(c.g2g_src), as64(c.g2g_dst), as64(c.g2g_label), G)
     return {
         "longDoc": np.asarray(c.long_doc, np.int32),
         "longSegment": np.asarray(c.long_segment, np.int32),
@@ -141,7 +142,7 @@ def _compact_arrays(pattern: Pattern) -> dict[str, np.ndarray]:
         "globalSegment": np.asarray(c.global_segment, np.int32),
         "globalBlockable": np.asarray(c.global_blockable, np.uint8),
         "globalHard": np.asarray(c.global_hard_g2l, np.uint8),
-        **({} if _same_owners(pattern) else {"compactOwners": np.asarray(c.owners, np.int32).reshape(-1, pattern.long_length)}),
+        **({} if _same_owners(pattern) else {"compactOwners": np.asarray(c.owners, np.int32).reshape(-1, L)}),
         "linkKey": (link_long * G + link_global).astype(np.float64),
         "linkLabel": link_label.astype(np.int32),
         "edgeKey": (src * G + dst).astype(np.float64),

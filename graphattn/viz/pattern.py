@@ -145,7 +145,8 @@ class Pattern:
         self.long_length = instance.long_length
         self.reader = side_reader(instance.side, self.global_length, self.long_length)
         self.radius = self.reader.radius
-        self.compact = self.reader.compact if isinstance(self.reader, _CompactReader) else None  # counted by class (blocks.py)
+        # blocks.py counts a compact instance by class, straight from its arrays
+        self.compact = self.reader.compact if isinstance(self.reader, _CompactReader) else None
 
     @property
     def size(self) -> int:

@@ -122,8 +122,9 @@ def _default_title(pattern: Pattern, summary: BlockSummary | None) -> str:
     if summary is None:
         return head
     size = int(summary.queries.sizes.max())
-    return (f"{head}\nblocks of up to {size} tokens: color = the block's structure label (a schema label, else belongs) "
-            "if any pair has one, else its most common label; shade = share of the block's pairs with that label")
+    return (f"{head}\nblocks of up to {size} tokens: color = the block's structure label (a schema label, else "
+            "belongs) if any pair has one, else its most common label; shade = share of the block's pairs with "
+            "that label")
 
 
 # -- layout --------------------------------------------------------------------------------

@@ -92,8 +92,9 @@ def terminal_view(
         s = glyphs.shades
         shading = f"{s[0]} <=25% {s[1]} <=50% {s[2]} <=75% {s[3]} >75% of pairs allowed"
         what = "structure label (schema label, belongs) if any pair has one, else most common label"
-        note = f"blocks of up to {size} tokens; " + {"plain": shading, "letters": f"letter = {what}",
-                                                     "color": f"color = {what}; {shading.replace('allowed', 'with it')}"}[style]
+        explained = {"plain": shading, "letters": f"letter = {what}",
+                     "color": f"color = {what}; {shading.replace('allowed', 'with it')}"}
+        note = f"blocks of up to {size} tokens; {explained[style]}"
     if ascii_only:  # token text and the cut mark may be anything; keep every line ASCII
         row_names = [name.replace("…", "~").encode("ascii", "replace").decode("ascii") for name in row_names]
     lines = _grid_lines(pattern, cells, row_names, row_starts, col_starts, glyphs)

@@ -38,26 +38,66 @@ def _cut(path) -> None:
 
 
 CASES = {
-    "config is a list": (lambda d: (d / "config.json").write_text("[1, 2]"), "config.json", "must hold a JSON object, got a list"),
-    "config is not JSON": (lambda d: (d / "config.json").write_text("{oops"), "config.json:1", "config.json is not valid JSON"),
-    "config lacks a size": (lambda d: _edit_config(d, lambda c: {k: v for k, v in c.items() if k != "hidden_size"}),
-                            "config.json", "needs hidden_size as a positive integer, found missing"),
-    "size is a string": (lambda d: _edit_config(d, lambda c: {**c, "num_hidden_layers": "2"}), "config.json",
-                         "needs num_hidden_layers as a positive integer, found '2'"),
-    "random safetensors": (lambda d: (d / "model.safetensors").write_bytes(os.urandom(4096)), "model.safetensors",
-                           "not a readable safetensors file"),
-    "truncated safetensors": (lambda d: _cut(d / "model.safetensors"), "model.safetensors", "not a readable safetensors file"),
-    "random pytorch_model.bin": (lambda d: (_as_bin(d), (d / "pytorch_model.bin").write_bytes(os.urandom(4096))),
-                                 "pytorch_model.bin", "not a readable PyTorch checkpoint"),
-    "truncated pytorch_model.bin": (lambda d: (_as_bin(d), _cut(d / "pytorch_model.bin")), "pytorch_model.bin",
-                                    "not a readable PyTorch checkpoint"),
-    "pickled code, not tensors": (lambda d: (_as_bin(d), (d / "pytorch_model.bin").write_bytes(pickle.dumps(object()))),
-                                  "pytorch_model.bin", "graphattn loads weights only, never code"),
-    "not a state dict": (lambda d: (_as_bin(d), torch.save([1, 2], d / "pytorch_model.bin")), "pytorch_model.bin",
-                         "expected a state dict of tensors, got list"),
-    "index without a weight map": (lambda d: (d / "model.safetensors.index.json").write_text('{"weight_map": 3}'),
-                                   "model.safetensors.index.json", "needs a weight_map"),
-    "no weights at all": (lambda d: (d / "model.safetensors").unlink(), "", "no model.safetensors or pytorch_model.bin"),
+    "config is a list": (
+        lambda d: (d / "config.json").write_text("[1, 2]"),
+        "config.json",
+        "must hold a JSON object, got a list",
+    ),
+    "config is not JSON": (
+        lambda d: (d / "config.json").write_text("{oops"),
+        "config.json:1",
+        "config.json is not valid JSON",
+    ),
+    "config lacks a size": (
+        lambda d: _edit_config(d, lambda c: {k: v for k, v in c.items() if k != "hidden_size"}),
+        "config.json",
+        "needs hidden_size as a positive integer, found missing",
+    ),
+    "size is a string": (
+        lambda d: _edit_config(d, lambda c: {**c, "num_hidden_layers": "2"}),
+        "config.json",
+        "needs num_hidden_layers as a positive integer, found '2'",
+    ),
+    "random safetensors": (
+        lambda d: (d / "model.safetensors").write_bytes(os.urandom(4096)),
+        "model.safetensors",
+        "not a readable safetensors file",
+    ),
+    "truncated safetensors": (
+        lambda d: _cut(d / "model.safetensors"),
+        "model.safetensors",
+        "not a readable safetensors file",
+    ),
+    "random pytorch_model.bin": (
+        lambda d: (_as_bin(d), (d / "pytorch_model.bin").write_bytes(os.urandom(4096))),
+        "pytorch_model.bin",
+        "not a readable PyTorch checkpoint",
+    ),
+    "truncated pytorch_model.bin": (
+        lambda d: (_as_bin(d), _cut(d / "pytorch_model.bin")),
+        "pytorch_model.bin",
+        "not a readable PyTorch checkpoint",
+    ),
+    "pickled code, not tensors": (
+        lambda d: (_as_bin(d), (d / "pytorch_model.bin").write_bytes(pickle.dumps(object()))),
+        "pytorch_model.bin",
+        "graphattn loads weights only, never code",
+    ),
+    "not a state dict": (
+        lambda d: (_as_bin(d), torch.save([1, 2], d / "pytorch_model.bin")),
+        "pytorch_model.bin",
+        "expected a state dict of tensors, got list",
+    ),
+    "index without a weight map": (
+        lambda d: (d / "model.safetensors.index.json").write_text('{"weight_map": 3}'),
+        "model.safetensors.index.json",
+        "needs a weight_map",
+    ),
+    "no weights at all": (
+        lambda d: (d / "model.safetensors").unlink(),
+        "",
+        "no model.safetensors or pytorch_model.bin",
+    ),
 }
 
 

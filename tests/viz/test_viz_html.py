@@ -9,7 +9,7 @@ import matplotlib.image
 import numpy as np
 import pytest
 from chromium_pipe import Chromium, ChromiumUnavailable
-from viz_instances import big_instance, hand_instance, random_compact_instance
+from viz_instances import big_instance, hand_instance, random_compact_instance, sentence_instance
 
 from graphattn.viz.html import viewer_data, viewer_html, write_viewer
 from graphattn.viz.palette import label_colors, to_uint8
@@ -88,7 +88,8 @@ def test_small_page_draws_cells_and_tooltips(browser, tmp_path):
     open_page(browser, write_viewer(instance, tmp_path / "small.html"))
     assert browser.evaluate("graphattnViewer.mode()") == "tokens"
     legend = browser.evaluate("[...document.querySelectorAll('#legend div')].map(d => d.dataset.label)")
-    assert legend == ["belongs", "does_not_belong", "dist:-2", "dist:-1", "dist:0", "dist:+1", "dist:+2", "masked: may not attend"]
+    distances = ["dist:-2", "dist:-1", "dist:0", "dist:+1", "dist:+2"]
+    assert legend == ["belongs", "does_not_belong", *distances, "masked: may not attend"]
 
     owned = browser.evaluate(f"graphattnViewer.cellCenter(1, {G})")
     masked = browser.evaluate(f"graphattnViewer.cellCenter(1, {G + 4})")
@@ -168,20 +169,7 @@ def test_page_derives_every_pair_of_a_compact_instance_as_python_does(browser, t
 
 
 def test_262k_compact_viewer_stays_small():
-    from graphattn.compact import CompactSideInputs
-
-    L, G = 262_144, 20_000
-    owner = (np.arange(L) * G // L).astype(np.int32)
-    side = CompactSideInputs(local_radius=84, max_distance=12, levels=("sentence",), owners=owner[None, :],
-                             long_doc=np.zeros(L, np.int32), long_segment=np.zeros(L, np.int32), global_doc=np.zeros(G, np.int32),
-                             global_segment=np.full(G, -1, np.int32), global_blockable=np.zeros(G, bool),
-                             long_hard_l2g=np.zeros(L, bool), global_hard_g2l=np.ones(G, bool))
-    instance = random_compact_instance(np.random.default_rng(0), G=1, L=1, radius=0, max_distance=12, extra_labels=0)
-    instance = type(instance)(**{**instance.__dict__, "side": side, "long_token_ids": np.zeros(L, np.int32),
-                                 "long_type_ids": np.zeros(L, np.int32), "global_token_ids": np.ones(G, np.int32),
-                                 "global_type_ids": np.zeros(G, np.int32), "global_node_ids": [f"s{g}" for g in range(G)],
-                                 "global_node_types": ["sentence"] * G, "long_char_spans": np.full((L, 2), -1, np.int32),
-                                 "long_doc_index": np.zeros(L, np.int32), "long_owners": {"sentence": owner}})
+    instance = sentence_instance(L=262_144, G=20_000, radius=84, max_distance=12)
     meta, payload = viewer_data(instance)
     assert len(payload) < 4_000_000  # the dense l2g alone would be 5.2e9 pairs
     assert meta["present"][0] == instance.label_vocab.belongs

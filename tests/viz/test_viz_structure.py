@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from viz_instances import random_compact_instance
+from viz_instances import random_compact_instance, sentence_instance
 
 from graphattn.compact import CompactSideInputs
 from graphattn.viz.blocks import block_summary
@@ -17,8 +17,16 @@ from graphattn.viz.picture import render
 
 
 @settings(max_examples=60, deadline=None)
-@given(G=st.integers(0, 12), L=st.integers(1, 30), radius=st.integers(0, 5), k=st.integers(1, 4), size=st.integers(1, 9),
-       seed=st.integers(0, 2**16), lo=st.integers(0, 40), hi=st.integers(0, 40))
+@given(
+    G=st.integers(0, 12),
+    L=st.integers(1, 30),
+    radius=st.integers(0, 5),
+    k=st.integers(1, 4),
+    size=st.integers(1, 9),
+    seed=st.integers(0, 2**16),
+    lo=st.integers(0, 40),
+    hi=st.integers(0, 40),
+)
 def test_compact_counts_equal_counting_every_dense_pair(G, L, radius, k, size, seed, lo, hi):
     # documents, segments, blocked and cross-labelled g2g, hard rows, owners, links and g2g edges
     instance = random_compact_instance(np.random.default_rng(seed), G, L, radius, max_distance=k)
@@ -31,22 +39,6 @@ def test_compact_counts_equal_counting_every_dense_pair(G, L, radius, k, size, s
         want = block_summary(Pattern(dense), queries, keys, block_size=size)
         np.testing.assert_array_equal(got.counts, want.counts)
         np.testing.assert_array_equal(got.drawn, want.drawn)
-
-
-def sentence_instance(L: int, G: int, radius: int = 16, max_distance: int = 4, document_global: bool = False):
-    """One document, G sentence globals owning equal runs of tokens, hard g2l, soft l2g: compact."""
-    owner = (np.arange(L) * G // L).astype(np.int32)
-    side = CompactSideInputs(local_radius=radius, max_distance=max_distance, levels=("sentence",), owners=owner[None, :],
-                             long_doc=np.zeros(L, np.int32), long_segment=np.zeros(L, np.int32), global_doc=np.zeros(G, np.int32),
-                             global_segment=np.full(G, -1, np.int32), global_blockable=np.zeros(G, bool),
-                             long_hard_l2g=np.zeros(L, bool), global_hard_g2l=np.ones(G, bool))
-    base = random_compact_instance(np.random.default_rng(0), G=1, L=1, radius=0, max_distance=max_distance, extra_labels=0)
-    return dataclasses.replace(
-        base, side=side, long_token_ids=np.zeros(L, np.int32), long_type_ids=np.zeros(L, np.int32),
-        global_token_ids=np.ones(G, np.int32), global_type_ids=np.zeros(G, np.int32),
-        global_node_ids=[f"s{g}" for g in range(G)], global_node_types=["sentence"] * G,
-        long_char_spans=np.full((L, 2), -1, np.int32), long_doc_index=np.zeros(L, np.int32), long_owners={"sentence": owner},
-        doc_ids=["doc"], texts=[""])
 
 
 def test_l2g_blocks_show_belongs_like_the_g2l_of_the_same_ownership():
@@ -112,7 +104,7 @@ def test_title_is_never_clipped_and_ticks_never_overlap_at_the_boundary():
         boxes = _boxes(rendering, labels)
         assert "L0" in {t.get_text() for t in labels}, name  # the boundary keeps its name
         for i, a in enumerate(boxes):
-            for b in boxes[i + 1:]:
+            for b in boxes[i + 1 :]:
                 assert not a.overlaps(b), (name, a, b)
 
 
