@@ -126,7 +126,8 @@ def long_input(out: Path, tokens: int, sentences: int) -> list[tuple[str, float,
     schema.update(name="etc-sentences-long", max_long_length=tokens, max_global_length=sentences)
     (out / "long.yaml").write_text(yaml.safe_dump(schema))
     (out / "long.json").write_text(json.dumps(long_document(tokens, sentences)))
-    compile_argv = ["compile", str(out / "long.json"), "--schema", str(out / "long.yaml"), "-q", "--out", str(out / "shards")]
+    long_json, long_yaml, shards = (str(out / name) for name in ("long.json", "long.yaml", "shards"))
+    compile_argv = ["compile", long_json, "--schema", long_yaml, "-q", "--out", shards]
     rows = [("graphattn compile (setup)", *timed_command(compile_argv, out))]
     shard = str(out / "shards" / "shard-00000.parquet")
     for suffix in ("png", "html"):
