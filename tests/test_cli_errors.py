@@ -24,6 +24,8 @@ from graphattn.cli import main
 
 REPO = Path(__file__).resolve().parents[1]
 DATA = REPO / "examples" / "data"
+TRAIN = ["train", "--task", "wikihop", "--schema", "wikihop", "--tokenizer", "default"]
+RECORDS = str(DATA / "wikihop_sample.json")
 
 
 @pytest.fixture(scope="module")
@@ -37,7 +39,7 @@ def files(tmp_path_factory) -> Path:
     (root / "bad.yaml").write_text("name: x\nnode_types: [oops\n")
     (root / "badtok.json").write_text('{"model": 1}')
     (root / "emptydir").mkdir()
-    ckpt = root / "checkpoint"
+    ckpt = root / "ckpt"
     ckpt.mkdir()
     (ckpt / "config.json").write_text("[1, 2]")
     return root
@@ -147,43 +149,9 @@ CASES = [
     ),
     (["viz", "{d}/binary.html", "--schema", "etc-sentences"], 2, "binary.html"),
     (["viz", "{d}/notes.txt", "--schema", "etc-sentences", "--format", "parquet"], 2, "invalid choice: 'parquet'"),
+    ([*TRAIN, "--data", "{d}/missing.json", "--out", "{d}/t1", "--steps", "1"], 2, "missing.json"),
     (
-        [
-            "train",
-            "--task",
-            "wikihop",
-            "--data",
-            "{d}/missing.json",
-            "--schema",
-            "wikihop",
-            "--tokenizer",
-            "default",
-            "--out",
-            "{d}/t1",
-            "--steps",
-            "1",
-        ],
-        2,
-        "missing.json",
-    ),
-    (
-        [
-            "train",
-            "--task",
-            "wikihop",
-            "--data",
-            str(DATA / "wikihop_sample.json"),
-            "--schema",
-            "wikihop",
-            "--tokenizer",
-            "default",
-            "--out",
-            "{d}/t2",
-            "--steps",
-            "1",
-            "--init-from",
-            "{d}/checkpoint",
-        ],
+        [*TRAIN, "--data", RECORDS, "--out", "{d}/t2", "--steps", "1", "--init-from", "{d}/ckpt"],
         2,
         "config.json: config.json must hold a JSON object, got a list",
     ),
@@ -316,23 +284,8 @@ def many(tmp_path_factory) -> Path:
 def test_ctrl_c_in_a_parallel_compile_is_one_message_and_130(many, tmp_path):
     out = tmp_path / "shards"
     done = lambda proc: len(glob.glob(str(out / "*.done.json"))) >= 2  # noqa: E731
-    proc = _interrupt(
-        [
-            "compile",
-            str(many),
-            "--schema",
-            "etc-sentences",
-            "--out",
-            str(out),
-            "--shard-size",
-            "2",
-            "--workers",
-            "2",
-            "-q",
-        ],
-        done,
-        env={"GRAPHATTN_COMPILE_THROTTLE": "0.3"},
-    )
+    argv = ["compile", str(many), "--schema", "etc-sentences", "--out", str(out), "--shard-size", "2", "--workers", "2"]
+    proc = _interrupt([*argv, "-q"], done, env={"GRAPHATTN_COMPILE_THROTTLE": "0.3"})
     assert proc.returncode == 130
     assert "Traceback" not in proc.stdout + proc.stderr  # the workers leave Ctrl-C to the driver
     assert "interrupted; finished shards are kept" in proc.stderr and "--resume" in proc.stderr
@@ -346,33 +299,9 @@ def test_ctrl_c_in_train_is_130_without_a_traceback(tmp_path):
         lines.append(proc.stdout.readline())
         return "training instances" in lines[-1]
 
-    proc = _interrupt(
-        [
-            "train",
-            "--task",
-            "wikihop",
-            "--data",
-            str(DATA / "wikihop_sample.json"),
-            "--schema",
-            "wikihop",
-            "--tokenizer",
-            "default",
-            "--out",
-            str(tmp_path / "run"),
-            "--steps",
-            "100000",
-            "--hidden-size",
-            "32",
-            "--layers",
-            "1",
-            "--heads",
-            "2",
-            "--batch-size",
-            "2",
-            "-q",
-        ],
-        started,
-    )
+    tiny = ["--hidden-size", "32", "--layers", "1", "--heads", "2", "--batch-size", "2", "-q"]
+    argv = [*TRAIN, "--data", RECORDS, "--out", str(tmp_path / "run"), "--steps", "100000", *tiny]
+    proc = _interrupt(argv, started)
     assert proc.returncode == 130, proc.stderr
     assert "Traceback" not in proc.stdout + proc.stderr and "interrupted" in proc.stderr
 
@@ -398,26 +327,9 @@ def test_full_disk_is_one_line_and_leaves_nothing_that_looks_complete(many, tmp_
     from graphattn.corpus.output import OutputDir
 
     out = tmp_path / "shards"
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-c",
-            FULL_DISK,
-            str(fail_from),
-            "compile",
-            str(many),
-            "--schema",
-            "etc-sentences",
-            "--out",
-            str(out),
-            "--shard-size",
-            "10",
-            "-q",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    argv = ["compile", str(many), "--schema", "etc-sentences", "--out", str(out), "--shard-size", "10", "-q"]
+    child = [sys.executable, "-c", FULL_DISK, str(fail_from), *argv]
+    proc = subprocess.run(child, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 2, proc.stderr
     assert "Traceback" not in proc.stdout + proc.stderr
     (line,) = proc.stderr.splitlines()

@@ -73,22 +73,9 @@ def test_mapping_example_reads_as_the_formats_doc_says(tmp_path):
     import yaml
 
     assert yaml.safe_load(shown) == yaml.safe_load((REPO / "examples" / "data" / "mapping-example.yaml").read_text())
-    proc = subprocess.run(
-        [
-            "graphattn",
-            "compile",
-            str(REPO / "examples" / "data" / "mapping-example.jsonl"),
-            "--mapping",
-            str(REPO / "examples" / "data" / "mapping-example.yaml"),
-            "--schema",
-            "etc-sentences",
-            "--out",
-            str(tmp_path / "shards"),
-            "-q",
-        ],
-        capture_output=True,
-        text=True,
-    )
+    example = REPO / "examples" / "data" / "mapping-example"
+    argv = ["compile", f"{example}.jsonl", "--mapping", f"{example}.yaml", "--schema", "etc-sentences", "-q"]
+    proc = subprocess.run(["graphattn", *argv, "--out", str(tmp_path / "o")], capture_output=True, text=True)
     assert proc.returncode == 0 and proc.stdout.startswith("compiled 2 of 2 documents; rejected 0"), proc.stderr
 
 

@@ -117,20 +117,8 @@ def test_tokenizer_train_command_writes_a_tokenizer_json(tmp_path):
 
 def test_compile_and_viz_default_to_the_same_tokenizer(tmp_path):
     (tmp_path / "doc.txt").write_text(TEXT)
-    proc = subprocess.run(
-        [
-            "graphattn",
-            "compile",
-            str(tmp_path / "doc.txt"),
-            "--schema",
-            "etc-sentences",
-            "--out",
-            str(tmp_path / "shards"),
-            "-q",
-        ],
-        capture_output=True,
-        text=True,
-    )
+    argv = ["compile", str(tmp_path / "doc.txt"), "--schema", "etc-sentences", "--out", str(tmp_path / "shards"), "-q"]
+    proc = subprocess.run(["graphattn", *argv], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     run = json.loads((tmp_path / "shards" / "run.json").read_text())
     assert run["settings"]["tokenizer"] == "default" and run["settings"]["tokenizer_vocab_size"] == 3000
