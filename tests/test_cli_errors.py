@@ -39,6 +39,13 @@ def files(tmp_path_factory) -> Path:
     (root / "bad.yaml").write_text("name: x\nnode_types: [oops\n")
     (root / "badtok.json").write_text('{"model": 1}')
     (root / "emptydir").mkdir()
+    from graphattn.corpus.pipeline import CompileOptions, run_compile
+
+    run_compile(CompileOptions(inputs=[str(root / "notes.txt")], schema="etc-sentences", out=str(root / "good"),
+                               progress=False), print_fn=None)
+    shard = bytearray((root / "good" / "shard-00000.parquet").read_bytes())
+    shard[100:2000] = bytes((b * 7 + 3) % 256 for b in shard[100:2000])  # pages garbled, footer intact
+    (root / "damaged.parquet").write_bytes(bytes(shard))
     ckpt = root / "ckpt"
     ckpt.mkdir()
     (ckpt / "config.json").write_text("[1, 2]")
@@ -136,7 +143,9 @@ CASES = [
     (["inspect", "{d}/binary.parquet"], 2, "binary.parquet: not a readable Parquet file"),
     (["inspect", "{d}/notes.txt"], 2, "notes.txt: not a readable Parquet file"),
     (["inspect", "{d}/o13", "--bins", "0"], 2, "--bins must be >= 1"),
+    (["inspect", "{d}/damaged.parquet"], 2, "damaged.parquet: damaged shard data"),
     (["viz", "{d}/binary.parquet"], 2, "binary.parquet: not a readable Parquet file"),
+    (["viz", "{d}/damaged.parquet"], 2, "damaged.parquet: damaged shard: row group 0 cannot be read"),
     (["viz", "{d}/broken.json", "--schema", "etc-sentences"], 2, "broken.json:2: not valid JSON"),
     (["viz", "{d}/notes.txt"], 2, "--schema is required"),
     (["viz", "{d}/notes.txt", "--schema", "etc-sentences", "--queries", "5:2"], 2, "--queries '5:2'"),

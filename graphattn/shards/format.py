@@ -430,5 +430,10 @@ def read_row(path: str | os.PathLike, index: int, *, compact: bool = True) -> tu
     while index >= first + info.row_groups[group]:
         first += info.row_groups[group]
         group += 1
-    rows = DecodedRows(pf.read_row_group(group), info)
+    try:
+        table = pf.read_row_group(group)
+    except (OSError, pa.ArrowException) as err:  # a footer that reads, pages that do not
+        raise ShardFormatError(f"damaged shard: row group {group} cannot be read ({' '.join(str(err).split())}); "
+                               "compile it again", file=path) from None
+    rows = DecodedRows(table, info)
     return rows.instance(index - first, compact), rows.provenance(index - first)

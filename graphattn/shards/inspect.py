@@ -33,8 +33,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    print("\n".join(inspect_lines(args.source, instance=args.instance, label_instances=args.label_instances,
-                                  bins=args.bins, tokens=args.tokens)))
+    import pyarrow as pa
+
+    from graphattn.errors import GraphattnError
+
+    try:
+        lines = inspect_lines(args.source, instance=args.instance, label_instances=args.label_instances, bins=args.bins,
+                              tokens=args.tokens)
+    except (OSError, pa.ArrowException) as err:  # footers that read, pages that do not
+        why = " ".join(str(err).split())
+        raise GraphattnError(f"damaged shard data ({why}); compile it again", file=str(args.source)) from None
+    print("\n".join(lines))
     return 0
 
 
