@@ -22,6 +22,8 @@ from graphattn import __version__
 from graphattn.errors import GraphattnError
 
 EXIT_OK, EXIT_INCOMPLETE, EXIT_ERROR, EXIT_INTERRUPTED = 0, 1, 2, 130
+DESCRIPTION = ("graphattn: compile structured documents (typed graphs + a relation schema) into ETC global-local "
+               "inputs, inspect and draw them, train on them.")
 
 
 @dataclass(frozen=True)
@@ -66,7 +68,8 @@ def add_verbosity_arguments(parser: argparse.ArgumentParser, *quiet_aliases: str
     group.add_argument("-q", "--quiet", *quiet_aliases, action="store_true",
                        help="no progress bars or notes: results, warnings and errors only")
     group.add_argument("-v", "--verbose", action="count", default=0,
-                       help="say more (every rejected document, timings); -vv also shows the traceback of an error")
+                       help="say more where there is more to say (compile: the reason of every rejected document); "
+                            "-vv also shows the traceback of an error")
 
 
 def verbosity(args: argparse.Namespace) -> int:
@@ -85,7 +88,7 @@ def build_parser(only: str | None = None) -> tuple[argparse.ArgumentParser, dict
     imported): the top-level --help lists commands without importing any of them."""
     examples = "\n".join(f"  {c.example}" for c in COMMANDS.values())
     epilog = f"examples:\n{examples}\n\n`graphattn COMMAND --help` shows a command's options."
-    parser = argparse.ArgumentParser(prog="graphattn", description=__doc__.splitlines()[0],
+    parser = argparse.ArgumentParser(prog="graphattn", description=DESCRIPTION,
                                      formatter_class=HelpFormatter, epilog=epilog)
     parser.add_argument("--version", action="version", version=f"graphattn {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
