@@ -476,3 +476,18 @@ def test_encoding_and_errors_reach_the_html_reader(tmp_path, capsys):
         ],
     )
     assert code == 0 and "L0 Caf " in out  # (BERT normalization drops U+FFFD from the tokens; the text keeps it)
+
+
+def test_api_papercuts_say_what_was_expected():
+    import graphattn
+    from graphattn.errors import CompileError, GraphError
+
+    with pytest.raises(CompileError, match="expected a DocGraph or a list of DocGraphs, got dict; DocGraph.from_dict"):
+        graphattn.compile_instance({"text": "a", "nodes": [], "edges": []}, "etc-sentences", "default")
+    with pytest.raises(GraphError, match=r"node 's': span \[5, 2\) ends before it starts"):
+        graphattn.DocGraph.from_dict({"text": "hello world", "nodes": [{"id": "s", "type": "sentence", "span": [5, 2]}],
+                                      "edges": []})
+    sentence = {"id": "s", "type": "sentence", "span": [0, 11]}
+    graph = graphattn.DocGraph.from_dict({"text": "A sentence.", "nodes": [sentence], "edges": []})
+    instance = graphattn.compile_instance(graph, "etc-sentences", "default")
+    assert "\n" not in repr(instance) and len(repr(instance)) < 120  # a one-line summary, not the arrays
