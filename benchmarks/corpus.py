@@ -8,11 +8,12 @@ Generates documents in HotpotQA's JSON layout (question, 10 paragraphs of titled
 compiles them with schemas/hotpotqa.yaml (etc-sentences if it is missing) and the project's
 tokenizer, and prints docs/s and tokens/s per engine beside the peer measured in the same run:
 HF `tokenizers` encoding the same texts one by one (`Tokenizer.encode`, what a tokenize-only
-pipeline pays). Everything is pinned to one thread per process (RAYON_NUM_THREADS=1, one torch
-thread) so that ratios compare work, not cores. CPU seconds per run show whether the work grows
-with workers, which wall-clock time on a loaded machine cannot. Shard size is given in bytes per
-long token, split into the token-id column and everything else (target: <= 4 bytes per long
-token besides the token ids), beside what the eight dense int32 side inputs would take.
+pipeline pays; docs/DESIGN.md §9: compiling should cost no more than tokenizing). Everything is
+pinned to one thread per process (RAYON_NUM_THREADS=1, one torch thread) so that ratios compare
+work, not cores. CPU seconds per run show whether the work grows with workers, which wall-clock
+time on a loaded machine cannot. Shard size is given in bytes per long token, split into the
+token-id column and everything else (target: <= 4 bytes per long token besides the token ids),
+beside what the eight dense int32 side inputs would take.
 
 Targets (#16): one worker >= 0.8x the tokenizers peer; 2 workers >= 1.7x one worker; Ray Data
 with 2 workers >= 0.9x the local engine with 2 workers (Ray's start-up reported apart).
