@@ -70,7 +70,7 @@ def _start(workers: int | None, address: str | None) -> bool:
         if address:
             ray.init(address=address, **quiet)
         else:
-            ray.init(num_cpus=workers, **quiet)
+            ray.init(address="local", num_cpus=workers, **quiet)  # a new instance, whatever else runs here
     except (ConnectionError, RuntimeError, ValueError) as err:
         where = f"the Ray cluster at {address}" if address else "a local Ray instance"
         raise GraphattnError(f"could not start or join {where}: {err}") from None

@@ -69,12 +69,9 @@ def _driver_run(tmp_path, name: str, documents: int, sentences: int = 30):
     return written, peak, options
 
 
-def main(work: Path) -> dict:
+def main(work: Path, cluster) -> dict:
     import ray
-    from ray.cluster_utils import Cluster
 
-    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
-    cluster.add_node(num_cpus=1)
     ray.init(address=cluster.address, include_dashboard=False, logging_level="ERROR")
     written, _, options = _driver_run(work, "ray", 80)
     local = CompileOptions(**{**vars(options), "out": str(work / "local"), "engine": "local", "workers": 2})
@@ -94,6 +91,12 @@ def main(work: Path) -> dict:
 
 if __name__ == "__main__":
     import ray
+    from ray.cluster_utils import Cluster
 
-    print(json.dumps(main(Path(sys.argv[1]))), flush=True)
-    ray.shutdown()  # the cluster's processes are this process's group: the test ends whatever is left
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
+    cluster.add_node(num_cpus=1)
+    try:
+        print(json.dumps(main(Path(sys.argv[1]), cluster)), flush=True)
+    finally:
+        ray.shutdown()
+        cluster.shutdown()  # and the test ends whatever this process group still holds
