@@ -5,9 +5,10 @@ long tokens, so a 10 MB page with a 4,096-token schema needs only its first few 
 tokenized. `long_token_bound` says when such a bound exists (tail only: `drop_longest_first`
 chooses what to drop from the sizes of all contexts, `windows` compiles every window and
 `error` reports the full size), and `encode_documents` then tokenizes a prefix of the text that
-holds more long tokens than the bound, growing it until it does or the text ends: a first
-prefix of `MIN_PREFIX_CHARS` measures how much text a long token takes, the next is sized from
-that. Every step depends on the document alone, so the cut (and the report) is deterministic.
+holds more long tokens than the bound, growing it until it does or the text ends: the first
+prefix allows `FIRST_CHARS_PER_TOKEN` characters per token (a text shorter than that is
+tokenized whole, once), a prefix too short grows by the rate of tokens it showed. Every step
+depends on the document alone, so the cut (and the report) is deterministic.
 
 A prefix is cut right before a space that follows a non-space, and only for tokenizers whose
 tokens there are provably those of the whole text (`Tokenizer.prefix_exact`: per-character
@@ -27,8 +28,9 @@ from graphattn.compile.ranges import coverage
 from graphattn.schema import Schema
 from graphattn.tokenize import Encoding, Tokenizer, spans_to_token_ranges
 
-MIN_PREFIX_CHARS = 4096  # the first prefix tokenized: it measures the text's rate of long tokens per character
-GROWTH_MARGIN = 1.2  # the next prefix holds the bound's tokens at that rate, and a fifth more
+FIRST_CHARS_PER_TOKEN = 6  # the first prefix: 6 characters per long token kept (English wordpieces take 3-5)
+MIN_PREFIX_CHARS = 4096  # and never less (shorter texts are tokenized whole)
+GROWTH_MARGIN = 1.2  # a prefix too short grows to the bound's tokens at the rate it showed, and a fifth more
 _CUT = re.compile(r"(?<=\S) ")  # a space right after a non-space: where a prefix may end
 
 
@@ -79,7 +81,9 @@ def encode_documents(plans: list[TextPlan], tokenizer: Tokenizer) -> list[tuple[
 
 
 def _first_guess(plan: TextPlan) -> int:
-    return len(plan.text) if plan.bound is None else MIN_PREFIX_CHARS
+    if plan.bound is None:
+        return len(plan.text)
+    return max(MIN_PREFIX_CHARS, (plan.bound + 1) * FIRST_CHARS_PER_TOKEN)
 
 
 def _cut_point(plan: TextPlan, chars: int) -> int:
