@@ -223,16 +223,21 @@ class DocGraph:
 
     # -- building -------------------------------------------------------------------------
     def add_node(self, node_id: str, type: str, span: tuple[int, int] | None = None, **attrs: Any) -> Node:
-        node_id = str(node_id)
-        index = self._index()
+        # Written for speed: JSON readers call this once per node.
+        node_id = node_id if node_id.__class__ is str else str(node_id)
+        ids, index = self._ids, self._index_map
+        if len(index) < len(ids):
+            index = self._index()
         if node_id in index:
             raise GraphError(
                 f"duplicate node id (first has type {self.node(node_id).type!r})", file=self.source, node=node_id
             )
-        code = self._type_code(node_id, type)
+        code = self._type_codes.get(type) if type.__class__ is str else None
+        if code is None:
+            code = self._type_code(node_id, type)
         start, end = (-1, -1) if span is None else self._check_span(node_id, span)
-        row = len(self._ids)
-        self._ids.append(node_id)
+        row = len(ids)
+        ids.append(node_id)
         index[node_id] = row
         self._types.append(code)
         self._starts.append(start)
@@ -243,18 +248,20 @@ class DocGraph:
 
     def add_edge(self, src: str, relation: str, dst: str, **attrs: Any) -> Edge:
         src, dst = str(src), str(dst)
-        index = self._index()
-        for end, role in ((src, "source"), (dst, "target")):
-            if end not in index:
-                raise GraphError(
-                    f"edge {src!r} -[{relation}]-> {dst!r}: {role} node {end!r} does not exist",
-                    file=self.source,
-                    node=end,
-                )
+        index = self._index_map
+        if len(index) < len(self._ids):
+            index = self._index()
+        source, target = index.get(src), index.get(dst)
+        if source is None or target is None:
+            end, role = (src, "source") if source is None else (dst, "target")
+            raise GraphError(
+                f"edge {src!r} -[{relation}]-> {dst!r}: {role} node {end!r} does not exist", file=self.source, node=end
+            )
         row = len(self._src)
-        self._src.append(index[src])
-        self._dst.append(index[dst])
-        self._rel.append(self._relation_code(str(relation)))
+        self._src.append(source)
+        self._dst.append(target)
+        code = self._relation_codes.get(relation)
+        self._rel.append(code if code is not None else self._relation_code(str(relation)))
         if attrs:
             set_attrs(self._edge_attrs, row, attrs)
         return _EdgeView(self, row)

@@ -71,8 +71,10 @@ class Column:
 
     def set(self, row: int, value: Any) -> None:
         values = self._values
-        if type(values) is list and values and row == self.start + len(values):
-            values.append(value)  # the next row: what building node by node does
+        if type(values) is list and values and row >= self.start + len(values):  # what building node by node does
+            if row > self.start + len(values):
+                values.extend([MISSING] * (row - self.start - len(values)))
+            values.append(value)
             return
         self._as_list()
         values: list = self.values  # type: ignore[assignment]
