@@ -6,12 +6,13 @@ read and counts its documents, so that every document gets a number in input ord
 *read* ranges of documents (`Segment`) by those numbers. Shard boundaries follow the numbers,
 never the timing of workers, which is what makes the output deterministic and resumable.
 
-How a file is read (`--format auto`): ``.html``/``.htm``/``.xhtml`` -> `ingest.html`;
-``.txt``/``.text``/``.md`` -> `ingest.text`; ``.json``/``.jsonl``/``.ndjson`` (``.gz`` too) are
-JSON arrays, single objects or JSON lines (read by `ingest.records`, whose rule tells them
-apart), whose records are DocGraph dicts (`DocGraph.from_dict`) or HotpotQA / WikiHop / NQ
-records, told apart by their keys; a ``--mapping`` file reads any other JSON layout through
-`ingest.mapping`. Every line of a JSON-lines file is one document, a line that is no JSON too.
+How a file is read (`--format auto`) is decided by the one registry of document formats,
+`graphattn.ingest.formats` (shared with `graphattn viz` and `graphattn train`): HTML and text files
+by suffix; ``.json``/``.jsonl``/``.ndjson`` (``.gz`` too) are JSON arrays, single objects or JSON
+lines (read by `ingest.records`, whose rule tells them apart), whose record format (DocGraph dicts,
+HotpotQA, WikiHop, NQ, OpenKP) is told by the keys of the first records; a ``--mapping`` file reads
+any other JSON layout through `ingest.mapping`. Every line of a JSON-lines file is one document, a
+line that is no JSON too.
 
 A file that cannot be read at all (invalid JSON array, unreadable bytes) counts as one document
 that fails, so that it is reported in ``rejected.jsonl`` instead of stopping the run.
@@ -22,42 +23,26 @@ from __future__ import annotations
 import glob
 import os
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Callable, Iterator
 
 import numpy as np
 
 from graphattn.errors import GraphattnError, GraphError, IngestError
-from graphattn.ingest.records import JSON_LINES_SUFFIXES, RecordRef, is_json_lines, iter_records, scan_json_lines
-
-HTML_SUFFIXES = (".html", ".htm", ".xhtml")
-TEXT_SUFFIXES = (".txt", ".text", ".md")
-JSON_SUFFIXES = (".json", *JSON_LINES_SUFFIXES)
-FORMATS = ("auto", "docgraph", "html", "text", "hotpotqa", "wikihop", "nq", "json")
-JSON_FORMATS = ("docgraph", "hotpotqa", "wikihop", "nq", "json")
-DEFAULT_SHARD_SIZE = 1000  # documents per shard
-SNIFF_RECORDS = 20  # JSON records looked at to tell a file's format
-
-# Keys that tell the record formats apart (all of them must be present).
-FORMAT_KEYS = (
-    ("docgraph", ("text", "nodes")),
-    ("hotpotqa", ("question", "context")),
-    ("wikihop", ("query", "supports")),
-    ("nq", ("question_text", "document_text")),
+from graphattn.ingest.formats import FORMATS as DOCUMENT_FORMATS
+from graphattn.ingest.formats import (
+    SNIFF_RECORDS, import_readers, is_document_file, is_json_file, known_suffixes, per_file_format, read_graph, resolve_json_format,
+    sniff_format, unknown_suffix_error,
 )
+from graphattn.ingest.records import RecordRef, is_json_lines, iter_records, scan_json_lines
+
+FORMATS = ("auto", *DOCUMENT_FORMATS)
+DEFAULT_SHARD_SIZE = 1000  # documents per shard
+
+__all__ = ["DEFAULT_SHARD_SIZE", "FORMATS", "Document", "InputFile", "ReadCache", "Segment", "expand_inputs", "import_readers",
+           "is_document_file", "iter_segment_graphs", "plan_file", "read_segment", "segment_of", "sniff_format", "to_graph"]
 
 
 # -- expanding the command line --------------------------------------------------------------
-def _suffix(path: str) -> str:
-    """The suffix that says what a file holds: ``a.jsonl.gz`` -> ``.jsonl``."""
-    name = path[:-3] if path.lower().endswith(".gz") else path
-    return os.path.splitext(name)[1].lower()
-
-
-def is_document_file(path: str) -> bool:
-    return _suffix(path) in HTML_SUFFIXES + TEXT_SUFFIXES + JSON_SUFFIXES
-
-
 def expand_inputs(inputs: list[str]) -> tuple[list[str], list[str]]:
     """Files to compile, in a deterministic order, and files skipped inside directories.
 
@@ -93,7 +78,7 @@ def expand_inputs(inputs: list[str]) -> tuple[list[str], list[str]]:
             raise GraphattnError("no such file or directory", file=arg)
     if not files:
         raise GraphattnError(f"no document files found in {', '.join(inputs)} (known suffixes: "
-                             f"{', '.join(HTML_SUFFIXES + TEXT_SUFFIXES + JSON_SUFFIXES)}, optionally .gz)")
+                             f"{', '.join(known_suffixes())}, optionally .gz)")
     return files, skipped
 
 
@@ -138,13 +123,11 @@ def plan_file(path: str, format: str = "auto", mapping: str | None = None) -> In
     except OSError as err:
         raise GraphattnError(f"cannot read: {err.strerror}", file=path) from None
     base = {"path": path, "size": stat.st_size, "mtime_ns": stat.st_mtime_ns}
-    suffix = _suffix(path)
-    if format in ("html", "text") or (format == "auto" and suffix in HTML_SUFFIXES + TEXT_SUFFIXES):
-        kind = format if format != "auto" else ("html" if suffix in HTML_SUFFIXES else "text")
+    kind = format if format != "auto" else per_file_format(path)
+    if kind in DOCUMENT_FORMATS and DOCUMENT_FORMATS[kind].per_file:
         return InputFile(reader=kind, format=kind, documents=1, **base)
-    if format == "auto" and suffix not in JSON_SUFFIXES:
-        return _broken(base, IngestError(
-            f"cannot tell how to read a {suffix or 'suffix-less'} file; pass --format ({', '.join(FORMATS[1:])})", file=path))
+    if format == "auto" and not is_json_file(path):
+        return _broken(base, unknown_suffix_error(path))
     try:
         return _plan_json(path, base, format, mapping)
     except GraphattnError as err:
@@ -162,11 +145,11 @@ def _plan_json(path: str, base: dict, format: str, mapping: str | None) -> Input
     if is_json_lines(path):
         offsets, lines, samples = _scan_lines(path)
         reader = "lines-gz" if gz else "lines"
-        found = _resolve_format(format, mapping, samples)
+        found = resolve_json_format(format, mapping, samples, path)
         return InputFile(reader=reader, format=found, documents=len(offsets), offsets=offsets, lines=lines, **base)
     records = _load_records(path)
     samples = [ref.data for ref in records[:SNIFF_RECORDS]]
-    return InputFile(reader="records", format=_resolve_format(format, mapping, samples), documents=len(records), **base)
+    return InputFile(reader="records", format=resolve_json_format(format, mapping, samples, path), documents=len(records), **base)
 
 
 def _scan_lines(path: str) -> tuple[np.ndarray, np.ndarray, list]:
@@ -185,32 +168,6 @@ def _scan_lines(path: str) -> tuple[np.ndarray, np.ndarray, list]:
 def _load_records(path: str) -> list[RecordRef]:
     """The records of a JSON array (or the one record of a JSON object file)."""
     return list(iter_records(path))
-
-
-def sniff_format(records: list) -> str | None:
-    """The record format the keys of the first object records point to, or None."""
-    for record in records:
-        if isinstance(record, dict):
-            for name, keys in FORMAT_KEYS:
-                if all(key in record for key in keys):
-                    return name
-    return None
-
-
-def _resolve_format(format: str, mapping: str | None, samples: list) -> str:
-    if format != "auto":
-        if format not in JSON_FORMATS:
-            raise IngestError(f"--format {format} does not read JSON files")
-        return format
-    if mapping is not None:
-        return "json"
-    found = sniff_format(samples)
-    if found is None:
-        keys = sorted({k for r in samples if isinstance(r, dict) for k in r})[:12]
-        raise IngestError(
-            f"cannot tell the JSON record format from its keys ({', '.join(keys) or 'no objects'}); pass --format "
-            "docgraph|hotpotqa|wikihop|nq, or --mapping FILE for another layout")
-    return found
 
 
 # -- reading: documents of a planned range ---------------------------------------------------
@@ -320,52 +277,7 @@ def to_graph(doc: Document, format: str, mapping: Any = None):
     """Build the DocGraph of one document; raises the reader's GraphattnError on bad input."""
     if doc.error is not None:
         raise doc.error
-    if format == "html":
-        from graphattn.ingest.html import read_html
-
-        return read_html(doc.raw)
-    if format == "text":
-        from graphattn.ingest.text import text_to_graph
-
-        try:
-            text = Path(doc.raw).read_text(encoding="utf-8")
-        except UnicodeDecodeError as err:
-            raise IngestError(f"not UTF-8 text ({err.reason} at byte {err.start})", file=doc.source) from None
-        return text_to_graph(text, doc_id=Path(doc.raw).stem, source=doc.source)
-    ref: RecordRef = doc.raw
-    if format == "docgraph":
-        from graphattn.graph import DocGraph
-
-        return DocGraph.from_dict(ref.data, source=doc.source)
-    from graphattn.ingest.json import Record
-
-    record = Record.of(ref)
-    if format == "json":
-        from graphattn.ingest.mapping import json_graph
-
-        return json_graph(record, mapping)
-    from graphattn.ingest.json import ADAPTERS
-
-    return ADAPTERS[format](record)
-
-
-READER_MODULES = {
-    "html": ("graphattn.ingest.html",),
-    "text": ("graphattn.ingest.text",),
-    "docgraph": ("graphattn.graph",),
-    "hotpotqa": ("graphattn.ingest.json",),
-    "wikihop": ("graphattn.ingest.json", "graphattn.ingest.text"),
-    "nq": ("graphattn.ingest.json",),
-    "json": ("graphattn.ingest.json", "graphattn.ingest.mapping"),
-}
-
-
-def import_readers(formats: set[str]) -> None:
-    """Import the readers these formats need now, so that forked workers start with them loaded."""
-    import importlib
-
-    for name in sorted({m for f in formats for m in READER_MODULES.get(f, ())}):
-        importlib.import_module(name)
+    return read_graph(format, doc.raw, mapping)
 
 
 def iter_segment_graphs(segment: Segment, cache: ReadCache, mapping: Any = None) -> Iterator[tuple[Document, Any]]:

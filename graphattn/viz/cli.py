@@ -1,8 +1,10 @@
 """`graphattn viz INPUT --schema S [--out FILE.png|.svg|.html] [--queries A:B] [--keys A:B]`.
 
-INPUT is a document (a DocGraph JSON, HTML, plain text, or a HotpotQA / WikiHop / NQ file with
---format) that is compiled with the schema and tokenizer first, or a compiled Parquet shard
-(read through `graphattn.shards.dataset`). Without --out the terminal view is printed.
+INPUT is what `graphattn compile` reads or writes: a document file (HTML, text, or JSON / JSON
+lines in any format of `graphattn.ingest.formats`, told by suffix and by the records' keys, or
+given with --format / --mapping), compiled with the schema and tokenizer first; or a compiled
+Parquet shard or a compile output directory (read through `graphattn.shards.dataset`). Without
+--out the terminal view is printed.
 """
 
 from __future__ import annotations
@@ -10,24 +12,25 @@ from __future__ import annotations
 import argparse
 import importlib
 import itertools
-import json
 import sys
 from pathlib import Path
 
 from graphattn.contract import EtcInstance
-from graphattn.errors import GraphattnError, GraphError, IngestError
+from graphattn.errors import GraphattnError, IngestError
+from graphattn.ingest.formats import FORMATS as DOCUMENT_FORMATS
 
-DOCUMENT_FORMATS = ("docgraph", "html", "text", "hotpotqa", "wikihop", "nq")
-SUFFIX_FORMATS = {".html": "html", ".htm": "html", ".xhtml": "html", ".txt": "text", ".text": "text", ".md": "text", ".json": "docgraph"}
 SHARD_SUFFIXES = (".parquet",)
 DEFAULT_TOKENIZER = "spacy:en"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("input", help="document (.json DocGraph, .html, .txt; datasets with --format) or compiled shard (.parquet)")
+    parser.add_argument("input", help="document (.html, .txt, .json/.jsonl of any known format) or compiled shard (.parquet, or a "
+                        "compile output directory)")
     parser.add_argument("--schema", help="relation schema: a YAML/JSON file or a shipped schema name (needed for documents)")
     parser.add_argument("--tokenizer", default=DEFAULT_TOKENIZER, help=f"tokenizer.json path or spacy:<lang> (default {DEFAULT_TOKENIZER})")
-    parser.add_argument("--format", choices=DOCUMENT_FORMATS, help="how to read a document (default: from its suffix)")
+    parser.add_argument("--format", choices=("auto", *DOCUMENT_FORMATS), default="auto",
+                        help="how to read a document (default auto: by suffix, and JSON records by their keys)")
+    parser.add_argument("--mapping", metavar="FILE", help="read JSON records with this generic ingest mapping (YAML/JSON)")
     parser.add_argument("--out", help="write FILE.png, FILE.svg or FILE.html instead of printing to the terminal")
     parser.add_argument("--queries", help="query rows A:B over [global ; long] positions; g/l prefixes count in one part (l0:l64)")
     parser.add_argument("--keys", help="key columns A:B, as --queries")
@@ -44,7 +47,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from graphattn.viz.pattern import Pattern, parse_range
 
-    instance = load_instance(args.input, schema=args.schema, tokenizer=args.tokenizer, format=args.format, index=args.instance)
+    instance = load_instance(args.input, schema=args.schema, tokenizer=args.tokenizer, format=args.format, index=args.instance,
+                             mapping=args.mapping)
     pattern = Pattern(instance)
     G, L = pattern.global_length, pattern.long_length
     queries = parse_range(args.queries, G, L, "--queries")
@@ -75,16 +79,17 @@ def run(args: argparse.Namespace) -> int:
 
 
 # -- inputs --------------------------------------------------------------------------------
-def load_instance(path: str | Path, *, schema=None, tokenizer=DEFAULT_TOKENIZER, format: str | None = None, index: int = 0) -> EtcInstance:
-    """The instance to draw: compiled from a document, or read from a compiled shard."""
+def load_instance(path: str | Path, *, schema=None, tokenizer=DEFAULT_TOKENIZER, format: str | None = "auto", index: int = 0,
+                  mapping=None) -> EtcInstance:
+    """The instance to draw: compiled from a document, or read from a compiled shard (file or directory)."""
     path = Path(path)
     if not path.exists():
         raise GraphattnError("no such file", file=str(path))
     if index < 0:
         raise GraphattnError(f"--instance must be >= 0, got {index}", file=str(path))
-    if path.suffix.lower() in SHARD_SUFFIXES:
+    if path.is_dir() or path.suffix.lower() in SHARD_SUFFIXES:
         return load_from_shard(path, index)
-    graph = read_document(path, format, index)
+    graph = read_document(path, format, index, mapping)
     if schema is None:
         raise GraphattnError("--schema is required to compile a document (a YAML/JSON file or a shipped name)", file=str(path))
     from graphattn.schema import load_schema
@@ -104,7 +109,7 @@ def load_instance(path: str | Path, *, schema=None, tokenizer=DEFAULT_TOKENIZER,
 
 
 def load_from_shard(path: Path, index: int) -> EtcInstance:
-    """Instance `index` of a compiled shard, through `graphattn.shards.dataset.read_instance(path, index)`."""
+    """Instance `index` of a compiled shard or output directory, through `graphattn.shards.dataset.read_instance(path, index)`."""
     try:
         data = importlib.import_module("graphattn.shards.dataset")
     except ModuleNotFoundError as err:
@@ -116,55 +121,11 @@ def load_from_shard(path: Path, index: int) -> EtcInstance:
     return data.read_instance(path, index)
 
 
-def read_document(path: Path, format: str | None, index: int = 0):
-    """A DocGraph from a document file; `index` picks the record of a multi-record file."""
-    format = format or SUFFIX_FORMATS.get(path.suffix.lower())
-    if format is None:
-        raise IngestError(
-            f"cannot tell how to read a {path.suffix or 'suffix-less'} file; pass --format ({', '.join(DOCUMENT_FORMATS)})",
-            file=str(path),
-        )
-    if format == "docgraph":
-        return _read_docgraph(path, index)
-    if format == "html":
-        from graphattn.ingest.html import read_html
+def read_document(path: Path, format: str | None = "auto", index: int = 0, mapping=None):
+    """A DocGraph from a document file (`graphattn.ingest.formats`); `index` picks the record of a multi-record file."""
+    from graphattn.ingest.formats import read_documents
 
-        return read_html(path)
-    if format == "text":
-        from graphattn.ingest.text import text_to_graph
-
-        return text_to_graph(_read_text(path), doc_id=path.stem, source=str(path))
-    from graphattn.ingest.json import read_json
-
-    record = next(itertools.islice(read_json(path, format), index, None), None)
-    if record is None:
+    graph = next(itertools.islice(read_documents(path, format or "auto", mapping), index, None), None)
+    if graph is None:
         raise IngestError(f"has no record {index} (--instance counts from 0)", file=str(path))
-    return record
-
-
-def _read_text(path: Path) -> str:
-    try:
-        return path.read_text(encoding="utf-8")
-    except UnicodeDecodeError as err:
-        raise IngestError(f"not UTF-8 text ({err.reason} at byte {err.start})", file=str(path)) from None
-
-
-def _read_docgraph(path: Path, index: int):
-    from graphattn.graph import DocGraph
-
-    try:
-        data = json.loads(_read_text(path))
-    except json.JSONDecodeError as err:
-        raise GraphError(f"not valid JSON: {err.msg} (column {err.colno})", file=str(path), line=err.lineno) from None
-    if isinstance(data, list):
-        if not 0 <= index < len(data):
-            raise GraphError(f"has {len(data)} graphs; --instance {index} is out of range", file=str(path))
-        data, where = data[index], (index,)
-    else:
-        where = ()
-    if not isinstance(data, dict) or "nodes" not in data:
-        raise GraphError(
-            "expected a DocGraph object {text, nodes, edges}; for HotpotQA, WikiHop or NQ files pass --format",
-            file=str(path), path=where,
-        )
-    return DocGraph.from_dict(data, source=str(path))
+    return graph
