@@ -8,7 +8,7 @@ whose spans are the answer) and says what array it becomes in `EtcInstance.targe
                                           fact flag per sentence global; a label per DOM element)
     choice         <name>        [G]      1 at the globals of the `node_types` nodes whose `attr` is
                                           true, 0 at the other candidates (WikiHop's answer among the
-                                          candidate globals; NQ's long answer). With `null: <name>` the
+                                          candidate globals; NQ's long answer). With `null_global: <name>` the
                                           global_prefix token of that name is a candidate too, and is 1
                                           when no chosen node has a global in the instance
     span           <name>_start  []       first and last long position (inclusive) of the first
@@ -44,7 +44,7 @@ METRICS = {
 MAX_SPANS = 4096  # bound on `max_spans` (rows allocated per instance)
 _KEYS = {  # keys each kind takes, besides kind, node_types, metric and description
     "global_labels": ("attr", "classes", "default"),
-    "choice": ("attr", "null"),
+    "choice": ("attr", "null_global"),
     "span": ("type_attr", "types"),
     "spans": ("max_spans",),
 }
@@ -69,7 +69,7 @@ class TargetSpec:
     attr: str | None = None
     classes: tuple[Any, ...] = (False, True)
     default: Any = None  # global_labels: the value of a node without `attr` (None: IGNORE)
-    null: str | None = None
+    null_global: str | None = None  # choice: the global_prefix token that means "none of them"
     type_attr: str | None = None
     types: tuple[str, ...] = ()
     max_spans: int = 0
@@ -134,11 +134,11 @@ def _target(name: str, entry: Mapping, node_types: Mapping[str, "NodeType"], glo
         return _global_labels(entry, common, check, where)
     if kind == "choice":
         _need(entry, "attr", kind, check, where)
-        null = entry.get("null")
+        null = entry.get("null_global")
         if null is not None and null not in global_prefix:
-            check.fail(f"null names the global_prefix token that means 'none of them'; {null!r} is not in global_prefix "
-                       f"({', '.join(global_prefix) or 'empty'})", *where, "null")
-        return TargetSpec(**common, attr=entry["attr"], null=null)
+            check.fail(f"null_global names the global_prefix token that means 'none of them'; {null!r} is not in global_prefix "
+                       f"({', '.join(global_prefix) or 'empty'})", *where, "null_global")
+        return TargetSpec(**common, attr=entry["attr"], null_global=null)
     if kind == "span":
         _need(entry, "type_attr", kind, check, where)
         _need(entry, "types", kind, check, where)

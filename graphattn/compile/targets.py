@@ -6,10 +6,12 @@ target arrays of `EtcInstance.targets`. Their rules under truncation and strided
 
 * global_labels: a global keeps its node's class; globals cut away take their labels with them
   (the dropped nodes are listed in the truncation report already).
-* choice: 1 at every global of a chosen node, 0 at the other candidate globals. When no chosen
-  node has a global in this instance, the `null` global (NQ's [CLS]) is 1; without `null`
-  every candidate is IGNORE (nothing to learn). A chosen node that truncation cut away (not a
-  window that does not hold it) is counted in the report's `dropped_targets`.
+* choice: 1 at every global of a chosen node, 0 at the other candidate globals. In a window of a
+  strided layout a chosen node counts only in the window that holds its first token (NQ: a long
+  answer belongs to the window it starts in; a later window that still shows its tail sees 0).
+  When no chosen node counts here, the `null_global` (NQ's [CLS]) is 1; without it every
+  candidate is IGNORE (nothing to learn). A chosen node whose global truncation cut (not a window
+  that does not hold it) is counted in the report's `dropped_targets`.
 * span: the first answer node whose long tokens are all in the instance gives (first, last,
   type). An answer node without long tokens gives (IGNORE, IGNORE, type), e.g. HotpotQA's yes /
   no, or (0, 0, null) when its type is the null type. An answer only partly or not at all in
@@ -52,6 +54,7 @@ class DocNodes:
     last: np.ndarray  # [N] ... of its last kept token
     complete: np.ndarray  # [N] bool: the node has long tokens and every one of them is in the instance
     has_text: np.ndarray  # [N] bool: the node covers long tokens of the whole document (kept or not)
+    holds_first: np.ndarray  # [N] bool: the node's first long token is in the instance
 
 
 # -- pure functions from id arrays ---------------------------------------------------------------
@@ -179,8 +182,8 @@ def _choice(doc: DocNodes, spec: TargetSpec, windowed: bool, out: LoweredTargets
     nodes = np.flatnonzero(candidate)
     chosen = np.zeros(len(doc.node_ids), bool)
     chosen[nodes] = [bool(v) for v in _attr_values(doc, nodes, spec.attr)]
-    null = doc.prefix.get(spec.null) if spec.null is not None else None
-    labels = choice_labels(doc.global_nodes, candidate, chosen, null)
+    null = doc.prefix.get(spec.null_global) if spec.null_global is not None else None
+    labels = choice_labels(doc.global_nodes, candidate, chosen & (doc.holds_first | ~doc.has_text) if windowed else chosen, null)
     present = np.isin(np.flatnonzero(chosen), doc.global_nodes)
     if not windowed and present.size and not present.any() and (chosen & doc.selected).any():
         out.dropped.append(spec.name)
