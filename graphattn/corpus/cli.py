@@ -3,7 +3,8 @@
 Compiles HTML, text and JSON / JSON-lines documents (files, directories, globs) into Parquet
 shards of compiled instances; see `graphattn.corpus.pipeline` for how the work is cut and
 `graphattn.shards.format` for what a shard holds. Documents that fail are listed in
-DIR/rejected.jsonl and the run goes on; a killed run continues with --resume.
+DIR/rejected.jsonl and the run goes on; task labels that match nothing are listed in
+DIR/warnings.jsonl (--strict rejects their documents instead); a killed run continues with --resume.
 """
 
 from __future__ import annotations
@@ -31,6 +32,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--format", choices=FORMATS, default="auto",
                         help="how to read the inputs (default auto: by suffix, and JSON records by their keys)")
     parser.add_argument("--mapping", metavar="FILE", help="read JSON records with this generic ingest mapping (YAML/JSON)")
+    parser.add_argument("--strict", action="store_true",
+                        help="reject a document whose task labels match nothing (default: compile it without them and list "
+                             "each such label in DIR/warnings.jsonl)")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
 
 
@@ -40,7 +44,7 @@ def run(args: argparse.Namespace) -> int:
     options = CompileOptions(
         inputs=args.inputs, schema=args.schema, out=args.out, tokenizer=args.tokenizer, workers=args.workers,
         engine=args.engine, ray_address=args.ray_address, resume=args.resume, shard_size=args.shard_size,
-        format=args.format, mapping=args.mapping, progress=not args.quiet,
+        format=args.format, mapping=args.mapping, progress=not args.quiet, strict=args.strict,
     )
     try:
         run_compile(options)

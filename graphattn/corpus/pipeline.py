@@ -52,6 +52,7 @@ class CompileOptions:
     format: str = "auto"
     mapping: str | None = None
     progress: bool = True
+    strict: bool = False  # a label that matches nothing rejects its document (else it goes to warnings.jsonl)
 
 
 @dataclass
@@ -60,6 +61,7 @@ class Summary:
     instances: int = 0
     truncated: int = 0
     rejected: int = 0
+    warnings: int = 0  # labels that matched nothing (warnings.jsonl)
     long_tokens: int = 0
     global_tokens: int = 0
     shards: int = 0
@@ -77,6 +79,7 @@ class Summary:
             f"compiled {self.documents:,} documents into {self.instances:,} instances in {self.shards} shard(s) under {self.out}",
             f"  truncated {self.truncated:,} instance(s); rejected {self.rejected:,} document(s)"
             + (f" (see {Path(self.out) / 'rejected.jsonl'})" if self.rejected else ""),
+            f"  {self.warnings:,} label(s) matched nothing" + (f" (see {Path(self.out) / 'warnings.jsonl'})" if self.warnings else ""),
             f"  {self.long_tokens:,} long and {self.global_tokens:,} global tokens; "
             f"{self.bytes / 1e6:.2f} MB" + (f", {self.bytes / self.long_tokens:.2f} bytes per long token" if self.long_tokens else ""),
             f"  this run: {self.compiled_documents:,} documents in {self.seconds:.1f} s, "
@@ -163,11 +166,12 @@ def plan_run(options: CompileOptions) -> Run:
         "tokenizer_vocab_size": tokenizer.vocab_size,
         "shard_size": options.shard_size,
         "packing": schema.max_documents > 1,
+        "strict": options.strict,
         "rows_per_row_group": ROWS_PER_GROUP,
         "compression": f"{COMPRESSION}:{COMPRESSION_LEVEL}",
     }
     state = WorkerState(schema=schema, tokenizer=tokenizer, schema_text=schema_text, settings=settings,
-                        layout=ShardColumns.for_run(schema, tokenizer.vocab_size), mapping=mapping)
+                        layout=ShardColumns.for_run(schema, tokenizer.vocab_size), mapping=mapping, strict=options.strict)
     tasks = plan(planned, options.shard_size)
     return Run(state, tasks, planned, skipped, sum(f.documents for f in planned))
 
@@ -290,7 +294,7 @@ def run_compile(options: CompileOptions, print_fn: Callable[[str], None] | None 
     summary = Summary(shards=len(run.tasks), shards_resumed=len(done), skipped_files=run.skipped, out=str(out.path))
     try:
         for result in engine(todo, run.state, progress):
-            out.write_shard(result.index, result.data, result.sha256, result.rejected, result.stats)
+            out.write_shard(result.index, result.data, result.sha256, result.rejected, result.stats, result.warnings)
             summary.compiled_documents += result.stats["documents"]
             summary.compiled_tokens += result.stats["long_tokens"]
             if throttle:
@@ -298,6 +302,7 @@ def run_compile(options: CompileOptions, print_fn: Callable[[str], None] | None 
     finally:
         progress.close()
     summary.rejected = out.finish(len(run.tasks))
+    summary.warnings = out.warned
     for marker in out.markers(len(run.tasks)):
         stats = marker["stats"]
         summary.documents += stats["documents"]

@@ -15,19 +15,22 @@ any other JSON layout through `ingest.mapping`. Every line of a JSON-lines file 
 line that is no JSON too.
 
 A file that cannot be read at all (invalid JSON array, unreadable bytes) counts as one document
-that fails, so that it is reported in ``rejected.jsonl`` instead of stopping the run.
+that fails, so that it is reported in ``rejected.jsonl`` instead of stopping the run. Labels a
+reader could not match (`LabelWarning`s) are kept per document for ``warnings.jsonl``, or, with
+``strict``, reject the document.
 """
 
 from __future__ import annotations
 
 import glob
 import os
+import warnings
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
 
 import numpy as np
 
-from graphattn.errors import GraphattnError, GraphError, IngestError
+from graphattn.errors import GraphattnError, GraphError, IngestError, LabelError, LabelWarning
 from graphattn.ingest.formats import FORMATS as DOCUMENT_FORMATS
 from graphattn.ingest.formats import (
     SNIFF_RECORDS, import_readers, is_document_file, is_json_file, known_suffixes, per_file_format, read_graph, resolve_json_format,
@@ -200,7 +203,8 @@ def segment_of(file: InputFile, start: int, stop: int, first_number: int) -> Seg
 class Document:
     """One document to compile: where it came from, and its raw form (or why it has none).
 
-    `raw` is the file path (HTML, text) or the record's `RecordRef` (JSON).
+    `raw` is the file path (HTML, text) or the record's `RecordRef` (JSON). `warnings` are the
+    lines of ``warnings.jsonl`` its reader gave (labels that match nothing).
     """
 
     number: int
@@ -209,9 +213,14 @@ class Document:
     record: int | None
     raw: Any = None
     error: Exception | None = None
+    warnings: list[dict] = field(default_factory=list)
 
     def where(self) -> dict[str, Any]:
         return {"document": self.number, "source": self.source, "line": self.line, "record": self.record}
+
+    def warning_entry(self, warning: LabelWarning, doc_id: str | None) -> dict[str, Any]:
+        """One line of warnings.jsonl: the shape of rejected.jsonl, plus which label."""
+        return {**self.where(), "doc_id": doc_id, "error": type(warning).__name__, "label": warning.label, "message": str(warning)}
 
 
 @dataclass
@@ -280,10 +289,37 @@ def to_graph(doc: Document, format: str, mapping: Any = None):
     return read_graph(format, doc.raw, mapping)
 
 
-def iter_segment_graphs(segment: Segment, cache: ReadCache, mapping: Any = None) -> Iterator[tuple[Document, Any]]:
-    """(document, DocGraph or the exception that stopped it) for each document of a segment."""
+def read_with_label_warnings(read: Callable[[], Any]) -> tuple[Any, list[LabelWarning]]:
+    """`read()`'s result and the LabelWarnings it issued; other warnings go on as usual."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", LabelWarning)
+        result = read()
+    labels = [w.message for w in caught if isinstance(w.message, LabelWarning)]
+    for w in caught:
+        if not isinstance(w.message, LabelWarning):
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno, source=w.source)
+    return result, labels
+
+
+def strict_error(found: list[LabelWarning]) -> LabelError:
+    """The rejection --strict gives a document with labels that match nothing."""
+    more = f" (and {len(found) - 1} more)" if len(found) > 1 else ""
+    return LabelError(f"--strict: {len(found)} label(s) match nothing: {found[0]}{more}")
+
+
+def iter_segment_graphs(segment: Segment, cache: ReadCache, mapping: Any = None,
+                        strict: bool = False) -> Iterator[tuple[Document, Any]]:
+    """(document, DocGraph or the exception that stopped it) for each document of a segment.
+
+    LabelWarnings of a document land in `doc.warnings`; with `strict` they reject it instead."""
     for doc in read_segment(segment, cache):
         try:
-            yield doc, to_graph(doc, segment.format, mapping)
+            graph, found = read_with_label_warnings(lambda: to_graph(doc, segment.format, mapping))
         except Exception as err:  # noqa: BLE001 - every failure is reported per document
             yield doc, err
+            continue
+        if found and strict:
+            yield doc, strict_error(found)
+            continue
+        doc.warnings = [doc.warning_entry(w, getattr(graph, "doc_id", None)) for w in found]
+        yield doc, graph

@@ -1,8 +1,9 @@
 """`graphattn inspect SHARD_OR_DIR [--instance N]`: what a compile produced, at a glance.
 
-Prints the run's settings, counts (shards, instances, documents, rejected), histograms of long
-and global lengths, a histogram of the relative labels actually attended (by LabelVocab name,
-split by l2l / g2g / l2g / g2l), truncation totals, and one instance laid out readably: its
+Prints the run's settings, counts (shards, instances, documents, rejected, label warnings),
+histograms of long and global lengths, a histogram of the relative labels actually attended (by
+LabelVocab name, split by l2l / g2g / l2g / g2l), truncation totals, the task targets (how many
+labels each array holds, how many truncation cut), and one instance laid out readably: its
 global tokens with the nodes they stand for, and its first long tokens with their text, owners
 and segment. Counts come from the plain columns; labels need the dense tensors, so they are
 counted over the first `--label-instances` instances only.
@@ -45,19 +46,23 @@ def inspect_lines(source: str, *, instance: int = 0, label_instances: int = 200,
     paths = shard_paths(source)
     dataset = ShardDataset(paths, compact=True, cache_row_groups=2)
     info = dataset.info
+    target_columns = [f"target:{name}" for name, _, _ in info.layout.targets]
     table = read_table(paths, ["doc_numbers", "long_length", "global_length", "truncated", "long_tokens_before",
-                               "long_tokens_after", "globals_before", "globals_after", "dropped_nodes"])
+                               "long_tokens_after", "globals_before", "globals_after", "dropped_nodes", "dropped_targets",
+                               *target_columns])
     settings = info.settings
     out = [f"{len(paths)} shard(s) from {source}",
            f"schema {settings.get('schema_name')} ({settings.get('schema')}), tokenizer {settings.get('tokenizer')}, "
            f"shard size {settings.get('shard_size')}, packing {'on' if settings.get('packing') else 'off'}"]
     documents = len(set(np.concatenate([np.asarray(d, np.int64) for d in table.column("doc_numbers").to_pylist()] or [np.zeros(0, np.int64)]).tolist()))
-    out.append(f"instances {table.num_rows:,}  documents {documents:,}  rejected {_rejected_count(source, paths)}")
+    out.append(f"instances {table.num_rows:,}  documents {documents:,}  rejected {_count(source, paths, 'rejected')}")
+    out.append(f"label warnings {_count(source, paths, 'warnings')} (task labels that matched nothing: warnings.jsonl)")
     long_lengths = np.asarray(table.column("long_length").to_pylist(), np.int64)
     global_lengths = np.asarray(table.column("global_length").to_pylist(), np.int64)
     out += _histogram("long length", long_lengths, bins)
     out += _histogram("global length", global_lengths, bins)
     out += _truncation(table)
+    out += _targets(table, info.layout.targets)
     if label_instances and len(dataset):
         out += _label_table(dataset, min(label_instances, len(dataset)))
     if instance >= 0 and len(dataset):
@@ -67,14 +72,35 @@ def inspect_lines(source: str, *, instance: int = 0, label_instances: int = 200,
     return out
 
 
-def _rejected_count(source: str, paths: list[str]) -> str:
-    """From DIR/rejected.jsonl for a directory, from the footers of the shards otherwise."""
-    rejected = Path(source) / "rejected.jsonl"
-    if rejected.is_file():
-        return f"{sum(1 for line in rejected.read_text(encoding='utf-8').splitlines() if line.strip()):,}"
+def _count(source: str, paths: list[str], what: str) -> str:
+    """Lines of DIR/<what>.jsonl (rejected, warnings) for a directory, from the shard footers otherwise."""
+    listing = Path(source) / f"{what}.jsonl"
+    if listing.is_file():
+        return f"{sum(1 for line in listing.read_text(encoding='utf-8').splitlines() if line.strip()):,}"
     from graphattn.shards.format import read_info
 
-    return f"{sum(read_info(p).shard.get('rejected', 0) for p in paths):,} (from shard footers)"
+    return f"{sum(read_info(p).shard.get(what, 0) for p in paths):,} (from shard footers)"
+
+
+def _targets(table, targets) -> list[str]:
+    """Per target array: instances with a label, labelled values; and what truncation cut."""
+    if not targets:
+        return ["targets: none (the schema declares no targets:)"]
+    out = ["targets (-100 = no label):"]
+    for name, axis, shape in targets:
+        values = table.column(f"target:{name}").to_pylist()
+        flat = [np.asarray(v, np.int64).reshape(-1) for v in values]
+        labelled = [v[v != -100] for v in flat]
+        with_label = sum(1 for v in labelled if v.size)
+        kind = "per global" if axis == "global" else (f"rows {list(shape)}" if shape else "scalar")
+        counts = np.unique(np.concatenate(labelled or [np.zeros(0, np.int64)]), return_counts=True)
+        shown = ", ".join(f"{int(k)}: {int(c):,}" for k, c in zip(*counts) if axis != "" or not shape)
+        if shape:
+            shown = f"{sum(v.size for v in labelled) // 2:,} span(s)"
+        out.append(f"  {name:<20} {kind:<12} {with_label:,} of {len(values):,} instance(s) labelled; values {shown or 'none'}")
+    cut = sum(len(d) for d in table.column("dropped_targets").to_pylist())
+    out.append(f"  {cut:,} label(s) cut away by truncation (their targets became null or -100)")
+    return out
 
 
 def _histogram(title: str, values: np.ndarray, bins: int, width: int = 40) -> list[str]:
