@@ -20,6 +20,7 @@ across them. Shards are also plain tables: `read_table("shards/")` or
 from __future__ import annotations
 
 import bisect
+import glob
 import os
 import random
 from collections import OrderedDict
@@ -40,7 +41,8 @@ Source = str | os.PathLike | Sequence[str | os.PathLike]
 
 
 def shard_paths(source: Source) -> list[str]:
-    """The shard files a source names: a file, a directory of ``*.parquet`` shards, or a list."""
+    """The shard files a source names: a file, a directory of ``*.parquet`` shards, a glob
+    pattern (``runs/*/shard-*.parquet``), or a list of these."""
     if isinstance(source, (str, os.PathLike)):
         path = Path(source)
         if path.is_dir():
@@ -48,6 +50,11 @@ def shard_paths(source: Source) -> list[str]:
             if not found:
                 raise GraphattnError("no *.parquet shards in this directory", file=str(path))
             return found
+        if not path.exists() and glob.has_magic(str(source)):
+            matches = sorted(p for p in glob.glob(str(source), recursive=True) if os.path.isfile(p))
+            if not matches:
+                raise GraphattnError(f"the pattern {str(source)!r} matches no shard file")
+            return matches
         if not path.is_file():
             raise GraphattnError("no such shard file or directory", file=str(path))
         return [str(path)]
