@@ -39,28 +39,49 @@ def page_record() -> dict:
         y = round(node.attrs["reading_position"] * 4000.0, 1)
         height = 20.0 * (1 + len(run) // 12)
         feature = _features(node.attrs, "", y, height) + _features(node.attrs, "parent_", y, height + 20.0)
-        vdom.append({"Id": 0, "text": " ".join(run), "feature": feature, "start_idx": len(words), "end_idx": len(words) + len(run)})
+        vdom.append(
+            {
+                "Id": 0,
+                "text": " ".join(run),
+                "feature": feature,
+                "start_idx": len(words),
+                "end_idx": len(words) + len(run),
+            }
+        )
         words.extend(run)
     phrases = [["storm", "surge", "barriers"], ["Thames", "Barrier"], ["Maeslantkering"]]
-    return {"url": "https://example.org/coastal/storm-surge-barriers", "text": " ".join(words), "VDOM": json.dumps(vdom),
-            "KeyPhrases": json.dumps(phrases)}
+    return {
+        "url": "https://example.org/coastal/storm-surge-barriers",
+        "text": " ".join(words),
+        "VDOM": json.dumps(vdom),
+        "KeyPhrases": json.dumps(phrases),
+    }
 
 
 def short_record() -> dict:
-    blocks = [("Canal locks explained", 32.0, True), ("How a lock lifts a boat", 22.0, True),
-              ("A canal lock is a chamber with gates at both ends", 16.0, False),
-              ("The lock keeper fills the chamber and the boat rises with the water", 16.0, False),
-              ("Flights of canal locks climb steep hills in a few hundred metres", 16.0, False)]
+    blocks = [
+        ("Canal locks explained", 32.0, True),
+        ("How a lock lifts a boat", 22.0, True),
+        ("A canal lock is a chamber with gates at both ends", 16.0, False),
+        ("The lock keeper fills the chamber and the boat rises with the water", 16.0, False),
+        ("Flights of canal locks climb steep hills in a few hundred metres", 16.0, False),
+    ]
     words: list[str] = []
     vdom = []
     for i, (text, size, heading) in enumerate(blocks):
         run = text.split()
         own = [40.0, 800.0, 60.0 * i, 30.0, 1.0, 0.0, float(heading), 1.0, size, float(heading)]
         parent = [40.0, 800.0, 0.0, 320.0, 1.0, 0.0, 0.0, 0.0, 16.0, 0.0]
-        vdom.append({"Id": 0, "text": text, "feature": own + parent, "start_idx": len(words), "end_idx": len(words) + len(run)})
+        vdom.append(
+            {"Id": 0, "text": text, "feature": own + parent, "start_idx": len(words), "end_idx": len(words) + len(run)}
+        )
         words.extend(run)
-    return {"url": "https://example.org/waterways/canal-locks", "text": " ".join(words), "VDOM": json.dumps(vdom),
-            "KeyPhrases": json.dumps([["canal", "locks"], ["lock", "keeper"]])}
+    return {
+        "url": "https://example.org/waterways/canal-locks",
+        "text": " ".join(words),
+        "VDOM": json.dumps(vdom),
+        "KeyPhrases": json.dumps([["canal", "locks"], ["lock", "keeper"]]),
+    }
 
 
 def main(argv: list[str] | None = None) -> int:

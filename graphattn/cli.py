@@ -17,8 +17,8 @@ COMMANDS = {
     "compile": ("graphattn.corpus.cli", "compile documents or a corpus into Parquet shards"),
     "inspect": ("graphattn.shards.inspect", "summarize compiled shards and print an instance"),
     "viz": ("graphattn.viz.cli", "draw the attention pattern of a compiled instance"),
-    "train": ("graphattn.train.cli", "fine-tune the schema's task heads on compiled shards, with checkpoints, resume and DDP"),
-    "evaluate": ("graphattn.train.evaluate", "score a trained model on compiled shards with each task's standard metric"),
+    "train": ("graphattn.train.cli", "fine-tune the schema's task heads on compiled shards (checkpoints, resume, DDP)"),
+    "evaluate": ("graphattn.train.evaluate", "score a trained model on compiled shards: each task's standard metric"),
 }
 
 

@@ -94,8 +94,13 @@ def target_arrays(targets: Mapping[str, TargetSpec]) -> tuple[TargetArray, ...]:
     return tuple(array for spec in targets.values() for array in spec.arrays)
 
 
-def build_targets(raw: Mapping[str, Mapping], node_types: Mapping[str, "NodeType"], global_prefix: tuple[str, ...],
-                  max_documents: int, check) -> dict[str, TargetSpec]:
+def build_targets(
+    raw: Mapping[str, Mapping],
+    node_types: Mapping[str, "NodeType"],
+    global_prefix: tuple[str, ...],
+    max_documents: int,
+    check,
+) -> dict[str, TargetSpec]:
     """Typed targets from the (JSON-Schema-valid) `targets:` mapping; `check.fail` reports at file:line."""
     out: dict[str, TargetSpec] = {}
     arrays: dict[str, str] = {}
@@ -103,14 +108,24 @@ def build_targets(raw: Mapping[str, Mapping], node_types: Mapping[str, "NodeType
         spec = _target(name, entry, node_types, global_prefix, max_documents, check)
         for array in spec.arrays:
             if array.name in arrays:
-                check.fail(f"target {name!r} makes an array {array.name!r}, which target {arrays[array.name]!r} makes too", "targets", name)
+                check.fail(
+                    f"target {name!r} makes an array {array.name!r}, which target {arrays[array.name]!r} makes too",
+                    "targets",
+                    name,
+                )
             arrays[array.name] = name
         out[name] = spec
     return out
 
 
-def _target(name: str, entry: Mapping, node_types: Mapping[str, "NodeType"], global_prefix: tuple[str, ...], max_documents: int,
-            check) -> TargetSpec:
+def _target(
+    name: str,
+    entry: Mapping,
+    node_types: Mapping[str, "NodeType"],
+    global_prefix: tuple[str, ...],
+    max_documents: int,
+    check,
+) -> TargetSpec:
     kind = entry["kind"]
     where = ("targets", name)
     for key in entry:
@@ -125,10 +140,16 @@ def _target(name: str, entry: Mapping, node_types: Mapping[str, "NodeType"], glo
             check.fail(f"{kind} labels globals, but node type {type_name!r} has global: none", *path)
     metric = entry.get("metric")
     if metric is not None and metric not in METRICS[kind]:
-        check.fail(f"metric {metric!r} does not score a {kind} target (choose {', '.join(METRICS[kind])})", *where, "metric")
+        check.fail(
+            f"metric {metric!r} does not score a {kind} target (choose {', '.join(METRICS[kind])})", *where, "metric"
+        )
     if kind in ("span", "spans") and max_documents > 1:
-        check.fail(f"a {kind} target holds one answer per instance; it cannot pack documents (packing.max_documents "
-                   f"is {max_documents})", *where, "kind")
+        check.fail(
+            f"a {kind} target holds one answer per instance; it cannot pack documents (packing.max_documents "
+            f"is {max_documents})",
+            *where,
+            "kind",
+        )
     common = dict(name=name, kind=kind, node_types=types, metric=metric, description=entry.get("description", ""))
     if kind == "global_labels":
         return _global_labels(entry, common, check, where)
@@ -136,8 +157,13 @@ def _target(name: str, entry: Mapping, node_types: Mapping[str, "NodeType"], glo
         _need(entry, "attr", kind, check, where)
         null = entry.get("null_global")
         if null is not None and null not in global_prefix:
-            check.fail(f"null_global names the global_prefix token that means 'none of them'; {null!r} is not in global_prefix "
-                       f"({', '.join(global_prefix) or 'empty'})", *where, "null_global")
+            check.fail(
+                f"null_global names the global_prefix token that means 'none of them'; {null!r} is not in "
+                f"global_prefix "
+                f"({', '.join(global_prefix) or 'empty'})",
+                *where,
+                "null_global",
+            )
         return TargetSpec(**common, attr=entry["attr"], null_global=null)
     if kind == "span":
         _need(entry, "type_attr", kind, check, where)

@@ -385,7 +385,8 @@ def _doc_nodes(doc: _Doc, schema: Schema, loffset: int) -> DocNodes:
     long_tokens = np.flatnonzero(lay.is_long)
     first_long = take_or(long_tokens, np.where(total > 0, np.searchsorted(long_tokens, lay.ranges[:, 0]), -1), -1)
     holds_first = has_kept & (take_or(doc.kept, np.where(has_kept, kept_from, -1), -2) == first_long)
-    prefix = {name: i for i, name in enumerate(schema.global_prefix) if i < doc.g_kind.shape[0] and doc.g_kind[i] == SPECIAL}
+    n_globals = doc.g_kind.shape[0]
+    prefix = {name: i for i, name in enumerate(schema.global_prefix) if i < n_globals and doc.g_kind[i] == SPECIAL}
     return DocNodes(graph=lay.graph, node_ids=lay.node_ids, node_is=lay.of_types, rank=lay.rank, selected=lay.selected,
                     global_nodes=doc.g_node, prefix=prefix, first=first, last=last,
                     complete=(total > 0) & (kept_to - kept_from == total), has_text=total > 0, holds_first=holds_first)

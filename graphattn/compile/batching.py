@@ -81,7 +81,8 @@ def _targets(instances: list[EtcInstance], G: int) -> dict[str, torch.Tensor]:
         if axis == "global":
             out[name] = _stack(values, G, TARGET_IGNORE).long()
         elif len({v.shape for v in values}) > 1:
-            raise BatchError(f"target {name!r} has shapes {sorted({v.shape for v in values})} across the batch; compile with one schema")
+            shapes = sorted({v.shape for v in values})
+            raise BatchError(f"target {name!r} has shapes {shapes} across the batch; compile with one schema")
         else:
             out[name] = torch.from_numpy(np.stack(values)).long()
     return out

@@ -201,7 +201,8 @@ def _effective_spans(graph, node_ids, spans, has_span, parent, depth) -> np.ndar
 def _owns_tokens(node_type) -> bool:
     """Whether a type's nodes take part in per-token lookups ("the innermost node covering a token")."""
     t = node_type
-    return t.is_global or t.long or t.segment or t.sep_after or t.type_id is not None or t.ignore_hard_g2l or t.ignore_hard_l2g
+    flags = (t.is_global, t.long, t.segment, t.sep_after, t.type_id is not None, t.ignore_hard_g2l, t.ignore_hard_l2g)
+    return any(flags)
 
 
 def _check_crossing(graph, schema, node_ids, node_type, spans, own_span, type_names) -> None:

@@ -64,7 +64,9 @@ def global_labels(global_nodes: np.ndarray, node_class: np.ndarray) -> np.ndarra
     return take_or(np.asarray(node_class, np.int32), np.asarray(global_nodes, np.int64), TARGET_IGNORE).astype(np.int32)
 
 
-def choice_labels(global_nodes: np.ndarray, candidate: np.ndarray, chosen: np.ndarray, null_position: int | None) -> np.ndarray:
+def choice_labels(
+    global_nodes: np.ndarray, candidate: np.ndarray, chosen: np.ndarray, null_position: int | None
+) -> np.ndarray:
     """[G]: 1 at globals of chosen nodes, 0 at other candidate globals, IGNORE elsewhere.
 
     `candidate`, `chosen`: bool [N]. `null_position`: the global that stands for "none of them",
@@ -82,8 +84,14 @@ def choice_labels(global_nodes: np.ndarray, candidate: np.ndarray, chosen: np.nd
     return out
 
 
-def span_target(first: np.ndarray, last: np.ndarray, complete: np.ndarray, answers: np.ndarray,
-                answer_types: np.ndarray, has_text: np.ndarray) -> tuple[int, int, int]:
+def span_target(
+    first: np.ndarray,
+    last: np.ndarray,
+    complete: np.ndarray,
+    answers: np.ndarray,
+    answer_types: np.ndarray,
+    has_text: np.ndarray,
+) -> tuple[int, int, int]:
     """(start, end, type) from the answer nodes `answers` (node indices in document order) and
     their type ids. The first answer wholly in the instance wins; an answer without long tokens
     gives (IGNORE, IGNORE, type) or, for the null type 0, (0, 0, 0); otherwise the null target
@@ -101,7 +109,9 @@ def span_target(first: np.ndarray, last: np.ndarray, complete: np.ndarray, answe
     return 0, 0, 0
 
 
-def span_rows(first: np.ndarray, last: np.ndarray, complete: np.ndarray, nodes: np.ndarray, rows: int) -> tuple[np.ndarray, int]:
+def span_rows(
+    first: np.ndarray, last: np.ndarray, complete: np.ndarray, nodes: np.ndarray, rows: int
+) -> tuple[np.ndarray, int]:
     """[rows, 2] (first, last) long positions of the `nodes` (document order) wholly in the
     instance, IGNORE rows after them; and how many such nodes did not fit the rows."""
     nodes = np.asarray(nodes, np.int64)
@@ -122,8 +132,11 @@ def _class_id(value: Any, classes: tuple, spec: TargetSpec, doc: DocNodes, node:
     for i, known in enumerate(classes):
         if value == known and isinstance(value, bool) == isinstance(known, bool):
             return i
-    raise CompileError(f"target {spec.name!r}: {what} {value!r} is not one of {list(classes)} declared in the schema",
-                       file=doc.graph.source, node=doc.node_ids[node])
+    raise CompileError(
+        f"target {spec.name!r}: {what} {value!r} is not one of {list(classes)} declared in the schema",
+        file=doc.graph.source,
+        node=doc.node_ids[node],
+    )
 
 
 def node_classes(doc: DocNodes, spec: TargetSpec) -> np.ndarray:
@@ -144,8 +157,13 @@ def _answers(doc: DocNodes, spec: TargetSpec) -> np.ndarray:
 
 def _answer_types(doc: DocNodes, spec: TargetSpec, answers: np.ndarray) -> np.ndarray:
     values = _attr_values(doc, answers, spec.type_attr)
-    return np.array([_class_id(str(v).lower() if v is not None else v, spec.types, spec, doc, n, f"{spec.type_attr} =")
-                     for n, v in zip(answers.tolist(), values)], np.int32)
+    return np.array(
+        [
+            _class_id(str(v).lower() if v is not None else v, spec.types, spec, doc, n, f"{spec.type_attr} =")
+            for n, v in zip(answers.tolist(), values)
+        ],
+        np.int32,
+    )
 
 
 # -- one instance ------------------------------------------------------------------------------------
@@ -183,12 +201,16 @@ def _choice(doc: DocNodes, spec: TargetSpec, windowed: bool, out: LoweredTargets
     chosen = np.zeros(len(doc.node_ids), bool)
     chosen[nodes] = [bool(v) for v in _attr_values(doc, nodes, spec.attr)]
     null = doc.prefix.get(spec.null_global) if spec.null_global is not None else None
-    labels = choice_labels(doc.global_nodes, candidate, chosen & (doc.holds_first | ~doc.has_text) if windowed else chosen, null)
+    labels = choice_labels(
+        doc.global_nodes, candidate, chosen & (doc.holds_first | ~doc.has_text) if windowed else chosen, null
+    )
     present = np.isin(np.flatnonzero(chosen), doc.global_nodes)
     if not windowed and present.size and not present.any() and (chosen & doc.selected).any():
         out.dropped.append(spec.name)
         then = "the null candidate" if null is not None else "no label"
-        out.messages.append(f"target {spec.name}: truncation cut the global(s) of the chosen node(s); the target is {then}")
+        out.messages.append(
+            f"target {spec.name}: truncation cut the global(s) of the chosen node(s); the target is {then}"
+        )
     return labels
 
 
@@ -199,7 +221,9 @@ def _span(doc: DocNodes, spec: TargetSpec, windowed: bool, out: LoweredTargets) 
     cut = answers.size > 0 and not doc.complete[answers].any() and doc.has_text[answers].any()
     if cut and not windowed:
         out.dropped.append(spec.name)
-        out.messages.append(f"target {spec.name}: truncation cut the answer span; the target is the null answer {spec.types[0]!r}")
+        out.messages.append(
+            f"target {spec.name}: truncation cut the answer span; the target is the null answer {spec.types[0]!r}"
+        )
     for part, value in (("start", start), ("end", end), ("type", kind)):
         out.arrays[f"{spec.name}_{part}"] = np.asarray(value, np.int32)
 
@@ -216,4 +240,13 @@ def _spans(doc: DocNodes, spec: TargetSpec, windowed: bool, out: LoweredTargets)
         out.messages.append(f"target {spec.name}: {extra} span(s) past max_spans {spec.max_spans} left out")
 
 
-__all__ = ["DocNodes", "LoweredTargets", "choice_labels", "global_labels", "lower_targets", "node_classes", "span_rows", "span_target"]
+__all__ = [
+    "DocNodes",
+    "LoweredTargets",
+    "choice_labels",
+    "global_labels",
+    "lower_targets",
+    "node_classes",
+    "span_rows",
+    "span_target",
+]

@@ -33,8 +33,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="how to read the inputs (default auto: by suffix, and JSON records by their keys)")
     parser.add_argument("--mapping", metavar="FILE", help="read JSON records with this generic ingest mapping (YAML/JSON)")
     parser.add_argument("--strict", action="store_true",
-                        help="reject a document whose task labels match nothing (default: compile it without them and list "
-                             "each such label in DIR/warnings.jsonl)")
+                        help="reject a document whose task labels match nothing (default: compile it without "
+                             "them and list each such label in DIR/warnings.jsonl)")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
 
 

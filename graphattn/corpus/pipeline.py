@@ -79,7 +79,8 @@ class Summary:
             f"compiled {self.documents:,} documents into {self.instances:,} instances in {self.shards} shard(s) under {self.out}",
             f"  truncated {self.truncated:,} instance(s); rejected {self.rejected:,} document(s)"
             + (f" (see {Path(self.out) / 'rejected.jsonl'})" if self.rejected else ""),
-            f"  {self.warnings:,} label(s) matched nothing" + (f" (see {Path(self.out) / 'warnings.jsonl'})" if self.warnings else ""),
+            f"  {self.warnings:,} label(s) matched nothing"
+            + (f" (see {Path(self.out) / 'warnings.jsonl'})" if self.warnings else ""),
             f"  {self.long_tokens:,} long and {self.global_tokens:,} global tokens; "
             f"{self.bytes / 1e6:.2f} MB" + (f", {self.bytes / self.long_tokens:.2f} bytes per long token" if self.long_tokens else ""),
             f"  this run: {self.compiled_documents:,} documents in {self.seconds:.1f} s, "
@@ -171,7 +172,8 @@ def plan_run(options: CompileOptions) -> Run:
         "compression": f"{COMPRESSION}:{COMPRESSION_LEVEL}",
     }
     state = WorkerState(schema=schema, tokenizer=tokenizer, schema_text=schema_text, settings=settings,
-                        layout=ShardColumns.for_run(schema, tokenizer.vocab_size), mapping=mapping, strict=options.strict)
+                        layout=ShardColumns.for_run(schema, tokenizer.vocab_size), mapping=mapping,
+                        strict=options.strict)
     tasks = plan(planned, options.shard_size)
     return Run(state, tasks, planned, skipped, sum(f.documents for f in planned))
 

@@ -33,16 +33,17 @@ import numpy as np
 from graphattn.errors import GraphattnError, GraphError, IngestError, LabelError, LabelWarning
 from graphattn.ingest.formats import FORMATS as DOCUMENT_FORMATS
 from graphattn.ingest.formats import (
-    SNIFF_RECORDS, import_readers, is_document_file, is_json_file, known_suffixes, per_file_format, read_graph, resolve_json_format,
-    sniff_format, unknown_suffix_error,
+    SNIFF_RECORDS, import_readers, is_document_file, is_json_file, known_suffixes, per_file_format, read_graph,
+    resolve_json_format, sniff_format, unknown_suffix_error,
 )
 from graphattn.ingest.records import RecordRef, is_json_lines, iter_records, scan_json_lines
 
 FORMATS = ("auto", *DOCUMENT_FORMATS)
 DEFAULT_SHARD_SIZE = 1000  # documents per shard
 
-__all__ = ["DEFAULT_SHARD_SIZE", "FORMATS", "Document", "InputFile", "ReadCache", "Segment", "expand_inputs", "import_readers",
-           "is_document_file", "iter_segment_graphs", "plan_file", "read_segment", "segment_of", "sniff_format", "to_graph"]
+__all__ = ["DEFAULT_SHARD_SIZE", "FORMATS", "Document", "InputFile", "ReadCache", "Segment", "expand_inputs",
+           "import_readers", "is_document_file", "iter_segment_graphs", "plan_file", "read_segment", "segment_of",
+           "sniff_format", "to_graph"]
 
 
 # -- expanding the command line --------------------------------------------------------------
@@ -152,7 +153,8 @@ def _plan_json(path: str, base: dict, format: str, mapping: str | None) -> Input
         return InputFile(reader=reader, format=found, documents=len(offsets), offsets=offsets, lines=lines, **base)
     records = _load_records(path)
     samples = [ref.data for ref in records[:SNIFF_RECORDS]]
-    return InputFile(reader="records", format=resolve_json_format(format, mapping, samples, path), documents=len(records), **base)
+    found = resolve_json_format(format, mapping, samples, path)
+    return InputFile(reader="records", format=found, documents=len(records), **base)
 
 
 def _scan_lines(path: str) -> tuple[np.ndarray, np.ndarray, list]:
@@ -220,7 +222,8 @@ class Document:
 
     def warning_entry(self, warning: LabelWarning, doc_id: str | None) -> dict[str, Any]:
         """One line of warnings.jsonl: the shape of rejected.jsonl, plus which label."""
-        return {**self.where(), "doc_id": doc_id, "error": type(warning).__name__, "label": warning.label, "message": str(warning)}
+        return {**self.where(), "doc_id": doc_id, "error": type(warning).__name__, "label": warning.label,
+                "message": str(warning)}
 
 
 @dataclass

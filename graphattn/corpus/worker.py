@@ -88,8 +88,8 @@ class _ShardBuilder:
         self.rows: list[dict] = []
         self.rejected: list[dict] = []
         self.warnings: list[dict] = []
-        self.stats = {"documents": 0, "instances": 0, "truncated": 0, "rejected": 0, "long_tokens": 0, "global_tokens": 0,
-                      "warnings": 0}
+        self.stats = {"documents": 0, "instances": 0, "truncated": 0, "rejected": 0, "long_tokens": 0,
+                      "global_tokens": 0, "warnings": 0}
         self._progress = progress
         self._pending_docs = self._pending_tokens = 0
 
@@ -194,7 +194,8 @@ def compile_shard(task: ShardTask, state: WorkerState, progress: Callable[[int, 
     if builder.stats["documents"] != task.documents:
         raise RuntimeError(f"shard {task.index}: read {builder.stats['documents']} documents, planned {task.documents}")
     info = {"index": task.index, "first_document": task.first_document, "documents": task.documents,
-            "instances": builder.stats["instances"], "rejected": builder.stats["rejected"], "warnings": builder.stats["warnings"]}
+            "instances": builder.stats["instances"], "rejected": builder.stats["rejected"],
+            "warnings": builder.stats["warnings"]}
     metadata = shard_metadata(state.settings, state.schema_text, state.schema.label_vocab(), state.layout, info)
     data = encode_shard(rows_to_table(builder.rows, state.layout), metadata)
     return ShardResult(task.index, data, sha256(data), builder.rejected, builder.stats, builder.warnings)

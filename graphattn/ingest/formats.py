@@ -77,22 +77,64 @@ def register_format(fmt: DocumentFormat) -> None:
 
 
 for _fmt in (
-    DocumentFormat("html", "an HTML page (visible text, DOM elements, OpenKP's VDOM features)", "graphattn.ingest.html:read_html",
-                   per_file=True, suffixes=(".html", ".htm", ".xhtml"), modules=("graphattn.ingest.html",)),
-    DocumentFormat("text", "plain UTF-8 text (paragraphs and sentences by spaCy)", "graphattn.ingest.formats:read_text_file",
-                   per_file=True, suffixes=(".txt", ".text", ".md"), modules=("graphattn.ingest.text",)),
-    DocumentFormat("docgraph", "DocGraph objects {text, nodes, edges} (DocGraph.to_dict)", "graphattn.ingest.formats:docgraph_record",
-                   keys=("text", "nodes"), modules=("graphattn.graph",)),
-    DocumentFormat("hotpotqa", "HotpotQA records", "graphattn.ingest.json:hotpotqa_graph", keys=("question", "context"),
-                   modules=("graphattn.ingest.json",)),
-    DocumentFormat("wikihop", "WikiHop records", "graphattn.ingest.json:wikihop_graph", keys=("query", "supports"),
-                   modules=("graphattn.ingest.json", "graphattn.ingest.text")),
-    DocumentFormat("nq", "Natural Questions records (simplified format)", "graphattn.ingest.json:nq_graph",
-                   keys=("question_text", "document_text"), modules=("graphattn.ingest.json",)),
-    DocumentFormat("openkp", "OpenKP records (url, text, VDOM, KeyPhrases)", "graphattn.ingest.openkp:openkp_graph",
-                   keys=("text", "VDOM"), modules=("graphattn.ingest.openkp",)),
-    DocumentFormat("json", "any other JSON layout, read with a --mapping file", "graphattn.ingest.mapping:json_graph",
-                   needs_mapping=True, modules=("graphattn.ingest.json", "graphattn.ingest.mapping")),
+    DocumentFormat(
+        "html",
+        "an HTML page (visible text, DOM elements, OpenKP's VDOM features)",
+        "graphattn.ingest.html:read_html",
+        per_file=True,
+        suffixes=(".html", ".htm", ".xhtml"),
+        modules=("graphattn.ingest.html",),
+    ),
+    DocumentFormat(
+        "text",
+        "plain UTF-8 text (paragraphs and sentences by spaCy)",
+        "graphattn.ingest.formats:read_text_file",
+        per_file=True,
+        suffixes=(".txt", ".text", ".md"),
+        modules=("graphattn.ingest.text",),
+    ),
+    DocumentFormat(
+        "docgraph",
+        "DocGraph objects {text, nodes, edges} (DocGraph.to_dict)",
+        "graphattn.ingest.formats:docgraph_record",
+        keys=("text", "nodes"),
+        modules=("graphattn.graph",),
+    ),
+    DocumentFormat(
+        "hotpotqa",
+        "HotpotQA records",
+        "graphattn.ingest.json:hotpotqa_graph",
+        keys=("question", "context"),
+        modules=("graphattn.ingest.json",),
+    ),
+    DocumentFormat(
+        "wikihop",
+        "WikiHop records",
+        "graphattn.ingest.json:wikihop_graph",
+        keys=("query", "supports"),
+        modules=("graphattn.ingest.json", "graphattn.ingest.text"),
+    ),
+    DocumentFormat(
+        "nq",
+        "Natural Questions records (simplified format)",
+        "graphattn.ingest.json:nq_graph",
+        keys=("question_text", "document_text"),
+        modules=("graphattn.ingest.json",),
+    ),
+    DocumentFormat(
+        "openkp",
+        "OpenKP records (url, text, VDOM, KeyPhrases)",
+        "graphattn.ingest.openkp:openkp_graph",
+        keys=("text", "VDOM"),
+        modules=("graphattn.ingest.openkp",),
+    ),
+    DocumentFormat(
+        "json",
+        "any other JSON layout, read with a --mapping file",
+        "graphattn.ingest.mapping:json_graph",
+        needs_mapping=True,
+        modules=("graphattn.ingest.json", "graphattn.ingest.mapping"),
+    ),
 ):
     register_format(_fmt)
 
@@ -129,8 +171,10 @@ def per_file_format(path: str | os.PathLike) -> str | None:
 
 def unknown_suffix_error(path: str | os.PathLike) -> IngestError:
     suffix = _suffix(path)
-    return IngestError(f"cannot tell how to read a {suffix or 'suffix-less'} file; pass --format ({', '.join(FORMATS)})",
-                       file=str(path))
+    return IngestError(
+        f"cannot tell how to read a {suffix or 'suffix-less'} file; pass --format ({', '.join(FORMATS)})",
+        file=str(path),
+    )
 
 
 def sniff_format(records: list) -> str | None:
@@ -148,8 +192,10 @@ def resolve_json_format(format: str, mapping: Any, samples: list, path: str | os
     if format != "auto":
         if format not in FORMATS or FORMATS[format].per_file:
             record_formats = ", ".join(n for n, f in FORMATS.items() if not f.per_file)
-            raise IngestError(f"--format {format} does not read JSON records (record formats: {record_formats})",
-                              file=None if path is None else str(path))
+            raise IngestError(
+                f"--format {format} does not read JSON records (record formats: {record_formats})",
+                file=None if path is None else str(path),
+            )
         return format
     if mapping is not None:
         return "json"
@@ -157,8 +203,11 @@ def resolve_json_format(format: str, mapping: Any, samples: list, path: str | os
     if found is None:
         keys = sorted({k for r in samples if isinstance(r, dict) for k in r})[:12]
         sniffed = "|".join(n for n, f in FORMATS.items() if f.keys)
-        raise IngestError(f"cannot tell the JSON record format from its keys ({', '.join(keys) or 'no objects'}); pass --format "
-                          f"{sniffed}, or --mapping FILE for another layout", file=None if path is None else str(path))
+        raise IngestError(
+            f"cannot tell the JSON record format from its keys ({', '.join(keys) or 'no objects'}); pass --format "
+            f"{sniffed}, or --mapping FILE for another layout",
+            file=None if path is None else str(path),
+        )
     return found
 
 
@@ -174,7 +223,9 @@ def read_graph(format: str, raw: Any, mapping: Any = None):
         raise IngestError(f"unknown format {format!r}; known: {', '.join(FORMATS)}", file=getattr(raw, "file", None))
     fmt = FORMATS[format]
     if fmt.needs_mapping and mapping is None:
-        raise IngestError(f"the {format} format reads records through a mapping: pass --mapping FILE", file=getattr(raw, "file", None))
+        raise IngestError(
+            f"the {format} format reads records through a mapping: pass --mapping FILE", file=getattr(raw, "file", None)
+        )
     return fmt.read(raw, mapping)
 
 
@@ -224,5 +275,7 @@ def docgraph_record(record):
     from graphattn.graph import DocGraph
 
     if not isinstance(record.data, dict):
-        raise GraphError("expected a DocGraph object {text, nodes, edges}", file=record.file, line=record.line, path=record.base_path)
+        raise GraphError(
+            "expected a DocGraph object {text, nodes, edges}", file=record.file, line=record.line, path=record.base_path
+        )
     return DocGraph.from_dict(record.data, source=record.file)

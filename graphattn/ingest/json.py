@@ -219,7 +219,8 @@ def _warn_unmatched_facts(record: Record, facts: list, paragraphs: list, matched
             message = f"sentence index {index} is out of range: paragraph {title!r} has {counts[title]} sentence(s)"
             record.warn("supporting_facts", message, "supporting_facts", k, 1)
         else:
-            record.warn("supporting_facts", f"sentence {index} of paragraph {title!r} is empty", "supporting_facts", k, 1)
+            message = f"sentence {index} of paragraph {title!r} is empty"
+            record.warn("supporting_facts", message, "supporting_facts", k, 1)
 
 
 def _add_hotpotqa_answer(record: Record, graph: DocGraph, answer: str, paragraphs: list, matched: set) -> None:
@@ -237,7 +238,8 @@ def _add_hotpotqa_answer(record: Record, graph: DocGraph, answer: str, paragraph
                 continue  # lowering changed the length: its offsets would not be the text's
             at = (piece.lower() if fold else piece).find(needle) if needle else -1
             if at >= 0:
-                graph.add_node("answer", "answer", (start + at, start + at + len(answer)), answer_type="span", text=answer)
+                span = (start + at, start + at + len(answer))
+                graph.add_node("answer", "answer", span, answer_type="span", text=answer)
                 return
     record.warn("answer", f"answer {answer!r} is not in any paragraph of the context", "answer")
 
@@ -314,10 +316,11 @@ def nq_graph(record: Record | Any, *, keep_html_tokens: bool = False) -> DocGrap
     short_spans = tokens.char_spans(np.array([s[2:] for s in short], dtype=np.int64).reshape(-1, 2)) + offset
     for (a, k, _, _), (start, end) in zip(short, short_spans):
         if end <= start:
-            record.warn("short_answers", "short answer covers no text (only HTML tag tokens)", "annotations", a, "short_answers", k)
+            message = "short answer covers no text (only HTML tag tokens)"
+            record.warn("short_answers", message, "annotations", a, "short_answers", k)
     yes_no = next((a.yes_no for a in annotations if a.yes_no != "NONE"), "NONE")
-    graph.add_node("q", "question", (0, len(question)), short_answers=[tuple(map(int, s)) for s in short_spans if s[1] > s[0]],
-                   yes_no_answer=yes_no)
+    with_text = [tuple(map(int, s)) for s in short_spans if s[1] > s[0]]
+    graph.add_node("q", "question", (0, len(question)), short_answers=with_text, yes_no_answer=yes_no)
     graph.add_node("doc", "document", (offset, len(text)) if tokens.text else (offset, offset),
                    url=record.get("document_url", expect=str, default=None))
 
@@ -357,8 +360,8 @@ def _nq_annotations(record: Record, n_candidates: int, n_tokens: int) -> list[_N
         if "long_answer" in annotations[a]:
             long = record.get("annotations", a, "long_answer", "candidate_index", expect=int, default=-1)
         if long >= n_candidates or long < -1:
-            record.warn("long_answer", f"long answer candidate {long} is not among the {n_candidates} long-answer candidates",
-                        "annotations", a, "long_answer", "candidate_index")
+            message = f"long answer candidate {long} is not among the {n_candidates} long-answer candidates"
+            record.warn("long_answer", message, "annotations", a, "long_answer", "candidate_index")
             long = -1
         short = []
         for k in range(len(record.get("annotations", a, "short_answers", expect=list, default=[]))):
@@ -367,19 +370,20 @@ def _nq_annotations(record: Record, n_candidates: int, n_tokens: int) -> list[_N
             if 0 <= first < stop <= n_tokens:
                 short.append((k, first, stop))
             else:
-                record.warn("short_answers", f"short answer tokens [{first}, {stop}) are empty or outside the document's "
-                            f"{n_tokens} tokens", "annotations", a, "short_answers", k)
+                message = f"short answer tokens [{first}, {stop}) are empty or outside the document's {n_tokens} tokens"
+                record.warn("short_answers", message, "annotations", a, "short_answers", k)
         yes_no = record.get("annotations", a, "yes_no_answer", expect=str, default="NONE")
         out.append(_NqAnnotation(a, long, short, yes_no.upper()))
     return out
 
 
-def _add_nq_answer(graph: DocGraph, annotations: list[_NqAnnotation], candidate_spans: np.ndarray, short_spans: np.ndarray,
-                   has_long_answer: bool) -> None:
+def _add_nq_answer(graph: DocGraph, annotations: list[_NqAnnotation], candidate_spans: np.ndarray,
+                   short_spans: np.ndarray, has_long_answer: bool) -> None:
     """BERT-joint's target as an `answer` node: short span; yes/no or long with the long answer's span; null."""
     with_text = [tuple(map(int, s)) for s in short_spans if s[1] > s[0]]
     long = next((a.long for a in annotations if a.long >= 0), -1) if has_long_answer else -1
-    long_span = tuple(map(int, candidate_spans[long])) if long >= 0 and candidate_spans[long][1] > candidate_spans[long][0] else None
+    long_span = tuple(map(int, candidate_spans[long])) if long >= 0 else None
+    long_span = long_span if long_span is not None and long_span[1] > long_span[0] else None
     yes_no = next((a.yes_no.lower() for a in annotations if a.yes_no in ("YES", "NO")), None)
     if with_text:
         graph.add_node("answer", "answer", with_text[0], answer_type="short")
@@ -461,7 +465,8 @@ def read_json(path: str | os.PathLike, format: str | Callable[..., DocGraph], *,
               **options: Any) -> Iterator[DocGraph]:
     """Yield one DocGraph per record of `path`, read with a named adapter or a callable.
 
-    `format` is ``"hotpotqa"``, ``"wikihop"``, ``"nq"``, ``"openkp"`` (`graphattn.ingest.openkp`) or a callable taking a `Record` (for
+    `format` is ``"hotpotqa"``, ``"wikihop"``, ``"nq"``, ``"openkp"`` (`graphattn.ingest.openkp`) or a callable
+    taking a `Record` (for
     the generic reader pass ``functools.partial(mapping.json_graph, mapping=...)``); `options`
     go to the adapter (``nlp=`` for WikiHop, ``keep_html_tokens=`` for NQ).
     """

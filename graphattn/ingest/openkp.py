@@ -56,8 +56,9 @@ def find_phrase(words: np.ndarray, phrase: Sequence[str]) -> np.ndarray:
     return np.flatnonzero(hits)
 
 
-def _add_occurrences(graph: DocGraph, phrases: list[list[str]], words: np.ndarray, starts: np.ndarray, ends: np.ndarray,
-                     warn) -> None:
+def _add_occurrences(
+    graph: DocGraph, phrases: list[list[str]], words: np.ndarray, starts: np.ndarray, ends: np.ndarray, warn
+) -> None:
     """One keyphrase node per occurrence of each phrase (word arrays: lowercased words, their char spans)."""
     for i, phrase in enumerate(phrases):
         if not phrase:
@@ -92,7 +93,9 @@ def _json_field(record: Record, key: str, expect: type) -> Any:
         try:
             value = json.loads(value)
         except json.JSONDecodeError as err:
-            raise record.error(f"{key} is a string that is not valid JSON ({err.msg}, column {err.colno})", key) from None
+            raise record.error(
+                f"{key} is a string that is not valid JSON ({err.msg}, column {err.colno})", key
+            ) from None
         if not isinstance(value, expect):
             raise record.error(f"{key} must hold a JSON {expect.__name__}", key)
     return value
@@ -119,19 +122,38 @@ def openkp_graph(record: Record | Any) -> DocGraph:
             raise record.error(f"VDOM element {i} is not an object", "VDOM", i)
         first, stop = element.get("start_idx"), element.get("end_idx")
         if not (isinstance(first, int) and isinstance(stop, int) and 0 <= first < stop <= len(words)):
-            raise record.error(f"word range [{first}, {stop}) is empty or outside the text's {len(words)} words", "VDOM", i)
+            raise record.error(
+                f"word range [{first}, {stop}) is empty or outside the text's {len(words)} words", "VDOM", i
+            )
         feature = element.get("feature")
-        if not (isinstance(feature, list) and len(feature) == 2 * len(VDOM_FEATURES) and all(isinstance(v, (int, float)) for v in feature)):
+        if not (
+            isinstance(feature, list)
+            and len(feature) == 2 * len(VDOM_FEATURES)
+            and all(isinstance(v, (int, float)) for v in feature)
+        ):
             raise record.error(f"feature must be a list of {2 * len(VDOM_FEATURES)} numbers", "VDOM", i, "feature")
         span = (int(starts[first]), int(ends[stop - 1]))
-        graph.add_child("doc", f"t{i}", "text", span, **_vdom_attrs(feature), reading_position=span[0] / total,
-                        text_share=(span[1] - span[0]) / total)
+        graph.add_child(
+            "doc",
+            f"t{i}",
+            "text",
+            span,
+            **_vdom_attrs(feature),
+            reading_position=span[0] / total,
+            text_share=(span[1] - span[0]) / total,
+        )
     lowered = np.array([w.lower() for w in words], dtype=object)
     for i, phrase in enumerate(phrases):
         if not (isinstance(phrase, list) and all(isinstance(w, str) for w in phrase)):
             raise record.error("a keyphrase must be a list of words", "KeyPhrases", i)
-    _add_occurrences(graph, [[w for w in p if w] for p in phrases], lowered, starts, ends,
-                     lambda message, i: record.warn("keyphrases", message, "KeyPhrases", i))
+    _add_occurrences(
+        graph,
+        [[w for w in p if w] for p in phrases],
+        lowered,
+        starts,
+        ends,
+        lambda message, i: record.warn("keyphrases", message, "KeyPhrases", i),
+    )
     return graph
 
 

@@ -58,8 +58,8 @@ _SPARSE = {"link_long": "int32", "link_global": "gpos", "link_label": "label",
            "g2g_src": "gpos", "g2g_dst": "gpos", "g2g_label": "label"}
 _SCALARS = ("local_radius", "max_distance", "levels", "owners", "cross_segment_label")
 _COMPACT_FIELDS = set(_LONG_ARRAYS) | set(_GLOBAL_ARRAYS) | set(_SPARSE) | set(_SCALARS)
-_STRING_LISTS = ("doc_ids", "sources", "texts", "global_node_ids", "global_node_types", "dropped_nodes", "dropped_targets",
-                 "truncation_messages")
+_STRING_LISTS = ("doc_ids", "sources", "texts", "global_node_ids", "global_node_types", "dropped_nodes",
+                 "dropped_targets", "truncation_messages")
 _INT_SCALARS = ("window", "windows", "long_length", "global_length", "long_tokens_before", "long_tokens_after",
                 "globals_before", "globals_after")
 
@@ -112,7 +112,8 @@ class ShardColumns:
     @classmethod
     def from_dict(cls, data: dict) -> "ShardColumns":
         targets = tuple((name, axis, tuple(shape)) for name, axis, shape in data.get("targets", []))
-        return cls(**{**data, "levels": tuple(data["levels"]), "features": tuple(tuple(f) for f in data["features"]), "targets": targets})
+        features = tuple(tuple(f) for f in data["features"])
+        return cls(**{**data, "levels": tuple(data["levels"]), "features": features, "targets": targets})
 
     def target_type(self, axis: str, shape: tuple[int, ...]) -> pa.DataType:
         """Per-global labels as list<int16>, scalars as int32, fixed rows as flat list<int32>."""
@@ -209,7 +210,8 @@ def instance_row(inst: EtcInstance, where: Provenance, layout: ShardColumns) -> 
         if axis == "global":
             row[f"target:{name}"] = _narrow(value, np.dtype("int16"), f"target {name}")
         else:
-            row[f"target:{name}"] = int(value) if not shape else _narrow(value.reshape(-1), np.dtype("int32"), f"target {name}")
+            flat = int(value) if not shape else _narrow(value.reshape(-1), np.dtype("int32"), f"target {name}")
+            row[f"target:{name}"] = flat
     return row
 
 
@@ -230,7 +232,8 @@ def _check_consistent(inst: EtcInstance, layout: ShardColumns) -> None:
     if sorted(inst.features) != sorted(k for k, _ in layout.features):
         problems.append(f"features {sorted(inst.features)} differ from the schema's {[k for k, _ in layout.features]}")
     declared = {name: (axis, shape) for name, axis, shape in layout.targets}
-    found = {name: (axis, np.shape(inst.targets[name]) if axis == "" else ()) for name, axis in inst.target_axes.items()}
+    found = {name: (axis, np.shape(inst.targets[name]) if axis == "" else ())
+             for name, axis in inst.target_axes.items()}
     if found != declared:
         problems.append(f"targets {sorted(found)} differ from the schema's {sorted(declared)} (or their shapes do)")
     if problems:

@@ -48,8 +48,8 @@ def inspect_lines(source: str, *, instance: int = 0, label_instances: int = 200,
     info = dataset.info
     target_columns = [f"target:{name}" for name, _, _ in info.layout.targets]
     table = read_table(paths, ["doc_numbers", "long_length", "global_length", "truncated", "long_tokens_before",
-                               "long_tokens_after", "globals_before", "globals_after", "dropped_nodes", "dropped_targets",
-                               *target_columns])
+                               "long_tokens_after", "globals_before", "globals_after", "dropped_nodes",
+                               "dropped_targets", *target_columns])
     settings = info.settings
     out = [f"{len(paths)} shard(s) from {source}",
            f"schema {settings.get('schema_name')} ({settings.get('schema')}), tokenizer {settings.get('tokenizer')}, "
@@ -97,7 +97,8 @@ def _targets(table, targets) -> list[str]:
         shown = ", ".join(f"{int(k)}: {int(c):,}" for k, c in zip(*counts) if axis != "" or not shape)
         if shape:
             shown = f"{sum(v.size for v in labelled) // 2:,} span(s)"
-        out.append(f"  {name:<20} {kind:<12} {with_label:,} of {len(values):,} instance(s) labelled; values {shown or 'none'}")
+        out.append(f"  {name:<20} {kind:<12} {with_label:,} of {len(values):,} instance(s) labelled; "
+                   f"values {shown or 'none'}")
     cut = sum(len(d) for d in table.column("dropped_targets").to_pylist())
     out.append(f"  {cut:,} label(s) cut away by truncation (their targets became null or -100)")
     return out

@@ -28,16 +28,28 @@ THROTTLE_ENV = "GRAPHATTN_TRAIN_THROTTLE"  # seconds to sleep after each step (t
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--data", required=True, nargs="+", metavar="SHARDS",
-                        help="compiled shards: directories, .parquet files or globs (raw records are compiled first)")
+    parser.add_argument(
+        "--data",
+        required=True,
+        nargs="+",
+        metavar="SHARDS",
+        help="compiled shards: directories, .parquet files or globs (raw records are compiled first)",
+    )
     parser.add_argument("--out", required=True, help="directory for checkpoints and run.json")
     length = parser.add_mutually_exclusive_group(required=True)
     length.add_argument("--steps", type=int, help="optimizer steps")
     length.add_argument("--epochs", type=int, help="passes over --data")
-    parser.add_argument("--targets", nargs="+", metavar="NAME", help="train only these targets of the schema (default: all)")
-    parser.add_argument("--eval-data", nargs="*", default=[], help="shards to print `graphattn evaluate`'s metrics on after training")
-    parser.add_argument("--schema", help="raw-record --data: the relation schema to compile with; shards: use this schema's "
-                        "targets instead of the footer's")
+    parser.add_argument(
+        "--targets", nargs="+", metavar="NAME", help="train only these targets of the schema (default: all)"
+    )
+    parser.add_argument(
+        "--eval-data", nargs="*", default=[], help="shards to print `graphattn evaluate`'s metrics on after training"
+    )
+    parser.add_argument(
+        "--schema",
+        help="raw-record --data: the relation schema to compile with; shards: use this schema's "
+        "targets instead of the footer's",
+    )
     parser.add_argument("--tokenizer", help="raw-record --data: tokenizer.json to compile with")
     parser.add_argument("--init-from", help="local HF BERT/RoBERTa checkpoint directory to lift the encoder from")
     parser.add_argument("--hidden-size", type=int, default=256, help="random encoder (no --init-from): hidden size")
@@ -50,7 +62,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--warmup-ratio", type=float, default=0.1)
     parser.add_argument("--accumulate", type=int, default=1, help="batches per optimizer step")
     parser.add_argument("--precision", choices=("auto", "fp32", "bf16", "fp16"), default="auto")
-    parser.add_argument("--checkpoint-every", type=int, default=0, help="steps between checkpoints (0: at the end, and on Ctrl-C)")
+    parser.add_argument(
+        "--checkpoint-every", type=int, default=0, help="steps between checkpoints (0: at the end, and on Ctrl-C)"
+    )
     parser.add_argument("--resume", action="store_true", help="continue from the newest checkpoint under --out")
     parser.add_argument("--workers", type=int, default=0, help="DataLoader worker processes reading shards (default 0)")
     parser.add_argument("--buffer-size", type=int, default=1024, help="instances in the shuffle buffer (default 1024)")
@@ -74,25 +88,44 @@ def compile_raw(inputs: list[str], args: argparse.Namespace) -> str:
     from graphattn.corpus.pipeline import CompileOptions, run_compile
 
     if not args.schema or not args.tokenizer:
-        raise GraphattnError(f"--data {inputs[0]} is not compiled shards: compile it with `graphattn compile` first, or give "
-                             "--schema and --tokenizer to compile it into --out/compiled now")
+        raise GraphattnError(
+            f"--data {inputs[0]} is not compiled shards: compile it with `graphattn compile` first, or give "
+            "--schema and --tokenizer to compile it into --out/compiled now"
+        )
     target = Path(args.out) / "compiled"
     again = (target / "run.json").is_file()
-    print(f"--data holds raw records, not shards: compiling them into {target} first (graphattn compile"
-          + (", finishing or reusing the earlier compile there" if again else "") + f"); next time pass --data {target}")
-    run_compile(CompileOptions(inputs=inputs, schema=args.schema, out=str(target), tokenizer=args.tokenizer, resume=again,
-                               progress=not args.no_progress))
+    print(
+        f"--data holds raw records, not shards: compiling them into {target} first (graphattn compile"
+        + (", finishing or reusing the earlier compile there" if again else "")
+        + f"); next time pass --data {target}"
+    )
+    run_compile(
+        CompileOptions(
+            inputs=inputs,
+            schema=args.schema,
+            out=str(target),
+            tokenizer=args.tokenizer,
+            resume=again,
+            progress=not args.no_progress,
+        )
+    )
     return str(target)
 
 
 def resume_command(args: argparse.Namespace) -> str:
-    """The command line that continues this run: its own options, with --resume."""
+    """The command line that continues this run: the user's own words (or, when called from
+    Python, the parsed options), with --resume."""
     words = ["graphattn", "train"]
-    for key, value in vars(args).items():
-        if key.startswith("_") or key == "command" or value is None or value is False or value == []:
-            continue
-        flag = "--" + key.replace("_", "-")
-        words += [flag] if value is True else [flag, *map(str, value)] if isinstance(value, list) else [flag, str(value)]
+    if "train" in sys.argv[1:]:
+        words += sys.argv[sys.argv.index("train", 1) + 1 :]
+    else:
+        for key, value in vars(args).items():
+            if key.startswith("_") or key == "command" or value is None or value is False or value == []:
+                continue
+            flag = "--" + key.replace("_", "-")
+            words += (
+                [flag] if value is True else [flag, *map(str, value)] if isinstance(value, list) else [flag, str(value)]
+            )
     if "--resume" not in words:
         words.append("--resume")
     return " ".join(shlex.quote(w) for w in words)
@@ -115,7 +148,9 @@ def run(args: argparse.Namespace) -> int:
     shards = [a for a in args.data if is_shard_source(a)]
     raw = [a for a in args.data if a not in shards]
     if shards and raw:
-        raise GraphattnError(f"--data mixes compiled shards ({shards[0]}) and raw records ({raw[0]}); compile the records first")
+        raise GraphattnError(
+            f"--data mixes compiled shards ({shards[0]}) and raw records ({raw[0]}); compile the records first"
+        )
     distributed = int(os.environ.get("WORLD_SIZE", "1")) > 1
     if distributed:
         init_distributed()
@@ -123,26 +158,53 @@ def run(args: argparse.Namespace) -> int:
         data = shards or [compile_raw(raw, args)]
         callbacks = _throttle_callbacks()
         result = fine_tune(
-            data, args.out, steps=args.steps, epochs=args.epochs, batch_size=args.batch_size, learning_rate=args.lr,
-            optimizer=args.optimizer, warmup_ratio=args.warmup_ratio, accumulate=args.accumulate, precision=args.precision,
-            checkpoint_every=args.checkpoint_every, resume=args.resume, seed=args.seed, workers=args.workers,
-            buffer_size=args.buffer_size, init_from=args.init_from, hidden_size=args.hidden_size, layers=args.layers,
-            heads=args.heads, dropout=args.dropout, targets=args.targets, schema=args.schema if shards else None,
-            progress=not args.no_progress, print_fn=print if is_main_process() else None, callbacks=callbacks,
+            data,
+            args.out,
+            steps=args.steps,
+            epochs=args.epochs,
+            batch_size=args.batch_size,
+            learning_rate=args.lr,
+            optimizer=args.optimizer,
+            warmup_ratio=args.warmup_ratio,
+            accumulate=args.accumulate,
+            precision=args.precision,
+            checkpoint_every=args.checkpoint_every,
+            resume=args.resume,
+            seed=args.seed,
+            workers=args.workers,
+            buffer_size=args.buffer_size,
+            init_from=args.init_from,
+            hidden_size=args.hidden_size,
+            layers=args.layers,
+            heads=args.heads,
+            dropout=args.dropout,
+            targets=args.targets,
+            schema=args.schema if shards else None,
+            progress=not args.no_progress,
+            print_fn=print if is_main_process() else None,
+            callbacks=callbacks,
             log_every=1 if callbacks else 10,
         )
     except TrainingInterrupted as stop:
         if is_main_process():
             where = f"checkpoint {stop.checkpoint}" if stop.checkpoint else "no checkpoint"
-            print(f"graphattn train: interrupted at step {stop.step}; {where}. Resume with:\n  {resume_command(args)}",
-                  file=sys.stderr)
+            print(
+                f"graphattn train: interrupted at step {stop.step}; {where}. Resume with:\n  {resume_command(args)}",
+                file=sys.stderr,
+            )
+        return 130
+    except KeyboardInterrupt:  # before the first step: nothing trained, nothing to save
+        print("graphattn train: interrupted before training started; nothing was saved", file=sys.stderr)
         return 130
     finally:
         if distributed:
             cleanup_distributed()
     if is_main_process():
         last = result.history[-1] if result.history else {}
-        print(f"trained {result.step} steps; last loss {last.get('loss', float('nan')):.4f}; checkpoint {result.checkpoint}")
+        print(
+            f"trained {result.step} steps; last loss {last.get('loss', float('nan')):.4f}; "
+            f"checkpoint {result.checkpoint}"
+        )
         if args.eval_data:
             from graphattn.train.evaluate import evaluate_model, report_lines
 

@@ -39,9 +39,15 @@ from graphattn.train import metrics as m
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--model", required=True, metavar="RUN", help="a `graphattn train --out` directory (its newest "
-                        "checkpoint) or a checkpoint directory inside one")
-    parser.add_argument("--data", required=True, nargs="+", metavar="SHARDS", help="compiled shards: directories, files or globs")
+    parser.add_argument(
+        "--model",
+        required=True,
+        metavar="RUN",
+        help="a `graphattn train --out` directory (its newest checkpoint) or a checkpoint directory inside one",
+    )
+    parser.add_argument(
+        "--data", required=True, nargs="+", metavar="SHARDS", help="compiled shards: directories, files or globs"
+    )
     parser.add_argument("--batch-size", type=int, default=8)
     parser.add_argument("--device", default="cpu", help="cpu, cuda, cuda:1, ...")
     parser.add_argument("--json", metavar="FILE", help="also write the metrics to FILE as JSON")
@@ -93,15 +99,26 @@ def _gather(name: str, kind: str, spec, inst: EtcInstance, prediction: Any, b: i
         gold = tuple(int(targets[f"{name}_{part}"]) for part in ("start", "end", "type"))
         gold_text = _span_text(inst, gold[0], gold[1]) if gold[0] >= 0 else (-1, -1, "")
         margin = float(decoded.score[b]) - float(null_score[b])
-        doc.labels[name].append({"type": spec.types[kind_id], "chars": (start, end), "text": text, "margin": margin,
-                                 "gold_type": None if gold[2] == TARGET_IGNORE else spec.types[gold[2]],
-                                 "gold_chars": gold_text[:2], "gold_text": gold_text[2]})
+        doc.labels[name].append(
+            {
+                "type": spec.types[kind_id],
+                "chars": (start, end),
+                "text": text,
+                "margin": margin,
+                "gold_type": None if gold[2] == TARGET_IGNORE else spec.types[gold[2]],
+                "gold_chars": gold_text[:2],
+                "gold_text": gold_text[2],
+            }
+        )
     else:
         rows = targets[name]
         gold = [_span_text(inst, int(a), int(z))[2] for a, z in rows if a >= 0]
         starts, lengths, scores = (t[b].cpu().numpy() for t in (prediction.start, prediction.length, prediction.score))
-        ranked = [(float(s), _span_text(inst, int(a), int(a) + int(n) - 1)[2]) for a, n, s in zip(starts, lengths, scores)
-                  if int(a) + int(n) - 1 < L]
+        ranked = [
+            (float(s), _span_text(inst, int(a), int(a) + int(n) - 1)[2])
+            for a, n, s in zip(starts, lengths, scores)
+            if int(a) + int(n) - 1 < L
+        ]
         doc.labels[name].append((gold, ranked))
 
 
@@ -180,8 +197,11 @@ def _squad(documents: list[list]) -> dict[str, float]:
 def _nq_short(documents: list[list]) -> dict[str, float]:
     examples = []
     for records in documents:
-        gold = {(r["gold_type"], r["gold_chars"] if r["gold_type"] == "short" else None) for r in records
-                if r["gold_type"] in ("short", "yes", "no")}
+        gold = {
+            (r["gold_type"], r["gold_chars"] if r["gold_type"] == "short" else None)
+            for r in records
+            if r["gold_type"] in ("short", "yes", "no")
+        }
         candidates = [r for r in records if r["type"] in ("short", "yes", "no")]
         best = max(candidates, key=lambda r: r["margin"]) if candidates else None
         guess = (best["type"], best["chars"] if best["type"] == "short" else None) if best else None
@@ -211,8 +231,14 @@ class EvaluationReport:
     scores: dict[str, dict[str, Any]]  # target -> {"metric": name, score name -> value}
 
     def to_dict(self) -> dict[str, Any]:
-        return {"model": self.model, "step": self.step, "data": self.data, "instances": self.instances,
-                "documents": self.documents, "scores": self.scores}
+        return {
+            "model": self.model,
+            "step": self.step,
+            "data": self.data,
+            "instances": self.instances,
+            "documents": self.documents,
+            "scores": self.scores,
+        }
 
 
 def _score(spec, documents: list[list]) -> dict[str, Any]:
@@ -235,7 +261,9 @@ def _score(spec, documents: list[list]) -> dict[str, Any]:
     return {"metric": metric, **values}
 
 
-def evaluate_model(model_path: str, data: str | Sequence[str], *, batch_size: int = 8, device: str = "cpu") -> EvaluationReport:
+def evaluate_model(
+    model_path: str, data: str | Sequence[str], *, batch_size: int = 8, device: str = "cpu"
+) -> EvaluationReport:
     """Score a trained model on compiled shards (see the module docstring)."""
     import torch
 
@@ -249,10 +277,17 @@ def evaluate_model(model_path: str, data: str | Sequence[str], *, batch_size: in
     shards = open_shards(data)
     for name, head in model.targets.items():
         found = shards.schema.targets.get(name)
-        if found is None or found.kind != head.spec.kind or found.types != head.spec.types or found.classes != head.spec.classes:
-            raise GraphattnError(f"the shards' schema {shards.schema.name!r} has no target {name!r} like the model's "
-                                 f"({head.spec.kind}); evaluate on shards compiled with the schema the model was trained on",
-                                 file=shards.paths[0])
+        if (
+            found is None
+            or found.kind != head.spec.kind
+            or found.types != head.spec.types
+            or found.classes != head.spec.classes
+        ):
+            raise GraphattnError(
+                f"the shards' schema {shards.schema.name!r} has no target {name!r} like the model's "
+                f"({head.spec.kind}); evaluate on shards compiled with the schema the model was trained on",
+                file=shards.paths[0],
+            )
     dataset = ShardDataset(shards.paths, compact=True)
     documents: dict[str, dict[int, _Document]] = {name: {} for name in model.targets}
     numbers = set()
@@ -266,15 +301,21 @@ def evaluate_model(model_path: str, data: str | Sequence[str], *, batch_size: in
                 numbers.add(number)
                 for name, head in model.targets.items():
                     _gather(name, head.spec.kind, head.spec, inst, predictions[name], b, documents[name], number)
-    scores = {name: _score(head.spec, [d.labels[name] for _, d in sorted(documents[name].items())])
-              for name, head in model.targets.items()}
+    scores = {
+        name: _score(head.spec, [d.labels[name] for _, d in sorted(documents[name].items())])
+        for name, head in model.targets.items()
+    }
     return EvaluationReport(str(run["checkpoint"]), run["step"], shards.paths, len(dataset), len(numbers), scores)
 
 
 def report_lines(report: EvaluationReport) -> list[str]:
-    out = [f"evaluated {report.model} (step {report.step}) on {report.instances:,} instance(s) of {report.documents:,} "
-           f"document(s) in {len(report.data)} shard(s)"]
+    out = [
+        f"evaluated {report.model} (step {report.step}) on {report.instances:,} instance(s) of {report.documents:,} "
+        f"document(s) in {len(report.data)} shard(s)"
+    ]
     for name, values in report.scores.items():
-        shown = "  ".join(f"{k} {v:.4f}" if isinstance(v, float) else f"{k} {v}" for k, v in values.items() if k != "metric")
+        shown = "  ".join(
+            f"{k} {v:.4f}" if isinstance(v, float) else f"{k} {v}" for k, v in values.items() if k != "metric"
+        )
         out.append(f"  {name:<14} {values['metric']:<9} {shown}")
     return out

@@ -49,8 +49,11 @@ def schema_from_text(text: str, where: str):
     except yaml.YAMLError:
         data = None
     if not isinstance(data, dict):
-        raise GraphattnError("the footer holds no readable relation schema (was it compiled from a Python dict?); "
-                             "pass --schema with the schema file the shards were compiled with", file=where)
+        raise GraphattnError(
+            "the footer holds no readable relation schema (was it compiled from a Python dict?); "
+            "pass --schema with the schema file the shards were compiled with",
+            file=where,
+        )
     return load_schema(data)
 
 
@@ -70,47 +73,94 @@ def open_shards(source: str | os.PathLike | Sequence[str | os.PathLike], schema:
     return ShardSet(paths, loaded, info.schema_text, vocab, info.settings.get("tokenizer"), len(dataset))
 
 
-def build_encoder(shards: ShardSet, *, init_from: str | None = None, hidden_size: int = 256, layers: int = 4, heads: int = 4,
-                  dropout: float = 0.1):
+def build_encoder(
+    shards: ShardSet,
+    *,
+    init_from: str | None = None,
+    hidden_size: int = 256,
+    layers: int = 4,
+    heads: int = 4,
+    dropout: float = 0.1,
+):
     """An encoder matching the shards' geometry: lifted from a local BERT/RoBERTa directory, or new."""
     from graphattn.nn import EtcConfig, EtcEncoder
 
     schema = shards.schema
-    geometry = dict(local_radius=schema.local_radius, relative_pos_max_distance=schema.relative_pos_max_distance,
-                    relative_vocab_size=schema.relative_vocab_size)
+    geometry = dict(
+        local_radius=schema.local_radius,
+        relative_pos_max_distance=schema.relative_pos_max_distance,
+        relative_vocab_size=schema.relative_vocab_size,
+    )
     if init_from:
         from graphattn.nn.lift import lift_pretrained
 
         encoder, report = lift_pretrained(init_from, **geometry)
         if encoder.config.vocab_size < shards.vocab_size:
-            raise GraphattnError(f"the shards' tokenizer has {shards.vocab_size} ids but the lifted model only "
-                                 f"{encoder.config.vocab_size}: compile with the checkpoint's own tokenizer", file=init_from)
+            raise GraphattnError(
+                f"the shards' tokenizer has {shards.vocab_size} ids but the lifted model only "
+                f"{encoder.config.vocab_size}: compile with the checkpoint's own tokenizer",
+                file=init_from,
+            )
         return encoder, str(report)
-    config = EtcConfig(vocab_size=shards.vocab_size, hidden_size=hidden_size, num_hidden_layers=layers, num_attention_heads=heads,
-                       intermediate_size=4 * hidden_size, hidden_dropout_prob=dropout, **geometry)
+    config = EtcConfig(
+        vocab_size=shards.vocab_size,
+        hidden_size=hidden_size,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        intermediate_size=4 * hidden_size,
+        hidden_dropout_prob=dropout,
+        **geometry,
+    )
     return EtcEncoder(config), f"random encoder: {layers} layers, hidden {hidden_size}, {heads} heads"
 
 
 def chosen_targets(schema, names: Sequence[str] | None) -> dict:
     targets = dict(schema.targets)
     if not targets:
-        raise GraphattnError(f"schema {schema.name!r} declares no targets: the shards carry no task labels to train on "
-                             "(add a targets: section to the schema and compile again)", path=("targets",))
+        raise GraphattnError(
+            f"schema {schema.name!r} declares no targets: the shards carry no task labels to train on "
+            "(add a targets: section to the schema and compile again)",
+            path=("targets",),
+        )
     if names:
         unknown = [n for n in names if n not in targets]
         if unknown:
-            raise GraphattnError(f"--targets {unknown[0]!r} is not a target of schema {schema.name!r} ({', '.join(targets)})")
+            raise GraphattnError(
+                f"--targets {unknown[0]!r} is not a target of schema {schema.name!r} ({', '.join(targets)})"
+            )
         targets = {n: targets[n] for n in names}
     return targets
 
 
-def fine_tune(data: str | os.PathLike | Sequence[str | os.PathLike], out: str | os.PathLike, *, steps: int | None = None,
-              epochs: int | None = None, batch_size: int = 8, learning_rate: float = 5e-5, optimizer: str = "adamw",
-              warmup_ratio: float = 0.1, accumulate: int = 1, precision: str = "auto", checkpoint_every: int = 0,
-              resume: bool = False, seed: int = 0, workers: int = 0, buffer_size: int = 1024, init_from: str | None = None,
-              hidden_size: int = 256, layers: int = 4, heads: int = 4, dropout: float = 0.1, targets: Sequence[str] | None = None,
-              schema: Any = None, progress: bool = True, print_fn: Callable[[str], None] | None = print,
-              callbacks: Sequence[Callable] = (), log_every: int = 10):
+def fine_tune(
+    data: str | os.PathLike | Sequence[str | os.PathLike],
+    out: str | os.PathLike,
+    *,
+    steps: int | None = None,
+    epochs: int | None = None,
+    batch_size: int = 8,
+    learning_rate: float = 5e-5,
+    optimizer: str = "adamw",
+    warmup_ratio: float = 0.1,
+    accumulate: int = 1,
+    precision: str = "auto",
+    checkpoint_every: int = 0,
+    resume: bool = False,
+    seed: int = 0,
+    workers: int = 0,
+    buffer_size: int = 1024,
+    init_from: str | None = None,
+    hidden_size: int = 256,
+    layers: int = 4,
+    heads: int = 4,
+    dropout: float = 0.1,
+    targets: Sequence[str] | None = None,
+    schema: Any = None,
+    progress: bool = True,
+    print_fn: Callable[[str], None] | None = print,
+    callbacks: Sequence[Callable] = (),
+    log_every: int = 10,
+):
     """Train a TaskModel (a head per schema target) on compiled shards; checkpoints under `out`.
 
     Raises `TrainingInterrupted` after saving a checkpoint when Ctrl-C stops it."""
@@ -123,25 +173,48 @@ def fine_tune(data: str | os.PathLike | Sequence[str | os.PathLike], out: str | 
 
     shards = open_shards(data, schema)
     torch.manual_seed(seed)
-    encoder, description = build_encoder(shards, init_from=init_from, hidden_size=hidden_size, layers=layers, heads=heads,
-                                         dropout=dropout)
+    encoder, description = build_encoder(
+        shards, init_from=init_from, hidden_size=hidden_size, layers=layers, heads=heads, dropout=dropout
+    )
     model = TaskModel(encoder, chosen_targets(shards.schema, targets))
     out = Path(out)
     if is_main_process():
         out.mkdir(parents=True, exist_ok=True)
         max_ngram = next((h.max_ngram for h in model.heads.values() if hasattr(h, "max_ngram")), None)
-        run = {"format": RUN_FORMAT, "encoder": encoder.config.to_dict(), "targets": list(model.targets),
-               "schema_name": shards.schema.name, "schema_text": shards.schema_text, "data": shards.paths,
-               "tokenizer": shards.tokenizer, "max_ngram": max_ngram}
+        run = {
+            "format": RUN_FORMAT,
+            "encoder": encoder.config.to_dict(),
+            "targets": list(model.targets),
+            "schema_name": shards.schema.name,
+            "schema_text": shards.schema_text,
+            "data": shards.paths,
+            "tokenizer": shards.tokenizer,
+            "max_ngram": max_ngram,
+        }
         (out / RUN_FILE).write_text(json.dumps(run, indent=1))
         if print_fn is not None:
-            print_fn(f"{shards.instances:,} training instances in {len(shards.paths)} shard(s), streamed; targets "
-                     f"{', '.join(f'{n} ({s.spec.kind})' for n, s in model.targets.items())}; {description}")
-    config = TrainConfig(max_steps=steps, epochs=epochs, learning_rate=learning_rate, optimizer=optimizer, warmup_ratio=warmup_ratio,
-                         gradient_accumulation_steps=accumulate, precision=precision, checkpoint_dir=str(out),
-                         checkpoint_every=checkpoint_every, resume="latest" if resume else False, seed=seed, progress=progress,
-                         log_every=log_every)
-    loader = shard_loader(shards.paths, batch_size, shuffle=True, seed=seed, buffer_size=buffer_size, num_workers=workers, compact=True)
+            print_fn(
+                f"{shards.instances:,} training instances in {len(shards.paths)} shard(s), streamed; targets "
+                f"{', '.join(f'{n} ({s.spec.kind})' for n, s in model.targets.items())}; {description}"
+            )
+    config = TrainConfig(
+        max_steps=steps,
+        epochs=epochs,
+        learning_rate=learning_rate,
+        optimizer=optimizer,
+        warmup_ratio=warmup_ratio,
+        gradient_accumulation_steps=accumulate,
+        precision=precision,
+        checkpoint_dir=str(out),
+        checkpoint_every=checkpoint_every,
+        resume="latest" if resume else False,
+        seed=seed,
+        progress=progress,
+        log_every=log_every,
+    )
+    loader = shard_loader(
+        shards.paths, batch_size, shuffle=True, seed=seed, buffer_size=buffer_size, num_workers=workers, compact=True
+    )
     trainer = Trainer(model, config, callbacks=callbacks)
     return trainer.fit(loader)
 
@@ -159,14 +232,19 @@ def load_task_model(path: str | os.PathLike, device: str = "cpu"):
     run_dir = path if (path / RUN_FILE).is_file() else path.parent
     run_file = run_dir / RUN_FILE
     if not run_file.is_file():
-        raise GraphattnError(f"no {RUN_FILE} here or in the parent directory: name a `graphattn train --out` directory "
-                             "or a checkpoint inside one", file=str(path))
+        raise GraphattnError(
+            f"no {RUN_FILE} here or in the parent directory: name a `graphattn train --out` directory "
+            "or a checkpoint inside one",
+            file=str(path),
+        )
     try:
         run = json.loads(run_file.read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as err:
         raise GraphattnError(f"{RUN_FILE} is damaged: {err}", file=str(run_file)) from None
     if run.get("format") != RUN_FORMAT:
-        raise GraphattnError(f"{RUN_FILE} has format {run.get('format')!r}, expected {RUN_FORMAT!r}", file=str(run_file))
+        raise GraphattnError(
+            f"{RUN_FILE} has format {run.get('format')!r}, expected {RUN_FORMAT!r}", file=str(run_file)
+        )
     found = ckpt.resolve_checkpoint(str(path) if path != run_dir else "latest", run_dir)
     if found is None:
         raise GraphattnError("the run has no complete checkpoint yet", file=str(run_dir))
@@ -178,6 +256,8 @@ def load_task_model(path: str | os.PathLike, device: str = "cpu"):
     try:
         model.load_state_dict(state["model"])
     except (RuntimeError, KeyError) as err:
-        raise GraphattnError(f"the checkpoint does not fit the model {RUN_FILE} describes: {err}", file=str(found)) from None
+        raise GraphattnError(
+            f"the checkpoint does not fit the model {RUN_FILE} describes: {err}", file=str(found)
+        ) from None
     model.eval()
     return model.to(torch.device(device)), {**run, "checkpoint": str(found), "step": int(state.get("step", 0))}

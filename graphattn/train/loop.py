@@ -372,7 +372,8 @@ class Trainer:
                         bar.set_postfix(loss=f"{record['loss']:.4f}", lr=f"{record['lr']:.2e}")
                         for callback in self.callbacks:
                             callback(self, record)
-                    if cfg.checkpoint_dir and cfg.checkpoint_every and self.step % cfg.checkpoint_every == 0 and self.step < total:
+                    periodic = cfg.checkpoint_every and self.step % cfg.checkpoint_every == 0
+                    if cfg.checkpoint_dir and periodic and self.step < total:
                         last_checkpoint = self.save_checkpoint()
                     if cfg.stop_on_interrupt and not all_ranks_agree(not interrupt.requested, self.device):
                         raise TrainingInterrupted(self.step, self.save_checkpoint() if cfg.checkpoint_dir else None)
@@ -501,8 +502,8 @@ def train(model: nn.Module, data: Any, config: TrainConfig | None = None, loss_f
     if _is_shard_source(data):
         from graphattn.train.batches import shard_loader
 
-        data = shard_loader(data, batch_size, shuffle=True, seed=config.seed, buffer_size=buffer_size, num_workers=num_workers,
-                            compact=True)
+        data = shard_loader(data, batch_size, shuffle=True, seed=config.seed, buffer_size=buffer_size,
+                            num_workers=num_workers, compact=True)
     return Trainer(model, config, loss_fn=loss_fn).fit(data)
 
 

@@ -80,14 +80,22 @@ def best_threshold_f1(examples: Sequence[tuple[bool, bool, bool, float]]) -> dic
     predicted_so_far = np.cumsum(has_pred[order].astype(np.int64))
     gold_total = int(np.count_nonzero(has_gold))
     last_of_score = np.flatnonzero(np.append(score[1:] != score[:-1], True))  # after every tie is counted
-    precision = np.divide(correct_so_far, predicted_so_far, out=np.zeros(score.size), where=predicted_so_far > 0)[last_of_score]
+    precision = np.divide(correct_so_far, predicted_so_far, out=np.zeros(score.size), where=predicted_so_far > 0)[
+        last_of_score
+    ]
     recall = (correct_so_far / gold_total if gold_total else np.zeros(score.size))[last_of_score]
-    f1 = np.divide(2 * precision * recall, precision + recall, out=np.zeros(precision.size), where=precision + recall > 0)
+    f1 = np.divide(
+        2 * precision * recall, precision + recall, out=np.zeros(precision.size), where=precision + recall > 0
+    )
     if not (f1 > 0).any():
         return {"f1": 0.0, "precision": 0.0, "recall": 0.0, "threshold": 0.0}
     best = int(np.argmax(f1))  # the first (highest) threshold reaching the best F1, as nq_eval keeps it
-    return {"f1": float(f1[best]), "precision": float(precision[best]), "recall": float(recall[best]),
-            "threshold": float(score[last_of_score][best])}
+    return {
+        "f1": float(f1[best]),
+        "precision": float(precision[best]),
+        "recall": float(recall[best]),
+        "threshold": float(score[last_of_score][best]),
+    }
 
 
 def keyphrase_key(phrase: str) -> str:
@@ -98,7 +106,9 @@ def _dedup(phrases: Iterable[str]) -> list[str]:
     return list(dict.fromkeys(keyphrase_key(p) for p in phrases if p.strip()))
 
 
-def keyphrase_scores(predicted: Sequence[str], gold: Sequence[str], depths: Sequence[int] = KEYPHRASE_DEPTHS) -> dict[str, float]:
+def keyphrase_scores(
+    predicted: Sequence[str], gold: Sequence[str], depths: Sequence[int] = KEYPHRASE_DEPTHS
+) -> dict[str, float]:
     """{"p@k", "r@k", "f1@k"} for k in `depths`, for one page."""
     candidates, references = _dedup(predicted), set(_dedup(gold))
     out = {}

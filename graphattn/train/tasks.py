@@ -17,7 +17,8 @@ target kind has its head (`graphattn.nn.heads`):
 
 Targets that are TARGET_IGNORE contribute nothing; a batch where a target has no label at all
 adds 0 for it (never NaN). The total loss is the sum over targets; each one's share is logged as
-``loss/<name>``.
+``loss/<name>``, and for choice and global_labels targets ``accuracy/<name>`` (the best candidate
+is a chosen one; the labelled globals' classes).
 """
 
 from __future__ import annotations
@@ -49,8 +50,10 @@ def task_targets(source: Any) -> dict[str, TargetSpec]:
         source = load_schema(source)
     targets = dict(getattr(source, "targets", {}))
     if not targets:
-        raise GraphattnError("the schema declares no targets: there is nothing to train a head on (add a targets: section)",
-                             path=("targets",))
+        raise GraphattnError(
+            "the schema declares no targets: there is nothing to train a head on (add a targets: section)",
+            path=("targets",),
+        )
     return targets
 
 
@@ -100,8 +103,22 @@ class TargetHead:
             return _mass_loss(logits, targets[name] == 1)
         if kind == "span":
             start, end, types = (targets[f"{name}_{part}"] for part in ("start", "end", "type"))
-            return (_cross_entropy(logits.start, start) + _cross_entropy(logits.end, end)) / 2 + _cross_entropy(logits.answer_type, types)
+            return (_cross_entropy(logits.start, start) + _cross_entropy(logits.end, end)) / 2 + _cross_entropy(
+                logits.answer_type, types
+            )
         return _mass_loss(logits, ngram_labels(targets[name], head.max_ngram, logits.shape[-1]))
+
+    def accuracy(self, logits: Any, batch: EtcBatch) -> torch.Tensor | None:
+        """Share right in this batch (choice, global_labels), None for the span kinds."""
+        target = batch.targets[self.spec.name] if self.spec.kind in ("choice", "global_labels") else None
+        if target is None:
+            return None
+        if self.spec.kind == "choice":
+            has_gold = (target == 1).any(1)
+            right = target.gather(1, logits.argmax(1, keepdim=True)).squeeze(1) == 1
+            return _masked_mean(right.float(), has_gold.float())
+        labelled = target != TARGET_IGNORE
+        return _masked_mean((logits.argmax(-1) == target).float(), labelled.float())
 
     def predict(self, head: nn.Module, logits: Any, batch: EtcBatch) -> Any:
         kind = self.spec.kind
@@ -129,7 +146,9 @@ def ngram_labels(rows: torch.Tensor, max_ngram: int, long_length: int) -> torch.
 class TaskModel(nn.Module):
     """EtcEncoder + a head per target of `targets` (a Schema, schema file / name, or TargetSpecs)."""
 
-    def __init__(self, encoder: EtcEncoder, targets: Any, *, max_ngram: int = DEFAULT_MAX_NGRAM, max_answer_length: int = 30):
+    def __init__(
+        self, encoder: EtcEncoder, targets: Any, *, max_ngram: int = DEFAULT_MAX_NGRAM, max_answer_length: int = 30
+    ):
         super().__init__()
         self.encoder = encoder
         self.targets = {name: TargetHead(spec) for name, spec in task_targets(targets).items()}
@@ -151,8 +170,11 @@ class TaskModel(nn.Module):
         needed = [a.name for t in self.targets.values() for a in t.spec.arrays]
         missing = [name for name in needed if name not in batch.targets]
         if missing:
-            raise GraphattnError(f"the batch has no target {missing[0]!r} (it carries {', '.join(batch.targets) or 'none'}): "
-                                 "compile the data with the schema the model was built from", path=("targets", missing[0]))
+            raise GraphattnError(
+                f"the batch has no target {missing[0]!r} (it carries {', '.join(batch.targets) or 'none'}): "
+                "compile the data with the schema the model was built from",
+                path=("targets", missing[0]),
+            )
 
     def logits(self, batch: EtcBatch) -> dict[str, Any]:
         self._check(batch)
@@ -162,7 +184,13 @@ class TaskModel(nn.Module):
     def forward(self, batch: EtcBatch) -> dict[str, torch.Tensor]:
         logits = self.logits(batch)
         losses = {name: t.loss(self.heads[name], logits[name], batch) for name, t in self.targets.items()}
-        return {"loss": sum(losses.values()), **{f"loss/{name}": value.detach() for name, value in losses.items()}}
+        out = {"loss": sum(losses.values()), **{f"loss/{name}": value.detach() for name, value in losses.items()}}
+        with torch.no_grad():
+            for name, target in self.targets.items():
+                share = target.accuracy(logits[name], batch)
+                if share is not None:
+                    out[f"accuracy/{name}"] = share
+        return out
 
     @torch.no_grad()
     def predict(self, batch: EtcBatch) -> dict[str, Any]:

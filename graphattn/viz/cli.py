@@ -24,13 +24,13 @@ DEFAULT_TOKENIZER = "spacy:en"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("input", help="document (.html, .txt, .json/.jsonl of any known format) or compiled shard (.parquet, or a "
-                        "compile output directory)")
+    parser.add_argument("input", help="document (.html, .txt, .json/.jsonl of any known format) or compiled shard "
+                        "(.parquet, or a compile output directory)")
     parser.add_argument("--schema", help="relation schema: a YAML/JSON file or a shipped schema name (needed for documents)")
     parser.add_argument("--tokenizer", default=DEFAULT_TOKENIZER, help=f"tokenizer.json path or spacy:<lang> (default {DEFAULT_TOKENIZER})")
     parser.add_argument("--format", choices=("auto", *DOCUMENT_FORMATS), default="auto",
                         help="how to read a document (default auto: by suffix, and JSON records by their keys)")
-    parser.add_argument("--mapping", metavar="FILE", help="read JSON records with this generic ingest mapping (YAML/JSON)")
+    parser.add_argument("--mapping", metavar="FILE", help="read JSON records with this generic mapping (YAML/JSON)")
     parser.add_argument("--out", help="write FILE.png, FILE.svg or FILE.html instead of printing to the terminal")
     parser.add_argument("--queries", help="query rows A:B over [global ; long] positions; g/l prefixes count in one part (l0:l64)")
     parser.add_argument("--keys", help="key columns A:B, as --queries")
@@ -47,8 +47,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from graphattn.viz.pattern import Pattern, parse_range
 
-    instance = load_instance(args.input, schema=args.schema, tokenizer=args.tokenizer, format=args.format, index=args.instance,
-                             mapping=args.mapping)
+    instance = load_instance(args.input, schema=args.schema, tokenizer=args.tokenizer, format=args.format,
+                             index=args.instance, mapping=args.mapping)
     pattern = Pattern(instance)
     G, L = pattern.global_length, pattern.long_length
     queries = parse_range(args.queries, G, L, "--queries")
@@ -79,8 +79,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 # -- inputs --------------------------------------------------------------------------------
-def load_instance(path: str | Path, *, schema=None, tokenizer=DEFAULT_TOKENIZER, format: str | None = "auto", index: int = 0,
-                  mapping=None) -> EtcInstance:
+def load_instance(path: str | Path, *, schema=None, tokenizer=DEFAULT_TOKENIZER, format: str | None = "auto",
+                  index: int = 0, mapping=None) -> EtcInstance:
     """The instance to draw: compiled from a document, or read from a compiled shard (file or directory)."""
     path = Path(path)
     if not path.exists():
@@ -109,7 +109,7 @@ def load_instance(path: str | Path, *, schema=None, tokenizer=DEFAULT_TOKENIZER,
 
 
 def load_from_shard(path: Path, index: int) -> EtcInstance:
-    """Instance `index` of a compiled shard or output directory, through `graphattn.shards.dataset.read_instance(path, index)`."""
+    """Instance `index` of a compiled shard or output directory (`graphattn.shards.dataset.read_instance`)."""
     try:
         data = importlib.import_module("graphattn.shards.dataset")
     except ModuleNotFoundError as err:

@@ -24,12 +24,21 @@ from graphattn.tokenize import load_tokenizer
 REPO = Path(__file__).resolve().parents[2]
 DATA = REPO / "examples" / "data"
 TOKENIZER = str(DATA / "tokenizer.json")
-SAMPLES = {"hotpotqa": "hotpotqa_sample.json", "wikihop": "wikihop_sample.json", "nq": "nq_sample.jsonl", "openkp-dom": "openkp_sample.jsonl"}
+SAMPLES = {
+    "hotpotqa": "hotpotqa_sample.json",
+    "wikihop": "wikihop_sample.json",
+    "nq": "nq_sample.jsonl",
+    "openkp-dom": "openkp_sample.jsonl",
+}
 
 
 def compile_dir(inputs, schema: str, out: Path, **options):
-    return run_compile(CompileOptions(inputs=[str(p) for p in inputs], schema=schema, out=str(out), tokenizer=TOKENIZER,
-                                      progress=False, **options), print_fn=None)
+    return run_compile(
+        CompileOptions(
+            inputs=[str(p) for p in inputs], schema=schema, out=str(out), tokenizer=TOKENIZER, progress=False, **options
+        ),
+        print_fn=None,
+    )
 
 
 @pytest.mark.parametrize("schema", sorted(SAMPLES))
@@ -48,7 +57,9 @@ def test_shards_store_and_restore_the_targets_of_every_bundled_sample(schema, tm
             assert got.targets[name].dtype == np.int32
     table = pq.read_table(sorted((tmp_path / "out").glob("*.parquet"))[0])
     columns = {f.name: str(f.type) for f in table.schema if f.name.startswith("target:")}
-    assert columns == {f"target:{name}": _arrow_type(axis, want.targets[name]) for name, axis in want.target_axes.items()}
+    assert columns == {
+        f"target:{name}": _arrow_type(axis, want.targets[name]) for name, axis in want.target_axes.items()
+    }
 
 
 def _arrow_type(axis: str, value: np.ndarray) -> str:
@@ -94,25 +105,44 @@ def test_each_unmatched_hotpotqa_label_is_one_warning_counted_and_strict_rejects
     assert "Traceback" not in done.stderr
     warnings = read_jsonl(tmp_path / "out" / "warnings.jsonl")
     assert [(w["line"], w["doc_id"], w["label"], w["error"]) for w in warnings] == [
-        (4, "bad-title", "supporting_facts", "LabelWarning"), (8, "bad-index", "supporting_facts", "LabelWarning"),
-        (12, "bad-answer", "answer", "LabelWarning")]
-    assert warnings[0]["message"] == f"{records}:4: $.supporting_facts[3][0]: supporting fact names title 'Nowhere', which no paragraph of the context has"
-    assert warnings[1]["message"].endswith("$.supporting_facts[0][1]: sentence index 7 is out of range: paragraph 'London' has 3 sentence(s)")
+        (4, "bad-title", "supporting_facts", "LabelWarning"),
+        (8, "bad-index", "supporting_facts", "LabelWarning"),
+        (12, "bad-answer", "answer", "LabelWarning"),
+    ]
+    assert (
+        warnings[0]["message"]
+        == f"{records}:4: $.supporting_facts[3][0]: supporting fact names title 'Nowhere', which no paragraph of the "
+        "context has"
+    )
+    assert warnings[1]["message"].endswith(
+        "$.supporting_facts[0][1]: sentence index 7 is out of range: paragraph 'London' has 3 sentence(s)"
+    )
     assert warnings[2]["message"].endswith("$.answer: answer 'Rhine' is not in any paragraph of the context")
     assert f"3 label(s) matched nothing (see {tmp_path / 'out' / 'warnings.jsonl'})" in done.stdout
     assert len(ShardDataset(tmp_path / "out")) == 12  # every document compiled, without the labels that matched nothing
-    shown = subprocess.run(["graphattn", "inspect", str(tmp_path / "out"), "--instance", "-1"],
-                           capture_output=True, text=True)
+    shown = subprocess.run(
+        ["graphattn", "inspect", str(tmp_path / "out"), "--instance", "-1"], capture_output=True, text=True
+    )
     assert "label warnings 3 (task labels that matched nothing: warnings.jsonl)" in shown.stdout
 
-    strict = subprocess.run(command + ["--out", str(tmp_path / "strict"), "--quiet", "--strict"], capture_output=True, text=True)
+    strict = subprocess.run(
+        command + ["--out", str(tmp_path / "strict"), "--quiet", "--strict"], capture_output=True, text=True
+    )
     assert strict.returncode == 0, strict.stderr
     rejected = read_jsonl(tmp_path / "strict" / "rejected.jsonl")
     assert [(r["line"], r["error"]) for r in rejected] == [(4, "LabelError"), (8, "LabelError"), (12, "LabelError")]
     assert rejected[1]["message"].startswith("--strict: 1 label(s) match nothing: ")
     assert read_jsonl(tmp_path / "strict" / "warnings.jsonl") == []
     assert len(ShardDataset(tmp_path / "strict")) == 9
-    where = {"document", "source", "line", "record", "doc_id", "error", "message"}  # warnings have the shape of rejections
+    where = {
+        "document",
+        "source",
+        "line",
+        "record",
+        "doc_id",
+        "error",
+        "message",
+    }  # warnings have the shape of rejections
     assert where <= set(rejected[0]) and where <= set(warnings[0])
 
 
@@ -121,14 +151,35 @@ def _write(path: Path, records: list[dict]) -> Path:
     return path
 
 
-@pytest.mark.parametrize("schema, sample, bad, label, message", [
-    ("wikihop", "wikihop_sample.json", lambda r: {**r, "answer": "atlantis"}, "answer", r"\$.answer: answer 'atlantis' is not one of"),
-    ("nq", "nq_sample.jsonl", lambda r: {**r, "annotations": [{**r["annotations"][0], "long_answer": {"candidate_index": 99}}]},
-     "long_answer", r"long answer candidate 99 is not among the 16 long-answer candidates"),
-    ("openkp-dom", "openkp_sample.jsonl", lambda r: {**r, "KeyPhrases": [["storm", "surge"], ["tide", "mill"]]},
-     "keyphrases", r"\$.KeyPhrases\[1\]: keyphrase 'tide mill' is not in the text"),
-])
-def test_unmatched_labels_of_the_other_formats_warn_once_and_strict_rejects(schema, sample, bad, label, message, tmp_path):
+@pytest.mark.parametrize(
+    "schema, sample, bad, label, message",
+    [
+        (
+            "wikihop",
+            "wikihop_sample.json",
+            lambda r: {**r, "answer": "atlantis"},
+            "answer",
+            r"\$.answer: answer 'atlantis' is not one of",
+        ),
+        (
+            "nq",
+            "nq_sample.jsonl",
+            lambda r: {**r, "annotations": [{**r["annotations"][0], "long_answer": {"candidate_index": 99}}]},
+            "long_answer",
+            r"long answer candidate 99 is not among the 16 long-answer candidates",
+        ),
+        (
+            "openkp-dom",
+            "openkp_sample.jsonl",
+            lambda r: {**r, "KeyPhrases": [["storm", "surge"], ["tide", "mill"]]},
+            "keyphrases",
+            r"\$.KeyPhrases\[1\]: keyphrase 'tide mill' is not in the text",
+        ),
+    ],
+)
+def test_unmatched_labels_of_the_other_formats_warn_once_and_strict_rejects(
+    schema, sample, bad, label, message, tmp_path
+):
     source = DATA / sample
     first = read_jsonl(source)[0] if source.suffix == ".jsonl" else json.loads(source.read_text())[0]
     records = [first] * 4 + [bad(first)]
@@ -175,10 +226,21 @@ targets:
 def claims_record(i: int) -> dict:
     text = f"The bridge opened in {1900 + i}. It opened in {1900 + i} says the city. Bridges are made of stone."
     first, second = text.index("It opened"), text.index("Bridges")
-    return {"doc_id": f"claim-{i}", "text": text, "nodes": [
-        {"id": "c", "type": "claim", "span": [0, first - 1]},
-        {"id": "p0", "type": "paragraph", "span": [first, second - 1], "attrs": {"stance": "supports", "decisive": True}},
-        {"id": "p1", "type": "paragraph", "span": [second, len(text)], "attrs": {"stance": "unrelated"}}], "edges": []}
+    return {
+        "doc_id": f"claim-{i}",
+        "text": text,
+        "nodes": [
+            {"id": "c", "type": "claim", "span": [0, first - 1]},
+            {
+                "id": "p0",
+                "type": "paragraph",
+                "span": [first, second - 1],
+                "attrs": {"stance": "supports", "decisive": True},
+            },
+            {"id": "p1", "type": "paragraph", "span": [second, len(text)], "attrs": {"stance": "unrelated"}},
+        ],
+        "edges": [],
+    }
 
 
 def test_a_schema_written_for_a_new_layout_is_all_a_new_label_needs(tmp_path):
