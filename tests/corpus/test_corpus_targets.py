@@ -80,6 +80,18 @@ def test_collate_pads_targets_and_the_stream_carries_them(tmp_path):
     assert batch.targets["answer_type"].tolist() == [1, 2]  # a span answer, then "yes"
 
 
+def test_hugging_face_datasets_reads_the_target_columns(tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    import datasets
+
+    compile_dir([DATA / SAMPLES["nq"]], "nq", tmp_path / "out")
+    files = sorted(str(p) for p in (tmp_path / "out").glob("*.parquet"))
+    loaded = datasets.load_dataset("parquet", data_files=files, split="train", cache_dir=str(tmp_path / "cache"))
+    expected = list(ShardDataset(tmp_path / "out"))
+    assert loaded["target:answer_type"] == [int(i.targets["answer_type"]) for i in expected]
+    assert loaded[0]["target:long_answer"] == expected[0].targets["long_answer"].tolist()
+
+
 # -- labels that match nothing ----------------------------------------------------------------
 HOTPOT = json.loads((DATA / SAMPLES["hotpotqa"]).read_text())[0]
 
