@@ -201,9 +201,10 @@ def run(args: argparse.Namespace) -> int:
             cleanup_distributed()
     if is_main_process():
         last = result.history[-1] if result.history else {}
+        rate = f", {result.steps_run / result.seconds:.2f} steps/s" if result.seconds > 0 and result.steps_run else ""
         print(
             f"trained {result.step} steps; last loss {last.get('loss', float('nan')):.4f}; "
-            f"checkpoint {result.checkpoint}"
+            f"checkpoint {result.checkpoint} ({result.steps_run} step(s) in {result.seconds:.1f} s{rate})"
         )
         if args.eval_data:
             from graphattn.train.evaluate import evaluate_model, report_lines

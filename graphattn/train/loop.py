@@ -35,6 +35,7 @@ import dataclasses
 import math
 import signal
 import threading
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
@@ -156,6 +157,8 @@ class TrainResult:
     step: int
     history: list[dict[str, float]] = field(default_factory=list)
     checkpoint: Path | None = None
+    seconds: float = 0.0  # wall-clock time of the steps this fit ran (loading and saving excluded)
+    steps_run: int = 0  # steps this fit ran (after a resume: fewer than `step`)
 
     @property
     def final_loss(self) -> float:
@@ -355,6 +358,7 @@ class Trainer:
         last_checkpoint, resumed_at = found, self.step
         window: dict[str, torch.Tensor] = {}
         bar = tqdm(total=total, initial=self.step, disable=not (cfg.progress and self.is_main), desc="train", dynamic_ncols=True)
+        started = time.perf_counter()
         with _InterruptFlag(cfg.stop_on_interrupt) as interrupt:
             try:
                 while self.step < total:
@@ -379,9 +383,11 @@ class Trainer:
                         raise TrainingInterrupted(self.step, self.save_checkpoint() if cfg.checkpoint_dir else None)
             finally:
                 bar.close()
+        seconds = time.perf_counter() - started
         if cfg.checkpoint_dir and (found is None or self.step > resumed_at):  # resuming a finished run leaves its checkpoint as it was
             last_checkpoint = self.save_checkpoint()
-        return TrainResult(step=self.step, history=list(self.history), checkpoint=last_checkpoint)
+        return TrainResult(step=self.step, history=list(self.history), checkpoint=last_checkpoint, seconds=seconds,
+                           steps_run=self.step - resumed_at)
 
     def _log(self, window: dict[str, torch.Tensor], grad_norm: torch.Tensor, lr: float) -> dict[str, float]:
         """Mean of each metric since the last log, over steps and ranks; the last step's
