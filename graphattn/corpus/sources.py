@@ -304,10 +304,12 @@ def read_with_label_warnings(read: Callable[[], Any]) -> tuple[Any, list[LabelWa
     return result, labels
 
 
-def strict_error(found: list[LabelWarning]) -> LabelError:
+def strict_error(found: list[LabelWarning], doc_id: str | None) -> LabelError:
     """The rejection --strict gives a document with labels that match nothing."""
     more = f" (and {len(found) - 1} more)" if len(found) > 1 else ""
-    return LabelError(f"--strict: {len(found)} label(s) match nothing: {found[0]}{more}")
+    error = LabelError(f"--strict: {len(found)} label(s) match nothing: {found[0]}{more}")
+    error.doc_id = doc_id
+    return error
 
 
 def iter_segment_graphs(segment: Segment, cache: ReadCache, mapping: Any = None,
@@ -322,7 +324,7 @@ def iter_segment_graphs(segment: Segment, cache: ReadCache, mapping: Any = None,
             yield doc, err
             continue
         if found and strict:
-            yield doc, strict_error(found)
+            yield doc, strict_error(found, getattr(graph, "doc_id", None))
             continue
         doc.warnings = [doc.warning_entry(w, getattr(graph, "doc_id", None)) for w in found]
         yield doc, graph

@@ -71,7 +71,8 @@ class WorkerState:
 
 def rejected_entry(doc: Document, err: BaseException, graph: Any = None) -> dict[str, Any]:
     """One line of rejected.jsonl: which document, where it is, what went wrong."""
-    entry = {**doc.where(), "doc_id": getattr(graph, "doc_id", None), "error": type(err).__name__, "message": str(err)}
+    doc_id = getattr(graph, "doc_id", None) or getattr(err, "doc_id", None)  # a --strict LabelError carries it
+    entry = {**doc.where(), "doc_id": doc_id, "error": type(err).__name__, "message": str(err)}
     if not isinstance(err, GraphattnError):  # a bug rather than bad input: say where it happened
         frames = traceback.extract_tb(err.__traceback__)
         if frames:
