@@ -221,7 +221,7 @@ def read_schema_file(spec: str | os.PathLike | Mapping) -> tuple[Any, dict, str 
         if isinstance(spec, str) and "/" not in spec and shipped.is_file():
             path = shipped  # a shipped schema by name: load_schema("etc-sentences")
         else:
-            raise SchemaError("schema file does not exist", file=str(spec))
+            raise SchemaError(_no_such_schema(str(spec)), file=str(spec))
     source = str(spec) if path == Path(spec) else str(path)
     try:
         size = path.stat().st_size
@@ -279,6 +279,17 @@ def canonical(data: Any, lines: Mapping, source: str | None) -> Any:
         return value  # JSON Schema names its type in the error (a date, a set...)
 
     return convert(data, ())
+
+
+def _no_such_schema(spec: str) -> str:
+    """What to say for a schema that is neither a file nor a shipped name: the shipped names, and
+    the closest of them when the spec looks like a mistyped one."""
+    import difflib
+
+    names = sorted(p.stem for p in SCHEMA_DIR.glob("*.yaml"))
+    close = difflib.get_close_matches(Path(spec).stem, names, n=1, cutoff=0.6)
+    hint = f"; did you mean {close[0]!r}?" if close else ""
+    return f"schema file does not exist, and it is not a shipped schema name{hint} (shipped: {', '.join(names)})"
 
 
 @lru_cache(maxsize=1)

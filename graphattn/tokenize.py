@@ -188,19 +188,11 @@ class HFTokenizer:
 
     @classmethod
     def from_file(cls, path: str | os.PathLike, **special_tokens: str) -> "HFTokenizer":
-        from tokenizers import Tokenizer as RawTokenizer
+        """A tokenizer.json, a Hugging Face model directory or ``"default"`` (see `graphattn.tokenizer_files`)."""
+        from graphattn.tokenizer_files import raw_tokenizer
 
-        path = Path(path)
-        if path.is_dir():
-            path = path / "tokenizer.json"
-        if not path.is_file():
-            raise TokenizerError("tokenizer file does not exist (expected a tokenizers tokenizer.json)", file=str(path))
-        try:
-            raw = RawTokenizer.from_file(str(path))
-        except Exception as exc:  # tokenizers raises a bare Exception for bad JSON / unknown models
-            first_line = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-            raise TokenizerError(f"not a valid tokenizers tokenizer.json: {first_line}", file=str(path)) from None
-        return cls(raw, source=str(path), **special_tokens)
+        raw, source = raw_tokenizer(path)
+        return cls(raw, source=source, **special_tokens)
 
     @property
     def vocab_size(self) -> int:
@@ -357,8 +349,10 @@ def load_tokenizer(spec: Any) -> Tokenizer:
     """A tokenizer from what a user names it by.
 
     Accepts an adapter (returned as is), a `tokenizers.Tokenizer`, a spaCy `Language`, the
-    string ``"spacy:<lang>"`` (a growing word vocabulary on ``spacy.blank(lang)``), or a path to a
-    ``tokenizer.json`` (or a directory holding one).
+    string ``"spacy:<lang>"`` (a growing word vocabulary on ``spacy.blank(lang)``), ``"default"``
+    (the small WordPiece shipped for structure-only use and demos), or a path to a
+    ``tokenizer.json`` or a Hugging Face model directory (``tokenizer.json``, BERT's
+    ``vocab.txt``, RoBERTa's ``vocab.json`` + ``merges.txt``).
     """
     if isinstance(spec, (HFTokenizer, SpacyWordTokenizer)):
         return spec

@@ -40,8 +40,9 @@ from graphattn.ingest.records import RecordRef, is_json_lines, iter_records, sca
 
 FORMATS = ("auto", *DOCUMENT_FORMATS)
 DEFAULT_SHARD_SIZE = 1000  # documents per shard
+DEFAULT_MAX_REJECTED = 0.25  # share of rejected documents a run tolerates: a few bad records pass, a wrong schema fails
 
-__all__ = ["DEFAULT_SHARD_SIZE", "FORMATS", "Document", "InputFile", "ReadCache", "Segment", "expand_inputs",
+__all__ = ["DEFAULT_MAX_REJECTED", "DEFAULT_SHARD_SIZE", "FORMATS", "Document", "InputFile", "ReadCache", "Segment", "expand_inputs",
            "import_readers", "is_document_file", "iter_segment_graphs", "plan_file", "read_segment", "segment_of",
            "sniff_format", "to_graph"]
 
@@ -285,11 +286,12 @@ def _raw_records(segment: Segment, cache: ReadCache) -> list:
 
 
 # -- raw input -> DocGraph -------------------------------------------------------------------
-def to_graph(doc: Document, format: str, mapping: Any = None):
-    """Build the DocGraph of one document; raises the reader's GraphattnError on bad input."""
+def to_graph(doc: Document, format: str, mapping: Any = None, html_options: dict | None = None):
+    """Build the DocGraph of one document; raises the reader's GraphattnError on bad input.
+    `html_options` go to `read_html` (encoding=, errors=)."""
     if doc.error is not None:
         raise doc.error
-    return read_graph(format, doc.raw, mapping)
+    return read_graph(format, doc.raw, mapping, html_options if format == "html" else None)
 
 
 def read_with_label_warnings(read: Callable[[], Any]) -> tuple[Any, list[LabelWarning]]:
@@ -313,13 +315,14 @@ def strict_error(found: list[LabelWarning], doc_id: str | None) -> LabelError:
 
 
 def iter_segment_graphs(segment: Segment, cache: ReadCache, mapping: Any = None,
-                        strict: bool = False) -> Iterator[tuple[Document, Any]]:
+                        html_options: dict | None = None, strict: bool = False,
+                        ) -> Iterator[tuple[Document, Any]]:
     """(document, DocGraph or the exception that stopped it) for each document of a segment.
 
     LabelWarnings of a document land in `doc.warnings`; with `strict` they reject it instead."""
     for doc in read_segment(segment, cache):
         try:
-            graph, found = read_with_label_warnings(lambda: to_graph(doc, segment.format, mapping))
+            graph, found = read_with_label_warnings(lambda: to_graph(doc, segment.format, mapping, html_options))
         except Exception as err:  # noqa: BLE001 - every failure is reported per document
             yield doc, err
             continue

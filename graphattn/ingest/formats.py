@@ -54,12 +54,13 @@ class DocumentFormat:
     needs_mapping: bool = False
     modules: tuple[str, ...] = ()
 
-    def read(self, raw: Any, mapping: Any = None):
-        """One DocGraph from a path (per-file formats) or a `RecordRef` (record formats)."""
+    def read(self, raw: Any, mapping: Any = None, options: dict | None = None):
+        """One DocGraph from a path (per-file formats, with reader `options` such as read_html's
+        encoding= / errors=) or a `RecordRef` (record formats)."""
         module, function = self.reader.split(":")
         fn = getattr(importlib.import_module(module), function)
         if self.per_file:
-            return fn(raw)
+            return fn(raw, **(options or {}))
         from graphattn.ingest.json import Record
 
         record = Record.of(raw)
@@ -217,8 +218,9 @@ def import_readers(formats: set[str]) -> None:
         importlib.import_module(name)
 
 
-def read_graph(format: str, raw: Any, mapping: Any = None):
-    """One DocGraph: `raw` is the file path (per-file formats) or the record's `RecordRef`."""
+def read_graph(format: str, raw: Any, mapping: Any = None, options: dict | None = None):
+    """One DocGraph: `raw` is the file path (per-file formats; `options` go to their reader) or
+    the record's `RecordRef`."""
     if format not in FORMATS:
         raise IngestError(f"unknown format {format!r}; known: {', '.join(FORMATS)}", file=getattr(raw, "file", None))
     fmt = FORMATS[format]
@@ -226,14 +228,16 @@ def read_graph(format: str, raw: Any, mapping: Any = None):
         raise IngestError(
             f"the {format} format reads records through a mapping: pass --mapping FILE", file=getattr(raw, "file", None)
         )
-    return fmt.read(raw, mapping)
+    return fmt.read(raw, mapping, options)
 
 
-def read_documents(path: str | os.PathLike, format: str = "auto", mapping: Any = None) -> Iterator:
+def read_documents(path: str | os.PathLike, format: str = "auto", mapping: Any = None,
+                   options: dict | None = None) -> Iterator:
     """The DocGraphs of one file, in order, read lazily; the same rules as `graphattn compile`.
 
-    `mapping` is a loaded mapping or a mapping file path (for the ``json`` format). Errors are
-    `IngestError`s / `GraphError`s naming the file, and the line or record.
+    `mapping` is a loaded mapping or a mapping file path (for the ``json`` format); `options` go
+    to a per-file reader (read_html's encoding= and errors=). Errors are `IngestError`s /
+    `GraphError`s naming the file, and the line or record.
     """
     path = Path(path)
     if not path.is_file():
@@ -244,7 +248,7 @@ def read_documents(path: str | os.PathLike, format: str = "auto", mapping: Any =
         mapping = load_mapping(mapping)
     name = format if format != "auto" else per_file_format(path)
     if name is not None and FORMATS.get(name) is not None and FORMATS[name].per_file:
-        yield read_graph(name, str(path), mapping)
+        yield read_graph(name, str(path), mapping, options)
         return
     if format == "auto" and not is_json_file(path) and mapping is None:
         raise unknown_suffix_error(path)

@@ -29,10 +29,13 @@ The footer carries the run's settings, the schema text and the LabelVocab (keys
 
 from __future__ import annotations
 
+import contextlib
+import glob
 import hashlib
 import json
 import os
 from dataclasses import dataclass, fields
+from pathlib import Path
 from typing import Any, Sequence
 
 import numpy as np
@@ -310,11 +313,16 @@ def encode_shard(table: pa.Table, metadata: dict[bytes, bytes]) -> bytes:
 def write_atomic(path: str, data: bytes) -> None:
     """Write bytes to `path` so that a reader (or a killed run) never sees half a file."""
     tmp = f"{path}.tmp-{os.getpid()}"
-    with open(tmp, "wb") as handle:
-        handle.write(data)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:  # disk full, Ctrl-C: no half file stays behind, under either name
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
 
 
 def sha256(data: bytes) -> str:
@@ -322,6 +330,34 @@ def sha256(data: bytes) -> str:
 
 
 # -- reading ---------------------------------------------------------------------------------
+Source = str | os.PathLike | Sequence[str | os.PathLike]
+
+
+def shard_paths(source: Source) -> list[str]:
+    """The shard files a source names: a file, a directory of ``*.parquet`` shards, a glob
+    pattern (``runs/*/shard-*.parquet``), or a list of these."""
+    if isinstance(source, (str, os.PathLike)):
+        path = Path(source)
+        if path.is_dir():
+            found = sorted(str(p) for p in path.glob("*.parquet"))
+            if not found:
+                raise GraphattnError("no *.parquet shards in this directory", file=str(path))
+            return found
+        if not path.exists() and glob.has_magic(str(source)):
+            matches = sorted(p for p in glob.glob(str(source), recursive=True) if os.path.isfile(p))
+            if not matches:
+                raise GraphattnError(f"the pattern {str(source)!r} matches no shard file")
+            return matches
+        if not path.is_file():
+            raise GraphattnError("no such shard file or directory", file=str(path))
+        return [str(path)]
+    paths = [p for item in source for p in shard_paths(item)]
+    if not paths:
+        raise GraphattnError("no shards given")
+    return paths
+
+
+
 @dataclass(frozen=True)
 class ShardInfo:
     """A shard's footer: what is needed to turn its rows back into instances."""
@@ -449,3 +485,30 @@ class DecodedRows:
             else:
                 out[name] = np.asarray(self.scalar(column, i), np.int32)
         return out
+
+def read_row(path: str | os.PathLike, index: int, *, compact: bool = True) -> tuple[EtcInstance, Provenance]:
+    """Instance `index` of one shard file and where it came from, decoding only its row group.
+
+    Needs no torch (the datasets do): `graphattn viz` reads a shard this way, in its compact
+    form unless asked otherwise.
+    """
+    path = str(path)
+    try:
+        pf = pq.ParquetFile(pa.memory_map(path, "r"))
+    except (OSError, pa.ArrowInvalid) as err:
+        raise ShardFormatError(f"not a readable Parquet file: {err}", file=path) from None
+    info = read_info(path, pf)
+    if not 0 <= index < info.num_rows:
+        raise ShardFormatError(f"instance {index} is out of range: the shard holds {info.num_rows} (counting from 0)",
+                               file=path)
+    group, first = 0, 0
+    while index >= first + info.row_groups[group]:
+        first += info.row_groups[group]
+        group += 1
+    try:
+        table = pf.read_row_group(group)
+    except (OSError, pa.ArrowException) as err:  # a footer that reads, pages that do not
+        raise ShardFormatError(f"damaged shard: row group {group} cannot be read ({' '.join(str(err).split())}); "
+                               "compile it again", file=path) from None
+    rows = DecodedRows(table, info)
+    return rows.instance(index - first, compact), rows.provenance(index - first)

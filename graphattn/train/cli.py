@@ -22,6 +22,7 @@ import shlex
 import sys
 from pathlib import Path
 
+from graphattn.cli import add_verbosity_arguments, verbosity
 from graphattn.errors import GraphattnError
 
 THROTTLE_ENV = "GRAPHATTN_TRAIN_THROTTLE"  # seconds to sleep after each step (tests interrupt runs with it)
@@ -69,7 +70,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--workers", type=int, default=0, help="DataLoader worker processes reading shards (default 0)")
     parser.add_argument("--buffer-size", type=int, default=1024, help="instances in the shuffle buffer (default 1024)")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--no-progress", action="store_true")
+    add_verbosity_arguments(parser, "--no-progress")  # -q/--quiet; --no-progress is its older name
 
 
 def is_shard_source(arg: str) -> bool:
@@ -106,7 +107,7 @@ def compile_raw(inputs: list[str], args: argparse.Namespace) -> str:
             out=str(target),
             tokenizer=args.tokenizer,
             resume=again,
-            progress=not args.no_progress,
+            progress=verbosity(args) >= 0,
         )
     )
     return str(target)
@@ -120,6 +121,9 @@ def resume_command(args: argparse.Namespace) -> str:
         words += sys.argv[sys.argv.index("train", 1) + 1 :]
     else:
         for key, value in vars(args).items():
+            if key == "verbose":
+                words += ["-v"] * int(value or 0)
+                continue
             if key.startswith("_") or key == "command" or value is None or value is False or value == []:
                 continue
             flag = "--" + key.replace("_", "-")
@@ -180,7 +184,7 @@ def run(args: argparse.Namespace) -> int:
             dropout=args.dropout,
             targets=args.targets,
             schema=args.schema if shards else None,
-            progress=not args.no_progress,
+            progress=verbosity(args) >= 0,
             print_fn=print if is_main_process() else None,
             callbacks=callbacks,
             log_every=1 if callbacks else 10,

@@ -130,7 +130,7 @@ def test_each_unmatched_hotpotqa_label_is_one_warning_counted_and_strict_rejects
         "$.supporting_facts[0][1]: sentence index 7 is out of range: paragraph 'London' has 3 sentence(s)"
     )
     assert warnings[2]["message"].endswith("$.answer: answer 'Rhine' is not in any paragraph of the context")
-    assert f"3 label(s) matched nothing (see {tmp_path / 'out' / 'warnings.jsonl'})" in done.stdout
+    assert f"3 labels matched nothing (see {tmp_path / 'out' / 'warnings.jsonl'})" in done.stdout
     assert len(ShardDataset(tmp_path / "out")) == 12  # every document compiled, without the labels that matched nothing
     shown = subprocess.run(
         ["graphattn", "inspect", str(tmp_path / "out"), "--instance", "-1"], capture_output=True, text=True
