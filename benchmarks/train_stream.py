@@ -34,7 +34,20 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "benchmarks"))
 
 TOKENIZER = REPO / "examples" / "data" / "tokenizer.json"
-MODEL = ["--hidden-size", "64", "--layers", "2", "--heads", "2", "--batch-size", "4", "--lr", "1e-3", "--precision", "fp32"]
+MODEL = [
+    "--hidden-size",
+    "64",
+    "--layers",
+    "2",
+    "--heads",
+    "2",
+    "--batch-size",
+    "4",
+    "--lr",
+    "1e-3",
+    "--precision",
+    "fp32",
+]
 
 
 def measured(command: list[str]) -> tuple[float, str]:
@@ -59,15 +72,31 @@ def compile_corpus(records: int, root: Path) -> Path:
     generate(source, records, seed=records)
     out = root / f"shards-{records}"
     started = time.perf_counter()
-    run_compile(CompileOptions(inputs=[str(source)], schema="hotpotqa", out=str(out), tokenizer=str(TOKENIZER), workers=2,
-                               progress=False), print_fn=None)
+    run_compile(
+        CompileOptions(
+            inputs=[str(source)], schema="hotpotqa", out=str(out), tokenizer=str(TOKENIZER), workers=2, progress=False
+        ),
+        print_fn=None,
+    )
     print(f"  compiled {records:,} records in {time.perf_counter() - started:.1f} s", flush=True)
     return out
 
 
 def train_from_shards(shards: Path, steps: int, root: Path) -> dict:
-    command = ["graphattn", "train", "--data", str(shards), "--out", str(root / f"run-{shards.name}"), "--steps", str(steps),
-               *MODEL, "--no-progress", "--seed", "0"]
+    command = [
+        "graphattn",
+        "train",
+        "--data",
+        str(shards),
+        "--out",
+        str(root / f"run-{shards.name}"),
+        "--steps",
+        str(steps),
+        *MODEL,
+        "--no-progress",
+        "--seed",
+        "0",
+    ]
     rss, out = measured(command)
     rate = float(out.rsplit(", ", 1)[-1].split(" steps/s")[0])
     return {"rss_mb": rss, "steps_per_s": rate}
@@ -87,13 +116,24 @@ def in_memory_child(records: str, steps: int) -> None:
     started = time.perf_counter()
     instances = [inst for graph in read_documents(records) for inst in compile_windows(graph, schema, tokenizer)]
     compiled = time.perf_counter() - started
-    config = EtcConfig(vocab_size=tokenizer.vocab_size, hidden_size=64, num_hidden_layers=2, num_attention_heads=2,
-                       intermediate_size=256, local_radius=schema.local_radius, relative_pos_max_distance=schema.relative_pos_max_distance,
-                       relative_vocab_size=schema.relative_vocab_size)
+    config = EtcConfig(
+        vocab_size=tokenizer.vocab_size,
+        hidden_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=256,
+        local_radius=schema.local_radius,
+        relative_pos_max_distance=schema.relative_pos_max_distance,
+        relative_vocab_size=schema.relative_vocab_size,
+    )
     model = TaskModel(EtcEncoder(config), schema)
     train = TrainConfig(max_steps=steps, learning_rate=1e-3, precision="fp32", progress=False, seed=0, warmup_ratio=0.1)
     result = Trainer(model, train).fit(InstanceLoader(instances, 4, collate, shuffle=True, seed=0))
-    print(json.dumps({"steps_per_s": result.steps_run / result.seconds, "compile_s": compiled, "instances": len(instances)}))
+    print(
+        json.dumps(
+            {"steps_per_s": result.steps_run / result.seconds, "compile_s": compiled, "instances": len(instances)}
+        )
+    )
 
 
 def train_in_memory(records: Path, steps: int) -> dict:
@@ -112,7 +152,10 @@ def main() -> int:
         in_memory_child(args.child_memory, steps)
         return 0
     small, large = (200, 2000) if args.quick else (2000, 20000)
-    print(f"load average {os.getloadavg()[0]:.2f} (1 min) on {os.cpu_count()} CPUs; {steps} steps of 4 per run", flush=True)
+    print(
+        f"load average {os.getloadavg()[0]:.2f} (1 min) on {os.cpu_count()} CPUs; {steps} steps of 4 per run",
+        flush=True,
+    )
     with tempfile.TemporaryDirectory() as scratch:
         root = Path(scratch)
         shards = {n: compile_corpus(n, root) for n in (small, large)}
@@ -122,11 +165,16 @@ def main() -> int:
     print("\n| path | records | peak RSS MB | steps/s | compile before step 1 |")
     print("|---|---|---|---|---|")
     for n in (small, large):
-        print(f"| `graphattn train --data SHARDS` (streamed) | {n:,} | {rows[n]['rss_mb']:.0f} | {rows[n]['steps_per_s']:.2f} | none |")
-    print(f"| raw records compiled in memory (the path it replaces) | {small:,} | {memory['rss_mb']:.0f} | "
-          f"{memory['steps_per_s']:.2f} | {memory['compile_s']:.1f} s for {memory['instances']:,} instances |")
+        row = rows[n]
+        print(f"| `graphattn train --data SHARDS` (streamed) | {n:,} | {row['rss_mb']:.0f} | "
+              f"{row['steps_per_s']:.2f} | none |")
+    print(
+        f"| raw records compiled in memory (the path it replaces) | {small:,} | {memory['rss_mb']:.0f} | "
+        f"{memory['steps_per_s']:.2f} | {memory['compile_s']:.1f} s for {memory['instances']:,} instances |"
+    )
     verdict = "meets" if growth < 0.10 else "misses"
-    print(f"\npeak RSS grows {growth:+.1%} for {large // small}x the records when streaming from shards ({verdict} the < 10% target)")
+    print(f"\npeak RSS grows {growth:+.1%} for {large // small}x the records when streaming from shards "
+          f"({verdict} the < 10% target)")
     return 0
 
 

@@ -44,7 +44,7 @@ COMMANDS = {
     "train": Command("graphattn.train.cli",
                      "fine-tune the schema's task heads on compiled shards (checkpoints, resume, DDP)",
                      "graphattn train --data shards/ --out runs/hotpotqa --steps 20"),
-    "evaluate": Command("graphattn.train.evaluate", "score a trained model on compiled shards: each task's standard metric",
+    "evaluate": Command("graphattn.train.evaluate", "score a trained model on shards: each task's standard metric",
                         "graphattn evaluate --model runs/hotpotqa --data shards/"),
     "tokenizer": Command("graphattn.tokenizer_cli", "train a WordPiece tokenizer.json on your own text",
                          "graphattn tokenizer train corpus.txt --vocab-size 8000 --out tokenizer.json"),

@@ -42,9 +42,9 @@ FORMATS = ("auto", *DOCUMENT_FORMATS)
 DEFAULT_SHARD_SIZE = 1000  # documents per shard
 DEFAULT_MAX_REJECTED = 0.25  # share of rejected documents a run tolerates: a few bad records pass, a wrong schema fails
 
-__all__ = ["DEFAULT_MAX_REJECTED", "DEFAULT_SHARD_SIZE", "FORMATS", "Document", "InputFile", "ReadCache", "Segment", "expand_inputs",
-           "import_readers", "is_document_file", "iter_segment_graphs", "plan_file", "read_segment", "segment_of",
-           "sniff_format", "to_graph"]
+__all__ = ["DEFAULT_MAX_REJECTED", "DEFAULT_SHARD_SIZE", "FORMATS", "Document", "InputFile", "ReadCache", "Segment",
+           "expand_inputs", "import_readers", "is_document_file", "iter_segment_graphs", "plan_file", "read_segment",
+           "segment_of", "sniff_format", "to_graph"]
 
 
 # -- expanding the command line --------------------------------------------------------------
@@ -309,7 +309,8 @@ def read_with_label_warnings(read: Callable[[], Any]) -> tuple[Any, list[LabelWa
 def strict_error(found: list[LabelWarning], doc_id: str | None) -> LabelError:
     """The rejection --strict gives a document with labels that match nothing."""
     more = f" (and {len(found) - 1} more)" if len(found) > 1 else ""
-    error = LabelError(f"--strict: {len(found)} label(s) match nothing: {found[0]}{more}")
+    what = "1 label matches" if len(found) == 1 else f"{len(found)} labels match"
+    error = LabelError(f"--strict: {what} nothing: {found[0]}{more}")
     error.doc_id = doc_id
     return error
 

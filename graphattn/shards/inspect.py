@@ -135,7 +135,8 @@ def _targets(table, targets) -> list[str]:
         out.append(f"  {name:<20} {kind:<12} {with_label:,} of {len(values):,} instance(s) labelled; "
                    f"values {shown or 'none'}")
     cut = sum(len(d) for d in table.column("dropped_targets").to_pylist())
-    out.append(f"  {cut:,} label(s) cut away by truncation (their targets became null or -100)")
+    labels = "label" if cut == 1 else "labels"
+    out.append(f"  {cut:,} {labels} cut away by truncation (their targets became null or -100)")
     return out
 
 

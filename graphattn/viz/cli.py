@@ -4,10 +4,10 @@ INPUT is what `graphattn compile` reads or writes: a document file (HTML, text, 
 lines in any format of `graphattn.ingest.formats`, told by suffix and by the records' keys, or
 given with --format / --mapping), compiled with the schema and tokenizer first (the same default
 tokenizer as `graphattn compile`); or a compiled Parquet shard or a compile output directory
-(--instance counts across its shards). Either way the instance stays in its compact form, so a 262K-token input draws in bounded
-memory. A document that a strided layout (truncation policy `windows`, e.g. NQ) cuts into
-several windows draws window --window N, and the output says which one it is.
-Without --out the terminal view is printed.
+(--instance counts across its shards). Either way the instance stays in its compact form, so a
+262K-token input draws in bounded memory. A document that a strided layout (truncation policy
+`windows`, e.g. NQ) cuts into several windows draws window --window N, and the output says which
+one it is. Without --out the terminal view is printed.
 """
 
 from __future__ import annotations
@@ -177,7 +177,8 @@ def load_from_shard(path: Path, index: int) -> Loaded:
     return Loaded(instance, where)
 
 
-def read_document(path: Path, format: str | None = "auto", index: int = 0, html_options: dict | None = None, mapping=None):
+def read_document(path: Path, format: str | None = "auto", index: int = 0, html_options: dict | None = None,
+                  mapping=None):
     """A DocGraph from a document file (`graphattn.ingest.formats`, as compile reads it); `index`
     picks the record of a multi-record file."""
     from graphattn.ingest.formats import read_documents

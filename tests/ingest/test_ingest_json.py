@@ -23,7 +23,8 @@ def texts(graph, type):
 
 
 def test_hotpotqa_nodes_spans_and_supporting_facts():
-    with pytest.warns(LabelWarning, match=r"\$.supporting_facts\[2\]\[1\]: sentence index 7 is out of range: paragraph 'Ed Wood'"):
+    out_of_range = r"\$.supporting_facts\[2\]\[1\]: sentence index 7 is out of range: paragraph 'Ed Wood'"
+    with pytest.warns(LabelWarning, match=out_of_range):
         graph = hotpotqa_graph(HOTPOT)
     assert graph.doc_id == "5a8b57f25542995d1e6f1371"
     assert texts(graph, "question") == ["Were Scott Derrickson and Ed Wood of the same nationality?"]
