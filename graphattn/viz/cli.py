@@ -161,14 +161,16 @@ def load_from_shard(path: Path, index: int) -> Loaded:
     from graphattn.shards.format import read_info, read_row, shard_paths
 
     files = shard_paths(path)
-    local = index
-    for file in files[:-1]:  # which shard holds it: footers only
-        rows = read_info(file).num_rows
-        if local < rows:
-            break
-        local -= rows
-    else:
-        file = files[-1]
+    file, local = files[0], index
+    if len(files) > 1:  # which shard holds it: footers only
+        rows = [read_info(f).num_rows for f in files]
+        if index >= sum(rows):
+            raise GraphattnError(f"--instance {index} is out of range: the {len(files)} shards hold {sum(rows)} "
+                                 "(counting from 0)", file=str(path))
+        for file, count in zip(files, rows):
+            if local < count:
+                break
+            local -= count
     instance, provenance = read_row(file, local, compact=True)
     where = f"instance {index} ({Path(file).name} row {local})" if len(files) > 1 else ""
     if provenance.windows > 1:
