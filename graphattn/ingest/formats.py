@@ -5,7 +5,6 @@ read documents through this module only, so the three accept the same inputs and
 things about the ones they cannot read.
 
     FORMATS["hotpotqa"]               DocumentFormat: name, reader, suffixes or JSON keys
-    format_names()                    every name, for --format choices ("auto" not included)
     per_file_format(path)             "html" / "text" from the suffix, else None
     sniff_format(records)             a JSON record format from the keys of the first records
     resolve_json_format(...)          --format, --mapping and the sniffed keys -> one name
@@ -138,10 +137,6 @@ for _fmt in (
     ),
 ):
     register_format(_fmt)
-
-
-def format_names() -> tuple[str, ...]:
-    return tuple(FORMATS)
 
 
 def _suffix(path: str | os.PathLike) -> str:
