@@ -7,7 +7,8 @@ Generates HotpotQA-like records (benchmarks/corpus.py's generator), compiles eac
 shards with `graphattn compile`, then runs `graphattn train --data SHARDS` in a fresh process per
 corpus for the same number of steps and reports that process's peak RSS (os.wait4) and its steps
 per second. Target: under 10% more peak RSS for 10x the records, since the stream holds one row
-group and a fixed shuffle buffer whatever the corpus size.
+group and a fixed shuffle buffer whatever the corpus size (the buffer is sized below the smaller
+corpus, min(1024, records / 2), so that it is full in both runs).
 
 Beside it, the raw-record path it replaces (the old `graphattn train --data records.json`): every
 record compiled in memory (dense side inputs) before step 1, then batches from that list. It is
@@ -82,21 +83,10 @@ def compile_corpus(records: int, root: Path) -> Path:
     return out
 
 
-def train_from_shards(shards: Path, steps: int, root: Path) -> dict:
-    command = [
-        "graphattn",
-        "train",
-        "--data",
-        str(shards),
-        "--out",
-        str(root / f"run-{shards.name}"),
-        "--steps",
-        str(steps),
-        *MODEL,
-        "--no-progress",
-        "--seed",
-        "0",
-    ]
+def train_from_shards(shards: Path, steps: int, root: Path, buffer: int) -> dict:
+    run = root / f"run-{shards.name}"
+    command = ["graphattn", "train", "--data", str(shards), "--out", str(run), "--steps", str(steps), *MODEL,
+               "--buffer-size", str(buffer), "--no-progress", "--seed", "0"]
     rss, out = measured(command)
     rate = float(out.rsplit(", ", 1)[-1].split(" steps/s")[0])
     return {"rss_mb": rss, "steps_per_s": rate}
@@ -152,14 +142,16 @@ def main() -> int:
         in_memory_child(args.child_memory, steps)
         return 0
     small, large = (200, 2000) if args.quick else (2000, 20000)
+    buffer = min(1024, small // 2)  # the shuffle buffer fills on both corpora: what is left to grow is the corpus
     print(
-        f"load average {os.getloadavg()[0]:.2f} (1 min) on {os.cpu_count()} CPUs; {steps} steps of 4 per run",
+        f"load average {os.getloadavg()[0]:.2f} (1 min) on {os.cpu_count()} CPUs; {steps} steps of 4 per run; "
+        f"shuffle buffer {buffer} instances",
         flush=True,
     )
     with tempfile.TemporaryDirectory() as scratch:
         root = Path(scratch)
         shards = {n: compile_corpus(n, root) for n in (small, large)}
-        rows = {n: train_from_shards(shards[n], steps, root) for n in (small, large)}
+        rows = {n: train_from_shards(shards[n], steps, root, buffer) for n in (small, large)}
         memory = train_in_memory(root / f"records-{small}.jsonl", steps)
     growth = rows[large]["rss_mb"] / rows[small]["rss_mb"] - 1
     print("\n| path | records | peak RSS MB | steps/s | compile before step 1 |")
