@@ -3,7 +3,8 @@
 Padding follows the reference: the padded tail is one more document, so padding tokens attend
 padding tokens (l2l within the radius, g2g, l2g, g2l) and nothing real attends padding; relative
 ids of padding are the plain distance pattern (l2l, g2g) and does_not_belong (l2g, g2l).
-`long_input_mask` / `global_input_mask` tell the model which rows are real.
+`long_input_mask` / `global_input_mask` tell the model which rows are real. Task targets are
+padded with TARGET_IGNORE along their per-global axis and stacked otherwise (`_targets`).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import numpy as np
 import torch
 
 from graphattn.compact import CompactSideInputs, allocate_side_inputs, l2l_window
-from graphattn.contract import EtcBatch, EtcInstance, SideInputs
+from graphattn.contract import TARGET_IGNORE, EtcBatch, EtcInstance, SideInputs
 from graphattn.errors import BatchError
 from graphattn.labels import does_not_belong_id, full_relative_ids
 
@@ -69,6 +70,24 @@ def _stack(rows: list[np.ndarray], length: int, fill=0) -> torch.Tensor:
     return torch.from_numpy(out)
 
 
+def _targets(instances: list[EtcInstance], G: int) -> dict[str, torch.Tensor]:
+    """Each target as one int64 tensor: per-global arrays padded to G with TARGET_IGNORE, the rest stacked."""
+    out: dict[str, torch.Tensor] = {}
+    first = instances[0]
+    for name, axis in first.target_axes.items():
+        if any(name not in inst.targets or inst.target_axes.get(name) != axis for inst in instances):
+            raise BatchError(f"target {name!r} is missing from some instances; compile them with one schema")
+        values = [np.asarray(inst.targets[name]) for inst in instances]
+        if axis == "global":
+            out[name] = _stack(values, G, TARGET_IGNORE).long()
+        elif len({v.shape for v in values}) > 1:
+            shapes = sorted({v.shape for v in values})
+            raise BatchError(f"target {name!r} has shapes {shapes} across the batch; compile with one schema")
+        else:
+            out[name] = torch.from_numpy(np.stack(values)).long()
+    return out
+
+
 def collate(instances: Sequence[EtcInstance], pad_to_long: int | None = None, pad_to_global: int | None = None) -> EtcBatch:
     """Pad instances to the longest (or the given) lengths and stack them into an EtcBatch."""
     instances = list(instances)
@@ -101,4 +120,5 @@ def collate(instances: Sequence[EtcInstance], pad_to_long: int | None = None, pa
         side=out.to_torch(),
         vocab_size=len(instances[0].label_vocab),
         features=features,
+        targets=_targets(instances, G),
     )
