@@ -444,6 +444,7 @@ def _doc_nodes(doc: _Doc, schema: Schema, loffset: int) -> DocNodes:
     first = np.where(has_kept, base + take_or(doc.kept_pos, np.where(has_kept, kept_from, -1), 0), -1)
     last = np.where(has_kept, base + take_or(doc.kept_pos, np.where(has_kept, kept_to - 1, -1), 0), -1)
     total = count_in_ranges(lay.is_long, lay.ranges[:, 0], lay.ranges[:, 1])
+    has_text = total > 0 if lay.long_past_cut is None else (total > 0) | lay.long_past_cut  # past the cut too
     long_tokens = np.flatnonzero(lay.is_long)
     first_long = take_or(long_tokens, np.where(total > 0, np.searchsorted(long_tokens, lay.ranges[:, 0]), -1), -1)
     holds_first = has_kept & (take_or(doc.kept, np.where(has_kept, kept_from, -1), -2) == first_long)
@@ -451,7 +452,8 @@ def _doc_nodes(doc: _Doc, schema: Schema, loffset: int) -> DocNodes:
     prefix = {name: i for i, name in enumerate(schema.global_prefix) if i < n_globals and doc.g_kind[i] == SPECIAL}
     return DocNodes(graph=lay.graph, node_ids=lay.node_ids, node_is=lay.of_types, rank=lay.rank, selected=lay.selected,
                     global_nodes=doc.g_node, prefix=prefix, first=first, last=last,
-                    complete=(total > 0) & (kept_to - kept_from == total), has_text=total > 0, holds_first=holds_first)
+                    complete=(total > 0) & (kept_to - kept_from == total), has_text=has_text,
+                    holds_first=holds_first)
 
 
 def assemble(

@@ -95,9 +95,8 @@ def run_ray(
         context = ray.data.DataContext.get_current()
         context.enable_progress_bars = False
         context.print_on_execution_start = False
-        context.wait_for_min_actors_s = (
-            ACTOR_START_TIMEOUT_S  # every actor up before shards go out: all workers get some
-        )
+        # every actor up before shards go out, so that all workers get some
+        context.wait_for_min_actors_s = ACTOR_START_TIMEOUT_S
         workers = workers or int(ray.cluster_resources().get("CPU", 1))
         actors = max(1, min(workers, len(tasks)))
         items = [{"task": pickle.dumps(task)} for task in tasks]

@@ -234,7 +234,6 @@ def compile_shard(task: ShardTask, state: WorkerState, progress: Callable[[int, 
     return ShardResult(task.index, data, sha256(data), builder.rejected, builder.stats, builder.warnings)
 
 
-
 def compile_and_write_shard(task: ShardTask, state: WorkerState, out: Any, where: str = "local",
                             progress: Callable[[int, int], None] | None = None) -> ShardWritten:
     """Compile a shard and write it into `out` (an `OutputDir`): shard file, then its done-marker,
