@@ -184,7 +184,9 @@ def _same_instance(a, b) -> None:
     )
     assert ra.truncated == rb.truncated
     # The messages differ only in the tail line, which says where tokenizing stopped.
-    assert [m for m in ra.messages if not m.startswith("tail:")] == [m for m in rb.messages if not m.startswith("tail:")]
+    assert [m for m in ra.messages if not m.startswith("tail:")] == [
+        m for m in rb.messages if not m.startswith("tail:")
+    ]
 
 
 @pytest.mark.parametrize("seed", range(6))
