@@ -16,6 +16,13 @@ with a^K and a label bias):
                  its GFLOP/s.
     triton       (CUDA only) graphattn's fused kernels in fp16 and bf16.
 
+Then, for --mask-lengths (default 4K and 16K), the FlexAttention BlockMask built from the compact
+structure (graphattn.kernels.structure: document and owner ranges, the band, link tiles) beside
+torch's create_block_mask evaluating the mask_mod on every pair; and, for --encoder-lengths
+(default 4K), one forward of a 12-layer ETC-base encoder with backend="flex", before (every layer
+validated its side inputs and rebuilt the BlockMask with create_block_mask) and after (prepared
+once per forward, BlockMask from the structure).
+
 Time: median (and min) wall time of --repeats runs after one warm-up; the methods take turns
 so that load from other processes falls on all of them alike. Peak memory: each (method, L,
 mode) runs once more in a fresh subprocess (the flex rows share one) with glibc told to mmap
@@ -27,6 +34,7 @@ autograd state, compiled kernels' buffers) counts. GFLOP/s counts only the nonze
 4*d flops per allowed (query, key) pair and head (q.k and p.v), x3.5 for forward+backward.
 
 Usage: python benchmarks/attention.py [--quick] [--lengths 1024 4096] [--no-memory]
+                                      [--mask-lengths 4096 16384] [--encoder-lengths 4096]
 """
 
 from __future__ import annotations
@@ -48,9 +56,10 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from graphattn.compact import CompactBatch, CompactSideInputs  # noqa: E402
 from graphattn.contract import SideInputs  # noqa: E402
-from graphattn.compile.side_inputs import side_inputs  # noqa: E402
-from graphattn.kernels import blocked, dense, flex, global_local_attention, triton_available  # noqa: E402
+from graphattn.kernels import blocked, dense, flex, global_local_attention, prepare_attention, triton_available  # noqa: E402
+from graphattn.kernels.structure import compact_to_side  # noqa: E402
 
 HEADS, DIM, RADIUS, MAX_DISTANCE, VOCAB, TOKENS_PER_GLOBAL = 12, 64, 84, 12, 32, 16
 DENSE_MAX_ELEMENTS = 12 * 4352 * 4352  # dense SDPA up to L = 4096 ([H, N, N] fp32 ~ 0.9 GB per copy)
@@ -60,24 +69,34 @@ DENSE_MAX_ELEMENTS = 12 * 4352 * 4352  # dense SDPA up to L = 4096 ([H, N, N] fp
 class Inputs:
     states: list[torch.Tensor]
     side: SideInputs
+    compact: CompactBatch
     key_table: torch.Tensor
     bias_table: torch.Tensor
     hidden: torch.Tensor  # [1, G+L, 768] for Longformer
 
 
+def make_compact(length: int, hard_g2l: bool, device: str = "cpu") -> CompactBatch:
+    """One document, one global per 16-token sentence (its owner), soft l2g: the structure of
+    etcmodel's side inputs with breakpoints at the ends (the same eight tensors)."""
+    num_global = length // TOKENS_PER_GLOBAL
+    zeros = lambda n: np.zeros(n, np.int32)  # noqa: E731
+    side = CompactSideInputs(
+        local_radius=RADIUS, max_distance=MAX_DISTANCE, levels=("sentence",),
+        owners=(np.arange(length) // TOKENS_PER_GLOBAL)[None].astype(np.int32), long_doc=zeros(length), long_segment=zeros(length),
+        global_doc=zeros(num_global), global_segment=zeros(num_global), global_blockable=np.zeros(num_global, bool),
+        long_hard_l2g=np.zeros(length, bool), global_hard_g2l=np.full(num_global, hard_g2l),
+    )
+    return CompactBatch.from_instances([side], length, num_global).to_torch().map(lambda t: t.to(device))
+
+
 def make_inputs(length: int, hard_g2l: bool, device: str = "cpu", dtype=torch.float32, grad: bool = False) -> Inputs:
     num_global = length // TOKENS_PER_GLOBAL
-    long_bp = np.zeros((1, length), np.int32)
-    long_bp[0, -1] = 1
-    global_bp = np.zeros((1, num_global), np.int32)
-    global_bp[0, -1] = 1
-    owners = (np.arange(length) // TOKENS_PER_GLOBAL)[None].astype(np.int32)
-    side = side_inputs(torch.from_numpy(long_bp), torch.from_numpy(global_bp), torch.from_numpy(owners), RADIUS, MAX_DISTANCE, use_hard_g2l_mask=hard_g2l)
-    side = side.map(lambda t: t.to(device))
+    compact = make_compact(length, hard_g2l, device)
+    side = compact_to_side(compact)
     gen = torch.Generator().manual_seed(0)
     rand = lambda *s, std=1.0: (torch.randn(*s, generator=gen) * std).to(device, dtype).requires_grad_(grad)  # noqa: E731
     states = [rand(1, HEADS, n, DIM) for n in (num_global,) * 3 + (length,) * 3]
-    return Inputs(states, side, rand(VOCAB, HEADS, DIM, std=0.1), rand(VOCAB, HEADS, std=0.1), rand(1, num_global + length, HEADS * DIM))
+    return Inputs(states, side, compact, rand(VOCAB, HEADS, DIM, std=0.1), rand(VOCAB, HEADS, std=0.1), rand(1, num_global + length, HEADS * DIM))
 
 
 def nonzero_pairs(side: SideInputs) -> int:
@@ -109,24 +128,33 @@ def blocked_intra_op(inp: Inputs, backward: bool):
     return run, nonzero_pairs(inp.side) * HEADS * 4 * DIM
 
 
+def flex_prepared(inp: Inputs):
+    """FlexAttention prepared from the compact structure (BlockMask built from it)."""
+    return prepare_attention(inp.compact, num_heads=HEADS, head_dim=DIM, vocab_size=VOCAB, backend="flex", device=inp.hidden.device)
+
+
 def flex_kernel(inp: Inputs, backward: bool):
-    plan = flex.prepare(inp.side, inp.states[0].shape[2], inp.states[3].shape[2])
+    attention = flex_prepared(inp)
     def run():
-        with torch.no_grad():
-            flex.attention(*inp.states, inp.side, inp.key_table, inp.bias_table, 1 / math.sqrt(DIM), plan=plan)
+        with torch.set_grad_enabled(backward):
+            out = attention.attend(*inp.states, inp.key_table, inp.bias_table)
+            if backward:
+                (out[0].sum() + out[1].sum()).backward()
     return run, nonzero_pairs(inp.side) * HEADS * 4 * DIM
 
 
 def flex_mask(inp: Inputs, backward: bool):
     def run():
-        flex.prepare(inp.side, inp.states[0].shape[2], inp.states[3].shape[2])
+        flex_prepared(inp)
     return run, 0
 
 
 def flex_total(inp: Inputs, backward: bool):
     def run():
-        with torch.no_grad():
-            flex.attention(*inp.states, inp.side, inp.key_table, inp.bias_table, 1 / math.sqrt(DIM))
+        with torch.set_grad_enabled(backward):
+            out = flex_prepared(inp).attend(*inp.states, inp.key_table, inp.bias_table)
+            if backward:
+                (out[0].sum() + out[1].sum()).backward()
     return run, nonzero_pairs(inp.side) * HEADS * 4 * DIM
 
 
@@ -282,6 +310,69 @@ def fmt(value: float | None, width: int, spec: str, suffix: str = "") -> str:
     return text.rjust(width)
 
 
+def best_of(run: Callable[[], object], repeats: int, device: str) -> float:
+    """Fastest of `repeats` calls after one warm-up, in seconds."""
+    run()
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        run()
+        if device == "cuda":
+            torch.cuda.synchronize()
+        times.append(time.perf_counter() - start)
+    return min(times)
+
+
+def block_mask_rows(lengths: list[int], hard_g2l: bool, device: str, repeats: int) -> None:
+    """The BlockMask from the compact structure beside create_block_mask (mask_mod on every pair)."""
+    print(f"\nFlexAttention BlockMask per batch (G = L/{TOKENS_PER_GLOBAL}, r = {RADIUS}, block {flex.BLOCK}): best of {repeats}")
+    print(f"{'L':>6} {'from structure ms':>18} {'create_block_mask ms':>21} {'ratio':>7}  same blocks")
+    for length in lengths:
+        compact = make_compact(length, hard_g2l, device)
+        side = compact_to_side(compact)
+        num_global = compact.global_length
+        structure = lambda: flex.block_mask_from_structure(compact, num_global, num_global, length)  # noqa: E731
+        by_pairs = lambda: flex.block_mask_from_mask_mod(side, num_global, length)  # noqa: E731
+        ours, theirs = best_of(structure, repeats, device), best_of(by_pairs, max(1, repeats // 2), device)
+        same = torch.equal(structure().to_dense().bool(), by_pairs().to_dense().bool())
+        print(f"{length:>6} {ours * 1e3:>18.1f} {theirs * 1e3:>21.1f} {theirs / ours:>6.0f}x  {same}", flush=True)
+
+
+def encoder_rows(lengths: list[int], hard_g2l: bool, device: str, repeats: int) -> None:
+    """A 12-layer ETC-base encoder's forward with backend="flex": per-layer preparation with
+    create_block_mask (what every layer did before) against one preparation per forward."""
+    from graphattn.nn import EtcConfig, EtcEncoder
+
+    print(f"\n12-layer encoder forward, backend='flex', inference: best of {repeats}")
+    print(f"{'L':>6} {'before ms':>10} {'after ms':>10} {'saved ms':>9} {'before/after':>12}")
+    config = EtcConfig(local_radius=RADIUS, relative_pos_max_distance=MAX_DISTANCE, relative_vocab_size=VOCAB, hidden_dropout_prob=0.0,
+                       attention_backend="flex")
+    torch.manual_seed(0)
+    encoder = EtcEncoder(config).to(device).eval()
+    for length in lengths:
+        compact = make_compact(length, hard_g2l, device)
+        side = compact_to_side(compact)
+        num_global = compact.global_length
+        hidden = [torch.randn(1, n, config.hidden_size, device=device) for n in (num_global, length)]
+
+        def before():
+            global_hidden, long_hidden = hidden
+            for layer in encoder.layer:  # each layer validated and built its own BlockMask
+                attention = prepare_attention(side, num_heads=config.num_attention_heads, head_dim=config.head_dim, vocab_size=VOCAB,
+                                              backend="flex", local_radius=RADIUS, block_mask="mask_mod")
+                global_hidden, long_hidden = layer(global_hidden, long_hidden, attention)
+            return long_hidden
+
+        def after():
+            attention = encoder.layer[0].attention.prepare(compact, torch.device(device))
+            return encoder.run_layers(*hidden, attention)[1]
+
+        with torch.no_grad():
+            torch.testing.assert_close(before(), after())
+            old, new = best_of(before, repeats, device), best_of(after, repeats, device)
+        print(f"{length:>6} {old * 1e3:>10.0f} {new * 1e3:>10.0f} {(old - new) * 1e3:>9.0f} {old / new:>11.2f}x", flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="L in 1024, 2048; 3 repeats")
@@ -290,6 +381,8 @@ def main() -> None:
     parser.add_argument("--methods", nargs="+", default=list(METHODS))
     parser.add_argument("--no-memory", action="store_true")
     parser.add_argument("--hard-g2l", action="store_true", help="global tokens see only the tokens they own (ETC pre-training)")
+    parser.add_argument("--mask-lengths", type=int, nargs="*", help="L of the BlockMask comparison (default 4096 16384; none: skip)")
+    parser.add_argument("--encoder-lengths", type=int, nargs="*", help="L of the 12-layer flex encoder rows (default 4096; none: skip)")
     parser.add_argument("--child", nargs=3, metavar=("METHOD", "L", "MODE"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     hard_g2l = args.hard_g2l
@@ -335,6 +428,13 @@ def main() -> None:
                     f"{fmt(gflops, 8, '.1f')} {fmt(share, 8, '.0f', '%')} {fmt(ratio_t, 12, '.2f', 'x')} {fmt(ratio_m, 11, '.2f', 'x')}",
                     flush=True,
                 )
+    if flex.available():
+        mask_lengths = args.mask_lengths if args.mask_lengths is not None else ([1024, 4096] if args.quick else [4096, 16384])
+        encoder_lengths = args.encoder_lengths if args.encoder_lengths is not None else ([1024] if args.quick else [4096])
+        if mask_lengths:
+            block_mask_rows(mask_lengths, hard_g2l, device, repeats)
+        if encoder_lengths:
+            encoder_rows(encoder_lengths, hard_g2l, device, max(1, repeats // 2))
 
 
 if __name__ == "__main__":

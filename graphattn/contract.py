@@ -25,6 +25,7 @@ import numpy as np
 if TYPE_CHECKING:
     import torch
 
+    from graphattn.compact import CompactBatch
     from graphattn.labels import LabelVocab
 
 SIDE_INPUT_NAMES = (
@@ -158,6 +159,9 @@ class EtcBatch:
     inputs let padding attend to padding (as the reference does), and the model ignores padded
     rows. `features` carries optional per-token arrays such as OpenKP's visual features
     (name -> [B, L, ...] or [B, G, ...]). `vocab_size` is the number of relative labels used.
+    `compact` is the batch's `CompactBatch` when its instances were compiled compact: the encoder
+    then hands the kernels that instead of the dense tensors, and `side` may be None
+    (`collate(..., dense_side=False)`) so that nothing O(L G) is ever built.
     """
 
     long_token_ids: "torch.Tensor"  # [B, L]
@@ -166,9 +170,10 @@ class EtcBatch:
     global_type_ids: "torch.Tensor"  # [B, G]
     long_input_mask: "torch.Tensor"  # [B, L]
     global_input_mask: "torch.Tensor"  # [B, G]
-    side: SideInputs
+    side: SideInputs | None
     vocab_size: int
     features: dict[str, "torch.Tensor"] = field(default_factory=dict)
+    compact: "CompactBatch | None" = None
 
     @property
     def batch_size(self) -> int:
@@ -184,6 +189,7 @@ class EtcBatch:
         return replace(
             self,
             **tensors,
-            side=self.side.map(move),
+            side=None if self.side is None else self.side.map(move),
             features={k: move(v) for k, v in self.features.items()},
+            compact=None if self.compact is None else self.compact.to_torch().map(move),
         )

@@ -27,6 +27,7 @@ Statistics and matmuls run in fp32 (fp64 stays fp64); outputs take the input dty
 
 from __future__ import annotations
 
+from dataclasses import replace
 from functools import partial
 
 import torch
@@ -34,19 +35,22 @@ import torch
 from graphattn.contract import SideInputs
 from graphattn.kernels.blocked_tiles import (
     TILE_ELEMENTS,
-    GlobalChunk,
+    BlockedPlan,
     CallTensors,
+    GlobalChunk,
     LongChunk,
     Scratch,
     Scratches,
     geometry,
     global_chunks,
     long_chunks,
+    make_plan,
     pad_dim,
     run_tasks,
 )
+from graphattn.kernels.request import PlanRequest, direct_request
 
-__all__ = ["attention", "label_tables", "TILE_ELEMENTS"]
+__all__ = ["attention", "plan", "run", "label_tables", "TILE_ELEMENTS"]
 
 # Floor for row maxima and sums: a fully masked row keeps a finite max (so exp(-inf - max) = 0,
 # never NaN), divides its zero output by a tiny sum, and gets lse ~ -1e30, which backward's
@@ -211,20 +215,20 @@ def _backward(lay: CallTensors, outputs, grad_global, grad_long, workers: int):
 
 class _BlockedAttention(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, gq, gk, gv, lq, lk, lv, t_global, t_long, side, geo, workers):
-        outputs = _forward(CallTensors(geo, side, gq, gk, gv, lq, lk, lv, t_global, t_long), workers)
+    def forward(ctx, gq, gk, gv, lq, lk, lv, t_global, t_long, plan, geo):
+        outputs = _forward(CallTensors(geo, plan, gq, gk, gv, lq, lk, lv, t_global, t_long), plan.workers)
         ctx.save_for_backward(gq, gk, gv, lq, lk, lv, t_global, t_long, *outputs)
-        ctx.side, ctx.geo, ctx.workers = side, geo, workers
+        ctx.plan, ctx.geo = plan, geo
         shape = lambda n: (geo.batch, geo.heads, n, lq.shape[-1])  # noqa: E731
         return outputs[0].view(shape(geo.num_global)), outputs[2].view(shape(geo.num_long))
 
     @staticmethod
     def backward(ctx, grad_global, grad_long):
         gq, gk, gv, lq, lk, lv, t_global, t_long, *outputs = ctx.saved_tensors
-        lay = CallTensors(ctx.geo, ctx.side, gq, gk, gv, lq, lk, lv, t_global, t_long)
-        grads = _backward(lay, outputs, grad_global.contiguous(), grad_long.contiguous(), ctx.workers)
+        lay = CallTensors(ctx.geo, ctx.plan, gq, gk, gv, lq, lk, lv, t_global, t_long)
+        grads = _backward(lay, outputs, grad_global.contiguous(), grad_long.contiguous(), ctx.plan.workers)
         inputs = (gq, gk, gv, lq, lk, lv, t_global, t_long)
-        return (*(g.reshape(x.shape) for g, x in zip(grads, inputs)), None, None, None)
+        return (*(g.reshape(x.shape) for g, x in zip(grads, inputs)), None, None)
 
 
 def label_tables(q: torch.Tensor, rel_key_table: torch.Tensor, rel_bias_table: torch.Tensor | None, scale: float) -> torch.Tensor:
@@ -233,6 +237,45 @@ def label_tables(q: torch.Tensor, rel_key_table: torch.Tensor, rel_bias_table: t
     if rel_bias_table is not None:
         table = table + rel_bias_table.t()[None, :, None, :]
     return table
+
+
+def plan(request: PlanRequest) -> BlockedPlan:
+    """Chunk geometry, skewed l2l labels and key spans of a batch, for every layer.
+
+    Options: `block_size` (>= r, default r) and `tile_elements` (shared by the workers) size the
+    tiles; `workers` Python threads, one intra-op thread each, run the chunks (default:
+    torch.get_num_threads() on CPU, 1 elsewhere); workers=1 uses torch's intra-op threads
+    instead, which is 10-40% faster on an otherwise idle machine and many times slower on a
+    busy one (see blocked_tiles.run_tasks)."""
+    options = dict(request.options)
+    workers = options.pop("workers", None)
+    block_size = options.pop("block_size", None)
+    tile_elements = options.pop("tile_elements", TILE_ELEMENTS)
+    if options:
+        raise TypeError(f"unknown blocked-backend options: {', '.join(sorted(options))}")
+    if workers is None:
+        workers = torch.get_num_threads() if request.device.type == "cpu" else 1
+    tile_elements = max(1, tile_elements // max(workers, 1))  # same scratch memory in total
+    s = request.shape
+    side = request.dense_side()
+    geo = geometry(s.batch, request.num_heads, s.num_global, s.num_long, side.local_radius, request.vocab_size, 1.0, block_size,
+                   tile_elements, s.num_global_keys)
+    return make_plan(geo, side, workers)
+
+
+def run(plan: BlockedPlan, states, rel_key_table: torch.Tensor, rel_bias_table: torch.Tensor | None, scale: float):
+    """One layer's attention over a planned batch: (global_out [B,H,G,d], long_out [B,H,L,d])."""
+    global_q, long_q = states[0], states[3]
+    out_dtype = long_q.dtype
+    compute = torch.promote_types(long_q.dtype, torch.float32)  # fp32 statistics; fp64 stays fp64
+    states = [t.to(compute).contiguous() for t in states]
+    key_table = rel_key_table.to(compute)
+    bias_table = rel_bias_table.to(compute) if rel_bias_table is not None else None
+    t_global = label_tables(states[0], key_table, bias_table, scale)
+    t_long = label_tables(states[3], key_table, bias_table, scale)
+    geo = replace(plan.geo, scale=scale)
+    global_out, long_out = _BlockedAttention.apply(*states, t_global, t_long, plan, geo)
+    return global_out.to(out_dtype), long_out.to(out_dtype)
 
 
 def attention(
@@ -251,25 +294,9 @@ def attention(
     tile_elements: int = TILE_ELEMENTS,
     workers: int | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Global-local attention in blocks; returns (global_out [B,H,G,d], long_out [B,H,L,d]).
-
-    `block_size` (>= r, default r) and `tile_elements` (shared by the workers) size the tiles.
-    `workers` Python threads, one intra-op thread each, run the chunks (default:
-    torch.get_num_threads() on CPU, 1 elsewhere); workers=1 uses torch's intra-op threads
-    instead, which is 10-40% faster on an otherwise idle machine and many times slower on a
-    busy one (see blocked_tiles.run_tasks).
-    """
-    out_dtype = long_q.dtype
-    compute = torch.promote_types(long_q.dtype, torch.float32)  # fp32 statistics; fp64 stays fp64
-    states = [t.to(compute).contiguous() for t in (global_q, global_k, global_v, long_q, long_k, long_v)]
-    key_table = rel_key_table.to(compute)
-    bias_table = rel_bias_table.to(compute) if rel_bias_table is not None else None
-    t_global = label_tables(states[0], key_table, bias_table, scale)
-    t_long = label_tables(states[3], key_table, bias_table, scale)
-    batch, heads, num_long, _ = long_q.shape
-    if workers is None:
-        workers = torch.get_num_threads() if long_q.device.type == "cpu" else 1
-    tile_elements = max(1, tile_elements // max(workers, 1))  # same scratch memory in total
-    geo = geometry(batch, heads, global_q.shape[2], num_long, side.local_radius, rel_key_table.shape[0], scale, block_size, tile_elements)
-    global_out, long_out = _BlockedAttention.apply(*states, t_global, t_long, side, geo, workers)
-    return global_out.to(out_dtype), long_out.to(out_dtype)
+    """Global-local attention in blocks, planned and run in one call (see `plan` for the options);
+    returns (global_out [B,H,G,d], long_out [B,H,L,d])."""
+    request = direct_request(side, global_q, global_k, long_q, rel_key_table, block_size=block_size, tile_elements=tile_elements,
+                             workers=workers)
+    states = (global_q, global_k, global_v, long_q, long_k, long_v)
+    return run(plan(request), states, rel_key_table, rel_bias_table, scale)

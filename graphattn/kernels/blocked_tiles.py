@@ -1,7 +1,8 @@
 """Tiles of the blocked backend: geometry, per-call layouts, score tiles, and the chunk runner.
 
-Kept apart from the softmax arithmetic in blocked.py. A chunk's tiles are built from the inputs
-(never cached across calls), so forward and backward rebuild exactly the same ones.
+Kept apart from the softmax arithmetic in blocked.py. What depends only on the side inputs (the
+skewed l2l label index, each chunk's key span) is built once per batch (`BlockedPlan`); a chunk's
+score tiles are built from the inputs on every call, so forward and backward rebuild the same ones.
 """
 
 from __future__ import annotations
@@ -30,7 +31,8 @@ def default_block_size(radius: int) -> int:
 class Geometry:
     batch: int
     heads: int
-    num_global: int
+    num_global: int  # global queries
+    num_global_keys: int  # global keys (>= num_global: the rest are keys only)
     num_long: int
     radius: int
     block: int
@@ -50,18 +52,19 @@ class Geometry:
 
 
 def geometry(batch: int, heads: int, num_global: int, num_long: int, radius: int, vocab: int, scale: float,
-             block_size: int | None, tile_elements: int) -> Geometry:
+             block_size: int | None, tile_elements: int, num_global_keys: int | None = None) -> Geometry:
     """Block size and chunk sizes for one call: a chunk's score tiles (all heads) hold at most
     `tile_elements` values, whatever L is, so memory stays linear in L."""
+    num_keys = num_global if num_global_keys is None else num_global_keys
     # Keys farther than L-1 away never exist, so a huge radius (BERT-style r >= L) costs nothing.
     radius = min(radius, max(num_long - 1, 0))
     block = max(block_size or default_block_size(radius), radius, 1)
     num_blocks = max(1, math.ceil(num_long / block))
     per_block = batch * heads * block * 3 * block
     blocks_per_chunk = max(1, min(num_blocks, tile_elements // per_block))
-    per_global_row = batch * heads * max(num_global, num_long)
+    per_global_row = batch * heads * max(num_keys, num_long)
     global_rows = max(16, tile_elements // per_global_row)
-    return Geometry(batch, heads, num_global, num_long, radius, block, num_blocks, vocab, scale, blocks_per_chunk, global_rows)
+    return Geometry(batch, heads, num_global, num_keys, num_long, radius, block, num_blocks, vocab, scale, blocks_per_chunk, global_rows)
 
 
 class Scratch:
@@ -115,23 +118,42 @@ def _spans(mask: torch.Tensor, rows_per_chunk: int) -> list[tuple[int, int]]:
     return [(lo, hi) if ok else (0, 0) for lo, hi, ok in zip(first.tolist(), last.tolist(), some.tolist())]
 
 
+@dataclass
+class BlockedPlan:
+    """What the blocked backend reuses across a batch's layers: the chunk geometry (the softmax
+    scale is set per call), the skewed l2l label index and every chunk's key span."""
+
+    geo: Geometry
+    side: SideInputs
+    local_index: torch.Tensor  # [B, 1, nb, w, 3w] int64
+    long_spans: list[tuple[int, int]]  # per long chunk: the global keys its rows may see
+    global_spans: list[tuple[int, int]]  # per global chunk: the long keys its rows may see
+    workers: int
+
+
+def make_plan(geo: Geometry, side: SideInputs, workers: int) -> BlockedPlan:
+    """Side-input work done once per batch, not per chunk or per layer (fewer, larger ops)."""
+    has_keys = geo.num_global_keys > 0
+    long_spans = _spans(side.l2g_att_mask, geo.blocks_per_chunk * geo.block) if has_keys else []
+    global_spans = _spans(side.g2l_att_mask, geo.global_rows_per_chunk) if geo.num_global > 0 else []
+    return BlockedPlan(geo, side, _local_index(geo, side), long_spans, global_spans, workers)
+
+
 class CallTensors:
     """Per-call tensors, built from the inputs by both passes. Everything is BH-major
     ([B*H, rows, ...]), so a chunk's window tiles ([BH*nbc, w, 3w]) and l2g tiles
     ([BH, nbc*w, G]) share one row order and their statistics merge without copies."""
 
-    def __init__(self, geo: Geometry, side: SideInputs, gq, gk, gv, lq, lk, lv, t_global, t_long):
+    def __init__(self, geo: Geometry, plan: BlockedPlan, gq, gk, gv, lq, lk, lv, t_global, t_long):
         bh, d = geo.bh, lq.shape[-1]
-        self.geo, self.dim, self.side = geo, d, side
-        self.gq, self.gk, self.gv = (x.reshape(bh, geo.num_global, d) for x in (gq, gk, gv))
+        self.geo, self.dim, self.side = geo, d, plan.side
+        self.gq = gq.reshape(bh, geo.num_global, d)
+        self.gk, self.gv = (x.reshape(bh, geo.num_global_keys, d) for x in (gk, gv))
         self.lq, self.lk, self.lv = (x.reshape(bh, geo.num_long, d) for x in (lq, lk, lv))
         self.t_global = _extend_table(t_global, geo.num_global)  # [B, H, G, V+1]
         self.t_long = _extend_table(t_long, geo.padded_long)  # [B, H, Lp, V+1]
-        # Side-input work done once per call, not per chunk (fewer, larger ops).
-        self.local_index = _local_index(geo, side)  # [B, 1, nb, w, 3w]
-        has_global = geo.num_global > 0
-        self.long_spans = _spans(side.l2g_att_mask, geo.blocks_per_chunk * geo.block) if has_global else []
-        self.global_spans = _spans(side.g2l_att_mask, geo.global_rows_per_chunk) if has_global else []
+        self.local_index = plan.local_index
+        self.long_spans, self.global_spans = plan.long_spans, plan.global_spans
 
     def rows(self, x: torch.Tensor, first: int, last: int) -> torch.Tensor:
         """Rows of blocks first..last-1 of x [BH, L, d] as a contiguous [BH*nbc, w, d], zeros past L."""
@@ -208,7 +230,7 @@ class LongChunk:
         self.local = local.view(bh * nbc, w, 3 * w).baddbmm_(self.q, self.k_windows.transpose(1, 2), alpha=geo.scale)
 
         self.glob = None
-        lo, hi = lay.long_spans[first // geo.blocks_per_chunk] if geo.num_global else (0, 0)
+        lo, hi = lay.long_spans[first // geo.blocks_per_chunk] if geo.num_global_keys else (0, 0)
         if hi > lo:
             self.keys = slice(lo, hi)
             real = slice(self.row_slice.start, min(self.row_slice.stop, geo.num_long))
@@ -223,7 +245,7 @@ class LongChunk:
 
 
 class GlobalChunk:
-    """Score tiles of global query rows start..stop-1: g2g [BH, c, G] and g2l [BH, c, span]."""
+    """Score tiles of global query rows start..stop-1: g2g [BH, c, G_keys] and g2l [BH, c, span]."""
 
     def __init__(self, lay: CallTensors, start: int, stop: int, scratch: Scratches):
         geo, side = lay.geo, lay.side
@@ -232,8 +254,8 @@ class GlobalChunk:
         self.q = lay.gq[:, start:stop]
         table = lay.t_global[:, :, start:stop]
         self.g2g_index = _label_index(side.g2g_att_mask[:, start:stop], side.g2g_relative_att_ids[:, start:stop], geo.vocab).unsqueeze(1)
-        g2g = _gather_into(scratch.g2g.take(geo.batch, geo.heads, rows, geo.num_global), table, self.g2g_index)
-        self.g2g = g2g.view(bh, rows, geo.num_global).baddbmm_(self.q, lay.gk.transpose(1, 2), alpha=geo.scale)
+        g2g = _gather_into(scratch.g2g.take(geo.batch, geo.heads, rows, geo.num_global_keys), table, self.g2g_index)
+        self.g2g = g2g.view(bh, rows, geo.num_global_keys).baddbmm_(self.q, lay.gk.transpose(1, 2), alpha=geo.scale)
         self.g2l = None
         lo, hi = lay.global_spans[start // geo.global_rows_per_chunk]
         if hi > lo:

@@ -17,8 +17,6 @@ TRITON_INTERPRET=1 (how the tests check it).
 
 from __future__ import annotations
 
-import weakref
-
 import torch
 from torch.autograd.function import once_differentiable
 
@@ -35,9 +33,10 @@ from graphattn.kernels.triton_blocks import (
     make_plan,
     nonempty_key_blocks,
 )
+from graphattn.kernels.request import PlanRequest
 from graphattn.kernels.triton_forward import forward
 
-__all__ = ["attention", "g2l_key_blocks", "nonempty_key_blocks", "KeyBlocks", "BlockSizes", "SUPPORTED_HEAD_DIMS"]
+__all__ = ["attention", "plan", "run", "g2l_key_blocks", "nonempty_key_blocks", "KeyBlocks", "BlockSizes", "SUPPORTED_HEAD_DIMS"]
 
 SUPPORTED_HEAD_DIMS = (16, 32, 64, 128)
 SUPPORTED_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
@@ -57,10 +56,12 @@ def _check_states(states: dict[str, torch.Tensor]) -> tuple[int, int, int, int, 
             raise BatchError(f"dtype {tensor.dtype} differs from global_q's {first.dtype}", path=(name,))
         if tensor.device != first.device:
             raise BatchError(f"device {tensor.device} differs from global_q's {first.device}", path=(name,))
-        lengths.setdefault(name.split("_")[0], set()).add(tensor.shape[2])
+        lengths.setdefault("global_q" if name == "global_q" else name.split("_")[0], set()).add(tensor.shape[2])
     for kind, sizes in lengths.items():
         if len(sizes) != 1:
             raise BatchError(f"{kind} q, k and v have different lengths {sorted(sizes)}", path=(f"{kind}_q",))
+    if lengths["global_q"] != lengths["global"] and min(lengths["global_q"]) > min(lengths["global"]):
+        raise BatchError(f"global_q has more rows than global_k / global_v {sorted(lengths['global'])}", path=("global_q",))
     if head_dim not in SUPPORTED_HEAD_DIMS:
         raise BatchError(f"head dim {head_dim} is not supported by the triton kernels; use one of {SUPPORTED_HEAD_DIMS}", path=("global_q",))
     if first.dtype not in SUPPORTED_DTYPES:
@@ -70,16 +71,17 @@ def _check_states(states: dict[str, torch.Tensor]) -> tuple[int, int, int, int, 
             f"the triton backend runs on CUDA tensors (or on CPU with TRITON_INTERPRET=1 set before triton is imported); got {first.device}",
             path=("global_q",),
         )
-    return batch, heads, lengths["global"].pop(), lengths["long"].pop(), head_dim
+    return batch, heads, lengths["global_q"].pop(), lengths["long"].pop(), head_dim
 
 
-def _check_side_shapes(side: SideInputs, batch: int, n_global: int, n_long: int) -> None:
+def _check_side_shapes(side: SideInputs, batch: int, n_global: int, n_long: int, n_keys: int | None = None) -> None:
     """Shapes of the eight side inputs against the states (no device sync)."""
     radius = side.local_radius
+    n_keys = n_global if n_keys is None else n_keys
     expected = {
         "l2l": (batch, n_long, 2 * radius + 1),
-        "g2g": (batch, n_global, n_global),
-        "l2g": (batch, n_long, n_global),
+        "g2g": (batch, n_global, n_keys),
+        "l2g": (batch, n_long, n_keys),
         "g2l": (batch, n_global, n_long),
     }
     for prefix, shape in expected.items():
@@ -103,50 +105,6 @@ def _check_side_labels(side: SideInputs, n_labels: int) -> None:
         if flag:
             bad = getattr(side, f"{prefix}_relative_att_ids")[bad_ids][0].item()
             raise BatchError(f"label id {bad} is outside the relative key table of {n_labels} labels", path=("side", f"{prefix}_relative_att_ids"))
-
-
-def _version(tensor: torch.Tensor) -> int | None:
-    """In-place modification counter; None for inference tensors, which keep none (never cached)."""
-    return None if tensor.is_inference() else tensor._version
-
-
-class _PlanCache:
-    """The last plan built, reused while the very same side-input tensors come back unmodified.
-
-    An encoder calls attention once per layer with one batch's side inputs; the masked label
-    tables, block tables and the label-range check (a device sync) are then done once per batch
-    instead of once per layer. Identity is checked through weak references and each tensor's
-    in-place version counter, so a new or modified tensor always rebuilds.
-    """
-
-    def __init__(self) -> None:
-        self._refs: list = []
-        self._versions: list[int] = []
-        self._key: tuple = ()
-        self._block_table: KeyBlocks | None = None
-        self._plan: AttentionPlan | None = None
-
-    def get(self, side: SideInputs, key: tuple, block_table: KeyBlocks | None, build) -> AttentionPlan:
-        """`key`: plain values the plan depends on; `block_table`: a caller's table, by identity."""
-        tensors = list(side.as_dict().values())
-        hit = (
-            self._plan is not None
-            and key == self._key
-            and block_table is self._block_table
-            and all(ref() is t for ref, t in zip(self._refs, tensors))
-            and None not in self._versions
-            and [_version(t) for t in tensors] == self._versions
-        )
-        if not hit:
-            self._plan = self._block_table = None  # release the old tables before building new ones
-            plan = build()
-            self._refs = [weakref.ref(t) for t in tensors]
-            self._versions = [_version(t) for t in tensors]
-            self._key, self._block_table, self._plan = key, block_table, plan
-        return self._plan
-
-
-_plans = _PlanCache()
 
 
 def _check_tables(rel_key_table: torch.Tensor, rel_bias_table: torch.Tensor | None, heads: int, head_dim: int) -> int:
@@ -191,6 +149,33 @@ class _GlobalLocalAttention(torch.autograd.Function):
         return g["dq_g"], g["dk_g"], g["dv_g"], g["dq_l"], g["dk_l"], g["dv_l"], g["dqab_g"], g["dqab_l"], None, None
 
 
+def check_states(states: dict[str, torch.Tensor]) -> None:
+    """What the kernels need of the states beyond the general checks: head dim, dtype, device."""
+    _check_states(states)
+
+
+def plan(request: PlanRequest) -> AttentionPlan:
+    """Masked label tables and block lists of a batch (labels were range-checked by the caller).
+
+    Options: `block_sizes` (BlockSizes) overrides the tiles; `g2l_key_blocks` is a precomputed
+    `g2l_key_blocks(side.g2l_att_mask)` for those tiles."""
+    options = dict(request.options)
+    sizes = options.pop("block_sizes", None) or default_block_sizes()
+    blocks = options.pop("g2l_key_blocks", None)
+    if options:
+        raise TypeError(f"unknown triton-backend options: {', '.join(sorted(options))}")
+    return make_plan(request.dense_side(), request.vocab_size, sizes, blocks)
+
+
+def run(plan: AttentionPlan, states, rel_key_table: torch.Tensor, rel_bias_table: torch.Tensor | None, scale: float):
+    """One layer's attention through the fused kernels; differentiable in every tensor."""
+    global_q, long_q = states[0], states[3]
+    qab_global = _label_scores(global_q, rel_key_table, rel_bias_table, scale)
+    qab_long = _label_scores(long_q, rel_key_table, rel_bias_table, scale)
+    states = [t.contiguous() for t in states]
+    return _GlobalLocalAttention.apply(*states, qab_global, qab_long, plan, float(scale))
+
+
 @torch.compiler.disable  # opaque Triton launches: a compiled model calls them eagerly
 def attention(
     global_q: torch.Tensor,
@@ -207,25 +192,19 @@ def attention(
     *,
     block_sizes: BlockSizes | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Global-local attention through the fused Triton kernels; differentiable in every tensor.
+    """Global-local attention through the fused Triton kernels, checked, planned and run in one call.
 
     States are [B, H, n, d] (G global, L long tokens), `side` the batched torch side inputs,
     `rel_key_table` a^K [V, H, d], `rel_bias_table` b [V, H] or None. `g2l_key_blocks` is an
     optional precomputed `g2l_key_blocks(side.g2l_att_mask)`; `block_sizes` overrides the tile
     sizes (tests use it to cross tile edges with few tokens). Returns (global_out, long_out).
+    A model that calls attention once per layer should use `graphattn.kernels.prepare_attention`,
+    which builds the plan once per batch.
     """
     states = {"global_q": global_q, "global_k": global_k, "global_v": global_v, "long_q": long_q, "long_k": long_k, "long_v": long_v}
     batch, heads, n_global, n_long, head_dim = _check_states(states)
     n_labels = _check_tables(rel_key_table, rel_bias_table, heads, head_dim)
-    _check_side_shapes(side, batch, n_global, n_long)
-    sizes = block_sizes or default_block_sizes()
-
-    def build() -> AttentionPlan:
-        _check_side_labels(side, n_labels)
-        return make_plan(side.map(lambda t: t.to(global_q.device)), n_labels, sizes, g2l_key_blocks)
-
-    plan = _plans.get(side, (n_labels, sizes, global_q.device), g2l_key_blocks, build)
-    qab_global = _label_scores(global_q, rel_key_table, rel_bias_table, scale)
-    qab_long = _label_scores(long_q, rel_key_table, rel_bias_table, scale)
-    states = [t.contiguous() for t in (global_q, global_k, global_v, long_q, long_k, long_v)]
-    return _GlobalLocalAttention.apply(*states, qab_global, qab_long, plan, float(scale))
+    _check_side_shapes(side, batch, n_global, n_long, global_k.shape[2])
+    _check_side_labels(side, n_labels)
+    plan_ = make_plan(side.map(lambda t: t.to(global_q.device)), n_labels, block_sizes or default_block_sizes(), g2l_key_blocks)
+    return run(plan_, tuple(states.values()), rel_key_table, rel_bias_table, scale)

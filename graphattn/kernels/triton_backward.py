@@ -114,17 +114,17 @@ def _dq_tile(tile, bh, Q, DO, LSE, DELTA, QAB, DQ, DQAB, KG, VG, KL, VL,
 @triton.jit
 def _dq_kernel(QG, DOG, LSEG, DELTAG, QABG, DQG, DQABG, QL, DOL, LSEL, DELTAL, QABL, DQL, DQABL,
                KG, VG, KL, VL, LAB_GG, LAB_GL, LAB_LG, LAB_LL, COUNT_GL, INDEX_GL, COUNT_LG, INDEX_LG,
-               n_g, n_l, n_batch_heads, n_heads, n_labels, radius, scale, qk_scale,
+               n_gq, n_g, n_l, n_batch_heads, n_heads, n_labels, radius, scale, qk_scale,
                BLOCK_G: tl.constexpr, BLOCK_L: tl.constexpr, D: tl.constexpr,
                UPCAST: tl.constexpr, PRECISION: tl.constexpr):
     """Both query kinds in one launch, the long-running global tiles first (as the forward)."""
     pid = tl.program_id(0)
-    global_tiles = tl.cdiv(n_g, BLOCK_G)
+    global_tiles = tl.cdiv(n_gq, BLOCK_G)
     if pid < global_tiles * n_batch_heads:
         bh = (pid // global_tiles).to(tl.int64)
         _dq_tile(pid % global_tiles, bh, QG, DOG, LSEG, DELTAG, QABG, DQG, DQABG, KG, VG, KL, VL,
                  LAB_GG, LAB_GL, COUNT_GL, INDEX_GL, COUNT_GL, INDEX_GL,
-                 n_g, n_g, n_l, n_heads, n_labels, radius, scale, qk_scale, n_l,
+                 n_gq, n_g, n_l, n_heads, n_labels, radius, scale, qk_scale, n_l,
                  BLOCK_G, BLOCK_G, BLOCK_L, D, WALK_ALL, WALK_LIST, UPCAST, PRECISION)
     else:
         pid -= global_tiles * n_batch_heads
@@ -213,7 +213,7 @@ def _dkdv_tile(tile, bh, K, V, DK, DV,
 def _dkdv_kernel(KG, VG, DKG, DVG, KL, VL, DKL, DVL,
                  QG, DOG, LSEG, DELTAG, QABG, QL, DOL, LSEL, DELTAL, QABL,
                  LAB_GG, LAB_GL, LAB_LG, LAB_LL, COUNT_LG_BY_KEY, INDEX_LG_BY_KEY, COUNT_GL_BY_KEY, INDEX_GL_BY_KEY,
-                 n_g, n_l, n_batch_heads, n_heads, n_labels, radius, scale, qk_scale,
+                 n_gq, n_g, n_l, n_batch_heads, n_heads, n_labels, radius, scale, qk_scale,
                  BLOCK_G: tl.constexpr, BLOCK_L: tl.constexpr, D: tl.constexpr,
                  UPCAST: tl.constexpr, PRECISION: tl.constexpr):
     """Both key kinds in one launch. Global key tiles go first: each hears from every long query
@@ -225,7 +225,7 @@ def _dkdv_kernel(KG, VG, DKG, DVG, KL, VL, DKL, DVL,
         _dkdv_tile(pid % global_tiles, bh, KG, VG, DKG, DVG,
                    QL, DOL, LSEL, DELTAL, QABL, LAB_LG, COUNT_LG_BY_KEY, INDEX_LG_BY_KEY,
                    QG, DOG, LSEG, DELTAG, QABG, LAB_GG, COUNT_LG_BY_KEY, INDEX_LG_BY_KEY,
-                   n_g, n_l, n_g, n_heads, n_labels, radius, scale, qk_scale, n_g, n_g,
+                   n_g, n_l, n_gq, n_heads, n_labels, radius, scale, qk_scale, n_g, n_g,
                    BLOCK_G, BLOCK_L, BLOCK_G, D, WALK_LIST, WALK_ALL, UPCAST, PRECISION)
     else:  # A: global queries through g2l; B: long queries through the l2l band
         pid -= global_tiles * n_batch_heads
@@ -234,7 +234,7 @@ def _dkdv_kernel(KG, VG, DKG, DVG, KL, VL, DKL, DVL,
         _dkdv_tile(pid % long_tiles, bh, KL, VL, DKL, DVL,
                    QG, DOG, LSEG, DELTAG, QABG, LAB_GL, COUNT_GL_BY_KEY, INDEX_GL_BY_KEY,
                    QL, DOL, LSEL, DELTAL, QABL, LAB_LL, COUNT_GL_BY_KEY, INDEX_GL_BY_KEY,
-                   n_l, n_g, n_l, n_heads, n_labels, radius, scale, qk_scale, n_l, 2 * radius + 1,
+                   n_l, n_gq, n_l, n_heads, n_labels, radius, scale, qk_scale, n_l, 2 * radius + 1,
                    BLOCK_L, BLOCK_G, BLOCK_L, D, WALK_LIST, WALK_BAND, UPCAST, PRECISION)
 
 
@@ -255,9 +255,10 @@ def backward(saved: dict[str, torch.Tensor], plan: AttentionPlan, scale: float) 
         grads[f"dqab_{kind}"] = torch.zeros_like(saved[f"qab_{kind}"])
         saved[f"delta_{kind}"] = _delta(saved[f"o_{kind}"], saved[f"do_{kind}"])
     grid = (program_count(plan.n_global, plan.n_long, batch * heads, plan.sizes),)
+    key_grid = (program_count(plan.n_global_keys, plan.n_long, batch * heads, plan.sizes),)
     if grid[0] == 0:
         return grads
-    shape = (plan.n_global, plan.n_long, batch * heads, heads, plan.n_labels, plan.radius, scale, scale * LOG2E)
+    shape = (plan.n_global, plan.n_global_keys, plan.n_long, batch * heads, heads, plan.n_labels, plan.radius, scale, scale * LOG2E)
     options = dict(BLOCK_G=plan.sizes.global_, BLOCK_L=plan.sizes.long, D=head_dim,
                    **dot_options(dtype), **launch_options(head_dim, dtype))
     labels = (plan.g2g, plan.g2l, plan.l2g, plan.l2l)
@@ -272,7 +273,7 @@ def backward(saved: dict[str, torch.Tensor], plan: AttentionPlan, scale: float) 
         *shape, **options,
     )
     l2g_by_key, g2l_by_key = plan.blocks_by_key("l2g"), plan.blocks_by_key("g2l")
-    _dkdv_kernel[grid](
+    _dkdv_kernel[key_grid](
         saved["k_g"], saved["v_g"], grads["dk_g"], grads["dv_g"], saved["k_l"], saved["v_l"], grads["dk_l"], grads["dv_l"],
         *queries("g"), *queries("l"), *labels,
         l2g_by_key.counts, l2g_by_key.indices, g2l_by_key.counts, g2l_by_key.indices,

@@ -125,7 +125,7 @@ class AttentionPlan:
 
     The four label tables are [B, queries, keys] (l2l is the [B, L, 2r+1] band). Forward key
     block tables are per query tile; the backward's key-owner programs need them transposed (per
-    key tile, which query tiles reach it), built on first use.
+    key tile, which query tiles reach it). All are built with the plan, once per batch.
     """
 
     l2l: torch.Tensor
@@ -148,7 +148,13 @@ class AttentionPlan:
 
     @property
     def n_global(self) -> int:
+        """Global queries."""
         return self.g2g.shape[1]
+
+    @property
+    def n_global_keys(self) -> int:
+        """Global keys (>= n_global: the slots past the queries are keys only)."""
+        return self.g2g.shape[2]
 
     def blocks_by_key(self, name: str) -> KeyBlocks:
         """'l2g': per global key tile, the long query tiles reaching it; 'g2l': per long key tile,
@@ -161,6 +167,12 @@ class AttentionPlan:
             self._by_key[name] = table
         return self._by_key[name]
 
+    def build_all(self) -> "AttentionPlan":
+        """Build the backward's tables now, so that no layer's backward builds them."""
+        for name in ("l2g", "g2l"):
+            self.blocks_by_key(name)
+        return self
+
 
 def make_plan(side, n_labels: int, sizes: BlockSizes, g2l_blocks: KeyBlocks | None = None) -> AttentionPlan:
     """Masked label tables and forward block tables of a batch's side inputs (torch, batched)."""
@@ -172,7 +184,7 @@ def make_plan(side, n_labels: int, sizes: BlockSizes, g2l_blocks: KeyBlocks | No
     else:
         check_key_blocks(g2l_blocks, batch, n_global, n_long, sizes.global_, sizes.long, "g2l_key_blocks")
         g2l_blocks = g2l_blocks.to(g2l.device)
-    return AttentionPlan(
+    plan = AttentionPlan(
         l2l=masked_labels(side.l2l_att_mask, side.l2l_relative_att_ids, n_labels),
         g2g=masked_labels(side.g2g_att_mask, side.g2g_relative_att_ids, n_labels),
         l2g=l2g,
@@ -182,3 +194,4 @@ def make_plan(side, n_labels: int, sizes: BlockSizes, g2l_blocks: KeyBlocks | No
         g2l_blocks=g2l_blocks,
         l2g_blocks=nonempty_key_blocks(l2g >= 0, sizes.long, sizes.global_),
     )
+    return plan.build_all()

@@ -177,22 +177,23 @@ def _forward_tile(tile, bh, Q, O, LSE, QAB, KG, VG, KL, VL,
 @triton.jit
 def _forward_kernel(QG, OG, LSEG, QABG, QL, OL, LSEL, QABL, KG, VG, KL, VL,
                     LAB_GG, LAB_GL, LAB_LG, LAB_LL, COUNT_GL, INDEX_GL, COUNT_LG, INDEX_LG,
-                    n_g, n_l, n_batch_heads, n_heads, n_labels, radius, qk_scale,
+                    n_gq, n_g, n_l, n_batch_heads, n_heads, n_labels, radius, qk_scale,
                     BLOCK_G: tl.constexpr, BLOCK_L: tl.constexpr, D: tl.constexpr,
                     UPCAST: tl.constexpr, PRECISION: tl.constexpr):
-    """One launch for both query kinds, global tiles first.
+    """One launch for both query kinds, global tiles first (n_gq global queries, n_g global keys:
+    the slots past n_gq are keys only).
 
     A global tile streams far more keys (its whole g2l row) than a long tile (a few global
     tiles and its window), and there are few of them: started first, they overlap with the
     many short long-query programs instead of trailing a second launch on an idle GPU.
     """
     pid = tl.program_id(0)
-    global_tiles = tl.cdiv(n_g, BLOCK_G)
+    global_tiles = tl.cdiv(n_gq, BLOCK_G)
     if pid < global_tiles * n_batch_heads:
         bh = (pid // global_tiles).to(tl.int64)
         _forward_tile(pid % global_tiles, bh, QG, OG, LSEG, QABG, KG, VG, KL, VL,
                       LAB_GG, LAB_GL, COUNT_GL, INDEX_GL, COUNT_GL, INDEX_GL,
-                      n_g, n_g, n_l, n_heads, n_labels, radius, qk_scale, n_l,
+                      n_gq, n_g, n_l, n_heads, n_labels, radius, qk_scale, n_l,
                       BLOCK_G, BLOCK_G, BLOCK_L, D, WALK_ALL, WALK_LIST, UPCAST, PRECISION)
     else:
         pid -= global_tiles * n_batch_heads
@@ -225,7 +226,8 @@ def launch_options(head_dim: int, dtype: torch.dtype) -> dict:
 
 
 def program_count(n_global: int, n_long: int, batch_heads: int, sizes) -> int:
-    """Programs of a launch that covers every global tile and every long tile of every head."""
+    """Programs of a launch that covers every global tile and every long tile of every head
+    (global query tiles for the query-owner kernels, global key tiles for the key-owner one)."""
     return (triton.cdiv(n_global, sizes.global_) + triton.cdiv(n_long, sizes.long)) * batch_heads
 
 
@@ -248,7 +250,7 @@ def forward(states: dict[str, torch.Tensor], plan: AttentionPlan, scale: float) 
         states["k_g"], states["v_g"], states["k_l"], states["v_l"],
         plan.g2g, plan.g2l, plan.l2g, plan.l2l,
         plan.g2l_blocks.counts, plan.g2l_blocks.indices, plan.l2g_blocks.counts, plan.l2g_blocks.indices,
-        plan.n_global, plan.n_long, batch * heads, heads, plan.n_labels, plan.radius, scale * LOG2E,
+        plan.n_global, plan.n_global_keys, plan.n_long, batch * heads, heads, plan.n_labels, plan.radius, scale * LOG2E,
         BLOCK_G=plan.sizes.global_, BLOCK_L=plan.sizes.long, D=head_dim,
         **dot_options(q_l.dtype), **launch_options(head_dim, q_l.dtype),
     )

@@ -10,8 +10,9 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from graphattn.compact import CompactBatch
 from graphattn.contract import SideInputs
-from graphattn.kernels import global_local_attention
+from graphattn.kernels import PreparedAttention, prepare_attention
 from graphattn.nn.config import EtcConfig
 
 
@@ -47,17 +48,29 @@ class GlobalLocalAttention(nn.Module):
         batch, _, length, _ = x.shape
         return x.transpose(1, 2).reshape(batch, length, self.num_heads * self.head_dim)
 
-    def forward(self, global_hidden: torch.Tensor, long_hidden: torch.Tensor, side: SideInputs) -> tuple[torch.Tensor, torch.Tensor]:
-        """(global [B, G, D], long [B, L, D], side inputs) -> attended (global, long), same shapes."""
+    def prepare(self, structure: SideInputs | CompactBatch, device: torch.device | None = None) -> PreparedAttention:
+        """The batch's attention, prepared once for every layer of this configuration."""
+        cfg = self.config
+        return prepare_attention(structure, num_heads=self.num_heads, head_dim=self.head_dim, vocab_size=cfg.relative_vocab_size,
+                                 backend=cfg.attention_backend, device=device, local_radius=cfg.local_radius)
+
+    def projections(self, global_hidden: torch.Tensor, long_hidden: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """Per-head (global_q, global_k, global_v, long_q, long_k, long_v), [B, H, n, d]."""
         shared = self.config.share_qkv_projections
         q_g = self.query if shared else self.global_query
         k_g = self.key if shared else self.global_key
         v_g = self.value if shared else self.global_value
-        global_q, global_k, global_v = (self._heads(proj(global_hidden)) for proj in (q_g, k_g, v_g))
-        long_q, long_k, long_v = (self._heads(proj(long_hidden)) for proj in (self.query, self.key, self.value))
-        global_out, long_out = global_local_attention(
-            global_q, global_k, global_v, long_q, long_k, long_v, side,
-            self.relative_key_table, self.relative_bias_table,
-            backend=self.config.attention_backend, local_radius=self.config.local_radius,
-        )
+        global_qkv = tuple(self._heads(proj(global_hidden)) for proj in (q_g, k_g, v_g))
+        long_qkv = tuple(self._heads(proj(long_hidden)) for proj in (self.query, self.key, self.value))
+        return global_qkv + long_qkv
+
+    def forward(
+        self, global_hidden: torch.Tensor, long_hidden: torch.Tensor, attention: PreparedAttention | SideInputs | CompactBatch
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """(global [B, G, D], long [B, L, D], prepared attention) -> attended (global, long), same
+        shapes. Side inputs instead of a prepared attention are prepared here, for this call only."""
+        if not isinstance(attention, PreparedAttention):
+            attention = self.prepare(attention, long_hidden.device)
+        states = self.projections(global_hidden, long_hidden)
+        global_out, long_out = attention.attend(*states, self.relative_key_table, self.relative_bias_table)
         return self.output(self._merge(global_out)), self.output(self._merge(long_out))

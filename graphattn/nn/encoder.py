@@ -6,8 +6,10 @@ import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
+from graphattn.compact import CompactBatch
 from graphattn.contract import EtcBatch, SideInputs
 from graphattn.errors import BatchError
+from graphattn.kernels import PreparedAttention
 from graphattn.nn.attention import GlobalLocalAttention
 from graphattn.nn.config import EtcConfig
 
@@ -32,8 +34,10 @@ class EtcLayer(nn.Module):
     def _feed_forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.output_norm(x + self.dropout(self.output(self.activation(self.intermediate(x)))))
 
-    def forward(self, global_hidden: torch.Tensor, long_hidden: torch.Tensor, side: SideInputs) -> tuple[torch.Tensor, torch.Tensor]:
-        global_att, long_att = self.attention(global_hidden, long_hidden, side)
+    def forward(
+        self, global_hidden: torch.Tensor, long_hidden: torch.Tensor, attention: PreparedAttention | SideInputs | CompactBatch
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        global_att, long_att = self.attention(global_hidden, long_hidden, attention)
         global_hidden = self.attention_norm(global_hidden + self.dropout(global_att))
         long_hidden = self.attention_norm(long_hidden + self.dropout(long_att))
         return self._feed_forward(global_hidden), self._feed_forward(long_hidden)
@@ -97,8 +101,11 @@ class EtcEncoder(nn.Module):
         cfg = self.config
         if batch.vocab_size > cfg.relative_vocab_size:
             raise BatchError(f"the batch uses {batch.vocab_size} relative labels but the model's relative_vocab_size is {cfg.relative_vocab_size}", path=("vocab_size",))
-        if batch.side.local_radius != cfg.local_radius:
-            raise BatchError(f"the batch was compiled with local radius {batch.side.local_radius} but the model's local_radius is {cfg.local_radius}", path=("side", "l2l_att_mask"))
+        if batch.side is None and batch.compact is None:
+            raise BatchError("the batch has neither dense side inputs nor a compact structure", path=("side",))
+        radius = batch.compact.local_radius if batch.compact is not None else batch.side.local_radius
+        if radius != cfg.local_radius:
+            raise BatchError(f"the batch was compiled with local radius {radius} but the model's local_radius is {cfg.local_radius}", path=("side", "l2l_att_mask"))
         for name, limit, field in (("long_token_ids", cfg.vocab_size, "vocab_size"), ("global_token_ids", cfg.vocab_size, "vocab_size"),
                                    ("long_type_ids", cfg.type_vocab_size, "type_vocab_size"), ("global_type_ids", cfg.type_vocab_size, "type_vocab_size")):
             ids = getattr(batch, name)
@@ -109,13 +116,23 @@ class EtcEncoder(nn.Module):
         if positions and longest > positions:
             raise BatchError(f"sequence length {longest} exceeds max_absolute_position_embeddings={positions}", path=("long_token_ids",))
 
+    def prepare(self, batch: EtcBatch) -> PreparedAttention:
+        """The batch's attention, validated and planned once for all layers (they share the
+        configuration). The compact structure is used when the batch has one."""
+        structure = batch.compact if batch.compact is not None else batch.side.to_torch()
+        return self.layer[0].attention.prepare(structure, batch.long_token_ids.device)
+
     def forward(self, batch: EtcBatch) -> tuple[torch.Tensor, torch.Tensor]:
         self.check_batch(batch)
-        side = batch.side.to_torch()
+        attention = self.prepare(batch)
         global_hidden, long_hidden = self.embeddings(batch)
+        return self.run_layers(global_hidden, long_hidden, attention)
+
+    def run_layers(self, global_hidden: torch.Tensor, long_hidden: torch.Tensor, attention: PreparedAttention) -> tuple[torch.Tensor, torch.Tensor]:
+        """Every layer over one prepared attention (no host-device synchronisation in here)."""
         for layer in self.layer:
             if self.config.gradient_checkpointing and self.training and torch.is_grad_enabled():
-                global_hidden, long_hidden = checkpoint(layer, global_hidden, long_hidden, side, use_reentrant=False)
+                global_hidden, long_hidden = checkpoint(layer, global_hidden, long_hidden, attention, use_reentrant=False)
             else:
-                global_hidden, long_hidden = layer(global_hidden, long_hidden, side)
+                global_hidden, long_hidden = layer(global_hidden, long_hidden, attention)
         return global_hidden, long_hidden
