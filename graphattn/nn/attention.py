@@ -3,9 +3,17 @@
 Submodules follow HF BERT's names where the math is the same (query/key/value, output), so that
 lifting BERT/RoBERTa weights is a rename: with no global tokens and a radius covering the whole
 sequence this module is BERT self-attention plus its output projection.
+
+The extension point for other attention patterns (graphattn.patterns): the module projects,
+and an `AttentionPattern` attends. A batch's `PreparedAttention` is the ETC pattern; LongNet's
+dilated attention is another. `memory` rows ([B, M, D], e.g. compressive memories) are keyed and
+valued with the long-token projections and appended to the global KEYS only, so the pattern must
+have been prepared for G + M global key slots (side inputs g2g [B, G, G+M], l2g [B, L, G+M]).
 """
 
 from __future__ import annotations
+
+from typing import Protocol
 
 import torch
 from torch import nn
@@ -14,6 +22,14 @@ from graphattn.compact import CompactBatch
 from graphattn.contract import SideInputs
 from graphattn.kernels import PreparedAttention, prepare_attention
 from graphattn.nn.config import EtcConfig
+
+
+class AttentionPattern(Protocol):
+    """What a layer attends through: per-head states in, (global_out [B,H,G,d], long_out [B,H,L,d]) out."""
+
+    def attend(self, global_q: torch.Tensor, global_k: torch.Tensor, global_v: torch.Tensor, long_q: torch.Tensor,
+               long_k: torch.Tensor, long_v: torch.Tensor, rel_key_table: torch.Tensor,
+               rel_bias_table: torch.Tensor | None = None, scale: float | None = None) -> tuple[torch.Tensor, torch.Tensor]: ...
 
 
 class GlobalLocalAttention(nn.Module):
@@ -65,12 +81,21 @@ class GlobalLocalAttention(nn.Module):
         return global_qkv + long_qkv
 
     def forward(
-        self, global_hidden: torch.Tensor, long_hidden: torch.Tensor, attention: PreparedAttention | SideInputs | CompactBatch
+        self,
+        global_hidden: torch.Tensor,
+        long_hidden: torch.Tensor,
+        attention: AttentionPattern | SideInputs | CompactBatch,
+        memory: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """(global [B, G, D], long [B, L, D], prepared attention) -> attended (global, long), same
-        shapes. Side inputs instead of a prepared attention are prepared here, for this call only."""
-        if not isinstance(attention, PreparedAttention):
+        """(global [B, G, D], long [B, L, D], pattern[, memory [B, M, D]]) -> attended (global,
+        long), same shapes. Side inputs instead of a pattern are prepared here, for this call only."""
+        if isinstance(attention, (SideInputs, CompactBatch)):
             attention = self.prepare(attention, long_hidden.device)
-        states = self.projections(global_hidden, long_hidden)
-        global_out, long_out = attention.attend(*states, self.relative_key_table, self.relative_bias_table)
+        global_q, global_k, global_v, long_q, long_k, long_v = self.projections(global_hidden, long_hidden)
+        if memory is not None and memory.shape[1]:
+            memory = memory.to(long_hidden.dtype)
+            global_k = torch.cat((global_k, self._heads(self.key(memory))), dim=2)
+            global_v = torch.cat((global_v, self._heads(self.value(memory))), dim=2)
+        global_out, long_out = attention.attend(global_q, global_k, global_v, long_q, long_k, long_v,
+                                                self.relative_key_table, self.relative_bias_table)
         return self.output(self._merge(global_out)), self.output(self._merge(long_out))

@@ -10,7 +10,7 @@ from graphattn.compact import CompactBatch
 from graphattn.contract import EtcBatch, SideInputs
 from graphattn.errors import BatchError
 from graphattn.kernels import PreparedAttention
-from graphattn.nn.attention import GlobalLocalAttention
+from graphattn.nn.attention import AttentionPattern, GlobalLocalAttention
 from graphattn.nn.config import EtcConfig
 
 _ACTIVATIONS = {"gelu": lambda: nn.GELU(), "gelu_tanh": lambda: nn.GELU(approximate="tanh"), "relu": lambda: nn.ReLU()}
@@ -19,11 +19,14 @@ _ACTIVATIONS = {"gelu": lambda: nn.GELU(), "gelu_tanh": lambda: nn.GELU(approxim
 class EtcLayer(nn.Module):
     """Post-LN: x = LN(x + attn(x)); x = LN(x + FFN(x)), FFN = Linear -> act -> Linear.
 
-    Global and long states share every weight here (etcmodel's share_feed_forward_params)."""
+    Global and long states share every weight here (etcmodel's share_feed_forward_params). The
+    attention runs through the pattern it is given (a batch's PreparedAttention, or another
+    pattern of graphattn.patterns), optionally over extra key/value `memory` rows; a pattern
+    with its own attention module passes it in and reuses `residual_block`."""
 
-    def __init__(self, config: EtcConfig):
+    def __init__(self, config: EtcConfig, attention: nn.Module | None = None):
         super().__init__()
-        self.attention = GlobalLocalAttention(config)
+        self.attention = attention if attention is not None else GlobalLocalAttention(config)
         self.attention_norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
         self.intermediate = nn.Linear(config.hidden_size, config.intermediate_size)
         self.activation = _ACTIVATIONS[config.hidden_act]()
@@ -34,13 +37,19 @@ class EtcLayer(nn.Module):
     def _feed_forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.output_norm(x + self.dropout(self.output(self.activation(self.intermediate(x)))))
 
+    def residual_block(self, hidden: torch.Tensor, attended: torch.Tensor) -> torch.Tensor:
+        """Everything after attention: x = LN(x + dropout(attended)); x = LN(x + FFN(x))."""
+        return self._feed_forward(self.attention_norm(hidden + self.dropout(attended)))
+
     def forward(
-        self, global_hidden: torch.Tensor, long_hidden: torch.Tensor, attention: PreparedAttention | SideInputs | CompactBatch
+        self,
+        global_hidden: torch.Tensor,
+        long_hidden: torch.Tensor,
+        attention: AttentionPattern | SideInputs | CompactBatch,
+        memory: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        global_att, long_att = self.attention(global_hidden, long_hidden, attention)
-        global_hidden = self.attention_norm(global_hidden + self.dropout(global_att))
-        long_hidden = self.attention_norm(long_hidden + self.dropout(long_att))
-        return self._feed_forward(global_hidden), self._feed_forward(long_hidden)
+        global_att, long_att = self.attention(global_hidden, long_hidden, attention, memory)
+        return self.residual_block(global_hidden, global_att), self.residual_block(long_hidden, long_att)
 
 
 class EtcEmbeddings(nn.Module):
@@ -128,7 +137,7 @@ class EtcEncoder(nn.Module):
         global_hidden, long_hidden = self.embeddings(batch)
         return self.run_layers(global_hidden, long_hidden, attention)
 
-    def run_layers(self, global_hidden: torch.Tensor, long_hidden: torch.Tensor, attention: PreparedAttention) -> tuple[torch.Tensor, torch.Tensor]:
+    def run_layers(self, global_hidden: torch.Tensor, long_hidden: torch.Tensor, attention: AttentionPattern) -> tuple[torch.Tensor, torch.Tensor]:
         """Every layer over one prepared attention (no host-device synchronisation in here)."""
         for layer in self.layer:
             if self.config.gradient_checkpointing and self.training and torch.is_grad_enabled():

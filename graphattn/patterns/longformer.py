@@ -13,8 +13,10 @@ copies). The math is HF transformers' LongformerSelfAttention, reproduced exactl
   position against K_g, V_g of every real token;
 * padded rows come out as zeros.
 
-Both parts run on the ETC kernels through graphattn.kernels.sliding (dilated windows folded into
-the batch, heads grouped by dilation), so memory is O(L w + L G), never [L, L].
+Both parts run on the ETC kernels through graphattn.patterns.sliding (dilated windows folded into
+the batch, heads grouped by dilation, the global positions as key-only global slots), so memory
+is O(L w + L G), never [L, L]. `LongformerPattern` prepares a batch once (global positions
+checked, every distinct window of the layers prepared) and each layer attends through it.
 
 Dilation counts the stride (1 = contiguous, 2 = every other token), as HF's and allenai's
 `attention_dilation`; the paper's Table 12 counts gaps (its "dilation 0..3" are our 1..4).
@@ -22,8 +24,8 @@ Dilation counts the stride (1 = contiguous, 2 = every other token), as HF's and 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Sequence
 
 import torch
 from torch import nn
@@ -31,12 +33,13 @@ from torch.utils.checkpoint import checkpoint
 
 from graphattn.contract import EtcBatch
 from graphattn.errors import BatchError, GraphattnError
-from graphattn.kernels.sliding import global_rows_attention, windowed_attention
+from graphattn.kernels import PreparedAttention
 from graphattn.nn.config import EtcConfig
 from graphattn.nn.encoder import EtcEmbeddings, EtcLayer
+from graphattn.patterns.sliding import PreparedWindows, global_rows_attention, prepare_global_rows, prepare_windows
 
-__all__ = ["LongformerConfig", "LongformerAttention", "LongformerLayer", "LongformerEmbeddings", "LongformerEncoder", "check_global_positions",
-           "lm_schedule", "load_hf_self_attention"]
+__all__ = ["LongformerConfig", "LongformerAttention", "LongformerLayer", "LongformerEmbeddings", "LongformerEncoder", "LongformerPattern",
+           "check_global_positions", "lm_schedule", "load_hf_self_attention"]
 
 
 def _fail(message: str, *path: Any) -> None:
@@ -150,6 +153,63 @@ def _gather_positions(x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
     return torch.gather(x, 2, positions[:, None, :, None].expand(-1, x.shape[1], -1, x.shape[3]))
 
 
+@dataclass
+class LongformerPattern:
+    """A batch's Longformer attention, prepared once for every layer: the checked global positions
+    and, per distinct (radius, dilations) among the layers, the prepared dilated windows; the
+    global rows' preparation. `attend` is one layer's attention."""
+
+    positions: torch.Tensor  # [B, G] long positions of the global slots, empty slots at 0
+    slots: torch.Tensor  # [B, G] bool, False: empty slot
+    target: torch.Tensor  # [B, G] positions, empty slots at the dummy column L
+    long_mask: torch.Tensor  # [B, L] bool
+    has_globals: bool
+    windows: dict[tuple[int, tuple[int, ...]], PreparedWindows] = field(default_factory=dict)
+    global_rows: PreparedAttention | None = None
+
+    @classmethod
+    def prepare(cls, global_positions: torch.Tensor, long_mask: torch.Tensor | None, *, windows: Sequence[tuple[int, Sequence[int]]],
+                num_heads: int, head_dim: int, backend: str = "auto") -> "LongformerPattern":
+        """`global_positions` [B, G] (-1: empty slot), `long_mask` [B, L] (None: all real),
+        `windows` the (radius, dilations per head) of the layers that will attend through it."""
+        if long_mask is None:
+            raise BatchError("long_mask is needed to prepare a Longformer pattern", path=("long_mask",))
+        batch, length = long_mask.shape
+        long_mask = long_mask.bool()
+        global_positions = global_positions.to(long_mask.device).long()
+        check_global_positions(global_positions, long_mask)
+        slots = global_positions >= 0
+        # Empty slots point at a dummy column L, so that scatters never touch a real position.
+        target = torch.where(slots, global_positions, length)
+        is_global = torch.zeros(batch, length + 1, dtype=torch.bool, device=long_mask.device).scatter_(1, target, True)[:, :length]
+        pattern = cls(global_positions.clamp(min=0), slots, target, long_mask, bool(slots.any()))
+        window_keys = long_mask & ~is_global  # a global position is reached as a global key, not in the window
+        for radius, dilations in windows:
+            key = (int(radius), tuple(int(d) for d in dilations))
+            if key not in pattern.windows:
+                pattern.windows[key] = prepare_windows(window_keys, key[0], key[1], head_dim, slots, backend=backend)
+        if pattern.has_globals:
+            pattern.global_rows = prepare_global_rows(long_mask, global_positions.shape[1], num_heads, head_dim, backend=backend)
+        return pattern
+
+    def attend(self, global_q: torch.Tensor, global_k: torch.Tensor, global_v: torch.Tensor, long_q: torch.Tensor,
+               long_k: torch.Tensor, long_v: torch.Tensor, *, radius: int, dilations: Sequence[int]) -> tuple[torch.Tensor, torch.Tensor]:
+        """One layer: long_q/k/v are the local projections of every token [B, H, L, d]; global_q
+        the global projection of the global positions [B, H, G, d], global_k / global_v that of
+        every token [B, H, L, d]. Returns (global rows [B, H, G, d], every row [B, H, L, d]: the
+        window rows with the global positions' rows put in and padding zeroed)."""
+        windows = self.windows[(int(radius), tuple(int(d) for d in dilations))]
+        global_keys, global_values = (_gather_positions(x, self.positions) for x in (long_k, long_v))  # K_s, V_s, as HF
+        out = windows.attend(long_q, long_k, long_v, global_keys, global_values)
+        global_out = long_q.new_zeros(global_q.shape)
+        if self.has_globals:
+            global_out = global_rows_attention(global_q, global_k, global_v, self.long_mask, prepared=self.global_rows)
+            heads, dim = out.shape[1], out.shape[3]
+            index = self.target[:, None, :, None].expand(-1, heads, -1, dim)
+            out = torch.nn.functional.pad(out, (0, 0, 0, 1)).scatter(2, index, global_out)[:, :, : out.shape[2]]
+        return global_out, out * self.long_mask[:, None, :, None].to(out.dtype)
+
+
 class LongformerAttention(nn.Module):
     """hidden [B, L, D] -> [B, L, D] for layer `layer` of `config`; submodule names follow
     GlobalLocalAttention's (query/key/value, global_*, output)."""
@@ -180,43 +240,28 @@ class LongformerAttention(nn.Module):
         batch, length, _ = x.shape
         return x.view(batch, length, self.num_heads, self.head_dim).transpose(1, 2)
 
-    def context(self, hidden: torch.Tensor, global_positions: torch.Tensor, long_mask: torch.Tensor | None = None) -> torch.Tensor:
-        """The attended values before the output projection, [B, L, D]: what HF's
-        LongformerSelfAttention returns. `global_positions` [B, G] (-1: empty slot), `long_mask`
-        [B, L] (True/1 = real token; None: all real)."""
-        batch, length, _ = hidden.shape
-        long_mask = torch.ones(batch, length, dtype=torch.bool, device=hidden.device) if long_mask is None else long_mask.bool()
-        global_positions = global_positions.long()
-        check_global_positions(global_positions, long_mask)
-        slots = global_positions >= 0
-        # Empty slots point at a dummy column L, so that scatters never touch a real position.
-        target = torch.where(slots, global_positions, length)
-        is_global = torch.zeros(batch, length + 1, dtype=torch.bool, device=hidden.device).scatter_(1, target, True)[:, :length]
+    def prepare(self, global_positions: torch.Tensor, long_mask: torch.Tensor) -> LongformerPattern:
+        """This layer's pattern over a batch (an encoder prepares one for all its layers)."""
+        return LongformerPattern.prepare(global_positions, long_mask, windows=[(self.radius, self.dilations)], num_heads=self.num_heads,
+                                         head_dim=self.head_dim, backend=self.backend)
 
-        out = self._local_rows(hidden, global_positions.clamp(min=0), slots, long_mask & ~is_global)
-        if bool(slots.any()):
-            global_out = self._global_rows(hidden, global_positions.clamp(min=0), long_mask)
-            index = target[:, None, :, None].expand(-1, self.num_heads, -1, self.head_dim)
-            out = torch.nn.functional.pad(out, (0, 0, 0, 1)).scatter(2, index, global_out)[:, :, :length]
-        out = out * long_mask[:, None, :, None].to(out.dtype)
+    def context(self, hidden: torch.Tensor, pattern: LongformerPattern | torch.Tensor, long_mask: torch.Tensor | None = None) -> torch.Tensor:
+        """The attended values before the output projection, [B, L, D]: what HF's
+        LongformerSelfAttention returns. `pattern` is a batch's LongformerPattern, or its global
+        positions [B, G] (-1: empty slot) with `long_mask` [B, L] (True/1 = real; None: all real)."""
+        batch, length, _ = hidden.shape
+        if not isinstance(pattern, LongformerPattern):
+            long_mask = torch.ones(batch, length, dtype=torch.bool, device=hidden.device) if long_mask is None else long_mask
+            pattern = self.prepare(pattern, long_mask)
+        query, key, value = (self.query, self.key, self.value) if self.shared else (self.global_query, self.global_key, self.global_value)
+        picked = torch.gather(hidden, 1, pattern.positions[:, :, None].expand(-1, -1, hidden.shape[2]))
+        long_qkv = (self._heads(proj(hidden)) for proj in (self.query, self.key, self.value))
+        global_q, global_k, global_v = self._heads(query(picked)), self._heads(key(hidden)), self._heads(value(hidden))
+        _, out = pattern.attend(global_q, global_k, global_v, *long_qkv, radius=self.radius, dilations=self.dilations)
         return out.transpose(1, 2).reshape(batch, length, self.num_heads * self.head_dim)
 
-    def _local_rows(self, hidden: torch.Tensor, positions: torch.Tensor, slots: torch.Tensor, window_keys: torch.Tensor) -> torch.Tensor:
-        """[B, H, L, d]: each query over its dilated window (non-global real keys) and the global
-        positions, all with the local projections (HF keys globals with K_s for local queries)."""
-        q, k, v = (self._heads(proj(hidden)) for proj in (self.query, self.key, self.value))
-        global_k, global_v = (_gather_positions(x, positions) for x in (k, v))
-        return windowed_attention(q, k, v, window_keys, self.radius, self.dilations, global_k, global_v, slots, backend=self.backend)
-
-    def _global_rows(self, hidden: torch.Tensor, positions: torch.Tensor, long_mask: torch.Tensor) -> torch.Tensor:
-        """[B, H, G, d]: Q_g of each global position against K_g, V_g of every real token."""
-        query, key, value = (self.query, self.key, self.value) if self.shared else (self.global_query, self.global_key, self.global_value)
-        picked = torch.gather(hidden, 1, positions[:, :, None].expand(-1, -1, hidden.shape[2]))
-        global_q, global_k, global_v = self._heads(query(picked)), self._heads(key(hidden)), self._heads(value(hidden))
-        return global_rows_attention(global_q, global_k, global_v, long_mask, backend=self.backend)
-
-    def forward(self, hidden: torch.Tensor, global_positions: torch.Tensor, long_mask: torch.Tensor | None = None) -> torch.Tensor:
-        return self.output(self.context(hidden, global_positions, long_mask))
+    def forward(self, hidden: torch.Tensor, pattern: LongformerPattern | torch.Tensor, long_mask: torch.Tensor | None = None) -> torch.Tensor:
+        return self.output(self.context(hidden, pattern, long_mask))
 
 
 _HF_NAMES = {"query": "query", "key": "key", "value": "value",
@@ -241,15 +286,14 @@ def load_hf_self_attention(attention: LongformerAttention, state: Mapping[str, t
 
 
 class LongformerLayer(EtcLayer):
-    """EtcLayer's post-LN block (x = LN(x + attn); x = LN(x + FFN)) around LongformerAttention."""
+    """EtcLayer's post-LN block (`residual_block`: x = LN(x + attn); x = LN(x + FFN)) around
+    LongformerAttention: one sequence, the global positions inside it."""
 
     def __init__(self, config: LongformerConfig, layer: int):
-        super().__init__(config)
-        self.attention = LongformerAttention(config, layer)
+        super().__init__(config, LongformerAttention(config, layer))
 
-    def forward(self, hidden: torch.Tensor, global_positions: torch.Tensor, long_mask: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
-        hidden = self.attention_norm(hidden + self.dropout(self.attention(hidden, global_positions, long_mask)))
-        return self._feed_forward(hidden)
+    def forward(self, hidden: torch.Tensor, pattern: LongformerPattern | torch.Tensor, long_mask: torch.Tensor | None = None) -> torch.Tensor:  # type: ignore[override]
+        return self.residual_block(hidden, self.attention(hidden, pattern, long_mask))
 
 
 class LongformerEmbeddings(EtcEmbeddings):
@@ -303,17 +347,24 @@ class LongformerEncoder(nn.Module):
         if positions and longest > positions:
             raise BatchError(f"long length {longest} exceeds max_absolute_position_embeddings={positions}", path=("long_token_ids",))
 
+    def prepare(self, global_positions: torch.Tensor, long_mask: torch.Tensor) -> LongformerPattern:
+        """One pattern for all layers: positions checked once, each distinct window prepared once."""
+        cfg = self.config
+        windows = [(layer.attention.radius, layer.attention.dilations) for layer in self.layer]
+        return LongformerPattern.prepare(global_positions, long_mask, windows=windows, num_heads=cfg.num_attention_heads,
+                                         head_dim=cfg.head_dim, backend=cfg.attention_backend)
+
     def forward(self, batch: EtcBatch, global_positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         self._check_batch(batch)
         long_mask = batch.long_input_mask != 0
         global_positions = global_positions.to(long_mask.device).long()
-        check_global_positions(global_positions, long_mask)
+        pattern = self.prepare(global_positions, long_mask)
         hidden = self.embeddings(batch)
         for layer in self.layer:
             if self.config.gradient_checkpointing and self.training and torch.is_grad_enabled():
-                hidden = checkpoint(layer, hidden, global_positions, long_mask, use_reentrant=False)
+                hidden = checkpoint(layer, hidden, pattern, use_reentrant=False)
             else:
-                hidden = layer(hidden, global_positions, long_mask)
+                hidden = layer(hidden, pattern)
         slots = (global_positions >= 0)[:, :, None]
         picked = torch.gather(hidden, 1, global_positions.clamp(min=0)[:, :, None].expand(-1, -1, hidden.shape[2]))
         return picked * slots.to(hidden.dtype), hidden

@@ -9,12 +9,13 @@ TransformerXL) and a compressed memory of n_cm older ones. After each segment (A
 
 Both hold detached tensors: no gradient flows across segments, so one segment's cost never
 depends on how much of the stream came before (tests assert the key shapes). Attention of the
-current segment runs over [compressed; memory; current], built on the ETC layer and kernels of
-graphattn.nn: long tokens keep their local window and global keys, and BOTH long and global
-tokens see every memory, which enters as extra global key slots (nn/segments.py says how, and
-which labels they carry). Memories are keyed and valued with the layer's long-token projections.
+current segment runs over [compressed; memory; current] through the unchanged ETC layer of
+graphattn.nn (`EtcLayer.forward(..., memory=...)`): long tokens keep their local window and
+global keys, and BOTH long and global tokens see every memory, which enters as key-only global
+slots (patterns/segments.py says how, and which labels they carry): no query rows are computed
+for them. Memories are keyed and valued with the layer's long-token projections.
 
-The compression network f_c (nn/compression.py) is trained by the attention-reconstruction loss
+The compression network f_c (patterns/compression.py) is trained by the attention-reconstruction loss
 returned with every segment, computed with the main network frozen: add it to the task loss;
 its gradients reach the compressors only, and the task loss never reaches them.
 """
@@ -31,11 +32,11 @@ from tqdm.auto import tqdm
 
 from graphattn.contract import EtcBatch, SideInputs
 from graphattn.errors import BatchError, GraphattnError
-from graphattn.kernels import global_local_attention
-from graphattn.nn.compression import COMPRESSIONS, Compressor, attention_reconstruction_loss, attention_usage
+from graphattn.kernels import PreparedAttention
 from graphattn.nn.config import EtcConfig
 from graphattn.nn.encoder import EtcEncoder, EtcLayer
-from graphattn.nn.segments import split_segments, widen_with_memory
+from graphattn.patterns.compression import COMPRESSIONS, Compressor, attention_reconstruction_loss, attention_usage
+from graphattn.patterns.segments import split_segments, widen_with_memory
 
 
 @dataclass
@@ -180,16 +181,18 @@ class CompressiveEncoder(nn.Module):
         valid = segment.long_input_mask != 0
         first = state.layers[0]
         side = self._widen(segment.side.to_torch(), positions, first)
+        prepared = self._prepare(side, long_hidden.device)  # once per segment, for every layer with the same slots
 
         layer_inputs = []
         for layer, memory in zip(self.encoder.layer, state.layers):
             layer_inputs.append(long_hidden)
-            layer_side = side if _same_slots(memory, first) else self._widen(segment.side.to_torch(), positions, memory)
+            attention = prepared if _same_slots(memory, first) else self._prepare(self._widen(segment.side.to_torch(), positions, memory),
+                                                                                  long_hidden.device)
             keys = torch.cat((memory.compressed, memory.memory), dim=1).to(long_hidden.dtype)
             if self.config.gradient_checkpointing and self.training and torch.is_grad_enabled():
-                global_hidden, long_hidden = checkpoint(layer_with_memory, layer, global_hidden, long_hidden, keys, layer_side, use_reentrant=False)
+                global_hidden, long_hidden = checkpoint(layer, global_hidden, long_hidden, attention, keys, use_reentrant=False)
             else:
-                global_hidden, long_hidden = layer_with_memory(layer, global_hidden, long_hidden, keys, layer_side)
+                global_hidden, long_hidden = layer(global_hidden, long_hidden, attention, keys)
 
         new_layers, losses = [], []
         for layer, compressor, memory, h in zip(self.encoder.layer, self.compressors, state.layers, layer_inputs):
@@ -200,6 +203,9 @@ class CompressiveEncoder(nn.Module):
                   "local_window": side.l2l_att_mask.shape[-1]}
         next_state = MemoryState(new_layers, state.next_position + num_long)
         return CompressiveOutput(global_hidden, long_hidden, next_state, torch.stack(losses).sum(), counts)
+
+    def _prepare(self, side: SideInputs, device: torch.device) -> PreparedAttention:
+        return self.encoder.layer[0].attention.prepare(side, device)
 
     def _widen(self, side: SideInputs, positions: torch.Tensor, memory: LayerMemory) -> SideInputs:
         return widen_with_memory(
@@ -243,33 +249,6 @@ def _same_slots(a: LayerMemory, b: LayerMemory) -> bool:
     """Layers share one widened side input unless their valid slots differ (most_used can keep
     padding rows in one layer and not in another)."""
     return torch.equal(a.compressed_valid, b.compressed_valid) and torch.equal(a.memory_valid, b.memory_valid)
-
-
-def layer_with_memory(layer: EtcLayer, global_hidden: torch.Tensor, long_hidden: torch.Tensor, memory: torch.Tensor, side: SideInputs):
-    """EtcLayer.forward with M memory rows appended to the global KEYS (side already widened).
-
-    Same weights and the same post-LN sequence as EtcLayer; the memory rows get keys and values
-    (long-token projections) but no queries, outputs or feed-forward."""
-    att = layer.attention
-    cfg = att.config
-    shared = cfg.share_qkv_projections
-    projections = (att.query, att.key, att.value) if shared else (att.global_query, att.global_key, att.global_value)
-    global_q, global_k, global_v = (att._heads(proj(global_hidden)) for proj in projections)
-    long_q, long_k, long_v = (att._heads(proj(long_hidden)) for proj in (att.query, att.key, att.value))
-    num_global = global_q.shape[2]
-    if memory.shape[1]:
-        memory_k, memory_v = att._heads(att.key(memory)), att._heads(att.value(memory))
-        global_q = torch.cat((global_q, torch.zeros_like(memory_k)), dim=2)  # masked rows: no output
-        global_k = torch.cat((global_k, memory_k), dim=2)
-        global_v = torch.cat((global_v, memory_v), dim=2)
-    global_out, long_out = global_local_attention(
-        global_q, global_k, global_v, long_q, long_k, long_v, side, att.relative_key_table, att.relative_bias_table,
-        backend=cfg.attention_backend, local_radius=cfg.local_radius)
-    global_att = att.output(att._merge(global_out[:, :, :num_global]))
-    long_att = att.output(att._merge(long_out))
-    global_hidden = layer.attention_norm(global_hidden + layer.dropout(global_att))
-    long_hidden = layer.attention_norm(long_hidden + layer.dropout(long_att))
-    return layer._feed_forward(global_hidden), layer._feed_forward(long_hidden)
 
 
 def stream_segments(encoder: CompressiveEncoder, segments: Iterable[EtcBatch], *, progress: bool = False) -> list[CompressiveOutput]:
