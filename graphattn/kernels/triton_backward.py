@@ -1,7 +1,8 @@
 """Triton backward kernels of global-local attention: one kernel per concern.
 
-Flash-style: the forward saved only outputs and base-2 log-sum-exp; probabilities are recomputed
-tile by tile as p = exp2(s - lse), and with delta_i = o_i . do_i (PyTorch), ds = p * (dp - delta).
+Flash-style: the forward saved only outputs and each row's softmax statistics (max m and log2 of
+the sum l); probabilities are recomputed tile by tile as p = exp2((s - m) * log2(e) - l), and
+with delta_i = o_i . do_i (PyTorch), ds = p * (dp - delta).
 
 Why a query-owner and a key-owner kernel, and no atomics for dk/dv: every key receives gradient
 from two query kinds (a long key from its window's long queries and from the global queries
@@ -31,7 +32,6 @@ import triton.language as tl
 
 from graphattn.kernels.triton_blocks import AttentionPlan
 from graphattn.kernels.triton_forward import (
-    LOG2E,
     WALK_ALL,
     WALK_BAND,
     WALK_LIST,
@@ -48,7 +48,7 @@ from graphattn.kernels.triton_forward import (
 
 
 @triton.jit
-def _dq_phase(dq, q, do, lse, delta, qi, q_start, K, Vals, LAB, QAB, DQAB, COUNT, INDEX,
+def _dq_phase(dq, q, do, row_max, row_log2sum, delta, qi, q_start, K, Vals, LAB, QAB, DQAB, COUNT, INDEX,
               n_q, n_k, n_labels, label_row_stride, radius, qk_scale,
               BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, D: tl.constexpr, WALK: tl.constexpr,
               UPCAST: tl.constexpr, PRECISION: tl.constexpr):
@@ -60,7 +60,7 @@ def _dq_phase(dq, q, do, lse, delta, qi, q_start, K, Vals, LAB, QAB, DQAB, COUNT
         v = _load_rows(Vals, kj, n_k, D)
         labels = _tile_labels(LAB, qi[:, None], kj[None, :], n_q, n_k, label_row_stride, radius, WALK == WALK_BAND)
         s, valid = _tile_scores(_dot(q, tl.trans(k), None, UPCAST, PRECISION), labels, QAB, qi[:, None], n_labels, qk_scale)
-        p = tl.where(valid, tl.exp2(s - lse[:, None]), 0.0)
+        p = tl.where(valid, tl.exp2((s - row_max[:, None]) * 1.4426950408889634 - row_log2sum[:, None]), 0.0)
         dp = _dot(do, tl.trans(v), None, UPCAST, PRECISION)
         ds = p * (dp - delta[:, None])
         dq = _dot(ds.to(k.dtype), k, dq, UPCAST, PRECISION)
@@ -81,7 +81,7 @@ def _dq_tile(tile, bh, Q, DO, LSE, DELTA, QAB, DQ, DQAB, KG, VG, KL, VL,
     Q += bh * n_q * D
     DO += bh * n_q * D
     DQ += bh * n_q * D
-    LSE += bh * n_q
+    LSE += bh * n_q * 2
     DELTA += bh * n_q
     QAB += bh * n_q * n_labels
     DQAB += bh * n_q * n_labels
@@ -97,14 +97,15 @@ def _dq_tile(tile, bh, Q, DO, LSE, DELTA, QAB, DQ, DQAB, KG, VG, KL, VL,
     in_q = qi < n_q
     q = _load_rows(Q, qi, n_q, D)
     do = _load_rows(DO, qi, n_q, D)
-    lse = tl.load(LSE + qi, mask=in_q, other=0.0)
+    row_max = tl.load(LSE + 2 * qi, mask=in_q, other=0.0)
+    row_log2sum = tl.load(LSE + 2 * qi + 1, mask=in_q, other=float("inf"))
     delta = tl.load(DELTA + qi, mask=in_q, other=0.0)
     dq = tl.zeros([BLOCK_M, D], dtype=tl.float32)
-    dq = _dq_phase(dq, q, do, lse, delta, qi, q_start, KG, VG, LAB_G, QAB, DQAB,
+    dq = _dq_phase(dq, q, do, row_max, row_log2sum, delta, qi, q_start, KG, VG, LAB_G, QAB, DQAB,
                    COUNT_G + row, INDEX_G + row * tl.cdiv(n_g, BLOCK_G),
                    n_q, n_g, n_labels, n_g, radius, qk_scale,
                    BLOCK_M, BLOCK_G, D, WALK_G, UPCAST, PRECISION)
-    dq = _dq_phase(dq, q, do, lse, delta, qi, q_start, KL, VL, LAB_L, QAB, DQAB,
+    dq = _dq_phase(dq, q, do, row_max, row_log2sum, delta, qi, q_start, KL, VL, LAB_L, QAB, DQAB,
                    COUNT_L + row, INDEX_L + row * tl.cdiv(n_l, BLOCK_L),
                    n_q, n_l, n_labels, label_l_row_stride, radius, qk_scale,
                    BLOCK_M, BLOCK_L, D, WALK_L, UPCAST, PRECISION)
@@ -148,11 +149,12 @@ def _dkdv_phase(dk, dv, k, v, kj, k_start, Q, DO, LSE, DELTA, QAB, LAB, COUNT, I
         in_q = qi < n_q
         q = _load_rows(Q, qi, n_q, D)
         do = _load_rows(DO, qi, n_q, D)
-        lse = tl.load(LSE + qi, mask=in_q, other=0.0)
+        row_max = tl.load(LSE + 2 * qi, mask=in_q, other=0.0)
+        row_log2sum = tl.load(LSE + 2 * qi + 1, mask=in_q, other=float("inf"))
         delta = tl.load(DELTA + qi, mask=in_q, other=0.0)
         labels = _tile_labels(LAB, qi[None, :], kj[:, None], n_q, n_k, label_row_stride, radius, WALK == WALK_BAND)
         s_t, valid = _tile_scores(_dot(k, tl.trans(q), None, UPCAST, PRECISION), labels, QAB, qi[None, :], n_labels, qk_scale)
-        p_t = tl.where(valid, tl.exp2(s_t - lse[None, :]), 0.0)
+        p_t = tl.where(valid, tl.exp2((s_t - row_max[None, :]) * 1.4426950408889634 - row_log2sum[None, :]), 0.0)
         dv = _dot(p_t.to(do.dtype), do, dv, UPCAST, PRECISION)
         dp_t = _dot(v, tl.trans(do), None, UPCAST, PRECISION)
         ds_t = p_t * (dp_t - delta[None, :])
@@ -178,13 +180,13 @@ def _dkdv_tile(tile, bh, K, V, DK, DV,
     DV += bh * n_k * D
     QA += bh * n_qa * D
     DOA += bh * n_qa * D
-    LSEA += bh * n_qa
+    LSEA += bh * n_qa * 2
     DELTAA += bh * n_qa
     QABA += bh * n_qa * n_labels
     LABA += b * n_qa * label_a_row_stride
     QB += bh * n_qb * D
     DOB += bh * n_qb * D
-    LSEB += bh * n_qb
+    LSEB += bh * n_qb * 2
     DELTAB += bh * n_qb
     QABB += bh * n_qb * n_labels
     LABB += b * n_qb * label_b_row_stride
@@ -258,7 +260,7 @@ def backward(saved: dict[str, torch.Tensor], plan: AttentionPlan, scale: float) 
     key_grid = (program_count(plan.n_global_keys, plan.n_long, batch * heads, plan.sizes),)
     if grid[0] == 0:
         return grads
-    shape = (plan.n_global, plan.n_global_keys, plan.n_long, batch * heads, heads, plan.n_labels, plan.radius, scale, scale * LOG2E)
+    shape = (plan.n_global, plan.n_global_keys, plan.n_long, batch * heads, heads, plan.n_labels, plan.radius, scale, scale)
     options = dict(BLOCK_G=plan.sizes.global_, BLOCK_L=plan.sizes.long, D=head_dim,
                    **dot_options(dtype), **launch_options(head_dim, dtype))
     labels = (plan.g2g, plan.g2l, plan.l2g, plan.l2l)

@@ -2,7 +2,8 @@
 
 One program owns a tile of queries of one kind (long or global) for one (batch, head) and
 streams two key phases through ONE online softmax (fp32 max, sum and accumulator, base-2
-exponentials as in Triton's fused-attention tutorial):
+exponentials as in Triton's fused-attention tutorial, of (score - max) * log2(e): scores stay in
+natural units, so a score near finfo.min, e.g. from a bias of finfo.min, never overflows):
 
     long queries:   global keys (l2g labels, tiles listed per query tile) then the local window
                     (l2l band: key i-r..i+r, only the key tiles that overlap the band)
@@ -97,10 +98,10 @@ def _tile_labels(label_ptr, qi, kj, n_q, n_k, label_row_stride, radius, BAND: tl
 
 @triton.jit
 def _tile_scores(qk, labels, qab_ptr, qi, n_labels, qk_scale):
-    """Scores in base-2 units, (q.k * scale + qab[qi, label]) * log2(e), and where they count."""
+    """Scores q.k * scale + qab[qi, label] (natural units), -inf where masked, and where they count."""
     valid = labels >= 0
     label_term = tl.load(qab_ptr + qi * n_labels + labels, mask=valid, other=0.0)
-    scores = qk * qk_scale + label_term * 1.4426950408889634
+    scores = qk * qk_scale + label_term
     return tl.where(valid, scores, float("-inf")), valid
 
 
@@ -122,8 +123,8 @@ def _attend(acc, m_i, l_i, q, qi, q_start, K, Vals, LAB, QAB, COUNT, INDEX,
         s, valid = _tile_scores(_dot(q, tl.trans(k), None, UPCAST, PRECISION), labels, QAB, qi[:, None], n_labels, qk_scale)
         m_new = tl.maximum(m_i, tl.max(s, 1))
         m_ref = tl.where(m_new == float("-inf"), 0.0, m_new)
-        p = tl.exp2(s - m_ref[:, None])
-        alpha = tl.exp2(m_i - m_ref)
+        p = tl.exp2((s - m_ref[:, None]) * 1.4426950408889634)
+        alpha = tl.exp2((m_i - m_ref) * 1.4426950408889634)
         l_i = l_i * alpha + tl.sum(p, 1)
         acc = _dot(p.to(v.dtype), v, acc * alpha[:, None], UPCAST, PRECISION)
         m_i = m_new
@@ -142,7 +143,7 @@ def _forward_tile(tile, bh, Q, O, LSE, QAB, KG, VG, KL, VL,
     row = b * tl.cdiv(n_q, BLOCK_M) + tile  # this tile's row of the key-block tables
     Q += bh * n_q * D
     O += bh * n_q * D
-    LSE += bh * n_q
+    LSE += bh * n_q * 2
     QAB += bh * n_q * n_labels
     KG += bh * n_g * D
     VG += bh * n_g * D
@@ -171,7 +172,9 @@ def _forward_tile(tile, bh, Q, O, LSE, QAB, KG, VG, KL, VL,
     out = acc / l_safe[:, None]
     in_q = qi < n_q
     tl.store(O + qi[:, None] * D + tl.arange(0, D)[None, :], out.to(O.dtype.element_ty), mask=in_q[:, None])
-    tl.store(LSE + qi, tl.where(alive, m_i + tl.log2(l_safe), 0.0), mask=in_q)
+    # (max, log2 sum), not their sum: next to a max near finfo.min the log-sum-exp drops log(sum)
+    tl.store(LSE + 2 * qi, tl.where(alive, m_i, 0.0), mask=in_q)
+    tl.store(LSE + 2 * qi + 1, tl.where(alive, tl.log2(l_safe), float("inf")), mask=in_q)
 
 
 @triton.jit
@@ -232,7 +235,8 @@ def program_count(n_global: int, n_long: int, batch_heads: int, sizes) -> int:
 
 
 def forward(states: dict[str, torch.Tensor], plan: AttentionPlan, scale: float) -> dict[str, torch.Tensor]:
-    """Outputs o_g, o_l ([B, H, n, d]) and base-2 log-sum-exp lse_g, lse_l ([B, H, n]).
+    """Outputs o_g, o_l ([B, H, n, d]) and softmax statistics lse_g, lse_l ([B, H, n, 2]: each
+    row's max score and log2 of its sum of exp(score - max); +inf for rows with no key).
 
     `states` maps q_g, k_g, v_g, q_l, k_l, v_l (contiguous [B, H, n, d]) and qab_g, qab_l
     ([B, H, n, V] fp32) to tensors; g = global, l = long.
@@ -241,7 +245,7 @@ def forward(states: dict[str, torch.Tensor], plan: AttentionPlan, scale: float) 
     batch, heads, _, head_dim = q_l.shape
     out = {"o_g": torch.empty_like(q_g), "o_l": torch.empty_like(q_l)}
     for kind, q in (("g", q_g), ("l", q_l)):
-        out[f"lse_{kind}"] = torch.empty(q.shape[:3], dtype=torch.float32, device=q.device)
+        out[f"lse_{kind}"] = torch.empty((*q.shape[:3], 2), dtype=torch.float32, device=q.device)
     grid = (program_count(plan.n_global, plan.n_long, batch * heads, plan.sizes),)
     if grid[0] == 0:
         return out
@@ -250,7 +254,7 @@ def forward(states: dict[str, torch.Tensor], plan: AttentionPlan, scale: float) 
         states["k_g"], states["v_g"], states["k_l"], states["v_l"],
         plan.g2g, plan.g2l, plan.l2g, plan.l2l,
         plan.g2l_blocks.counts, plan.g2l_blocks.indices, plan.l2g_blocks.counts, plan.l2g_blocks.indices,
-        plan.n_global, plan.n_global_keys, plan.n_long, batch * heads, heads, plan.n_labels, plan.radius, scale * LOG2E,
+        plan.n_global, plan.n_global_keys, plan.n_long, batch * heads, heads, plan.n_labels, plan.radius, scale,
         BLOCK_G=plan.sizes.global_, BLOCK_L=plan.sizes.long, D=head_dim,
         **dot_options(q_l.dtype), **launch_options(head_dim, q_l.dtype),
     )
