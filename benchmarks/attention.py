@@ -14,7 +14,8 @@ with a^K and a label bias):
     longformer   HF transformers LongformerSelfAttention on G+L tokens (window 2*84, the first G
                  tokens global, no label bias). It includes its Q/K/V projections, counted in
                  its GFLOP/s.
-    triton       (CUDA only) graphattn's fused kernels in fp16 and bf16.
+    triton bf16  (CUDA only) graphattn's fused kernels on bf16 / fp16 copies of the inputs, labels
+    triton fp16  from the compact structure (the timed call includes the einsum of the label table)
 
 Then, for --mask-lengths (default 4K and 16K), the FlexAttention BlockMask built from the compact
 structure (graphattn.kernels.structure: document and owner ranges, the band, link tiles) beside
@@ -128,6 +129,23 @@ def blocked_intra_op(inp: Inputs, backward: bool):
     return run, nonzero_pairs(inp.side) * HEADS * 4 * DIM
 
 
+def triton_half(dtype: torch.dtype):
+    """The Triton kernels on half-precision copies of the inputs (tensor cores), prepared once."""
+    def build(inp: Inputs, backward: bool):
+        make = lambda t: t.detach().to(dtype).requires_grad_(backward)  # noqa: E731
+        states, key_table, bias_table = [make(t) for t in inp.states], make(inp.key_table), make(inp.bias_table)
+        attention = prepare_attention(inp.compact, num_heads=HEADS, head_dim=DIM, vocab_size=VOCAB, backend="triton", dtype=dtype,
+                                      device=states[0].device)
+
+        def run():
+            with torch.set_grad_enabled(backward):
+                out = attention.attend(*states, key_table, bias_table)
+                if backward:
+                    (out[0].float().sum() + out[1].float().sum()).backward()
+        return run, nonzero_pairs(inp.side) * HEADS * 4 * DIM
+    return build
+
+
 def flex_prepared(inp: Inputs):
     """FlexAttention prepared from the compact structure (BlockMask built from it)."""
     return prepare_attention(inp.compact, num_heads=HEADS, head_dim=DIM, vocab_size=VOCAB, backend="flex", device=inp.hidden.device)
@@ -179,11 +197,11 @@ def longformer(inp: Inputs, backward: bool):
     from transformers.models.longformer.modeling_longformer import LongformerSelfAttention
     window = 2 * RADIUS
     config = LongformerConfig(hidden_size=HEADS * DIM, num_attention_heads=HEADS, attention_window=[window], attention_probs_dropout_prob=0.0)
-    module = LongformerSelfAttention(config, layer_id=0).to(inp.hidden.device).eval()
+    module = LongformerSelfAttention(config, layer_id=0).to(inp.hidden.device, inp.hidden.dtype).eval()
     num_global, tokens = inp.states[0].shape[2], inp.hidden.shape[1]
     padded = math.ceil(tokens / window) * window  # the module needs a multiple of its window
     hidden = torch.nn.functional.pad(inp.hidden.detach(), (0, 0, 0, padded - tokens)).requires_grad_(backward)
-    mask = torch.zeros(1, padded, device=hidden.device)
+    mask = torch.zeros(1, padded, device=hidden.device, dtype=hidden.dtype)
     mask[:, :num_global] = 10000.0  # global
     mask[:, tokens:] = -10000.0  # padding
     is_masked, is_global = mask < 0, mask > 0
@@ -402,7 +420,7 @@ def main() -> None:
     print("-" * len(header))
     methods = {name: METHODS[name] for name in args.methods}
     if device == "cuda" and triton_available():
-        methods.update({"triton": graphattn_method("triton")})
+        methods.update({"triton bf16": triton_half(torch.bfloat16), "triton fp16": triton_half(torch.float16)})
     for length in lengths:
         for backward in (False, True):
             mode = "fwd+bwd" if backward else "fwd"

@@ -48,9 +48,12 @@ from graphattn.kernels.blocked_tiles import (
     pad_dim,
     run_tasks,
 )
+from graphattn.kernels.blocked_sources import source_of
 from graphattn.kernels.request import PlanRequest, direct_request
 
 __all__ = ["attention", "plan", "run", "label_tables", "TILE_ELEMENTS"]
+
+NATIVE_COMPACT = True  # chunks derive their masks and labels from a CompactBatch (blocked_sources.py)
 
 # Rows with nothing to attend to have a -inf maximum: it is replaced by 0 (so exp(-inf - 0) = 0,
 # never NaN), their zero sum by a tiny floor (so out = 0 / floor = 0 and log-sum ~ -69, which
@@ -267,10 +270,10 @@ def plan(request: PlanRequest) -> BlockedPlan:
         workers = torch.get_num_threads() if request.device.type == "cpu" else 1
     tile_elements = max(1, tile_elements // max(workers, 1))  # same scratch memory in total
     s = request.shape
-    side = request.dense_side()
-    geo = geometry(s.batch, request.num_heads, s.num_global, s.num_long, side.local_radius, request.vocab_size, 1.0, block_size,
+    source = source_of(request.compact if request.side is None else request.side)
+    geo = geometry(s.batch, request.num_heads, s.num_global, s.num_long, s.local_radius, request.vocab_size, 1.0, block_size,
                    tile_elements, s.num_global_keys)
-    return make_plan(geo, side, workers)
+    return make_plan(geo, source, workers)
 
 
 def run(plan: BlockedPlan, states, rel_key_table: torch.Tensor, rel_bias_table: torch.Tensor | None, scale: float):

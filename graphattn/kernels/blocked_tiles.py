@@ -14,7 +14,6 @@ from typing import Any, Callable
 
 import torch
 
-from graphattn.contract import SideInputs
 
 # Elements of one score tile (all heads of a chunk): bounds memory, keeps tiles cache-friendly.
 TILE_ELEMENTS = 1 << 21
@@ -101,42 +100,30 @@ def _extend_table(table: torch.Tensor, rows: int) -> torch.Tensor:
     return out
 
 
-def _spans(mask: torch.Tensor, rows_per_chunk: int) -> list[tuple[int, int]]:
-    """Per chunk of `rows_per_chunk` query rows of a [B, n, m] mask: the [lo, hi) of the key
-    columns any of them may attend to ((0, 0) if none). One pass over the mask per call."""
-    batch, rows, cols = mask.shape
-    full = rows // rows_per_chunk
-    groups = [mask[:, : full * rows_per_chunk].reshape(batch, full, rows_per_chunk, cols).any(2).any(0)]
-    if rows > full * rows_per_chunk:
-        groups.append(mask[:, full * rows_per_chunk :].any(1).any(0, keepdim=True))
-    allowed = torch.cat(groups)  # [chunks, m]
-    if cols == 0:
-        return [(0, 0)] * allowed.shape[0]
-    first = allowed.int().argmax(1)
-    last = cols - allowed.flip(1).int().argmax(1)
-    some = allowed.any(1)
-    return [(lo, hi) if ok else (0, 0) for lo, hi, ok in zip(first.tolist(), last.tolist(), some.tolist())]
-
-
 @dataclass
 class BlockedPlan:
     """What the blocked backend reuses across a batch's layers: the chunk geometry (the softmax
-    scale is set per call), the skewed l2l label index and every chunk's key span."""
+    scale is set per call), where masks and labels come from (dense slices or the compact
+    structure, see blocked_sources.py), the skewed l2l label index and every chunk's key span."""
 
     geo: Geometry
-    side: SideInputs
+    source: Any  # DenseSource | CompactSource
     local_index: torch.Tensor  # [B, 1, nb, w, 3w] int64
     long_spans: list[tuple[int, int]]  # per long chunk: the global keys its rows may see
     global_spans: list[tuple[int, int]]  # per global chunk: the long keys its rows may see
     workers: int
 
 
-def make_plan(geo: Geometry, side: SideInputs, workers: int) -> BlockedPlan:
+def make_plan(geo: Geometry, source, workers: int) -> BlockedPlan:
     """Side-input work done once per batch, not per chunk or per layer (fewer, larger ops)."""
-    has_keys = geo.num_global_keys > 0
-    long_spans = _spans(side.l2g_att_mask, geo.blocks_per_chunk * geo.block) if has_keys else []
-    global_spans = _spans(side.g2l_att_mask, geo.global_rows_per_chunk) if geo.num_global > 0 else []
-    return BlockedPlan(geo, side, _local_index(geo, side), long_spans, global_spans, workers)
+    long_rows = geo.blocks_per_chunk * geo.block
+    long_spans = source.long_spans(long_rows) if geo.num_global_keys > 0 else []
+    global_spans = source.global_spans(geo.global_rows_per_chunk) if geo.num_global > 0 else []
+    long_blocks = [(slice(first * geo.block, min(last * geo.block, geo.num_long)), slice(*span))
+                   for (first, last), span in zip(long_chunks(geo), long_spans) if span[1] > span[0]]
+    global_blocks = [(slice(start, stop), slice(*span)) for (start, stop), span in zip(global_chunks(geo), global_spans)]
+    source.plan_chunks(long_blocks, global_blocks)
+    return BlockedPlan(geo, source, _local_index(geo, source), long_spans, global_spans, workers)
 
 
 class CallTensors:
@@ -146,7 +133,7 @@ class CallTensors:
 
     def __init__(self, geo: Geometry, plan: BlockedPlan, gq, gk, gv, lq, lk, lv, t_global, t_long):
         bh, d = geo.bh, lq.shape[-1]
-        self.geo, self.dim, self.side = geo, d, plan.side
+        self.geo, self.dim, self.source = geo, d, plan.source
         self.gq = gq.reshape(bh, geo.num_global, d)
         self.gk, self.gv = (x.reshape(bh, geo.num_global_keys, d) for x in (gk, gv))
         self.lq, self.lk, self.lv = (x.reshape(bh, geo.num_long, d) for x in (lq, lk, lv))
@@ -179,18 +166,19 @@ class CallTensors:
         return out.view(bh * nbc, 3 * w, self.dim)
 
 
-def _local_index(geo: Geometry, side: SideInputs) -> torch.Tensor:
+def _local_index(geo: Geometry, source) -> torch.Tensor:
     """Gather index [B, 1, nb, w, 3w] of the l2l labels of every block, built once per call.
 
     Query a of a block needs window columns w-r+a .. w+r+a: the side-input row (2r+1 columns)
     padded to 3w+1 columns and reshaped to rows of 3w lands each row a places to the right.
     """
     w, r, big_l, nb = geo.block, geo.radius, geo.num_long, geo.num_blocks
-    columns = slice(side.local_radius - r, side.local_radius + r + 1)  # radius clipped to L-1
-    rows = torch.arange(big_l, device=side.l2l_att_mask.device)
+    l2l_mask, l2l_ids = source.l2l()
+    columns = slice(source.radius - r, source.radius + r + 1)  # radius clipped to L-1
+    rows = torch.arange(big_l, device=l2l_mask.device)
     keys = rows[:, None] + torch.arange(-r, r + 1, device=rows.device)[None, :]
-    allowed = (side.l2l_att_mask[:, :, columns] != 0) & (keys >= 0) & (keys < big_l)
-    index = _label_index(allowed, side.l2l_relative_att_ids[:, :, columns], geo.vocab)
+    allowed = (l2l_mask[:, :, columns] != 0) & (keys >= 0) & (keys < big_l)
+    index = _label_index(allowed, l2l_ids[:, :, columns], geo.vocab)
     index = pad_dim(index, nb * w, -2, geo.vocab).view(geo.batch, nb, w, 2 * r + 1)
     index = torch.nn.functional.pad(index, (w - r, 2 * w - r), value=geo.vocab)  # [B, nb, w, 3w+1]
     return index.flatten(2)[:, :, : w * 3 * w].view(geo.batch, 1, nb, w, 3 * w)
@@ -215,7 +203,7 @@ class LongChunk:
     l2g tile [BH, R, span] (R = nbc*w rows, the same row order)."""
 
     def __init__(self, lay: CallTensors, first: int, last: int, scratch: Scratches):
-        geo, side = lay.geo, lay.side
+        geo = lay.geo
         bh, w, nbc = geo.bh, geo.block, last - first
         self.first, self.last, self.nbc = first, last, nbc
         self.row_slice = slice(first * w, last * w)
@@ -234,7 +222,7 @@ class LongChunk:
         if hi > lo:
             self.keys = slice(lo, hi)
             real = slice(self.row_slice.start, min(self.row_slice.stop, geo.num_long))
-            index = _label_index(side.l2g_att_mask[:, real, lo:hi], side.l2g_relative_att_ids[:, real, lo:hi], geo.vocab)
+            index = _label_index(*lay.source.l2g(real, slice(lo, hi)), geo.vocab)
             self.glob_index = pad_dim(index, rows, -2, geo.vocab).unsqueeze(1)  # [B, 1, R, span]
             glob = _gather_into(scratch.glob.take(geo.batch, geo.heads, rows, hi - lo), self.table, self.glob_index)
             self.glob = glob.view(bh, rows, hi - lo).baddbmm_(self.q_rows, lay.gk[:, lo:hi].transpose(1, 2), alpha=geo.scale)
@@ -248,20 +236,19 @@ class GlobalChunk:
     """Score tiles of global query rows start..stop-1: g2g [BH, c, G_keys] and g2l [BH, c, span]."""
 
     def __init__(self, lay: CallTensors, start: int, stop: int, scratch: Scratches):
-        geo, side = lay.geo, lay.side
+        geo = lay.geo
         bh, rows = geo.bh, stop - start
         self.rows = slice(start, stop)
         self.q = lay.gq[:, start:stop]
         table = lay.t_global[:, :, start:stop]
-        self.g2g_index = _label_index(side.g2g_att_mask[:, start:stop], side.g2g_relative_att_ids[:, start:stop], geo.vocab).unsqueeze(1)
+        self.g2g_index = _label_index(*lay.source.g2g(slice(start, stop)), geo.vocab).unsqueeze(1)
         g2g = _gather_into(scratch.g2g.take(geo.batch, geo.heads, rows, geo.num_global_keys), table, self.g2g_index)
         self.g2g = g2g.view(bh, rows, geo.num_global_keys).baddbmm_(self.q, lay.gk.transpose(1, 2), alpha=geo.scale)
         self.g2l = None
         lo, hi = lay.global_spans[start // geo.global_rows_per_chunk]
         if hi > lo:
             self.keys = slice(lo, hi)
-            mask, ids = side.g2l_att_mask[:, start:stop, lo:hi], side.g2l_relative_att_ids[:, start:stop, lo:hi]
-            self.g2l_index = _label_index(mask, ids, geo.vocab).unsqueeze(1)
+            self.g2l_index = _label_index(*lay.source.g2l(slice(start, stop), slice(lo, hi)), geo.vocab).unsqueeze(1)
             g2l = _gather_into(scratch.g2l.take(geo.batch, geo.heads, rows, hi - lo), table, self.g2l_index)
             self.g2l = g2l.view(bh, rows, hi - lo).baddbmm_(self.q, lay.lk[:, lo:hi].transpose(1, 2), alpha=geo.scale)
 

@@ -66,13 +66,20 @@ def triton_available() -> bool:
     return True
 
 
-def resolve_backend(backend: str, device: torch.device) -> str:
-    """'auto' -> 'triton' on CUDA when triton imports, else 'blocked'."""
+def resolve_backend(backend: str, device: torch.device, dtype: torch.dtype | None = None) -> str:
+    """'auto' -> 'triton' on CUDA when triton imports, else 'blocked'; on CUDA, fp32 states
+    without TF32 (which the Triton kernels refuse) go to FlexAttention, or 'blocked' without it."""
     if backend not in BACKENDS:
         raise BatchError(f"unknown attention backend {backend!r}; expected one of {', '.join(BACKENDS)}", path=("backend",))
     if backend != "auto":
         return backend
-    return "triton" if device.type == "cuda" and triton_available() else "blocked"
+    if device.type != "cuda" or not triton_available():
+        return "blocked"
+    from graphattn.kernels.triton_config import launches_without_refusal
+
+    if launches_without_refusal(dtype):
+        return "triton"
+    return "flex" if flex.available() else "blocked"
 
 
 def backend_module(name: str) -> ModuleType:
@@ -178,13 +185,15 @@ def prepare_attention(
     backend: str = "auto",
     device: torch.device | str | None = None,
     local_radius: int | None = None,
+    dtype: torch.dtype | None = None,
     **options: Any,
 ) -> PreparedAttention:
     """Validate a batch's structure once and build the backend's plan.
 
     `structure`: batched `SideInputs` (torch or numpy) or a `CompactBatch`. `vocab_size` is the
     number of rows of the relative key table every layer will pass; `local_radius`, when given,
-    must match the structure's. `device` defaults to the structure's. `options` go to the
+    must match the structure's. `device` defaults to the structure's; `dtype` is the states'
+    expected dtype (the Triton tiles depend on it; another dtype still works). `options` go to the
     backend's plan (blocked: block_size, tile_elements, workers; triton: block_sizes,
     g2l_key_blocks; flex: compiled).
     """
@@ -196,7 +205,7 @@ def prepare_attention(
     device = torch.device(device)
     if device.type == "cuda" and device.index is None:
         device = torch.device("cuda", torch.cuda.current_device())
-    name = resolve_backend(backend, device)
+    name = resolve_backend(backend, device, dtype)
     module = backend_module(name)
     check_head_dim(name, head_dim, _head_dim_predicate(module))
     shape = _structure_shape(structure, local_radius)
@@ -209,7 +218,7 @@ def prepare_attention(
         side = as_torch_side(structure, device)
         check_side(side, shape.batch, shape.num_global, shape.num_long, local_radius, shape.num_global_keys)
         check_label_ids(side, vocab_size)
-    request = PlanRequest(shape, num_heads, head_dim, vocab_size, device, side, compact, dict(options))
+    request = PlanRequest(shape, num_heads, head_dim, vocab_size, device, side, compact, dict(options), dtype)
     if not getattr(module, "NATIVE_COMPACT", False):
         request.dense_side()
     return PreparedAttention(name, module, request, module.plan(request))

@@ -42,6 +42,7 @@ class PlanRequest:
     side: SideInputs | None
     compact: CompactBatch | None
     options: dict[str, Any] = field(default_factory=dict)
+    dtype: torch.dtype | None = None  # the states' expected dtype (a hint: plans may depend on it)
 
     def dense_side(self) -> SideInputs:
         """The eight dense tensors, derived from the compact form if that is all there is."""

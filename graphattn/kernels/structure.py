@@ -51,59 +51,127 @@ def dense_l2l(c: CompactBatch) -> tuple[torch.Tensor, torch.Tensor]:
     return mask.to(torch.int32), ids.contiguous()
 
 
+@dataclass
+class Links:
+    """Links (or g2g edges) that fall into one block of rows x columns: (batch, row, column)
+    indices relative to the block, and their labels. Selected once, when a batch is planned."""
+
+    batch: torch.Tensor
+    row: torch.Tensor
+    column: torch.Tensor
+    label: torch.Tensor
+
+
+def links_in(c: CompactBatch, long_rows: slice, global_cols: slice, *, global_major: bool = False) -> Links:
+    """The links of long tokens `long_rows` to globals `global_cols`, indexed for an [n_long, n_global]
+    block (or, `global_major`, for a [n_global, n_long] one)."""
+    keep = (c.link_long >= long_rows.start) & (c.link_long < long_rows.stop)
+    keep &= (c.link_global >= global_cols.start) & (c.link_global < global_cols.stop)
+    b, i, g, label = (x[keep].long() for x in (c.link_batch, c.link_long, c.link_global, c.link_label))
+    i, g = i - long_rows.start, g - global_cols.start
+    return Links(b, g, i, label) if global_major else Links(b, i, g, label)
+
+
+def edges_in(c: CompactBatch, rows: slice) -> Links:
+    """The g2g edges out of globals `rows`, indexed for a [n, G] block."""
+    keep = (c.edge_src >= rows.start) & (c.edge_src < rows.stop)
+    b, src, dst, label = (x[keep].long() for x in (c.edge_batch, c.edge_src, c.edge_dst, c.edge_label))
+    return Links(b, src - rows.start, dst, label)
+
+
 def _owned(c: CompactBatch, long_rows: torch.Tensor, global_cols: torch.Tensor) -> torch.Tensor:
     """[B, n, m] bool: global global_cols[m] owns long token long_rows[n] at some level."""
     owners = c.owners[:, :, long_rows]  # [B, levels, n]
     return (owners[..., None] == global_cols[None, None, None, :]).any(dim=1)
 
 
-def _scatter_links(c: CompactBatch, ids: torch.Tensor, mask: torch.Tensor, long_rows: slice, transposed: bool) -> None:
-    """Links whose long token is in `long_rows` overwrite ids and allow their pair."""
-    start, stop = long_rows.start, long_rows.stop
-    keep = (c.link_long >= start) & (c.link_long < stop)
-    b, i, g, label = (x[keep].long() for x in (c.link_batch, c.link_long, c.link_global, c.link_label))
-    index = (b, g, i - start) if transposed else (b, i - start, g)
-    ids[index] = label.to(ids.dtype)
-    mask[index] = 1
+def _apply_links(ids: torch.Tensor, mask: torch.Tensor | None, links: Links) -> None:
+    """Links overwrite ids and allow their pairs (edges, mask None, only overwrite ids)."""
+    index = (links.batch, links.row, links.column)
+    ids[index] = links.label.to(ids.dtype)
+    if mask is not None:
+        mask[index] = 1
 
 
-def dense_l2g(c: CompactBatch, rows: slice | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """[B, n, G] mask and ids of long queries `rows` (default: all)."""
-    rows = rows or slice(0, c.long_length)
+def _span(rows: slice | None, n: int) -> slice:
+    return rows if rows is not None else slice(0, n)
+
+
+def dense_l2g(c: CompactBatch, rows: slice | None = None, cols: slice | None = None, links: Links | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """[B, n, m] mask and ids of long queries `rows` against globals `cols` (default: all);
+    `links` the block's links when already selected."""
+    rows, cols = _span(rows, c.long_length), _span(cols, c.global_length)
     device = c.long_doc.device
-    long_rows = torch.arange(rows.start, rows.stop, device=device)
-    global_cols = torch.arange(c.global_length, device=device)
-    owned = _owned(c, long_rows, global_cols)
-    same_doc = c.long_doc[:, rows, None] == c.global_doc[:, None, :]
+    owned = _owned(c, torch.arange(rows.start, rows.stop, device=device), torch.arange(cols.start, cols.stop, device=device))
+    same_doc = c.long_doc[:, rows, None] == c.global_doc[:, None, cols]
     mask = ((same_doc & ~c.long_hard_l2g[:, rows, None]) | owned).to(torch.int32)
     ids = torch.where(owned, c.belongs, c.does_not_belong).to(torch.int32)
-    _scatter_links(c, ids, mask, rows, transposed=False)
+    _apply_links(ids, mask, links if links is not None else links_in(c, rows, cols))
     return mask, ids
 
 
-def dense_g2l(c: CompactBatch) -> tuple[torch.Tensor, torch.Tensor]:
-    """[B, G, L] mask and ids."""
+def dense_g2l(c: CompactBatch, rows: slice | None = None, cols: slice | None = None, links: Links | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """[B, n, m] mask and ids of global queries `rows` against long tokens `cols` (default: all)."""
+    rows, cols = _span(rows, c.global_length), _span(cols, c.long_length)
     device = c.long_doc.device
-    owned = _owned(c, torch.arange(c.long_length, device=device), torch.arange(c.global_length, device=device)).transpose(1, 2)
-    same_doc = c.global_doc[:, :, None] == c.long_doc[:, None, :]
-    mask = ((same_doc & ~c.global_hard_g2l[:, :, None]) | owned).to(torch.int32)
+    owned = _owned(c, torch.arange(cols.start, cols.stop, device=device), torch.arange(rows.start, rows.stop, device=device)).transpose(1, 2)
+    same_doc = c.global_doc[:, rows, None] == c.long_doc[:, None, cols]
+    mask = ((same_doc & ~c.global_hard_g2l[:, rows, None]) | owned).to(torch.int32)
     ids = torch.where(owned, c.belongs, c.does_not_belong).to(torch.int32)
-    _scatter_links(c, ids, mask, slice(0, c.long_length), transposed=True)
+    _apply_links(ids, mask, links if links is not None else links_in(c, cols, rows, global_major=True))
     return mask.contiguous(), ids.contiguous()
 
 
-def dense_g2g(c: CompactBatch) -> tuple[torch.Tensor, torch.Tensor]:
-    """[B, G, G] mask and ids."""
-    size = c.global_length
-    positions = torch.arange(size, device=c.global_doc.device)
-    same_doc = c.global_doc[:, :, None] == c.global_doc[:, None, :]
-    cross = (c.global_segment[:, :, None] != c.global_segment[:, None, :]) & same_doc
-    blocked = cross & c.global_blockable[:, :, None] & c.global_blockable[:, None, :]
-    ids = distance_ids(positions[None, :] - positions[:, None], c.max_distance).expand(c.batch_size, -1, -1).clone()
+def dense_g2g(c: CompactBatch, rows: slice | None = None, edges: Links | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """[B, n, G] mask and ids of global queries `rows` (default: all)."""
+    rows = _span(rows, c.global_length)
+    device = c.global_doc.device
+    query, key = torch.arange(rows.start, rows.stop, device=device), torch.arange(c.global_length, device=device)
+    same_doc = c.global_doc[:, rows, None] == c.global_doc[:, None, :]
+    cross = (c.global_segment[:, rows, None] != c.global_segment[:, None, :]) & same_doc
+    blocked = cross & c.global_blockable[:, rows, None] & c.global_blockable[:, None, :]
+    ids = distance_ids(key[None, :] - query[:, None], c.max_distance).expand(c.batch_size, -1, -1).clone()
     if c.cross_segment_label >= 0:
         ids = torch.where(cross, c.cross_segment_label, ids).to(torch.int32)
-    ids[c.edge_batch.long(), c.edge_src.long(), c.edge_dst.long()] = c.edge_label
+    _apply_links(ids, None, edges if edges is not None else edges_in(c, rows))
     return (same_doc & ~blocked).to(torch.int32), ids
+
+
+def allowed_key_range(c: CompactBatch, region: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per query token the [first, last + 1) of the keys it may attend ('l2g': per long token, its
+    globals; 'g2l': per global, its long tokens), [B, n] each; (BIG, -BIG) when none. A superset of
+    the allowed keys' range, in O(L + G + E)."""
+    batch = c.batch_size
+    docs = int(max(c.long_doc.max(), c.global_doc.max())) + 1 if c.long_length and c.global_length else 1
+    device = c.long_doc.device
+
+    def doc_range(doc: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """First and last index of each document in a [B, n] doc row, [B, docs]."""
+        index = torch.arange(doc.shape[1], device=device, dtype=torch.int32).expand_as(doc)
+        first = torch.full((batch, docs), _BIG, dtype=torch.int32, device=device).scatter_reduce_(1, doc.long(), index, "amin")
+        last = torch.full((batch, docs), -_BIG, dtype=torch.int32, device=device).scatter_reduce_(1, doc.long(), index, "amax")
+        return first, last
+
+    if region == "l2g":
+        first, last = doc_range(c.global_doc)
+        lo = torch.where(c.long_hard_l2g, _BIG, first.gather(1, c.long_doc.long()))
+        hi = torch.where(c.long_hard_l2g, -_BIG, last.gather(1, c.long_doc.long()))
+        owners = c.owners
+        lo = torch.minimum(lo, torch.where(owners >= 0, owners, _BIG).amin(1) if owners.shape[1] else lo)
+        hi = torch.maximum(hi, torch.where(owners >= 0, owners, -_BIG).amax(1) if owners.shape[1] else hi)
+        rows, keys = c.link_long, c.link_global
+    else:
+        first, last = doc_range(c.long_doc)
+        lo = torch.where(c.global_hard_g2l, _BIG, first.gather(1, c.global_doc.long()))
+        hi = torch.where(c.global_hard_g2l, -_BIG, last.gather(1, c.global_doc.long()))
+        owned_first, owned_last = _owned_long_range(c)
+        lo = torch.minimum(lo, owned_first.amin(1) if owned_first.shape[1] else lo)
+        hi = torch.maximum(hi, owned_last.amax(1) if owned_last.shape[1] else hi)
+        rows, keys = c.link_global, c.link_long
+    flat = (c.link_batch.long() * lo.shape[1] + rows.long())
+    lo = lo.flatten().scatter_reduce(0, flat, keys.to(torch.int32), "amin").view_as(lo)
+    hi = hi.flatten().scatter_reduce(0, flat, keys.to(torch.int32), "amax").view_as(hi)
+    return lo, torch.where(hi > -_BIG, hi + 1, hi)
 
 
 def compact_to_side(c: CompactBatch) -> SideInputs:
@@ -120,9 +188,18 @@ def _tile_view(x: torch.Tensor, tile: int, fill) -> torch.Tensor:
     return torch.nn.functional.pad(x, (0, tiles * tile - n), value=fill).unflatten(-1, (tiles, tile))
 
 
+def tile_min(x: torch.Tensor, tile: int) -> torch.Tensor:
+    """Per tile of `tile` entries along the last dim, the minimum (BIG for padding)."""
+    return _tile_view(x, tile, _BIG).amin(-1)
+
+
+def tile_max(x: torch.Tensor, tile: int) -> torch.Tensor:
+    return _tile_view(x, tile, -_BIG).amax(-1)
+
+
 def _range(x: torch.Tensor, tile: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Per tile min and max of x [B, n] (padding ignored; an all-padding tile gives (BIG, -BIG))."""
-    return _tile_view(x, tile, _BIG).amin(-1), _tile_view(x, tile, -_BIG).amax(-1)
+    return tile_min(x, tile), tile_max(x, tile)
 
 
 @dataclass

@@ -7,12 +7,14 @@ window]. Fully masked rows give zeros. Softmax statistics are fp32 for fp32, fp1
 
 The label term enters as a per-query table qab = scale * q a^K^T + b ([B, H, n, V], one small
 einsum per query kind, so autograd carries its gradient to q, a^K and b) that the kernels
-gather by label id. The kernels (triton_forward.py, triton_backward.py) see only q, k, v, qab
-and pre-masked label tables; the block tables that let programs skip empty tiles come from
-triton_blocks.py and can be built ahead of time (`g2l_key_blocks`).
+gather by label id. The kernels (triton_forward.py, triton_backward.py) derive labels and masks
+in registers from the batch's compact structure, or read pre-masked dense tables when only dense
+side inputs were given (triton_labels.py); the block tables that let programs skip empty tiles
+come from triton_blocks.py. Tiles per GPU architecture, and what is refused before launch, are
+in triton_config.py.
 
-Supported head dims: 16, 32, 64, 128. Runs on CUDA tensors, or on CPU tensors under
-TRITON_INTERPRET=1 (how the tests check it).
+Supported head dims: 16, 32, 64, 128; at most 128 relative labels. Runs on CUDA tensors (compute
+capability 8.0 or newer), or on CPU tensors under TRITON_INTERPRET=1 (how the tests check it).
 """
 
 from __future__ import annotations
@@ -20,26 +22,31 @@ from __future__ import annotations
 import torch
 from torch.autograd.function import once_differentiable
 
+from graphattn.compact import CompactBatch
 from graphattn.contract import SideInputs
 from graphattn.errors import BatchError
-from graphattn.kernels.triton_backward import backward
+from graphattn.kernels.request import PlanRequest
+from graphattn.kernels.triton_backward import backward, dkdv_launch, dq_launches
 from graphattn.kernels.triton_blocks import (
     AttentionPlan,
     BlockSizes,
     KeyBlocks,
+    TileConfig,
     default_block_sizes,
     g2l_key_blocks,
     interpreter_active,
     make_plan,
+    make_structured_plan,
     nonempty_key_blocks,
 )
-from graphattn.kernels.request import PlanRequest
-from graphattn.kernels.triton_forward import forward
+from graphattn.kernels.triton_config import SUPPORTED_HEAD_DIMS, SharedMemoryExceeded, check_shared_memory, tile_candidates
+from graphattn.kernels.triton_forward import forward, forward_launch
 
 __all__ = ["attention", "plan", "run", "g2l_key_blocks", "nonempty_key_blocks", "KeyBlocks", "BlockSizes", "SUPPORTED_HEAD_DIMS"]
 
-SUPPORTED_HEAD_DIMS = (16, 32, 64, 128)
 SUPPORTED_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+NATIVE_COMPACT = True  # labels and masks come from the CompactBatch in registers
+MAX_LABELS = 128  # dq keeps a [rows, labels] register tile of label gradients
 
 
 def _check_states(states: dict[str, torch.Tensor]) -> tuple[int, int, int, int, int]:
@@ -128,7 +135,7 @@ def _label_scores(q: torch.Tensor, rel_key_table: torch.Tensor, rel_bias_table: 
 
 
 class _GlobalLocalAttention(torch.autograd.Function):
-    """Fused kernels for both query kinds; saves q, k, v, qab, o and lse, nothing per pair."""
+    """Fused kernels for both query kinds; saves q, k, v, qab, o and the row statistics, nothing per pair."""
 
     @staticmethod
     def forward(ctx, global_q, global_k, global_v, long_q, long_k, long_v, qab_global, qab_long, plan: AttentionPlan, scale: float):
@@ -154,22 +161,92 @@ def check_states(states: dict[str, torch.Tensor]) -> None:
     _check_states(states)
 
 
-def plan(request: PlanRequest) -> AttentionPlan:
-    """Masked label tables and block lists of a batch (labels were range-checked by the caller).
+class TritonPlan:
+    """A batch's structure for the Triton kernels, and an AttentionPlan per tile configuration.
 
-    Options: `block_sizes` (BlockSizes) overrides the tiles; `g2l_key_blocks` is a precomputed
-    `g2l_key_blocks(side.g2l_att_mask)` for those tiles."""
+    The tiles depend on the GPU, the head dim and the states' precision, which a layer's call
+    reveals; the plan for the expected ones is built when the batch is prepared, another (a
+    different dtype, or a candidate a GPU's shared memory forced) when first needed, without a
+    host-device synchronisation."""
+
+    def __init__(self, structure: SideInputs | CompactBatch, n_labels: int, device: torch.device,
+                 sizes: BlockSizes | TileConfig | None = None, g2l_blocks: KeyBlocks | None = None):
+        if n_labels > MAX_LABELS:
+            raise BatchError(f"the triton kernels take at most {MAX_LABELS} relative labels, this model has {n_labels}; "
+                             "use attention_backend='flex' or 'blocked'", path=("rel_key_table",))
+        self.structure, self.n_labels, self.device = structure, n_labels, device
+        self.sizes, self.g2l_blocks = sizes, g2l_blocks
+        self._plans: dict[TileConfig, AttentionPlan] = {}
+        self._chosen: dict[tuple, AttentionPlan] = {}
+
+    def _build(self, tiles: TileConfig) -> AttentionPlan:
+        if tiles not in self._plans:
+            if isinstance(self.structure, CompactBatch):
+                self._plans[tiles] = make_structured_plan(self.structure, self.n_labels, tiles)
+            else:
+                self._plans[tiles] = make_plan(self.structure, self.n_labels, tiles, self.g2l_blocks)
+        return self._plans[tiles]
+
+    def for_states(self, dtype: torch.dtype, head_dim: int) -> AttentionPlan:
+        """The plan whose tiles launch on this device for states of `dtype` and `head_dim`."""
+        key = (dtype, head_dim)
+        if key in self._chosen:
+            return self._chosen[key]
+        if self.sizes is not None or self.device.type != "cuda":
+            sizes = self.sizes or default_block_sizes()
+            chosen = self._build(sizes if isinstance(sizes, TileConfig) else TileConfig.uniform(sizes))
+        else:
+            chosen = self._first_that_fits(tile_candidates(self.device, head_dim, dtype), dtype, head_dim)
+        self._chosen[key] = chosen
+        return chosen
+
+    def _first_that_fits(self, candidates: list[TileConfig], dtype: torch.dtype, head_dim: int) -> AttentionPlan:
+        """The first candidate whose three kernels compile within the GPU's shared memory."""
+        error = None
+        for tiles in candidates:
+            plan = self._build(tiles)
+            try:
+                _check_kernels(plan, dtype, head_dim, self.device)
+                return plan
+            except SharedMemoryExceeded as err:
+                error = err
+        raise error
+
+
+def _check_kernels(plan: AttentionPlan, dtype: torch.dtype, head_dim: int, device: torch.device) -> None:
+    """Compile-only check of forward, dq and dk/dv before anything runs (dtypes for tensors)."""
+    f32 = torch.float32
+    t = {f"{name}_{kind}": dtype for name in ("q", "k", "v", "o", "do", "dq", "dk", "dv") for kind in "gl"}
+    t.update({f"{name}_{kind}": f32 for name in ("qab", "dqab", "stats", "delta") for kind in "gl"})
+    launches = [forward_launch(t, plan, 1.0, 1, 1, head_dim, dtype), *dq_launches(t, plan, 1.0, 1, 1, head_dim, dtype),
+                dkdv_launch(t, plan, 1.0, 1, 1, head_dim, dtype)]
+    for kernel, grid, args, constants in launches:
+        check_shared_memory(kernel, grid, args, constants, device)
+
+
+def plan(request: PlanRequest) -> TritonPlan:
+    """The batch's Triton plan (labels were range-checked by the caller); the compact structure
+    is read natively. Options: `block_sizes` (BlockSizes or TileConfig) overrides the tiles;
+    `g2l_key_blocks` is a precomputed `g2l_key_blocks(side.g2l_att_mask)` for those tiles
+    (dense side inputs only). The plan for the request's expected dtype (default bf16) is built now."""
     options = dict(request.options)
-    sizes = options.pop("block_sizes", None) or default_block_sizes()
+    sizes = options.pop("block_sizes", None)
     blocks = options.pop("g2l_key_blocks", None)
+    dtype = request.dtype or torch.bfloat16
     if options:
         raise TypeError(f"unknown triton-backend options: {', '.join(sorted(options))}")
-    return make_plan(request.dense_side(), request.vocab_size, sizes, blocks)
+    structure = request.compact if request.side is None else request.side
+    triton_plan = TritonPlan(structure, request.vocab_size, request.device, sizes, blocks)
+    if request.head_dim in SUPPORTED_HEAD_DIMS:
+        triton_plan.for_states(dtype, request.head_dim)
+    return triton_plan
 
 
-def run(plan: AttentionPlan, states, rel_key_table: torch.Tensor, rel_bias_table: torch.Tensor | None, scale: float):
+def run(plan: TritonPlan | AttentionPlan, states, rel_key_table: torch.Tensor, rel_bias_table: torch.Tensor | None, scale: float):
     """One layer's attention through the fused kernels; differentiable in every tensor."""
     global_q, long_q = states[0], states[3]
+    if isinstance(plan, TritonPlan):
+        plan = plan.for_states(long_q.dtype, long_q.shape[-1])
     qab_global = _label_scores(global_q, rel_key_table, rel_bias_table, scale)
     qab_long = _label_scores(long_q, rel_key_table, rel_bias_table, scale)
     states = [t.contiguous() for t in states]
@@ -190,7 +267,7 @@ def attention(
     scale: float,
     g2l_key_blocks: KeyBlocks | None = None,
     *,
-    block_sizes: BlockSizes | None = None,
+    block_sizes: BlockSizes | TileConfig | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Global-local attention through the fused Triton kernels, checked, planned and run in one call.
 
@@ -206,5 +283,5 @@ def attention(
     n_labels = _check_tables(rel_key_table, rel_bias_table, heads, head_dim)
     _check_side_shapes(side, batch, n_global, n_long, global_k.shape[2])
     _check_side_labels(side, n_labels)
-    plan_ = make_plan(side.map(lambda t: t.to(global_q.device)), n_labels, block_sizes or default_block_sizes(), g2l_key_blocks)
-    return run(plan_, tuple(states.values()), rel_key_table, rel_bias_table, scale)
+    triton_plan = TritonPlan(side.map(lambda t: t.to(global_q.device)), n_labels, global_q.device, block_sizes, g2l_key_blocks)
+    return run(triton_plan, tuple(states.values()), rel_key_table, rel_bias_table, scale)

@@ -65,10 +65,13 @@ class GlobalLocalAttention(nn.Module):
         return x.transpose(1, 2).reshape(batch, length, self.num_heads * self.head_dim)
 
     def prepare(self, structure: SideInputs | CompactBatch, device: torch.device | None = None) -> PreparedAttention:
-        """The batch's attention, prepared once for every layer of this configuration."""
+        """The batch's attention, prepared once for every layer of this configuration, for the
+        dtype the projections will produce (the autocast dtype when autocast is on)."""
         cfg = self.config
+        device = torch.device(device) if device is not None else self.query.weight.device
+        dtype = torch.get_autocast_dtype(device.type) if torch.is_autocast_enabled(device.type) else self.query.weight.dtype
         return prepare_attention(structure, num_heads=self.num_heads, head_dim=self.head_dim, vocab_size=cfg.relative_vocab_size,
-                                 backend=cfg.attention_backend, device=device, local_radius=cfg.local_radius)
+                                 backend=cfg.attention_backend, device=device, local_radius=cfg.local_radius, dtype=dtype)
 
     def projections(self, global_hidden: torch.Tensor, long_hidden: torch.Tensor) -> tuple[torch.Tensor, ...]:
         """Per-head (global_q, global_k, global_v, long_q, long_k, long_v), [B, H, n, d]."""
