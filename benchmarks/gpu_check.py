@@ -48,7 +48,18 @@ METHODS = ("triton", "flex", "sdpa", "longformer")
 def run_kernel_tests(timeout: float) -> tuple[bool, str]:
     """tests/kernels without the interpreter; (passed, last lines of the report)."""
     env = dict(os.environ, TRITON_INTERPRET="0", PYTHONPATH=f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
-    command = [sys.executable, "-m", "pytest", str(ROOT / "tests" / "kernels"), "-q", "-m", "not slow", "-p", "no:cacheprovider", "-x"]
+    command = [
+        sys.executable,
+        "-m",
+        "pytest",
+        str(ROOT / "tests" / "kernels"),
+        "-q",
+        "-m",
+        "not slow",
+        "-p",
+        "no:cacheprovider",
+        "-x",
+    ]
     try:
         done = subprocess.run(command, capture_output=True, text=True, env=env, cwd=ROOT, timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -74,11 +85,19 @@ def build(method: str, inp, backward: bool):
                 out = fn()
                 if backward:
                     sum(o.float().sum() for o in out).backward()
+
         return run
 
     if method in ("triton", "flex"):
-        attention = prepare_attention(inp.compact, num_heads=bench.HEADS, head_dim=bench.DIM, vocab_size=bench.VOCAB, backend=method,
-                                      dtype=torch.bfloat16, device=states[0].device)
+        attention = prepare_attention(
+            inp.compact,
+            num_heads=bench.HEADS,
+            head_dim=bench.DIM,
+            vocab_size=bench.VOCAB,
+            backend=method,
+            dtype=torch.bfloat16,
+            device=states[0].device,
+        )
         return with_grad(lambda: attention.attend(*states, key_table, bias_table)), pairs
     if method == "sdpa":
         inp_bf16 = bench.Inputs(states, inp.side, inp.compact, key_table, bias_table, hidden)
@@ -116,18 +135,28 @@ def smoke(lengths: list[int], methods: list[str], device: str) -> int:
                     continue  # FlexAttention has no CPU backward
                 run, flops = build(method, inp, backward)
                 run()
-                print(f"smoke L={length} {'fwd+bwd' if backward else 'fwd'} {method}: ran ({flops / 1e9:.2f} GFLOP per forward)", flush=True)
+                print(
+                    f"smoke L={length} {'fwd+bwd' if backward else 'fwd'} {method}: ran ({flops / 1e9:.2f} GFLOP per "
+                    "forward)",
+                    flush=True,
+                )
     return 0
 
 
 def table(rows: list[tuple]) -> str:
-    lines = ["| L | G | mode | method | median ms | peak MB | TFLOP/s (nonzero work) |", "|---:|---:|---|---|---:|---:|---:|"]
+    lines = [
+        "| L | G | mode | method | median ms | peak MB | TFLOP/s (nonzero work) |",
+        "|---:|---:|---|---|---:|---:|---:|",
+    ]
     for length, mode, method, result in rows:
         if isinstance(result, str):
             lines.append(f"| {length} | {length // bench.TOKENS_PER_GLOBAL} | {mode} | {method} | {result} | | |")
         else:
             seconds, peak, tflops = result
-            lines.append(f"| {length} | {length // bench.TOKENS_PER_GLOBAL} | {mode} | {method} | {seconds * 1e3:.2f} | {peak:.0f} | {tflops:.1f} |")
+            lines.append(
+                f"| {length} | {length // bench.TOKENS_PER_GLOBAL} | {mode} | {method} | {seconds * 1e3:.2f} | "
+                f"{peak:.0f} | {tflops:.1f} |"
+            )
     return "\n".join(lines)
 
 
@@ -138,7 +167,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=10)
     parser.add_argument("--budget", type=float, default=480.0, help="seconds for the whole check")
     parser.add_argument("--no-tests", action="store_true", help="skip the kernel tests")
-    parser.add_argument("--smoke", action="store_true", help="run every method once on this machine's device, untimed (tests use it)")
+    parser.add_argument(
+        "--smoke", action="store_true", help="run every method once on this machine's device, untimed (tests use it)"
+    )
     args = parser.parse_args(argv)
     started = time.perf_counter()
     cuda = torch.cuda.is_available()
@@ -175,18 +206,29 @@ def main(argv: list[str] | None = None) -> int:
                 try:
                     run, flops = build(method, inp, backward)
                     seconds, peak = measure(run, args.repeats)
-                    rows.append((length, mode, method, (seconds, peak, flops * (3.5 if backward else 1.0) / seconds / 1e12)))
+                    rows.append(
+                        (length, mode, method, (seconds, peak, flops * (3.5 if backward else 1.0) / seconds / 1e12))
+                    )
                 except torch.cuda.OutOfMemoryError:
                     rows.append((length, mode, method, "out of memory"))
                     torch.cuda.empty_cache()
                 except Exception as err:  # noqa: BLE001 - one failing method must not hide the others
-                    rows.append((length, mode, method, f"failed: {type(err).__name__}: {str(err).splitlines()[0][:120]}"))
+                    rows.append(
+                        (length, mode, method, f"failed: {type(err).__name__}: {str(err).splitlines()[0][:120]}")
+                    )
                     failed = True
-                print(f"  L={length} {mode} {method}: done at {time.perf_counter() - started:.0f} s", file=sys.stderr, flush=True)
+                print(
+                    f"  L={length} {mode} {method}: done at {time.perf_counter() - started:.0f} s",
+                    file=sys.stderr,
+                    flush=True,
+                )
             del inp
             torch.cuda.empty_cache()
     print(table(rows))
-    print(f"\n{time.perf_counter() - started:.0f} s in all; bf16, r = {bench.RADIUS}, {bench.HEADS} heads, d = {bench.DIM}, B = 1")
+    print(
+        f"\n{time.perf_counter() - started:.0f} s in all; bf16, r = {bench.RADIUS}, {bench.HEADS} heads, d = "
+        f"{bench.DIM}, B = 1"
+    )
     return 1 if failed else 0
 
 

@@ -30,7 +30,14 @@ from graphattn.kernels.prepared import (
 )
 from graphattn.kernels.validate import check_states, check_tables
 
-__all__ = ["BACKENDS", "PreparedAttention", "global_local_attention", "prepare_attention", "resolve_backend", "triton_available"]
+__all__ = [
+    "BACKENDS",
+    "PreparedAttention",
+    "global_local_attention",
+    "prepare_attention",
+    "resolve_backend",
+    "triton_available",
+]
 
 
 def global_local_attention(
@@ -60,8 +67,17 @@ def global_local_attention(
     _, heads, _, _, _, dim = check_states(states)
     resolve_backend(backend, long_q.device)  # an unknown name fails before the side inputs are read
     if not isinstance(side, (SideInputs, CompactBatch)):
-        raise BatchError(f"side must be a graphattn SideInputs or CompactBatch, got {type(side).__name__}", path=("side",))
+        raise BatchError(
+            f"side must be a graphattn SideInputs or CompactBatch, got {type(side).__name__}", path=("side",)
+        )
     vocab = check_tables(rel_key_table, rel_bias_table, heads, dim, long_q.device)
-    prepared = prepare_attention(side, num_heads=heads, head_dim=dim, vocab_size=vocab, backend=backend, device=long_q.device,
-                                 local_radius=local_radius)
+    prepared = prepare_attention(
+        side,
+        num_heads=heads,
+        head_dim=dim,
+        vocab_size=vocab,
+        backend=backend,
+        device=long_q.device,
+        local_radius=local_radius,
+    )
     return prepared.attend(global_q, global_k, global_v, long_q, long_k, long_v, rel_key_table, rel_bias_table, scale)

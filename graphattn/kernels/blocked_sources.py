@@ -64,10 +64,14 @@ class CompactSource:
         return structure.dense_l2l(self.compact)
 
     def l2g(self, rows: slice, cols: slice) -> tuple[torch.Tensor, torch.Tensor]:
-        return structure.dense_l2g(self.compact, rows, cols, self._links.get(("l2g", rows.start, rows.stop, cols.start, cols.stop)))
+        return structure.dense_l2g(
+            self.compact, rows, cols, self._links.get(("l2g", rows.start, rows.stop, cols.start, cols.stop))
+        )
 
     def g2l(self, rows: slice, cols: slice) -> tuple[torch.Tensor, torch.Tensor]:
-        return structure.dense_g2l(self.compact, rows, cols, self._links.get(("g2l", rows.start, rows.stop, cols.start, cols.stop)))
+        return structure.dense_g2l(
+            self.compact, rows, cols, self._links.get(("g2l", rows.start, rows.stop, cols.start, cols.stop))
+        )
 
     def g2g(self, rows: slice) -> tuple[torch.Tensor, torch.Tensor]:
         return structure.dense_g2g(self.compact, rows, self._links.get(("g2g", rows.start, rows.stop)))
@@ -84,12 +88,18 @@ class CompactSource:
         for rows, cols in long_blocks:
             self._links[("l2g", rows.start, rows.stop, cols.start, cols.stop)] = structure.links_in(c, rows, cols)
         for rows, cols in global_blocks:
-            self._links[("g2l", rows.start, rows.stop, cols.start, cols.stop)] = structure.links_in(c, cols, rows, global_major=True)
+            self._links[("g2l", rows.start, rows.stop, cols.start, cols.stop)] = structure.links_in(
+                c, cols, rows, global_major=True
+            )
             self._links[("g2g", rows.start, rows.stop)] = structure.edges_in(c, rows)
 
 
 def source_of(structure_or_side: SideInputs | CompactBatch) -> DenseSource | CompactSource:
-    return CompactSource(structure_or_side) if isinstance(structure_or_side, CompactBatch) else DenseSource(structure_or_side)
+    return (
+        CompactSource(structure_or_side)
+        if isinstance(structure_or_side, CompactBatch)
+        else DenseSource(structure_or_side)
+    )
 
 
 def _mask_spans(mask: torch.Tensor, rows_per_chunk: int) -> list[tuple[int, int]]:

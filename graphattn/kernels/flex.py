@@ -120,7 +120,9 @@ def _band_tiles(l2l_mask: torch.Tensor, num_long: int) -> RegionTiles:
     counts = torch.zeros(batch, tiles * tiles, dtype=torch.int32, device=l2l_mask.device)
     counts.scatter_add_(1, cell.reshape(batch, -1), allowed.reshape(batch, -1).to(torch.int32))
     counts = counts.view(batch, tiles, tiles)
-    sizes = (torch.arange(tiles, device=counts.device) * BLOCK + BLOCK).clamp(max=num_long) - torch.arange(tiles, device=counts.device) * BLOCK
+    sizes = (torch.arange(tiles, device=counts.device) * BLOCK + BLOCK).clamp(max=num_long) - torch.arange(
+        tiles, device=counts.device
+    ) * BLOCK
     return RegionTiles(counts > 0, counts == sizes[:, None] * sizes[None, :])
 
 
@@ -140,8 +142,13 @@ def _ordered(tiles: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return counts[:, None].contiguous(), order[:, None].contiguous()
 
 
-def block_mask_from_structure(structure: SideInputs | CompactBatch, num_global: int, num_global_keys: int, num_long: int,
-                              mask_mod: Callable | None = None) -> "BlockMask":
+def block_mask_from_structure(
+    structure: SideInputs | CompactBatch,
+    num_global: int,
+    num_global_keys: int,
+    num_long: int,
+    mask_mod: Callable | None = None,
+) -> "BlockMask":
     """The BlockMask of the padded [global; long] sequences from per-region tile tables."""
     if isinstance(structure, CompactBatch):
         tiles = {region: region_tiles(structure, region, BLOCK, BLOCK) for region in ("l2l", "l2g", "g2l", "g2g")}
@@ -154,8 +161,9 @@ def block_mask_from_structure(structure: SideInputs | CompactBatch, num_global: 
     partial_counts, partial_index = _ordered(any_ & ~full)
     full_counts, full_index = _ordered(full)
     lengths = (_padded(num_global) + num_long, _padded(num_global_keys) + num_long)
-    return BlockMask.from_kv_blocks(partial_counts, partial_index, full_counts, full_index, BLOCK_SIZE=BLOCK, mask_mod=mask_mod,
-                                    seq_lengths=lengths)
+    return BlockMask.from_kv_blocks(
+        partial_counts, partial_index, full_counts, full_index, BLOCK_SIZE=BLOCK, mask_mod=mask_mod, seq_lengths=lengths
+    )
 
 
 def block_mask_from_mask_mod(side: SideInputs, num_global: int, num_long: int, *, compiled: bool = True) -> "BlockMask":
@@ -170,7 +178,9 @@ def block_mask_from_mask_mod(side: SideInputs, num_global: int, num_long: int, *
         try:
             return torch.compile(create_block_mask)(mask_mod, batch, None, *sizes, device=device)
         except Exception as err:  # noqa: BLE001 - any compile failure falls back to the eager build
-            _warn_once(f"compiled create_block_mask failed ({type(err).__name__}: {_first_line(err)}); building it eagerly")
+            _warn_once(
+                f"compiled create_block_mask failed ({type(err).__name__}: {_first_line(err)}); building it eagerly"
+            )
     return create_block_mask(mask_mod, batch, None, *sizes, device=device)
 
 
@@ -189,8 +199,13 @@ def _warn_once(message: str) -> None:
         warnings.warn(message, RuntimeWarning, stacklevel=3)
 
 
-def _flex_plan(side: SideInputs, structure: SideInputs | CompactBatch, num_global: int, num_long: int,
-               block_mask: str = "structure") -> FlexPlan:
+def _flex_plan(
+    side: SideInputs,
+    structure: SideInputs | CompactBatch,
+    num_global: int,
+    num_long: int,
+    block_mask: str = "structure",
+) -> FlexPlan:
     if not available():
         raise RuntimeError("this torch has no torch.nn.attention.flex_attention; use backend='blocked'")
     side = side.map(lambda t: t.long())  # index math in int64, as the generated kernels expect
@@ -237,7 +252,10 @@ def _run_flex(q, k, v, score_mod, block_mask, scale, compiled: bool):
             return _compiled(q, k, v, score_mod=score_mod, block_mask=block_mask, scale=scale)
         except Exception as err:  # noqa: BLE001 - the documented fallback
             _compile_failed = True
-            _warn_once(f"torch.compile of flex_attention failed ({type(err).__name__}: {_first_line(err)}); running FlexAttention eagerly")
+            _warn_once(
+                f"torch.compile of flex_attention failed ({type(err).__name__}: {_first_line(err)}); running "
+                "FlexAttention eagerly"
+            )
     with warnings.catch_warnings():  # torch's advice to compile: the caller chose eager, or we warned
         warnings.filterwarnings("ignore", message="flex_attention called without torch.compile")
         return flex_attention(q, k, v, score_mod=score_mod, block_mask=block_mask, scale=scale)
@@ -247,8 +265,15 @@ def _pad_rows(x: torch.Tensor, rows: int) -> torch.Tensor:
     return torch.nn.functional.pad(x, (0, 0, 0, rows - x.shape[2]))
 
 
-def run(plan: FlexPlan, states, rel_key_table: torch.Tensor, rel_bias_table: torch.Tensor | None, scale: float, *,
-        compiled: bool | None = None):
+def run(
+    plan: FlexPlan,
+    states,
+    rel_key_table: torch.Tensor,
+    rel_bias_table: torch.Tensor | None,
+    scale: float,
+    *,
+    compiled: bool | None = None,
+):
     from graphattn.kernels.blocked import label_tables
 
     global_q, global_k, global_v, long_q, long_k, long_v = states
@@ -263,7 +288,12 @@ def run(plan: FlexPlan, states, rel_key_table: torch.Tensor, rel_bias_table: tor
     q = torch.cat([_pad_rows(states[0], plan.padded_global), states[3]], dim=2)
     k, v = (torch.cat([_pad_rows(states[i], plan.padded_global_keys), states[i + 3]], dim=2) for i in (1, 2))
     stat_dtype = torch.promote_types(q.dtype, torch.float32)
-    table = label_tables(q.to(stat_dtype), rel_key_table.to(stat_dtype), None if rel_bias_table is None else rel_bias_table.to(stat_dtype), scale)
+    table = label_tables(
+        q.to(stat_dtype),
+        rel_key_table.to(stat_dtype),
+        None if rel_bias_table is None else rel_bias_table.to(stat_dtype),
+        scale,
+    )
     label_of = plan.label_of
 
     def score_mod(score, b, h, q_idx, kv_idx):

@@ -47,7 +47,15 @@ from graphattn.kernels.validate import (
 
 BACKENDS = ("auto", "dense", "blocked", "flex", "triton")
 
-__all__ = ["BACKENDS", "AttentionShape", "PlanRequest", "PreparedAttention", "prepare_attention", "resolve_backend", "triton_available"]
+__all__ = [
+    "BACKENDS",
+    "AttentionShape",
+    "PlanRequest",
+    "PreparedAttention",
+    "prepare_attention",
+    "resolve_backend",
+    "triton_available",
+]
 
 
 def _triton_module() -> ModuleType:
@@ -55,7 +63,10 @@ def _triton_module() -> ModuleType:
     try:
         return importlib.import_module("graphattn.kernels.triton_attention")
     except ImportError as err:
-        raise RuntimeError(f"backend='triton' needs triton and graphattn.kernels.triton_attention ({err}); use backend='blocked' on machines without it") from err
+        raise RuntimeError(
+            f"backend='triton' needs triton and graphattn.kernels.triton_attention ({err}); use backend='blocked' on "
+            "machines without it"
+        ) from err
 
 
 def triton_available() -> bool:
@@ -70,7 +81,9 @@ def resolve_backend(backend: str, device: torch.device, dtype: torch.dtype | Non
     """'auto' -> 'triton' on CUDA when triton imports, else 'blocked'; on CUDA, fp32 states
     without TF32 (which the Triton kernels refuse) go to FlexAttention, or 'blocked' without it."""
     if backend not in BACKENDS:
-        raise BatchError(f"unknown attention backend {backend!r}; expected one of {', '.join(BACKENDS)}", path=("backend",))
+        raise BatchError(
+            f"unknown attention backend {backend!r}; expected one of {', '.join(BACKENDS)}", path=("backend",)
+        )
     if backend != "auto":
         return backend
     if device.type != "cuda" or not triton_available():
@@ -104,15 +117,23 @@ class PreparedAttention:
 
     def __init__(self, backend: str, module: ModuleType, request: PlanRequest, plan: Any):
         self.backend, self._module, self._plan = backend, module, plan
-        self.shape, self.num_heads, self.head_dim, self.vocab_size = request.shape, request.num_heads, request.head_dim, request.vocab_size
+        self.shape, self.num_heads, self.head_dim, self.vocab_size = (
+            request.shape,
+            request.num_heads,
+            request.head_dim,
+            request.vocab_size,
+        )
         self.device = request.device
         self.side, self.compact = request.side, request.compact
 
     def __repr__(self) -> str:
         s = self.shape
         form = "compact" if self.compact is not None else "dense"
-        return (f"PreparedAttention(backend={self.backend!r}, B={s.batch}, G={s.num_global}, G_keys={s.num_global_keys}, "
-                f"L={s.num_long}, r={s.local_radius}, heads={self.num_heads}, d={self.head_dim}, V={self.vocab_size}, {form})")
+        return (
+            f"PreparedAttention(backend={self.backend!r}, B={s.batch}, G={s.num_global}, G_keys={s.num_global_keys}, "
+            f"L={s.num_long}, r={s.local_radius}, heads={self.num_heads}, d={self.head_dim}, V={self.vocab_size}, "
+            f"{form})"
+        )
 
     @property
     def plan(self) -> Any:
@@ -132,9 +153,13 @@ class PreparedAttention:
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """(global_out [B, H, G, d], long_out [B, H, L, d]). Checks shapes, dtypes and devices
         against the prepared batch (no tensor values are read) and runs the backend."""
-        states = dict(global_q=global_q, global_k=global_k, global_v=global_v, long_q=long_q, long_k=long_k, long_v=long_v)
+        states = dict(
+            global_q=global_q, global_k=global_k, global_v=global_v, long_q=long_q, long_k=long_k, long_v=long_v
+        )
         self.check(states)
-        check_tables(rel_key_table, rel_bias_table, self.num_heads, self.head_dim, global_q.device, vocab=self.vocab_size)
+        check_tables(
+            rel_key_table, rel_bias_table, self.num_heads, self.head_dim, global_q.device, vocab=self.vocab_size
+        )
         scale = 1.0 / math.sqrt(self.head_dim) if scale is None else float(scale)
         return _run(self._module, self._plan, tuple(states.values()), rel_key_table, rel_bias_table, scale)
 
@@ -148,9 +173,15 @@ class PreparedAttention:
         if got != expected:
             names = ("batch", "heads", "global queries", "global keys", "long", "head_dim")
             diff = ", ".join(f"{n} {g} (prepared {e})" for n, g, e in zip(names, got, expected) if g != e)
-            raise BatchError(f"the states do not fit the prepared attention: {diff}; prepare again for this batch", path=("global_q",))
+            raise BatchError(
+                f"the states do not fit the prepared attention: {diff}; prepare again for this batch",
+                path=("global_q",),
+            )
         if global_q.device != self.device:
-            raise BatchError(f"the states are on {global_q.device} but the attention was prepared on {self.device}", path=("global_q",))
+            raise BatchError(
+                f"the states are on {global_q.device} but the attention was prepared on {self.device}",
+                path=("global_q",),
+            )
         if hasattr(self._module, "check_states"):
             self._module.check_states(states)
 
@@ -164,8 +195,11 @@ def _run(module: ModuleType, plan: Any, states: tuple, rel_key_table, rel_bias_t
 def _structure_shape(structure: SideInputs | CompactBatch, local_radius: int | None) -> AttentionShape:
     if isinstance(structure, CompactBatch):
         if local_radius is not None and local_radius != structure.local_radius:
-            raise BatchError(f"the compact batch has local radius {structure.local_radius}, but the model's local_radius is {local_radius}",
-                             path=("compact", "local_radius"))
+            raise BatchError(
+                f"the compact batch has local radius {structure.local_radius}, but the model's local_radius is "
+                f"{local_radius}",
+                path=("compact", "local_radius"),
+            )
         g = structure.global_length
         return AttentionShape(structure.batch_size, g, g, structure.long_length, structure.local_radius)
     g2g, l2l = structure.g2g_att_mask, structure.l2l_att_mask
@@ -198,7 +232,9 @@ def prepare_attention(
     g2l_key_blocks; flex: compiled).
     """
     if not isinstance(structure, (SideInputs, CompactBatch)):
-        raise BatchError(f"side must be a graphattn SideInputs or CompactBatch, got {type(structure).__name__}", path=("side",))
+        raise BatchError(
+            f"side must be a graphattn SideInputs or CompactBatch, got {type(structure).__name__}", path=("side",)
+        )
     if device is None:
         first = structure.long_doc if isinstance(structure, CompactBatch) else structure.l2l_att_mask
         device = first.device if isinstance(first, torch.Tensor) else torch.device("cpu")

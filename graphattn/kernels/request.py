@@ -53,8 +53,14 @@ class PlanRequest:
         return self.side
 
 
-def direct_request(side: SideInputs, global_q: torch.Tensor, global_k: torch.Tensor, long_q: torch.Tensor,
-                   rel_key_table: torch.Tensor, **options: Any) -> PlanRequest:
+def direct_request(
+    side: SideInputs,
+    global_q: torch.Tensor,
+    global_k: torch.Tensor,
+    long_q: torch.Tensor,
+    rel_key_table: torch.Tensor,
+    **options: Any,
+) -> PlanRequest:
     """A request for a backend's one-call `attention(...)` (tests, benchmarks): no checks."""
     batch, heads, num_global, dim = global_q.shape
     shape = AttentionShape(batch, num_global, global_k.shape[2], long_q.shape[2], side.local_radius)

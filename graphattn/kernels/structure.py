@@ -97,12 +97,16 @@ def _span(rows: slice | None, n: int) -> slice:
     return rows if rows is not None else slice(0, n)
 
 
-def dense_l2g(c: CompactBatch, rows: slice | None = None, cols: slice | None = None, links: Links | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+def dense_l2g(
+    c: CompactBatch, rows: slice | None = None, cols: slice | None = None, links: Links | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
     """[B, n, m] mask and ids of long queries `rows` against globals `cols` (default: all);
     `links` the block's links when already selected."""
     rows, cols = _span(rows, c.long_length), _span(cols, c.global_length)
     device = c.long_doc.device
-    owned = _owned(c, torch.arange(rows.start, rows.stop, device=device), torch.arange(cols.start, cols.stop, device=device))
+    owned = _owned(
+        c, torch.arange(rows.start, rows.stop, device=device), torch.arange(cols.start, cols.stop, device=device)
+    )
     same_doc = c.long_doc[:, rows, None] == c.global_doc[:, None, cols]
     mask = ((same_doc & ~c.long_hard_l2g[:, rows, None]) | owned).to(torch.int32)
     ids = torch.where(owned, c.belongs, c.does_not_belong).to(torch.int32)
@@ -110,11 +114,15 @@ def dense_l2g(c: CompactBatch, rows: slice | None = None, cols: slice | None = N
     return mask, ids
 
 
-def dense_g2l(c: CompactBatch, rows: slice | None = None, cols: slice | None = None, links: Links | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+def dense_g2l(
+    c: CompactBatch, rows: slice | None = None, cols: slice | None = None, links: Links | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
     """[B, n, m] mask and ids of global queries `rows` against long tokens `cols` (default: all)."""
     rows, cols = _span(rows, c.global_length), _span(cols, c.long_length)
     device = c.long_doc.device
-    owned = _owned(c, torch.arange(cols.start, cols.stop, device=device), torch.arange(rows.start, rows.stop, device=device)).transpose(1, 2)
+    owned = _owned(
+        c, torch.arange(cols.start, cols.stop, device=device), torch.arange(rows.start, rows.stop, device=device)
+    ).transpose(1, 2)
     same_doc = c.global_doc[:, rows, None] == c.long_doc[:, None, cols]
     mask = ((same_doc & ~c.global_hard_g2l[:, rows, None]) | owned).to(torch.int32)
     ids = torch.where(owned, c.belongs, c.does_not_belong).to(torch.int32)
@@ -122,7 +130,9 @@ def dense_g2l(c: CompactBatch, rows: slice | None = None, cols: slice | None = N
     return mask.contiguous(), ids.contiguous()
 
 
-def dense_g2g(c: CompactBatch, rows: slice | None = None, edges: Links | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+def dense_g2g(
+    c: CompactBatch, rows: slice | None = None, edges: Links | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
     """[B, n, G] mask and ids of global queries `rows` (default: all)."""
     rows = _span(rows, c.global_length)
     device = c.global_doc.device
@@ -148,8 +158,12 @@ def allowed_key_range(c: CompactBatch, region: str) -> tuple[torch.Tensor, torch
     def doc_range(doc: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """First and last index of each document in a [B, n] doc row, [B, docs]."""
         index = torch.arange(doc.shape[1], device=device, dtype=torch.int32).expand_as(doc)
-        first = torch.full((batch, docs), _BIG, dtype=torch.int32, device=device).scatter_reduce_(1, doc.long(), index, "amin")
-        last = torch.full((batch, docs), -_BIG, dtype=torch.int32, device=device).scatter_reduce_(1, doc.long(), index, "amax")
+        first = torch.full((batch, docs), _BIG, dtype=torch.int32, device=device).scatter_reduce_(
+            1, doc.long(), index, "amin"
+        )
+        last = torch.full((batch, docs), -_BIG, dtype=torch.int32, device=device).scatter_reduce_(
+            1, doc.long(), index, "amax"
+        )
         return first, last
 
     if region == "l2g":
@@ -168,7 +182,7 @@ def allowed_key_range(c: CompactBatch, region: str) -> tuple[torch.Tensor, torch
         lo = torch.minimum(lo, owned_first.amin(1) if owned_first.shape[1] else lo)
         hi = torch.maximum(hi, owned_last.amax(1) if owned_last.shape[1] else hi)
         rows, keys = c.link_global, c.link_long
-    flat = (c.link_batch.long() * lo.shape[1] + rows.long())
+    flat = c.link_batch.long() * lo.shape[1] + rows.long()
     lo = lo.flatten().scatter_reduce(0, flat, keys.to(torch.int32), "amin").view_as(lo)
     hi = hi.flatten().scatter_reduce(0, flat, keys.to(torch.int32), "amax").view_as(hi)
     return lo, torch.where(hi > -_BIG, hi + 1, hi)
@@ -211,7 +225,9 @@ class BlockSummary:
     length: int
     doc: tuple[torch.Tensor, torch.Tensor]
     segment: tuple[torch.Tensor, torch.Tensor]
-    owner: tuple[torch.Tensor, torch.Tensor]  # long: the globals owning the tile's tokens; global: the long tokens its globals own
+    owner: tuple[
+        torch.Tensor, torch.Tensor
+    ]  # long: the globals owning the tile's tokens; global: the long tokens its globals own
     any_soft: torch.Tensor  # some row not under the hard mask (l2g for long, g2l for global)
     all_soft: torch.Tensor
     any_blockable: torch.Tensor | None = None  # global only
@@ -227,8 +243,15 @@ def long_summary(c: CompactBatch, tile: int) -> BlockSummary:
     high = _tile_view(torch.where(c.owners >= 0, c.owners, -_BIG), tile, -_BIG).amax(-1)
     soft = _tile_view(~c.long_hard_l2g, tile, False)
     pad = _tile_view(torch.ones_like(c.long_hard_l2g), tile, False)  # real (inside L) positions
-    return BlockSummary(tile, c.long_length, _range(c.long_doc, tile), _range(c.long_segment, tile), (low, high),
-                        soft.any(-1), (soft | ~pad).all(-1))
+    return BlockSummary(
+        tile,
+        c.long_length,
+        _range(c.long_doc, tile),
+        _range(c.long_segment, tile),
+        (low, high),
+        soft.any(-1),
+        (soft | ~pad).all(-1),
+    )
 
 
 def _owned_long_range(c: CompactBatch) -> tuple[torch.Tensor, torch.Tensor]:
@@ -248,9 +271,16 @@ def global_summary(c: CompactBatch, tile: int) -> BlockSummary:
     first, last = _owned_long_range(c)
     soft = _tile_view(~c.global_hard_g2l, tile, False)
     pad = _tile_view(torch.ones_like(c.global_hard_g2l), tile, False)
-    return BlockSummary(tile, c.global_length, _range(c.global_doc, tile), _range(c.global_segment, tile),
-                        (_tile_view(first, tile, _BIG).amin(-1), _tile_view(last, tile, -_BIG).amax(-1)),
-                        soft.any(-1), (soft | ~pad).all(-1), _tile_view(c.global_blockable, tile, False).any(-1))
+    return BlockSummary(
+        tile,
+        c.global_length,
+        _range(c.global_doc, tile),
+        _range(c.global_segment, tile),
+        (_tile_view(first, tile, _BIG).amin(-1), _tile_view(last, tile, -_BIG).amax(-1)),
+        soft.any(-1),
+        (soft | ~pad).all(-1),
+        _tile_view(c.global_blockable, tile, False).any(-1),
+    )
 
 
 def _overlap(a: tuple[torch.Tensor, torch.Tensor], b: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
@@ -278,8 +308,13 @@ def _owner_hits(owner: tuple[torch.Tensor, torch.Tensor], other_tile: int, other
 
 def _link_tiles(c: CompactBatch, long_tile: int, global_tile: int) -> torch.Tensor:
     """[B, long tiles, global tiles]: the tile holds a link."""
-    out = torch.zeros(c.batch_size, -(-c.long_length // long_tile), -(-c.global_length // global_tile), dtype=torch.bool,
-                      device=c.link_long.device)
+    out = torch.zeros(
+        c.batch_size,
+        -(-c.long_length // long_tile),
+        -(-c.global_length // global_tile),
+        dtype=torch.bool,
+        device=c.link_long.device,
+    )
     out[c.link_batch.long(), (c.link_long // long_tile).long(), (c.link_global // global_tile).long()] = True
     return out
 
@@ -304,7 +339,10 @@ def region_tiles(c: CompactBatch, region: str, query_tile: int, key_tile: int) -
         near = (k_start[None, :] <= q_stop[:, None] + r) & (k_stop[None, :] >= q_start[:, None] - r)
         inside = (k_stop[None, :] - q_start[:, None] <= r) & (q_stop[:, None] - k_start[None, :] <= r)
         full_tiles = ((k_stop - k_start + 1) == key_tile)[None, :] & ((q_stop - q_start + 1) == query_tile)[:, None]
-        return RegionTiles(near[None] & _overlap(q.segment, k.segment), (inside & full_tiles)[None] & _single_equal(q.segment, k.segment))
+        return RegionTiles(
+            near[None] & _overlap(q.segment, k.segment),
+            (inside & full_tiles)[None] & _single_equal(q.segment, k.segment),
+        )
     if region == "l2g":
         q, k = long_summary(c, query_tile), global_summary(c, key_tile)
         soft = _overlap(q.doc, k.doc) & q.any_soft[:, :, None]
@@ -313,7 +351,9 @@ def region_tiles(c: CompactBatch, region: str, query_tile: int, key_tile: int) -
     if region == "g2l":
         q, k = global_summary(c, query_tile), long_summary(c, key_tile)
         soft = _overlap(q.doc, k.doc) & q.any_soft[:, :, None]
-        any_ = soft | _owner_hits(q.owner, key_tile, c.long_length) | _link_tiles(c, key_tile, query_tile).transpose(1, 2)
+        any_ = (
+            soft | _owner_hits(q.owner, key_tile, c.long_length) | _link_tiles(c, key_tile, query_tile).transpose(1, 2)
+        )
         return RegionTiles(any_, _single_equal(q.doc, k.doc) & q.all_soft[:, :, None] & _whole(q, k))
     if region == "g2g":
         q, k = global_summary(c, query_tile), global_summary(c, key_tile)

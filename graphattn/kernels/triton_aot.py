@@ -34,8 +34,12 @@ from graphattn.kernels.triton_blocks import interpreter_active
 from graphattn.kernels.triton_config import SHARED_MEMORY_LIMIT, candidates
 
 _TRITON_TYPE = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16"}
-DTYPES = {"bfloat16": (torch.bfloat16, "half"), "float16": (torch.float16, "half"), "tf32": (torch.float32, "tf32"),
-          "float32": (torch.float32, "ieee")}
+DTYPES = {
+    "bfloat16": (torch.bfloat16, "half"),
+    "float16": (torch.float16, "half"),
+    "tf32": (torch.float32, "tf32"),
+    "float32": (torch.float32, "ieee"),
+}
 
 
 @dataclass
@@ -75,9 +79,13 @@ def _variants(tiles, head_dim: int, dtype: torch.dtype, precision: str, structur
     from graphattn.kernels import triton_forward as forward
 
     dots = {"UPCAST": False, "PRECISION": "ieee" if precision == "ieee" else "tf32"}
-    dq_writes = [("dq", (True, False)), ("dq label", (False, True))] if tiles.dq.split_label_grads else [("dq", (True, True))]
+    dq_writes = (
+        [("dq", (True, False)), ("dq label", (False, True))] if tiles.dq.split_label_grads else [("dq", (True, True))]
+    )
     launches = [("forward", forward._forward_kernel, tiles.forward, {})]
-    launches += [(name, backward._dq_kernel, tiles.dq, {"WRITE_DQ": w[0], "WRITE_LABEL_GRADS": w[1]}) for name, w in dq_writes]
+    launches += [
+        (name, backward._dq_kernel, tiles.dq, {"WRITE_DQ": w[0], "WRITE_LABEL_GRADS": w[1]}) for name, w in dq_writes
+    ]
     launches += [("dk dv", backward._dkdv_kernel, tiles.dkdv, {})]
     for name, kernel, kernel_tiles, extra in launches:
         constants = {key: value for key, value in kernel_tiles.constants().items() if key.startswith("BLOCK")}
@@ -94,7 +102,9 @@ def _resource_usage(cubin: bytes) -> tuple[int, int]:
     with tempfile.NamedTemporaryFile(suffix=".cubin") as handle:
         handle.write(cubin)
         handle.flush()
-        report = subprocess.run([str(tool), "--dump-resource-usage", handle.name], capture_output=True, text=True, check=True).stdout
+        report = subprocess.run(
+            [str(tool), "--dump-resource-usage", handle.name], capture_output=True, text=True, check=True
+        ).stdout
     registers = re.search(r"REG:(\d+)", report)
     stack = re.search(r"STACK:(\d+)", report)
     return int(registers.group(1)) if registers else -1, int(stack.group(1)) if stack else -1
@@ -112,11 +122,18 @@ def loop_bodies(ptx: str) -> list[int]:
             loops.append((labels[target.group(1)], i))
     outer = [(a, b) for a, b in loops if not any(c < a and b <= d for c, d in loops if (c, d) != (a, b))]
     instruction = re.compile(r"^(@%\w+\s+)?[a-z][\w.]*(\s|;)")
-    return [sum(1 for line in lines[a:b + 1] if instruction.match(line)) for a, b in sorted(set(outer))]
+    return [sum(1 for line in lines[a : b + 1] if instruction.match(line)) for a, b in sorted(set(outer))]
 
 
-def compile_all(arch: int, dtype: torch.dtype, head_dim: int, *, precision: str | None = None, structured: bool = True,
-                v_pad: int = 32) -> list[CompiledVariant]:
+def compile_all(
+    arch: int,
+    dtype: torch.dtype,
+    head_dim: int,
+    *,
+    precision: str | None = None,
+    structured: bool = True,
+    v_pad: int = 32,
+) -> list[CompiledVariant]:
     """Compile every variant the wrapper launches on `sm_<arch>` for these states (its first
     tile candidate); [] when the wrapper refuses the combination. Raises what Triton raises on
     a kernel it rejects."""
@@ -133,7 +150,9 @@ def compile_all(arch: int, dtype: torch.dtype, head_dim: int, *, precision: str 
     backend = triton.compiler.make_backend(target)
     pointers = _pointer_types(dtype)
     results = []
-    for name, kernel, constants, launch, kernel_tiles in _variants(found[0], head_dim, dtype, precision, structured, v_pad):
+    for name, kernel, constants, launch, kernel_tiles in _variants(
+        found[0], head_dim, dtype, precision, structured, v_pad
+    ):
         signature, attrs = {}, {}
         for index, arg in enumerate(kernel.arg_names):
             if arg in constants:
@@ -148,28 +167,54 @@ def compile_all(arch: int, dtype: torch.dtype, head_dim: int, *, precision: str 
         registers, stack = _resource_usage(compiled.asm["cubin"])
         ptx = compiled.asm["ptx"]
         loops = loop_bodies(ptx)
-        tiles = (f"{kernel_tiles.long_rows}/{kernel_tiles.global_rows}x{kernel_tiles.long_cols}/{kernel_tiles.global_cols}"
-                 f" w{kernel_tiles.num_warps} s{kernel_tiles.num_stages}")
-        results.append(CompiledVariant(
-            name, tiles, compiled.metadata.shared, registers, stack, len(re.findall(r"\bmma\.sync", ptx)),
-            len(re.findall(r"\bwgmma\.mma_async", ptx)), len(re.findall(r"\b(?:atom|red)\.", ptx)),
-            compiled.asm["ttgir"].count("math.exp2"), loops[-1] if loops else 0))
+        tiles = (
+            f"{kernel_tiles.long_rows}/{kernel_tiles.global_rows}x{kernel_tiles.long_cols}/{kernel_tiles.global_cols}"
+            f" w{kernel_tiles.num_warps} s{kernel_tiles.num_stages}"
+        )
+        results.append(
+            CompiledVariant(
+                name,
+                tiles,
+                compiled.metadata.shared,
+                registers,
+                stack,
+                len(re.findall(r"\bmma\.sync", ptx)),
+                len(re.findall(r"\bwgmma\.mma_async", ptx)),
+                len(re.findall(r"\b(?:atom|red)\.", ptx)),
+                compiled.asm["ttgir"].count("math.exp2"),
+                loops[-1] if loops else 0,
+            )
+        )
     return results
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--arch", type=int, nargs="+", default=[90], help="compute capabilities, e.g. 80 86 89 90")
-    parser.add_argument("--dtype", nargs="+", default=["bfloat16"], choices=list(DTYPES), help="float32: exact (IEEE); tf32: fp32 states on TF32")
+    parser.add_argument(
+        "--dtype",
+        nargs="+",
+        default=["bfloat16"],
+        choices=list(DTYPES),
+        help="float32: exact (IEEE); tf32: fp32 states on TF32",
+    )
     parser.add_argument("--head-dim", type=int, nargs="+", default=[64])
-    parser.add_argument("--mode", nargs="+", default=["structured"], choices=["structured", "dense"],
-                        help="labels from the compact structure or from dense tables")
+    parser.add_argument(
+        "--mode",
+        nargs="+",
+        default=["structured"],
+        choices=["structured", "dense"],
+        help="labels from the compact structure or from dense tables",
+    )
     parser.add_argument("--labels", type=int, default=32, help="relative vocabulary size (sets dq's label tile)")
     parser.add_argument("--json", action="store_true", help="one JSON object per variant instead of the table")
     args = parser.parse_args(argv)
     v_pad = max(16, 1 << (args.labels - 1).bit_length())
-    header = (f"{'arch':>4} {'dtype':>8} {'d':>3} {'mode':>10} {'kernel':<7} {'tiles':<22} {'shared':>7} {'regs':>4} {'stack':>5} "
-              f"{'mma':>4} {'wgmma':>5} {'atom':>4} {'exp2':>4} {'band':>5}")
+    header = (
+        f"{'arch':>4} {'dtype':>8} {'d':>3} {'mode':>10} {'kernel':<7} {'tiles':<22} {'shared':>7} {'regs':>4} "
+        f"{'stack':>5} "
+        f"{'mma':>4} {'wgmma':>5} {'atom':>4} {'exp2':>4} {'band':>5}"
+    )
     if not args.json:
         print(header)
     worst = 0
@@ -179,10 +224,15 @@ def main(argv: list[str] | None = None) -> int:
             dtype, precision = DTYPES[dtype_name]
             for head_dim in args.head_dim:
                 for mode in args.mode:
-                    variants = compile_all(arch, dtype, head_dim, precision=precision, structured=mode == "structured", v_pad=v_pad)
+                    variants = compile_all(
+                        arch, dtype, head_dim, precision=precision, structured=mode == "structured", v_pad=v_pad
+                    )
                     prefix = f"{arch:>4} {dtype_name:>8} {head_dim:>3} {mode:>10}"
                     if not variants:
-                        print(prefix + "  refused: the wrapper does not launch this (see graphattn/kernels/triton_config.py)")
+                        print(
+                            prefix
+                            + "  refused: the wrapper does not launch this (see graphattn/kernels/triton_config.py)"
+                        )
                         continue
                     for v in variants:
                         flags = []
@@ -194,10 +244,17 @@ def main(argv: list[str] | None = None) -> int:
                         if args.json:
                             import json
 
-                            print(json.dumps({"arch": arch, "dtype": dtype_name, "head_dim": head_dim, "mode": mode, **asdict(v)}))
+                            print(
+                                json.dumps(
+                                    {"arch": arch, "dtype": dtype_name, "head_dim": head_dim, "mode": mode, **asdict(v)}
+                                )
+                            )
                             continue
-                        print(f"{prefix} {v.name:<7} {v.tiles:<22} {v.shared_bytes:>7} {v.registers:>4} {v.stack_bytes:>5} {v.mma:>4} "
-                              f"{v.wgmma:>5} {v.atomics:>4} {v.exp2:>4} {v.band_loop:>5}  {' '.join(flags)}")
+                        print(
+                            f"{prefix} {v.name:<7} {v.tiles:<22} {v.shared_bytes:>7} {v.registers:>4} "
+                            f"{v.stack_bytes:>5} {v.mma:>4} "
+                            f"{v.wgmma:>5} {v.atomics:>4} {v.exp2:>4} {v.band_loop:>5}  {' '.join(flags)}"
+                        )
     return worst
 
 

@@ -54,8 +54,14 @@ class KernelTiles:
     split_label_grads: bool = False
 
     def constants(self) -> dict:
-        return {"BLOCK_LM": self.long_rows, "BLOCK_GM": self.global_rows, "BLOCK_LN": self.long_cols, "BLOCK_GN": self.global_cols,
-                "num_warps": self.num_warps, "num_stages": self.num_stages}
+        return {
+            "BLOCK_LM": self.long_rows,
+            "BLOCK_GM": self.global_rows,
+            "BLOCK_LN": self.long_cols,
+            "BLOCK_GN": self.global_cols,
+            "num_warps": self.num_warps,
+            "num_stages": self.num_stages,
+        }
 
 
 @dataclass(frozen=True)
@@ -208,19 +214,30 @@ class AttentionPlan:
 
 def _kernel_lists(tiles: TileConfig, tile_table) -> tuple[dict, dict, dict]:
     """Per kernel the lists; `tile_table(region, query_tile, key_tile)` gives [B, nq, nk] bool."""
+
     def query_owner(t: KernelTiles) -> dict[str, KeyBlocks]:
-        return {"l2g": ordered_blocks(tile_table("l2g", t.long_rows, t.global_cols), t.long_rows, t.global_cols),
-                "g2l": ordered_blocks(tile_table("g2l", t.global_rows, t.long_cols), t.global_rows, t.long_cols)}
+        return {
+            "l2g": ordered_blocks(tile_table("l2g", t.long_rows, t.global_cols), t.long_rows, t.global_cols),
+            "g2l": ordered_blocks(tile_table("g2l", t.global_rows, t.long_cols), t.global_rows, t.long_cols),
+        }
 
     k = tiles.dkdv
-    key_owner = {"l2g": ordered_blocks(tile_table("l2g", k.long_cols, k.global_rows).transpose(1, 2), k.global_rows, k.long_cols),
-                 "g2l": ordered_blocks(tile_table("g2l", k.global_cols, k.long_rows).transpose(1, 2), k.long_rows, k.global_cols)}
+    key_owner = {
+        "l2g": ordered_blocks(
+            tile_table("l2g", k.long_cols, k.global_rows).transpose(1, 2), k.global_rows, k.long_cols
+        ),
+        "g2l": ordered_blocks(
+            tile_table("g2l", k.global_cols, k.long_rows).transpose(1, 2), k.long_rows, k.global_cols
+        ),
+    }
     forward = query_owner(tiles.forward)
     dq = forward if tiles.dq == tiles.forward else query_owner(tiles.dq)
     return forward, dq, key_owner
 
 
-def make_plan(side, n_labels: int, sizes: BlockSizes | TileConfig, g2l_blocks: KeyBlocks | None = None) -> AttentionPlan:
+def make_plan(
+    side, n_labels: int, sizes: BlockSizes | TileConfig, g2l_blocks: KeyBlocks | None = None
+) -> AttentionPlan:
     """The dense-mode plan of a batch's torch side inputs: masked label tables and block lists."""
     tiles = sizes if isinstance(sizes, TileConfig) else TileConfig.uniform(sizes)
     l2g = masked_labels(side.l2g_att_mask, side.l2g_relative_att_ids, n_labels)
@@ -238,9 +255,19 @@ def make_plan(side, n_labels: int, sizes: BlockSizes | TileConfig, g2l_blocks: K
             dq = forward
     dummy = torch.zeros(1, dtype=torch.int32, device=l2g.device)
     return AttentionPlan(
-        n_global=n_global, n_global_keys=g2g.shape[2], n_long=n_long, radius=(l2l.shape[-1] - 1) // 2, n_labels=n_labels,
-        tiles=tiles, structured=False, tables=tuple(_some(t) for t in (g2g, g2l, l2g, l2l)), structure_tensors=(dummy,) * 7,
-        structure_sizes=(0, 1, 1, 0, -1), forward_lists=forward, dq_lists=dq, dkdv_lists=dkdv,
+        n_global=n_global,
+        n_global_keys=g2g.shape[2],
+        n_long=n_long,
+        radius=(l2l.shape[-1] - 1) // 2,
+        n_labels=n_labels,
+        tiles=tiles,
+        structured=False,
+        tables=tuple(_some(t) for t in (g2g, g2l, l2g, l2l)),
+        structure_tensors=(dummy,) * 7,
+        structure_sizes=(0, 1, 1, 0, -1),
+        forward_lists=forward,
+        dq_lists=dq,
+        dkdv_lists=dkdv,
     )
 
 
@@ -252,8 +279,15 @@ def pack_structure(c: CompactBatch) -> tuple[tuple[torch.Tensor, ...], tuple[int
     glob = i32(c.global_doc, c.global_segment, c.global_blockable, c.global_hard_g2l)
     links = i32(c.link_long, c.link_global, c.link_label)
     edges = i32(c.edge_src, c.edge_dst, c.edge_label)
-    tensors = (long, c.owners.to(torch.int32).contiguous(), glob, c.link_offsets.to(torch.int32).contiguous(), links,
-               c.edge_offsets.to(torch.int32).contiguous(), edges)
+    tensors = (
+        long,
+        c.owners.to(torch.int32).contiguous(),
+        glob,
+        c.link_offsets.to(torch.int32).contiguous(),
+        links,
+        c.edge_offsets.to(torch.int32).contiguous(),
+        edges,
+    )
     sizes = (int(c.owners.shape[1]), int(links.shape[-1]), int(edges.shape[-1]), c.max_distance, c.cross_segment_label)
     return tuple(_some(t) for t in tensors), sizes
 
@@ -265,7 +299,17 @@ def make_structured_plan(c: CompactBatch, n_labels: int, sizes: BlockSizes | Til
     tensors, structure_sizes = pack_structure(c)
     dummy = torch.zeros(1, dtype=torch.int16, device=c.long_doc.device)
     return AttentionPlan(
-        n_global=c.global_length, n_global_keys=c.global_length, n_long=c.long_length, radius=c.local_radius, n_labels=n_labels,
-        tiles=tiles, structured=True, tables=(dummy,) * 4, structure_tensors=tensors, structure_sizes=structure_sizes,
-        forward_lists=forward, dq_lists=dq, dkdv_lists=dkdv,
+        n_global=c.global_length,
+        n_global_keys=c.global_length,
+        n_long=c.long_length,
+        radius=c.local_radius,
+        n_labels=n_labels,
+        tiles=tiles,
+        structured=True,
+        tables=(dummy,) * 4,
+        structure_tensors=tensors,
+        structure_sizes=structure_sizes,
+        forward_lists=forward,
+        dq_lists=dq,
+        dkdv_lists=dkdv,
     )

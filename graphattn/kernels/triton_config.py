@@ -55,8 +55,11 @@ def candidates(arch: int, head_dim: int, precision: str) -> list[TileConfig]:
             return []
         tiles = KernelTiles(64, 64, narrow, narrow, num_warps=8, num_stages=2)
         return [TileConfig(tiles, KernelTiles(64, 64, narrow, narrow, 8, 2, split_label_grads=True), tiles)]
-    fallback = TileConfig(KernelTiles(64, 64, narrow, narrow, 8, 1), KernelTiles(64, 64, narrow, narrow, 8, 1, split_label_grads=True),
-                          KernelTiles(64, 64, narrow, narrow, 8, 1))
+    fallback = TileConfig(
+        KernelTiles(64, 64, narrow, narrow, 8, 1),
+        KernelTiles(64, 64, narrow, narrow, 8, 1, split_label_grads=True),
+        KernelTiles(64, 64, narrow, narrow, 8, 1),
+    )
     forward = KernelTiles(64, 64, wide, wide, num_warps=8, num_stages=stages)
     if head_dim <= 64:
         dq = KernelTiles(64, 64, wide, wide, 8, stages) if hopper else KernelTiles(64, 64, narrow, narrow, 8, stages)
@@ -69,9 +72,14 @@ def candidates(arch: int, head_dim: int, precision: str) -> list[TileConfig]:
 
 def refusal(cc: tuple[int, int], head_dim: int, dtype: torch.dtype, why: str) -> BatchError:
     """The error for a configuration the kernels do not launch, with what to do instead."""
-    advice = ("use head_dim 16, 32, 64 or 128" if head_dim not in SUPPORTED_HEAD_DIMS else
-              "cast the states to bfloat16/float16 (e.g. under torch.autocast), or set torch.backends.cuda.matmul.allow_tf32 = True"
-              if dtype == torch.float32 else "use a smaller head_dim")
+    advice = (
+        "use head_dim 16, 32, 64 or 128"
+        if head_dim not in SUPPORTED_HEAD_DIMS
+        else "cast the states to bfloat16/float16 (e.g. under torch.autocast), or set "
+        "torch.backends.cuda.matmul.allow_tf32 = True"
+        if dtype == torch.float32
+        else "use a smaller head_dim"
+    )
     return BatchError(
         f"the triton kernels do not run head_dim {head_dim} in {str(dtype).replace('torch.', '')} on this GPU "
         f"(compute capability {cc[0]}.{cc[1]}): {why}; {advice}, or attention_backend='flex' or 'blocked'",
@@ -90,8 +98,11 @@ def tile_candidates(device: torch.device, head_dim: int, dtype: torch.dtype) -> 
     precision = precision_class(dtype)
     found = candidates(arch if arch in SHARED_MEMORY_LIMIT else 90 if cc[0] >= 9 else 86, head_dim, precision)
     if not found:
-        why = ("exact fp32 products (TF32 is off) spill registers in these kernels" if precision == "ieee" else
-               f"{precision} products at this head dim spill registers or exceed shared memory")
+        why = (
+            "exact fp32 products (TF32 is off) spill registers in these kernels"
+            if precision == "ieee"
+            else f"{precision} products at this head dim spill registers or exceed shared memory"
+        )
         raise refusal(cc, head_dim, dtype, why)
     return found
 
@@ -103,7 +114,10 @@ def launches_without_refusal(dtype: torch.dtype | None) -> bool:
 
 def shared_memory_limit(device: torch.device) -> int:
     props = torch.cuda.get_device_properties(device)
-    return int(getattr(props, "shared_memory_per_block_optin", 0) or SHARED_MEMORY_LIMIT.get(props.major * 10 + props.minor, 101376))
+    return int(
+        getattr(props, "shared_memory_per_block_optin", 0)
+        or SHARED_MEMORY_LIMIT.get(props.major * 10 + props.minor, 101376)
+    )
 
 
 class SharedMemoryExceeded(BatchError):
@@ -137,5 +151,7 @@ def check_shared_memory(kernel, grid: tuple, args: tuple, constants: dict, devic
         cc = torch.cuda.get_device_capability(device)
         raise SharedMemoryExceeded(
             f"the {kernel.fn.__name__} kernel ({constants}) needs {needed} bytes of shared memory, this GPU (compute "
-            f"capability {cc[0]}.{cc[1]}) allows {limit} per block", path=("global_q",))
+            f"capability {cc[0]}.{cc[1]}) allows {limit} per block",
+            path=("global_q",),
+        )
     _checked.add(key)

@@ -25,7 +25,16 @@ import torch
 import triton
 import triton.language as tl
 
-from graphattn.kernels.triton_labels import REGION_G2G, REGION_G2L, REGION_L2G, REGION_L2L, qab_rows, row_terms, tile_terms
+from graphattn.kernels.triton_labels import (
+    REGION_G2G,
+    REGION_G2L,
+    REGION_L2G,
+    REGION_L2L,
+    batch_structure,
+    qab_rows,
+    row_terms,
+    tile_terms,
+)
 
 LOG2E = 1.4426950408889634
 
@@ -55,7 +64,9 @@ def _load_rows(ptr, rows, n_rows, D: tl.constexpr):
 
 
 @triton.jit
-def _walk_bounds(WALK: tl.constexpr, own_start, n_other, radius, count_ptr, BLOCK_OWN: tl.constexpr, BLOCK_WALK: tl.constexpr):
+def _walk_bounds(
+    WALK: tl.constexpr, own_start, n_other, radius, count_ptr, BLOCK_OWN: tl.constexpr, BLOCK_WALK: tl.constexpr
+):
     """(first token, number of tiles) of the other side's tiles a program visits."""
     if WALK == WALK_LIST:
         first = 0
@@ -90,12 +101,54 @@ def _program(pid, n_tiles, n_heads):
 
 
 @triton.jit
-def _attend(acc, m_i, l_i, q, qab, belongs_term, other_term, right_term, left_term, qi, q_lo, q_hi, K, Vals, QAB, COUNT, INDEX, TABLE, row_stride,
-            LONG, OWN, GLOB, LINK_OFF, LINK, EDGE_OFF, EDGE,
-            n_q, n_k, n_long, n_global, n_levels, n_links, n_edges, max_distance, cross_label,
-            n_labels, radius, scale,
-            REGION: tl.constexpr, STRUCTURED: tl.constexpr, WALK: tl.constexpr,
-            BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, D: tl.constexpr, UPCAST: tl.constexpr, PRECISION: tl.constexpr):
+def _attend(
+    acc,
+    m_i,
+    l_i,
+    q,
+    qab,
+    belongs_term,
+    other_term,
+    right_term,
+    left_term,
+    qi,
+    q_lo,
+    q_hi,
+    K,
+    Vals,
+    QAB,
+    COUNT,
+    INDEX,
+    TABLE,
+    row_stride,
+    LONG,
+    OWN,
+    GLOB,
+    LINK_OFF,
+    LINK,
+    EDGE_OFF,
+    EDGE,
+    n_q,
+    n_k,
+    n_long,
+    n_global,
+    n_levels,
+    n_links,
+    n_edges,
+    max_distance,
+    cross_label,
+    n_labels,
+    radius,
+    scale,
+    REGION: tl.constexpr,
+    STRUCTURED: tl.constexpr,
+    WALK: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    D: tl.constexpr,
+    UPCAST: tl.constexpr,
+    PRECISION: tl.constexpr,
+):
     """Fold one key phase into the running softmax (m_i, l_i) and accumulator of a query tile.
 
     Fully masked tiles keep m_i = -inf; exponentials are taken against 0 then, so no NaN.
@@ -106,10 +159,43 @@ def _attend(acc, m_i, l_i, q, qab, belongs_term, other_term, right_term, left_te
         kj = k_lo + tl.arange(0, BLOCK_N)
         k = _load_rows(K, kj, n_k, D)
         v = _load_rows(Vals, kj, n_k, D)
-        labels, term = tile_terms(REGION, STRUCTURED, False, qi[:, None], kj[None, :], q_lo, q_hi, k_lo, tl.minimum(k_lo + BLOCK_N, n_k),
-                                  n_q, n_k, radius, TABLE, row_stride, QAB, qab, n_labels, belongs_term, other_term, right_term, left_term,
-                                  LONG, OWN, GLOB, LINK_OFF, LINK, EDGE_OFF, EDGE,
-                                  n_long, n_global, n_levels, n_links, n_edges, max_distance, cross_label)
+        labels, term = tile_terms(
+            REGION,
+            STRUCTURED,
+            False,
+            qi[:, None],
+            kj[None, :],
+            q_lo,
+            q_hi,
+            k_lo,
+            tl.minimum(k_lo + BLOCK_N, n_k),
+            n_q,
+            n_k,
+            radius,
+            TABLE,
+            row_stride,
+            QAB,
+            qab,
+            n_labels,
+            belongs_term,
+            other_term,
+            right_term,
+            left_term,
+            LONG,
+            OWN,
+            GLOB,
+            LINK_OFF,
+            LINK,
+            EDGE_OFF,
+            EDGE,
+            n_long,
+            n_global,
+            n_levels,
+            n_links,
+            n_edges,
+            max_distance,
+            cross_label,
+        )
         valid = labels >= 0
         s = tl.where(valid, _dot(q, tl.trans(k), None, UPCAST, PRECISION) * scale + term, float("-inf"))
         m_new = tl.maximum(m_i, tl.max(s, 1))
@@ -123,12 +209,55 @@ def _attend(acc, m_i, l_i, q, qab, belongs_term, other_term, right_term, left_te
 
 
 @triton.jit
-def _forward_tile(b, tile, bh, Q, O, STATS, QAB, KG, VG, KL, VL, TABLE_G, TABLE_L, COUNT_G, INDEX_G, COUNT_L, INDEX_L,
-                  LONG, OWN, GLOB, LINK_OFF, LINK, EDGE_OFF, EDGE,
-                  n_q, n_g, n_l, n_levels, n_links, n_edges, max_distance, cross_label, n_labels, radius, scale,
-                  REGION_G: tl.constexpr, REGION_L: tl.constexpr, WALK_G: tl.constexpr, WALK_L: tl.constexpr,
-                  STRUCTURED: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_GN: tl.constexpr, BLOCK_LN: tl.constexpr,
-                  D: tl.constexpr, V_PAD: tl.constexpr, UPCAST: tl.constexpr, PRECISION: tl.constexpr):
+def _forward_tile(
+    b,
+    tile,
+    bh,
+    Q,
+    O,
+    STATS,
+    QAB,
+    KG,
+    VG,
+    KL,
+    VL,
+    TABLE_G,
+    TABLE_L,
+    COUNT_G,
+    INDEX_G,
+    COUNT_L,
+    INDEX_L,
+    LONG,
+    OWN,
+    GLOB,
+    LINK_OFF,
+    LINK,
+    EDGE_OFF,
+    EDGE,
+    n_q,
+    n_g,
+    n_l,
+    n_levels,
+    n_links,
+    n_edges,
+    max_distance,
+    cross_label,
+    n_labels,
+    radius,
+    scale,
+    REGION_G: tl.constexpr,
+    REGION_L: tl.constexpr,
+    WALK_G: tl.constexpr,
+    WALK_L: tl.constexpr,
+    STRUCTURED: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_GN: tl.constexpr,
+    BLOCK_LN: tl.constexpr,
+    D: tl.constexpr,
+    V_PAD: tl.constexpr,
+    UPCAST: tl.constexpr,
+    PRECISION: tl.constexpr,
+):
     """Output rows and softmax statistics of query tile `tile` of (batch x head) `bh`: phase G
     over the global keys, phase L over the long keys."""
     row = b * tl.cdiv(n_q, BLOCK_M) + tile  # this tile's row of the key-block tables
@@ -141,11 +270,7 @@ def _forward_tile(b, tile, bh, Q, O, STATS, QAB, KG, VG, KL, VL, TABLE_G, TABLE_
     VG += bh * n_g * D
     KL += bh * n_l * D
     VL += bh * n_l * D
-    LONG += b * 3 * n_l
-    OWN += b * n_levels * n_l
-    GLOB += b * 4 * n_g
-    LINK_OFF += b * (n_l + 1)
-    EDGE_OFF += b * (n_g + 1)
+    LONG, OWN, GLOB, LINK_OFF, EDGE_OFF = batch_structure(b, LONG, OWN, GLOB, LINK_OFF, EDGE_OFF, n_l, n_g, n_levels)
     if REGION_L == REGION_L2L:
         l_stride = 2 * radius + 1  # the band [L, 2r+1]
     else:
@@ -162,31 +287,168 @@ def _forward_tile(b, tile, bh, Q, O, STATS, QAB, KG, VG, KL, VL, TABLE_G, TABLE_
     m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
     acc = tl.zeros([BLOCK_M, D], dtype=tl.float32)
-    acc, m_i, l_i = _attend(acc, m_i, l_i, q, qab, belongs[:, None], other[:, None], right[:, None], left[:, None], qi, q_lo, q_hi, KG, VG, QAB, COUNT_G + row, INDEX_G + row * tl.cdiv(n_g, BLOCK_GN),
-                            TABLE_G, n_g, LONG, OWN, GLOB, LINK_OFF, LINK, EDGE_OFF, EDGE,
-                            n_q, n_g, n_l, n_g, n_levels, n_links, n_edges, max_distance, cross_label, n_labels, radius, scale,
-                            REGION_G, STRUCTURED, WALK_G, BLOCK_M, BLOCK_GN, D, UPCAST, PRECISION)
-    acc, m_i, l_i = _attend(acc, m_i, l_i, q, qab, belongs[:, None], other[:, None], right[:, None], left[:, None], qi, q_lo, q_hi, KL, VL, QAB, COUNT_L + row, INDEX_L + row * tl.cdiv(n_l, BLOCK_LN),
-                            TABLE_L, l_stride, LONG, OWN, GLOB, LINK_OFF, LINK, EDGE_OFF, EDGE,
-                            n_q, n_l, n_l, n_g, n_levels, n_links, n_edges, max_distance, cross_label, n_labels, radius, scale,
-                            REGION_L, STRUCTURED, WALK_L, BLOCK_M, BLOCK_LN, D, UPCAST, PRECISION)
+    acc, m_i, l_i = _attend(
+        acc,
+        m_i,
+        l_i,
+        q,
+        qab,
+        belongs[:, None],
+        other[:, None],
+        right[:, None],
+        left[:, None],
+        qi,
+        q_lo,
+        q_hi,
+        KG,
+        VG,
+        QAB,
+        COUNT_G + row,
+        INDEX_G + row * tl.cdiv(n_g, BLOCK_GN),
+        TABLE_G,
+        n_g,
+        LONG,
+        OWN,
+        GLOB,
+        LINK_OFF,
+        LINK,
+        EDGE_OFF,
+        EDGE,
+        n_q,
+        n_g,
+        n_l,
+        n_g,
+        n_levels,
+        n_links,
+        n_edges,
+        max_distance,
+        cross_label,
+        n_labels,
+        radius,
+        scale,
+        REGION_G,
+        STRUCTURED,
+        WALK_G,
+        BLOCK_M,
+        BLOCK_GN,
+        D,
+        UPCAST,
+        PRECISION,
+    )
+    acc, m_i, l_i = _attend(
+        acc,
+        m_i,
+        l_i,
+        q,
+        qab,
+        belongs[:, None],
+        other[:, None],
+        right[:, None],
+        left[:, None],
+        qi,
+        q_lo,
+        q_hi,
+        KL,
+        VL,
+        QAB,
+        COUNT_L + row,
+        INDEX_L + row * tl.cdiv(n_l, BLOCK_LN),
+        TABLE_L,
+        l_stride,
+        LONG,
+        OWN,
+        GLOB,
+        LINK_OFF,
+        LINK,
+        EDGE_OFF,
+        EDGE,
+        n_q,
+        n_l,
+        n_l,
+        n_g,
+        n_levels,
+        n_links,
+        n_edges,
+        max_distance,
+        cross_label,
+        n_labels,
+        radius,
+        scale,
+        REGION_L,
+        STRUCTURED,
+        WALK_L,
+        BLOCK_M,
+        BLOCK_LN,
+        D,
+        UPCAST,
+        PRECISION,
+    )
 
     alive = l_i > 0.0
     l_safe = tl.where(alive, l_i, 1.0)
     in_q = qi < n_q
-    tl.store(O + qi[:, None] * D + tl.arange(0, D)[None, :], (acc / l_safe[:, None]).to(O.dtype.element_ty), mask=in_q[:, None])
+    tl.store(
+        O + qi[:, None] * D + tl.arange(0, D)[None, :],
+        (acc / l_safe[:, None]).to(O.dtype.element_ty),
+        mask=in_q[:, None],
+    )
     # (max, log2 sum), not their sum: next to a max near finfo.min the log-sum-exp drops log(sum)
     tl.store(STATS + 2 * qi, tl.where(alive, m_i, 0.0), mask=in_q)
     tl.store(STATS + 2 * qi + 1, tl.where(alive, tl.log2(l_safe), float("inf")), mask=in_q)
 
 
 @triton.jit
-def _forward_kernel(QG, OG, STATSG, QABG, QL, OL, STATSL, QABL, KG, VG, KL, VL,
-                    TABLE_GG, TABLE_GL, TABLE_LG, TABLE_LL, COUNT_GL, INDEX_GL, COUNT_LG, INDEX_LG,
-                    LONG, OWN, GLOB, LINK_OFF, LINK, EDGE_OFF, EDGE,
-                    n_gq, n_g, n_l, n_batch, n_heads, n_levels, n_links, n_edges, max_distance, cross_label, n_labels, radius, scale,
-                    STRUCTURED: tl.constexpr, BLOCK_LM: tl.constexpr, BLOCK_GM: tl.constexpr, BLOCK_LN: tl.constexpr,
-                    BLOCK_GN: tl.constexpr, D: tl.constexpr, V_PAD: tl.constexpr, UPCAST: tl.constexpr, PRECISION: tl.constexpr):
+def _forward_kernel(
+    QG,
+    OG,
+    STATSG,
+    QABG,
+    QL,
+    OL,
+    STATSL,
+    QABL,
+    KG,
+    VG,
+    KL,
+    VL,
+    TABLE_GG,
+    TABLE_GL,
+    TABLE_LG,
+    TABLE_LL,
+    COUNT_GL,
+    INDEX_GL,
+    COUNT_LG,
+    INDEX_LG,
+    LONG,
+    OWN,
+    GLOB,
+    LINK_OFF,
+    LINK,
+    EDGE_OFF,
+    EDGE,
+    n_gq,
+    n_g,
+    n_l,
+    n_batch,
+    n_heads,
+    n_levels,
+    n_links,
+    n_edges,
+    max_distance,
+    cross_label,
+    n_labels,
+    radius,
+    scale,
+    STRUCTURED: tl.constexpr,
+    BLOCK_LM: tl.constexpr,
+    BLOCK_GM: tl.constexpr,
+    BLOCK_LN: tl.constexpr,
+    BLOCK_GN: tl.constexpr,
+    D: tl.constexpr,
+    V_PAD: tl.constexpr,
+    UPCAST: tl.constexpr,
+    PRECISION: tl.constexpr,
+):
     """One launch for both query kinds, global tiles first (n_gq global queries, n_g global keys:
     the slots past n_gq are keys only).
 
@@ -198,16 +460,106 @@ def _forward_kernel(QG, OG, STATSG, QABG, QL, OL, STATSL, QABL, KG, VG, KL, VL,
     global_tiles = tl.cdiv(n_gq, BLOCK_GM)
     if pid < global_tiles * n_batch * n_heads:
         b, tile, bh = _program(pid, global_tiles, n_heads)
-        _forward_tile(b, tile, bh, QG, OG, STATSG, QABG, KG, VG, KL, VL, TABLE_GG, TABLE_GL, COUNT_GL, INDEX_GL, COUNT_GL, INDEX_GL,
-                      LONG, OWN, GLOB, LINK_OFF, LINK, EDGE_OFF, EDGE,
-                      n_gq, n_g, n_l, n_levels, n_links, n_edges, max_distance, cross_label, n_labels, radius, scale,
-                      REGION_G2G, REGION_G2L, WALK_ALL, WALK_LIST, STRUCTURED, BLOCK_GM, BLOCK_GN, BLOCK_LN, D, V_PAD, UPCAST, PRECISION)
+        _forward_tile(
+            b,
+            tile,
+            bh,
+            QG,
+            OG,
+            STATSG,
+            QABG,
+            KG,
+            VG,
+            KL,
+            VL,
+            TABLE_GG,
+            TABLE_GL,
+            COUNT_GL,
+            INDEX_GL,
+            COUNT_GL,
+            INDEX_GL,
+            LONG,
+            OWN,
+            GLOB,
+            LINK_OFF,
+            LINK,
+            EDGE_OFF,
+            EDGE,
+            n_gq,
+            n_g,
+            n_l,
+            n_levels,
+            n_links,
+            n_edges,
+            max_distance,
+            cross_label,
+            n_labels,
+            radius,
+            scale,
+            REGION_G2G,
+            REGION_G2L,
+            WALK_ALL,
+            WALK_LIST,
+            STRUCTURED,
+            BLOCK_GM,
+            BLOCK_GN,
+            BLOCK_LN,
+            D,
+            V_PAD,
+            UPCAST,
+            PRECISION,
+        )
     else:
         b, tile, bh = _program(pid - global_tiles * n_batch * n_heads, tl.cdiv(n_l, BLOCK_LM), n_heads)
-        _forward_tile(b, tile, bh, QL, OL, STATSL, QABL, KG, VG, KL, VL, TABLE_LG, TABLE_LL, COUNT_LG, INDEX_LG, COUNT_LG, INDEX_LG,
-                      LONG, OWN, GLOB, LINK_OFF, LINK, EDGE_OFF, EDGE,
-                      n_l, n_g, n_l, n_levels, n_links, n_edges, max_distance, cross_label, n_labels, radius, scale,
-                      REGION_L2G, REGION_L2L, WALK_LIST, WALK_BAND, STRUCTURED, BLOCK_LM, BLOCK_GN, BLOCK_LN, D, V_PAD, UPCAST, PRECISION)
+        _forward_tile(
+            b,
+            tile,
+            bh,
+            QL,
+            OL,
+            STATSL,
+            QABL,
+            KG,
+            VG,
+            KL,
+            VL,
+            TABLE_LG,
+            TABLE_LL,
+            COUNT_LG,
+            INDEX_LG,
+            COUNT_LG,
+            INDEX_LG,
+            LONG,
+            OWN,
+            GLOB,
+            LINK_OFF,
+            LINK,
+            EDGE_OFF,
+            EDGE,
+            n_l,
+            n_g,
+            n_l,
+            n_levels,
+            n_links,
+            n_edges,
+            max_distance,
+            cross_label,
+            n_labels,
+            radius,
+            scale,
+            REGION_L2G,
+            REGION_L2L,
+            WALK_LIST,
+            WALK_BAND,
+            STRUCTURED,
+            BLOCK_LM,
+            BLOCK_GN,
+            BLOCK_LN,
+            D,
+            V_PAD,
+            UPCAST,
+            PRECISION,
+        )
 
 
 def dot_options(dtype: torch.dtype) -> dict:
@@ -232,12 +584,41 @@ def forward_launch(t: dict, plan, scale: float, batch: int, heads: int, head_dim
     q_l, o_l, stats_l, qab_l, k_g, v_g, k_l, v_l to tensors (or, for a compile-only check, to
     their dtypes)."""
     tiles = plan.tiles.forward
-    grid = (program_count(triton.cdiv(plan.n_global, tiles.global_rows), triton.cdiv(plan.n_long, tiles.long_rows), batch * heads),)
+    grid = (
+        program_count(
+            triton.cdiv(plan.n_global, tiles.global_rows), triton.cdiv(plan.n_long, tiles.long_rows), batch * heads
+        ),
+    )
     lists = plan.forward_lists
-    args = (t["q_g"], t["o_g"], t["stats_g"], t["qab_g"], t["q_l"], t["o_l"], t["stats_l"], t["qab_l"], t["k_g"], t["v_g"], t["k_l"], t["v_l"],
-            *plan.tables, lists["g2l"].counts, lists["g2l"].indices, lists["l2g"].counts, lists["l2g"].indices,
-            *plan.structure_tensors, plan.n_global, plan.n_global_keys, plan.n_long, batch, heads, *plan.structure_sizes,
-            plan.n_labels, plan.radius, scale)
+    args = (
+        t["q_g"],
+        t["o_g"],
+        t["stats_g"],
+        t["qab_g"],
+        t["q_l"],
+        t["o_l"],
+        t["stats_l"],
+        t["qab_l"],
+        t["k_g"],
+        t["v_g"],
+        t["k_l"],
+        t["v_l"],
+        *plan.tables,
+        lists["g2l"].counts,
+        lists["g2l"].indices,
+        lists["l2g"].counts,
+        lists["l2g"].indices,
+        *plan.structure_tensors,
+        plan.n_global,
+        plan.n_global_keys,
+        plan.n_long,
+        batch,
+        heads,
+        *plan.structure_sizes,
+        plan.n_labels,
+        plan.radius,
+        scale,
+    )
     return _forward_kernel, grid, args, {**plan.kernel_constants("forward", head_dim, dtype), **dot_options(dtype)}
 
 

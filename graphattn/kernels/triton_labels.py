@@ -40,6 +40,18 @@ REGION_L2L = tl.constexpr(3)
 
 
 @triton.jit
+def batch_structure(b, LONG, OWN, GLOB, LINK_OFF, EDGE_OFF, n_long, n_global, n_levels):
+    """The per-row structure tensors' pointers at batch row `b` (LINK and EDGE are flat)."""
+    return (
+        LONG + b * 3 * n_long,
+        OWN + b * n_levels * n_long,
+        GLOB + b * 4 * n_global,
+        LINK_OFF + b * (n_long + 1),
+        EDGE_OFF + b * (n_global + 1),
+    )
+
+
+@triton.jit
 def _distance_id(delta, max_distance):
     """etcmodel's relative id of key - query: 0 same, 1..k right, k+1..2k left, clipped."""
     clipped = tl.minimum(tl.maximum(delta, -max_distance), max_distance)
@@ -58,8 +70,28 @@ def _gather_terms(qab, labels, KEYS_FIRST: tl.constexpr):
 
 
 @triton.jit
-def _long_global(long_idx, glob_idx, hard, long_lo, long_hi, QAB, n_labels, belongs_term, other_term,
-                 LONG, OWN, GLOB, LINK_OFF, LINK, n_long, n_global, n_levels, n_links, max_distance, LONG_QUERIES: tl.constexpr):
+def _long_global(
+    long_idx,
+    glob_idx,
+    hard,
+    long_lo,
+    long_hi,
+    QAB,
+    n_labels,
+    belongs_term,
+    other_term,
+    LONG,
+    OWN,
+    GLOB,
+    LINK_OFF,
+    LINK,
+    n_long,
+    n_global,
+    n_levels,
+    n_links,
+    max_distance,
+    LONG_QUERIES: tl.constexpr,
+):
     """(labels, allowed, term) of long/global pairs: ownership at any level, documents, links.
     LONG_QUERIES: the long tokens are the queries (l2g), else the globals are (g2l); a link's
     term is the qab of its query at its label."""
@@ -89,10 +121,43 @@ def _long_global(long_idx, glob_idx, hard, long_lo, long_hi, QAB, n_labels, belo
 
 
 @triton.jit
-def tile_terms(REGION: tl.constexpr, STRUCTURED: tl.constexpr, KEYS_FIRST: tl.constexpr, qi, kj, q_lo, q_hi, k_lo, k_hi,
-               n_q, n_k, radius, TABLE, row_stride, QAB, qab, n_labels, belongs_term, other_term, right_term, left_term,
-               LONG, OWN, GLOB, LINK_OFF, LINK, EDGE_OFF, EDGE,
-               n_long, n_global, n_levels, n_links, n_edges, max_distance, cross_label):
+def tile_terms(
+    REGION: tl.constexpr,
+    STRUCTURED: tl.constexpr,
+    KEYS_FIRST: tl.constexpr,
+    qi,
+    kj,
+    q_lo,
+    q_hi,
+    k_lo,
+    k_hi,
+    n_q,
+    n_k,
+    radius,
+    TABLE,
+    row_stride,
+    QAB,
+    qab,
+    n_labels,
+    belongs_term,
+    other_term,
+    right_term,
+    left_term,
+    LONG,
+    OWN,
+    GLOB,
+    LINK_OFF,
+    LINK,
+    EDGE_OFF,
+    EDGE,
+    n_long,
+    n_global,
+    n_levels,
+    n_links,
+    n_edges,
+    max_distance,
+    cross_label,
+):
     """(label id of each (query qi, key kj) pair, -1 where it may not attend; its label term).
 
     [q_lo, q_hi) and [k_lo, k_hi) are the tiles' token ranges (they select the links and edges
@@ -123,8 +188,12 @@ def tile_terms(REGION: tl.constexpr, STRUCTURED: tl.constexpr, KEYS_FIRST: tl.co
         elif REGION == REGION_G2G:
             q_in, k_in = qi < n_global, kj < n_global
             same_doc = tl.load(GLOB + qi, mask=q_in, other=-1) == tl.load(GLOB + kj, mask=k_in, other=-2)
-            cross = tl.load(GLOB + n_global + qi, mask=q_in, other=0) != tl.load(GLOB + n_global + kj, mask=k_in, other=0)
-            both = (tl.load(GLOB + 2 * n_global + qi, mask=q_in, other=0) != 0) & (tl.load(GLOB + 2 * n_global + kj, mask=k_in, other=0) != 0)
+            cross = tl.load(GLOB + n_global + qi, mask=q_in, other=0) != tl.load(
+                GLOB + n_global + kj, mask=k_in, other=0
+            )
+            both = (tl.load(GLOB + 2 * n_global + qi, mask=q_in, other=0) != 0) & (
+                tl.load(GLOB + 2 * n_global + kj, mask=k_in, other=0) != 0
+            )
             allowed = same_doc & ~(cross & both)
             labels = _distance_id(kj - qi, max_distance)
             if cross_label >= 0:
@@ -137,12 +206,52 @@ def tile_terms(REGION: tl.constexpr, STRUCTURED: tl.constexpr, KEYS_FIRST: tl.co
             term = _gather_terms(qab, labels, KEYS_FIRST)
         elif REGION == REGION_L2G:
             hard = tl.load(LONG + 2 * n_long + qi, mask=qi < n_long, other=1)
-            labels, allowed, term = _long_global(qi, kj, hard, q_lo, q_hi, QAB, n_labels, belongs_term, other_term,
-                                                 LONG, OWN, GLOB, LINK_OFF, LINK, n_long, n_global, n_levels, n_links, max_distance, True)
+            labels, allowed, term = _long_global(
+                qi,
+                kj,
+                hard,
+                q_lo,
+                q_hi,
+                QAB,
+                n_labels,
+                belongs_term,
+                other_term,
+                LONG,
+                OWN,
+                GLOB,
+                LINK_OFF,
+                LINK,
+                n_long,
+                n_global,
+                n_levels,
+                n_links,
+                max_distance,
+                True,
+            )
         else:  # REGION_G2L
             hard = tl.load(GLOB + 3 * n_global + qi, mask=qi < n_global, other=1)
-            labels, allowed, term = _long_global(kj, qi, hard, k_lo, k_hi, QAB, n_labels, belongs_term, other_term,
-                                                 LONG, OWN, GLOB, LINK_OFF, LINK, n_long, n_global, n_levels, n_links, max_distance, False)
+            labels, allowed, term = _long_global(
+                kj,
+                qi,
+                hard,
+                k_lo,
+                k_hi,
+                QAB,
+                n_labels,
+                belongs_term,
+                other_term,
+                LONG,
+                OWN,
+                GLOB,
+                LINK_OFF,
+                LINK,
+                n_long,
+                n_global,
+                n_levels,
+                n_links,
+                max_distance,
+                False,
+            )
         labels = tl.where(allowed & inside, labels, -1)
     return labels, term
 
@@ -166,9 +275,17 @@ def qab_rows(QAB, rows, n_rows, n_labels, V_PAD: tl.constexpr, KEYS_FIRST: tl.co
     """The query rows' qab tile, [rows, V_PAD] (or [V_PAD, rows] keys first), zeros past V."""
     columns = tl.arange(0, V_PAD)
     if KEYS_FIRST:
-        tile = tl.load(QAB + rows[None, :] * n_labels + columns[:, None], mask=(rows[None, :] < n_rows) & (columns[:, None] < n_labels), other=0.0)
+        tile = tl.load(
+            QAB + rows[None, :] * n_labels + columns[:, None],
+            mask=(rows[None, :] < n_rows) & (columns[:, None] < n_labels),
+            other=0.0,
+        )
     else:
-        tile = tl.load(QAB + rows[:, None] * n_labels + columns[None, :], mask=(rows[:, None] < n_rows) & (columns[None, :] < n_labels), other=0.0)
+        tile = tl.load(
+            QAB + rows[:, None] * n_labels + columns[None, :],
+            mask=(rows[:, None] < n_rows) & (columns[None, :] < n_labels),
+            other=0.0,
+        )
     return tile
 
 

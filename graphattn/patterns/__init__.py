@@ -19,5 +19,12 @@ from graphattn.patterns.compressive import CompressiveConfig, CompressiveEncoder
 from graphattn.patterns.longformer import LongformerConfig, LongformerEncoder, LongformerPattern
 from graphattn.patterns.longnet import LongNetAttention, LongNetPattern
 
-__all__ = ["CompressiveConfig", "CompressiveEncoder", "LongformerConfig", "LongformerEncoder", "LongformerPattern",
-           "LongNetAttention", "LongNetPattern"]
+__all__ = [
+    "CompressiveConfig",
+    "CompressiveEncoder",
+    "LongformerConfig",
+    "LongformerEncoder",
+    "LongformerPattern",
+    "LongNetAttention",
+    "LongNetPattern",
+]

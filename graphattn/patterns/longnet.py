@@ -37,26 +37,57 @@ class LongNetPattern:
     def __post_init__(self) -> None:
         self.pairs = check_schedule(self.pairs)
         if self.group is not None and self.key_padding is not None:
-            raise GraphattnError("key_padding is not supported sequence-parallel; pass valid_length", path=("key_padding",))
+            raise GraphattnError(
+                "key_padding is not supported sequence-parallel; pass valid_length", path=("key_padding",)
+            )
 
-    def attend(self, global_q: torch.Tensor, global_k: torch.Tensor, global_v: torch.Tensor, long_q: torch.Tensor, long_k: torch.Tensor,
-               long_v: torch.Tensor, rel_key_table: torch.Tensor | None = None, rel_bias_table: torch.Tensor | None = None,
-               scale: float | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    def attend(
+        self,
+        global_q: torch.Tensor,
+        global_k: torch.Tensor,
+        global_v: torch.Tensor,
+        long_q: torch.Tensor,
+        long_k: torch.Tensor,
+        long_v: torch.Tensor,
+        rel_key_table: torch.Tensor | None = None,
+        rel_bias_table: torch.Tensor | None = None,
+        scale: float | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         if self.group is None:
-            out = dilated_attention(long_q, long_k, long_v, self.pairs, causal=self.causal, key_padding=self.key_padding, scale=scale)
+            out = dilated_attention(
+                long_q, long_k, long_v, self.pairs, causal=self.causal, key_padding=self.key_padding, scale=scale
+            )
         else:
-            out = dilated_attention_parallel(long_q, long_k, long_v, self.pairs, causal=self.causal, valid_length=self.valid_length,
-                                             group=self.group, scale=scale)
+            out = dilated_attention_parallel(
+                long_q,
+                long_k,
+                long_v,
+                self.pairs,
+                causal=self.causal,
+                valid_length=self.valid_length,
+                group=self.group,
+                scale=scale,
+            )
         return torch.zeros_like(global_q), out
 
 
 class LongNetAttention(nn.Module):
     """hidden [B, L, D] -> [B, L, D] with a mixture of (segment, dilation) pairs."""
 
-    def __init__(self, hidden_size: int, num_heads: int, pairs: Sequence[Sequence[int]] = LONGNET_SCHEDULE, *, causal: bool = False):
+    def __init__(
+        self,
+        hidden_size: int,
+        num_heads: int,
+        pairs: Sequence[Sequence[int]] = LONGNET_SCHEDULE,
+        *,
+        causal: bool = False,
+    ):
         super().__init__()
         if hidden_size % num_heads:
-            raise GraphattnError(f"hidden_size {hidden_size} is not divisible by num_heads {num_heads}", path=("LongNetAttention", "hidden_size"))
+            raise GraphattnError(
+                f"hidden_size {hidden_size} is not divisible by num_heads {num_heads}",
+                path=("LongNetAttention", "hidden_size"),
+            )
         self.num_heads, self.head_dim = num_heads, hidden_size // num_heads
         self.pairs = check_schedule(pairs)
         self.causal = causal

@@ -39,5 +39,7 @@ def triton_on_cuda(monkeypatch):
 
     monkeypatch.setattr(backend.TritonPlan, "__init__", init)
     monkeypatch.setattr(backend, "run", run)
-    monkeypatch.setattr(backend, "_check_states", lambda states: real_check({name: _cuda(t) for name, t in states.items()}))
+    monkeypatch.setattr(
+        backend, "_check_states", lambda states: real_check({name: _cuda(t) for name, t in states.items()})
+    )
     yield

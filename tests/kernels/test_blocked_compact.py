@@ -44,10 +44,15 @@ def run_both(batch, vocab, **options):
 def test_compact_chunks_match_the_dense_tensors(first, second, extra_long, tile_elements, block_size) -> None:
     tok = WordTokenizer()
     (graphs_a, schema), (graphs_b, _) = first, second
-    instances = [compile_instance(graphs_a, schema, tok, compact=True), compile_instance(graphs_b, schema, tok, compact=True)]
+    instances = [
+        compile_instance(graphs_a, schema, tok, compact=True),
+        compile_instance(graphs_b, schema, tok, compact=True),
+    ]
     batch = collate(instances, pad_to_long=max(i.long_length for i in instances) + extra_long)
     block_size = max(block_size or 0, schema.local_radius) if block_size else None
-    compact, dense = run_both(batch, schema.relative_vocab_size, tile_elements=tile_elements, block_size=block_size, workers=1)
+    compact, dense = run_both(
+        batch, schema.relative_vocab_size, tile_elements=tile_elements, block_size=block_size, workers=1
+    )
     assert_all_close(compact, dense, 1e-10, RESULT_NAMES)
 
 
@@ -57,10 +62,20 @@ def long_compact_batch(length: int, num_global: int) -> CompactBatch:
     zeros = lambda n: np.zeros(n, np.int32)  # noqa: E731
     links = np.arange(0, length, 997, dtype=np.int32)
     side = CompactSideInputs(
-        local_radius=84, max_distance=12, levels=("sentence",), owners=owners, long_doc=zeros(length), long_segment=zeros(length),
-        global_doc=zeros(num_global), global_segment=zeros(num_global), global_blockable=np.zeros(num_global, bool),
-        long_hard_l2g=np.zeros(length, bool), global_hard_g2l=np.ones(num_global, bool),
-        link_long=links, link_global=(links * 7) % num_global, link_label=np.full(len(links), 27, np.int32),
+        local_radius=84,
+        max_distance=12,
+        levels=("sentence",),
+        owners=owners,
+        long_doc=zeros(length),
+        long_segment=zeros(length),
+        global_doc=zeros(num_global),
+        global_segment=zeros(num_global),
+        global_blockable=np.zeros(num_global, bool),
+        long_hard_l2g=np.zeros(length, bool),
+        global_hard_g2l=np.ones(num_global, bool),
+        link_long=links,
+        link_global=(links * 7) % num_global,
+        link_label=np.full(len(links), 27, np.int32),
     )
     return CompactBatch.from_instances([side], length, num_global).to_torch()
 
@@ -73,8 +88,14 @@ def test_no_mask_block_larger_than_a_chunk_is_built(monkeypatch) -> None:
     sizes = []
     for name in ("dense_l2g", "dense_g2l", "dense_g2g"):
         real = getattr(structure, name)
-        monkeypatch.setattr(structure, name, lambda *a, real=real, **k: (lambda out: (sizes.append(out[0].numel()), out)[1])(real(*a, **k)))
-    attention = prepare_attention(compact, num_heads=2, head_dim=8, vocab_size=32, backend="blocked", tile_elements=1 << 18, workers=1)
+        monkeypatch.setattr(
+            structure,
+            name,
+            lambda *a, real=real, **k: (lambda out: (sizes.append(out[0].numel()), out)[1])(real(*a, **k)),
+        )
+    attention = prepare_attention(
+        compact, num_heads=2, head_dim=8, vocab_size=32, backend="blocked", tile_elements=1 << 18, workers=1
+    )
     gen = torch.Generator().manual_seed(0)
     states = [torch.randn(1, 2, n, 8, generator=gen) for n in (num_global,) * 3 + (length,) * 3]
     with torch.no_grad():

@@ -16,7 +16,9 @@ SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "gpu_check.py"
 
 def run(*args: str, timeout: int = 900) -> subprocess.CompletedProcess:
     env = dict(os.environ, PYTHONPATH=str(SCRIPT.parents[1]), TRITON_INTERPRET="1")
-    return subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True, env=env, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, str(SCRIPT), *args], capture_output=True, text=True, env=env, timeout=timeout
+    )
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-GPU path")

@@ -37,9 +37,13 @@ BACKENDS = ["dense", "blocked", "triton"] + (["flex"] if flex.available() else [
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_key_only_global_slots_match_the_square_oracle(backend) -> None:
     dtype = torch.float32
-    case = synthetic_case(dtype=dtype, dim=16, num_long=23, num_global=7, radius=3, num_docs=2, mention_links=4, empty_global_rows=1)
+    case = synthetic_case(
+        dtype=dtype, dim=16, num_long=23, num_global=7, radius=3, num_docs=2, mention_links=4, empty_global_rows=1
+    )
     side = key_only(case.side, QUERIES)
-    options = {"block_sizes": BlockSizes(16, 16)} if backend == "triton" else {"compiled": False} if backend == "flex" else {}
+    options = (
+        {"block_sizes": BlockSizes(16, 16)} if backend == "triton" else {"compiled": False} if backend == "flex" else {}
+    )
     attention = prepare_attention(side, num_heads=2, head_dim=16, vocab_size=case.vocab, backend=backend, **options)
     assert (attention.shape.num_global, attention.shape.num_global_keys) == (QUERIES, 7)
     grads = backend != "flex"  # FlexAttention has no CPU backward
@@ -55,7 +59,10 @@ def test_key_only_global_slots_match_the_square_oracle(backend) -> None:
 
     with torch.set_grad_enabled(grads):
         if grads:
-            expected, actual = outputs_and_grads(oracle, case.states, params), outputs_and_grads(ours, case.states, params)
+            expected, actual = (
+                outputs_and_grads(oracle, case.states, params),
+                outputs_and_grads(ours, case.states, params),
+            )
         else:
             expected, actual = list(oracle(case.states)), list(ours(case.states))
     assert actual[0].shape == (2, 2, QUERIES, 16)
@@ -64,6 +71,8 @@ def test_key_only_global_slots_match_the_square_oracle(backend) -> None:
 
 def test_more_global_queries_than_keys_is_refused() -> None:
     case = synthetic_case(dtype=torch.float32, dim=16, num_global=7)
-    attention = prepare_attention(key_only(case.side, QUERIES), num_heads=2, head_dim=16, vocab_size=case.vocab, backend="blocked")
+    attention = prepare_attention(
+        key_only(case.side, QUERIES), num_heads=2, head_dim=16, vocab_size=case.vocab, backend="blocked"
+    )
     with pytest.raises(Exception, match="global"):
         attention.attend(*case.states, case.key_table, case.bias_table)

@@ -29,7 +29,9 @@ def mean_of_allowed(case) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def edge_case(kind: str):
-    case = synthetic_case(dtype=torch.float32, dim=16, num_long=37, num_global=6, radius=3, num_docs=2, empty_long_rows=2, bias=True)
+    case = synthetic_case(
+        dtype=torch.float32, dim=16, num_long=37, num_global=6, radius=3, num_docs=2, empty_long_rows=2, bias=True
+    )
     with torch.no_grad():
         case.key_table.zero_()
         if kind == "huge_states":  # q.k = -1e34 * 16 * scale for every pair: far below -1e30
@@ -68,7 +70,9 @@ def test_every_backend_matches_dense_below_minus_1e30(backend, kind) -> None:
         elif backend == "flex":
             ours = flex.attention(*case.states, case.side, case.key_table, case.bias_table, 0.25, compiled=False)
         else:
-            ours = global_local_attention(*case.states, case.side, case.key_table, case.bias_table, backend=backend, scale=0.25)
+            ours = global_local_attention(
+                *case.states, case.side, case.key_table, case.bias_table, backend=backend, scale=0.25
+            )
     expected = mean_of_allowed(case)
     assert_all_close(list(ours), list(expected), 1e-6)
 
@@ -90,10 +94,14 @@ def test_gradients_match_dense_below_minus_1e30(backend, kind) -> None:
         def fn(*args):
             return attention(*args, block_sizes=BlockSizes(16, 16))
     else:
+
         def fn(*args):
             return global_local_attention(*args[:9], backend=backend, scale=args[9])
+
     ours = dict(zip(RESULT_NAMES, run(fn, case, scale=0.25)))
     expected = dict(zip(RESULT_NAMES, run(dense.attention, case, scale=0.25)))
     for name in COMPARED[kind]:
         scale = max(expected[name].abs().max().item(), 1.0)
-        torch.testing.assert_close(ours[name], expected[name], rtol=1e-5, atol=1e-5 * scale, msg=lambda m: f"{name}: {m}")
+        torch.testing.assert_close(
+            ours[name], expected[name], rtol=1e-5, atol=1e-5 * scale, msg=lambda m: f"{name}: {m}"
+        )

@@ -38,7 +38,9 @@ def test_prepared_attention_equals_the_one_call_entry_point(case, backend) -> No
         if backend == "flex":
             expected = flex.attention(*case.states, case.side, case.key_table, case.bias_table, 0.4, compiled=False)
         else:
-            expected = global_local_attention(*case.states, case.side, case.key_table, case.bias_table, backend=backend, scale=0.4)
+            expected = global_local_attention(
+                *case.states, case.side, case.key_table, case.bias_table, backend=backend, scale=0.4
+            )
     assert_all_close(list(first), list(expected), 1e-5)
     assert all(torch.equal(a, b) for a, b in zip(first, again))
 
@@ -55,9 +57,18 @@ def test_attend_checks_the_states_against_the_prepared_batch(case) -> None:
 
 def encoder_and_batch(backend: str, layers: int = 3):
     batch = graph_batch()
-    config = EtcConfig(vocab_size=200, hidden_size=32, num_attention_heads=2, intermediate_size=64, num_hidden_layers=layers,
-                       local_radius=3, relative_pos_max_distance=2, relative_vocab_size=16, hidden_dropout_prob=0.0,
-                       attention_backend=backend)
+    config = EtcConfig(
+        vocab_size=200,
+        hidden_size=32,
+        num_attention_heads=2,
+        intermediate_size=64,
+        num_hidden_layers=layers,
+        local_radius=3,
+        relative_pos_max_distance=2,
+        relative_vocab_size=16,
+        hidden_dropout_prob=0.0,
+        attention_backend=backend,
+    )
     torch.manual_seed(0)
     return EtcEncoder(config).eval(), batch
 
@@ -85,6 +96,7 @@ def no_host_sync():
     def refuse(name):
         def method(self, *args, **kwargs):
             raise AssertionError(f"Tensor.{name} called inside the layer loop (a host-device synchronisation on a GPU)")
+
         return method
 
     try:
@@ -138,7 +150,9 @@ def test_flex_from_a_compact_batch_equals_dense() -> None:
     b, g, l = batch.batch_size, batch.side.global_length, batch.side.long_length
     states = [torch.randn(b, 2, n, 16, generator=gen) for n in (g, g, g, l, l, l)]
     key_table, bias_table = torch.randn(16, 2, 16, generator=gen), torch.randn(16, 2, generator=gen)
-    attention = prepare_attention(batch.compact, num_heads=2, head_dim=16, vocab_size=16, backend="flex", compiled=False)
+    attention = prepare_attention(
+        batch.compact, num_heads=2, head_dim=16, vocab_size=16, backend="flex", compiled=False
+    )
     with torch.no_grad():
         ours = attention.attend(*states, key_table, bias_table)
         expected = global_local_attention(*states, batch.side, key_table, bias_table, backend="dense")

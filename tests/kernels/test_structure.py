@@ -32,19 +32,40 @@ def instance_a() -> CompactSideInputs:
     global 0 under hard g2l, token 4 linked to global 0 (label 5), a g2g edge 1 -> 0 (label 6)."""
     i32 = lambda *x: np.array(x, np.int32)  # noqa: E731
     return CompactSideInputs(
-        local_radius=1, max_distance=1, levels=("sentence",), owners=i32([0, 0, 0, 1, 1]),
-        long_doc=i32(0, 0, 0, 0, 0), long_segment=i32(0, 0, 0, 1, 1), global_doc=i32(0, 0), global_segment=i32(0, 1),
-        global_blockable=np.zeros(2, bool), long_hard_l2g=np.zeros(5, bool), global_hard_g2l=np.array([True, False]),
-        link_long=i32(4), link_global=i32(0), link_label=i32(5), g2g_src=i32(1), g2g_dst=i32(0), g2g_label=i32(6),
+        local_radius=1,
+        max_distance=1,
+        levels=("sentence",),
+        owners=i32([0, 0, 0, 1, 1]),
+        long_doc=i32(0, 0, 0, 0, 0),
+        long_segment=i32(0, 0, 0, 1, 1),
+        global_doc=i32(0, 0),
+        global_segment=i32(0, 1),
+        global_blockable=np.zeros(2, bool),
+        long_hard_l2g=np.zeros(5, bool),
+        global_hard_g2l=np.array([True, False]),
+        link_long=i32(4),
+        link_global=i32(0),
+        link_label=i32(5),
+        g2g_src=i32(1),
+        g2g_dst=i32(0),
+        g2g_label=i32(6),
     )
 
 
 def instance_b() -> CompactSideInputs:
     i32 = lambda *x: np.array(x, np.int32)  # noqa: E731
     return CompactSideInputs(
-        local_radius=1, max_distance=1, levels=("sentence",), owners=i32([0, 0, 0]), long_doc=i32(0, 0, 0),
-        long_segment=i32(0, 0, 0), global_doc=i32(0), global_segment=i32(0), global_blockable=np.zeros(1, bool),
-        long_hard_l2g=np.zeros(3, bool), global_hard_g2l=np.zeros(1, bool),
+        local_radius=1,
+        max_distance=1,
+        levels=("sentence",),
+        owners=i32([0, 0, 0]),
+        long_doc=i32(0, 0, 0),
+        long_segment=i32(0, 0, 0),
+        global_doc=i32(0),
+        global_segment=i32(0),
+        global_blockable=np.zeros(1, bool),
+        long_hard_l2g=np.zeros(3, bool),
+        global_hard_g2l=np.zeros(1, bool),
     )
 
 
@@ -53,7 +74,10 @@ def test_compact_batch_by_hand() -> None:
     assert batch.link_offsets.tolist() == [[0, 0, 0, 0, 0, 1], [1, 1, 1, 1, 1, 1]]
     assert (batch.link_batch.tolist(), batch.link_long.tolist(), batch.link_global.tolist()) == ([0], [4], [0])
     assert batch.edge_offsets.tolist() == [[0, 0, 1], [1, 1, 1]] and batch.edge_dst.tolist() == [0]
-    assert batch.long_doc[1].tolist() == [0, 0, 0, 1, 1] and batch.global_doc[1].tolist() == [0, 1]  # padding: one more document
+    assert batch.long_doc[1].tolist() == [0, 0, 0, 1, 1] and batch.global_doc[1].tolist() == [
+        0,
+        1,
+    ]  # padding: one more document
     assert batch.owners[1].tolist() == [[0, 0, 0, -1, -1]]
     side = compact_to_side(batch.to_torch())
     # belongs = 2k+2 = 4, does_not_belong = 3, the link overrides belongs
@@ -98,18 +122,35 @@ def _dense_band(side) -> torch.Tensor:
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(cases(), cases(), st.integers(0, 3), st.integers(0, 2), st.sampled_from([2, 3, 16]), st.sampled_from([2, 5, 16]))
-def test_derived_tensors_and_tile_tables_agree_with_collate(first, second, extra_long, extra_global, long_tile, global_tile) -> None:
+def test_derived_tensors_and_tile_tables_agree_with_collate(
+    first, second, extra_long, extra_global, long_tile, global_tile
+) -> None:
     """Random compiled layouts (the compiler's property-test strategy): the torch derivation
     equals collate's dense tensors, and every tile table is sound against them."""
     tok = WordTokenizer()
     (graphs_a, schema), (graphs_b, _) = first, second
-    instances = [compile_instance(graphs_a, schema, tok, compact=True), compile_instance(graphs_b, schema, tok, compact=True)]
+    instances = [
+        compile_instance(graphs_a, schema, tok, compact=True),
+        compile_instance(graphs_b, schema, tok, compact=True),
+    ]
     long_length = max(i.long_length for i in instances) + extra_long
-    batch = collate(instances, pad_to_long=long_length, pad_to_global=max(i.global_length for i in instances) + extra_global)
+    batch = collate(
+        instances, pad_to_long=long_length, pad_to_global=max(i.global_length for i in instances) + extra_global
+    )
     for name, value in compact_to_side(batch.compact).as_dict().items():
         assert torch.equal(value, getattr(batch.side, name)), name
-    dense = {"l2g": batch.side.l2g_att_mask, "g2l": batch.side.g2l_att_mask, "g2g": batch.side.g2g_att_mask, "l2l": _dense_band(batch.side)}
-    tiles = {"l2g": (long_tile, global_tile), "g2l": (global_tile, long_tile), "g2g": (global_tile, global_tile), "l2l": (long_tile, long_tile)}
+    dense = {
+        "l2g": batch.side.l2g_att_mask,
+        "g2l": batch.side.g2l_att_mask,
+        "g2g": batch.side.g2g_att_mask,
+        "l2l": _dense_band(batch.side),
+    }
+    tiles = {
+        "l2g": (long_tile, global_tile),
+        "g2l": (global_tile, long_tile),
+        "g2g": (global_tile, global_tile),
+        "l2l": (long_tile, long_tile),
+    }
     for region, mask in dense.items():
         ours, exact = region_tiles(batch.compact, region, *tiles[region]), dense_region_tiles(mask, *tiles[region])
         assert not (exact.any & ~ours.any).any(), f"{region}: a tile with allowed pairs is said to be empty"
@@ -125,4 +166,3 @@ def test_block_mask_from_structure_covers_the_pattern_exactly_where_it_is_simple
     reference = flex.block_mask_from_mask_mod(batch.side, num_global, num_long, compiled=False).to_dense()
     assert torch.equal(from_dense, reference)  # the per-block reduction of the dense masks is exact
     assert not (reference.bool() & ~from_structure.bool()).any()  # the structure build misses no block
-

@@ -30,21 +30,40 @@ def compiler_available() -> bool:
     return (tools / "ptxas").exists() and (tools / "cuobjdump").exists()
 
 
-pytestmark = [pytest.mark.slow, pytest.mark.skipif(not compiler_available(), reason="Triton's CUDA compiler (ptxas, cuobjdump) is not installed")]
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(not compiler_available(), reason="Triton's CUDA compiler (ptxas, cuobjdump) is not installed"),
+]
 
 
 def compile_in_subprocess(arch: int, dtype: str, head_dim: int, mode: str = "structured") -> list[dict]:
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env.setdefault("TRITON_DEFAULT_FP_FUSION", "1")
-    command = [sys.executable, "-W", "ignore", "-m", "graphattn.kernels.triton_aot", "--json", "--arch", str(arch), "--dtype", dtype,
-               "--head-dim", str(head_dim), "--mode", mode]
+    command = [
+        sys.executable,
+        "-W",
+        "ignore",
+        "-m",
+        "graphattn.kernels.triton_aot",
+        "--json",
+        "--arch",
+        str(arch),
+        "--dtype",
+        dtype,
+        "--head-dim",
+        str(head_dim),
+        "--mode",
+        mode,
+    ]
     done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=1800)
     lines = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
     assert lines, f"nothing compiled (exit {done.returncode}):\n{done.stdout[-2000:]}\n{done.stderr[-3000:]}"
     return lines
 
 
-@pytest.mark.parametrize("arch, dtype, head_dim", [(90, "bfloat16", 64), (90, "bfloat16", 128), (80, "bfloat16", 64), (80, "bfloat16", 128)])
+@pytest.mark.parametrize(
+    "arch, dtype, head_dim", [(90, "bfloat16", 64), (90, "bfloat16", 128), (80, "bfloat16", 64), (80, "bfloat16", 128)]
+)
 def test_kernels_fit_without_spills_on_tensor_cores(arch, dtype, head_dim):
     variants = compile_in_subprocess(arch, dtype, head_dim)
     assert {v["name"] for v in variants} >= KERNELS
@@ -57,11 +76,25 @@ def test_kernels_fit_without_spills_on_tensor_cores(arch, dtype, head_dim):
         else:
             assert v["mma"] > 0, v
     forward = next(v for v in variants if v["name"] == "forward")
-    assert forward["exp2"] == 8, f"the softmax is computed more than once per tile: {forward}"  # 4 key loops x (p, rescale)
+    assert forward["exp2"] == 8, (
+        f"the softmax is computed more than once per tile: {forward}"
+    )  # 4 key loops x (p, rescale)
 
 
 def test_exact_fp32_at_head_dim_128_is_refused_not_compiled():
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    command = [sys.executable, "-W", "ignore", "-m", "graphattn.kernels.triton_aot", "--arch", "86", "--dtype", "float32", "--head-dim", "128"]
+    command = [
+        sys.executable,
+        "-W",
+        "ignore",
+        "-m",
+        "graphattn.kernels.triton_aot",
+        "--arch",
+        "86",
+        "--dtype",
+        "float32",
+        "--head-dim",
+        "128",
+    ]
     done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=600)
     assert done.returncode == 0 and "refused" in done.stdout, done.stdout + done.stderr

@@ -50,8 +50,12 @@ def outputs_and_grads(attend, states, key_table, bias_table, seed=1):
 
 def structured_and_dense(batch, vocab, heads=2, dim=16, seed=0):
     side = batch.side
-    states, key_table, bias_table = random_states(batch.batch_size, heads, side.global_length, side.long_length, dim, vocab, seed)
-    attention = prepare_attention(batch.compact, num_heads=heads, head_dim=dim, vocab_size=vocab, backend="triton", block_sizes=TILES)
+    states, key_table, bias_table = random_states(
+        batch.batch_size, heads, side.global_length, side.long_length, dim, vocab, seed
+    )
+    attention = prepare_attention(
+        batch.compact, num_heads=heads, head_dim=dim, vocab_size=vocab, backend="triton", block_sizes=TILES
+    )
     assert attention.plan.for_states(torch.float32, dim).structured
     ours = outputs_and_grads(attention.attend, states, key_table, bias_table)
     expected = outputs_and_grads(lambda *a: dense.attention(*a[:6], side, *a[6:]), states, key_table, bias_table)
@@ -69,7 +73,10 @@ def test_structured_kernels_match_dense_on_a_compiled_graph_batch() -> None:
 def test_structured_kernels_match_dense_on_random_layouts(first, second, extra_long) -> None:
     tok = WordTokenizer()
     (graphs_a, schema), (graphs_b, _) = first, second
-    instances = [compile_instance(graphs_a, schema, tok, compact=True), compile_instance(graphs_b, schema, tok, compact=True)]
+    instances = [
+        compile_instance(graphs_a, schema, tok, compact=True),
+        compile_instance(graphs_b, schema, tok, compact=True),
+    ]
     batch = collate(instances, pad_to_long=max(i.long_length for i in instances) + extra_long)
     ours, expected = structured_and_dense(batch, vocab=schema.relative_vocab_size)
     assert_all_close(ours, expected, 1e-5, RESULT_NAMES)
@@ -80,7 +87,9 @@ def test_two_backward_passes_are_bitwise_equal(form) -> None:
     batch = graph_batch(compact=True)
     structure = batch.compact if form == "structured" else batch.side
     states, key_table, bias_table = random_states(2, 2, batch.side.global_length, batch.side.long_length, 16, 16)
-    attention = prepare_attention(structure, num_heads=2, head_dim=16, vocab_size=16, backend="triton", block_sizes=TILES)
+    attention = prepare_attention(
+        structure, num_heads=2, head_dim=16, vocab_size=16, backend="triton", block_sizes=TILES
+    )
     first = outputs_and_grads(attention.attend, states, key_table, bias_table)
     second = outputs_and_grads(attention.attend, states, key_table, bias_table)
     assert all(torch.equal(a, b) for a, b in zip(first, second))
@@ -95,10 +104,14 @@ def test_the_kernels_use_no_atomics() -> None:
 # -- refused before launch ---------------------------------------------------------------------
 def test_old_gpus_unknown_head_dims_and_exact_fp32_at_128_are_refused(monkeypatch) -> None:
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (7, 5))
-    with pytest.raises(BatchError, match=r"compute capability 7\.5.*need compute capability 8\.0.*backend='flex' or 'blocked'"):
+    with pytest.raises(
+        BatchError, match=r"compute capability 7\.5.*need compute capability 8\.0.*backend='flex' or 'blocked'"
+    ):
         triton_config.tile_candidates(torch.device("cuda"), 64, torch.bfloat16)
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (8, 6))
-    with pytest.raises(BatchError, match=r"head_dim 96 in bfloat16.*compute capability 8\.6.*use head_dim 16, 32, 64 or 128"):
+    with pytest.raises(
+        BatchError, match=r"head_dim 96 in bfloat16.*compute capability 8\.6.*use head_dim 16, 32, 64 or 128"
+    ):
         triton_config.tile_candidates(torch.device("cuda"), 96, torch.bfloat16)
     monkeypatch.setattr(torch.backends.cuda.matmul, "allow_tf32", False)
     with pytest.raises(BatchError, match=r"head_dim 128 in float32.*8\.6.*allow_tf32"):
@@ -120,8 +133,13 @@ def test_a_kernel_over_the_shared_memory_limit_is_refused_before_it_runs(monkeyp
 
     monkeypatch.setattr(triton_config, "shared_memory_limit", lambda device: 101376)
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (8, 9))
-    with pytest.raises(triton_config.SharedMemoryExceeded, match=r"needs 200000 bytes of shared memory.*compute capability 8\.9.*101376"):
-        triton_config.check_shared_memory(FakeKernel(), (1,), (torch.bfloat16, 3), {"BLOCK_LM": 64}, torch.device("cuda", 0))
+    with pytest.raises(
+        triton_config.SharedMemoryExceeded,
+        match=r"needs 200000 bytes of shared memory.*compute capability 8\.9.*101376",
+    ):
+        triton_config.check_shared_memory(
+            FakeKernel(), (1,), (torch.bfloat16, 3), {"BLOCK_LM": 64}, torch.device("cuda", 0)
+        )
     assert not launched
 
 
@@ -137,11 +155,15 @@ def test_separate_query_and_key_tiles_and_split_label_gradients(form) -> None:
     two launches (the head-dim-128 configuration), key-owner tiles of their own."""
     from graphattn.kernels.triton_blocks import KernelTiles, TileConfig
 
-    tiles = TileConfig(KernelTiles(32, 16, 16, 16), KernelTiles(16, 32, 16, 16, split_label_grads=True), KernelTiles(16, 16, 32, 16))
+    tiles = TileConfig(
+        KernelTiles(32, 16, 16, 16), KernelTiles(16, 32, 16, 16, split_label_grads=True), KernelTiles(16, 16, 32, 16)
+    )
     batch = graph_batch(compact=True)
     structure = batch.compact if form == "structured" else batch.side
     states, key_table, bias_table = random_states(2, 2, batch.side.global_length, batch.side.long_length, 16, 16)
-    attention = prepare_attention(structure, num_heads=2, head_dim=16, vocab_size=16, backend="triton", block_sizes=tiles)
+    attention = prepare_attention(
+        structure, num_heads=2, head_dim=16, vocab_size=16, backend="triton", block_sizes=tiles
+    )
     ours = outputs_and_grads(attention.attend, states, key_table, bias_table)
     expected = outputs_and_grads(lambda *a: dense.attention(*a[:6], batch.side, *a[6:]), states, key_table, bias_table)
     assert_all_close(ours, expected, 1e-5, RESULT_NAMES)

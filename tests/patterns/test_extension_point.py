@@ -19,8 +19,17 @@ PAIRS = ((8, 1), (16, 2))
 
 
 def tiny_config(**changes) -> EtcConfig:
-    base = dict(vocab_size=50, hidden_size=32, num_attention_heads=2, intermediate_size=64, num_hidden_layers=1, local_radius=3,
-                relative_pos_max_distance=2, relative_vocab_size=8, hidden_dropout_prob=0.0)
+    base = dict(
+        vocab_size=50,
+        hidden_size=32,
+        num_attention_heads=2,
+        intermediate_size=64,
+        num_hidden_layers=1,
+        local_radius=3,
+        relative_pos_max_distance=2,
+        relative_vocab_size=8,
+        hidden_dropout_prob=0.0,
+    )
     return EtcConfig(**{**base, **changes})
 
 
@@ -36,8 +45,13 @@ def test_an_etc_layer_runs_longnet_through_its_pattern() -> None:
 
     att = layer.attention
     heads = lambda x: x.view(2, 21, 2, 16).transpose(1, 2)  # noqa: E731
-    attended = dilated_attention(heads(att.query(long_hidden)), heads(att.key(long_hidden)), heads(att.value(long_hidden)), PAIRS,
-                                 key_padding=padding)
+    attended = dilated_attention(
+        heads(att.query(long_hidden)),
+        heads(att.key(long_hidden)),
+        heads(att.value(long_hidden)),
+        PAIRS,
+        key_padding=padding,
+    )
     expected = layer.residual_block(long_hidden, att.output(attended.transpose(1, 2).reshape(2, 21, 32)))
     torch.testing.assert_close(out, expected)
 
@@ -50,10 +64,19 @@ def test_compressive_memory_slots_agree_across_backends(backend) -> None:
     streams = {}
     for name in ("blocked", backend):
         torch.manual_seed(0)
-        config = tiny_config(local_radius=RADIUS, relative_pos_max_distance=MAX_DISTANCE, relative_vocab_size=2 * MAX_DISTANCE + 6,
-                             num_hidden_layers=2, attention_backend=name)
-        encoder = CompressiveEncoder(config, CompressiveConfig(segment_length=4, memory_length=6, compressed_length=3, compression_rate=2,
-                                                               compression="mean_pool")).eval()
+        config = tiny_config(
+            local_radius=RADIUS,
+            relative_pos_max_distance=MAX_DISTANCE,
+            relative_vocab_size=2 * MAX_DISTANCE + 6,
+            num_hidden_layers=2,
+            attention_backend=name,
+        )
+        encoder = CompressiveEncoder(
+            config,
+            CompressiveConfig(
+                segment_length=4, memory_length=6, compressed_length=3, compression_rate=2, compression="mean_pool"
+            ),
+        ).eval()
         state, outs = None, []
         with torch.no_grad():
             for segment, _ in split_segments(batch, 4):
@@ -67,9 +90,18 @@ def test_longformer_encoder_prepares_once_per_batch(monkeypatch) -> None:
     calls = []
     real = longformer_module.check_global_positions
     monkeypatch.setattr(longformer_module, "check_global_positions", lambda *a: (calls.append(1), real(*a))[1])
-    config = LongformerConfig(vocab_size=50, hidden_size=32, num_attention_heads=4, num_hidden_layers=3, intermediate_size=64,
-                              attention_window=[4, 4, 8], attention_dilation=[1, 1, [1, 1, 2, 2]], hidden_dropout_prob=0.0,
-                              attention_backend="blocked", max_absolute_position_embeddings=64)
+    config = LongformerConfig(
+        vocab_size=50,
+        hidden_size=32,
+        num_attention_heads=4,
+        num_hidden_layers=3,
+        intermediate_size=64,
+        attention_window=[4, 4, 8],
+        attention_dilation=[1, 1, [1, 1, 2, 2]],
+        hidden_dropout_prob=0.0,
+        attention_backend="blocked",
+        max_absolute_position_embeddings=64,
+    )
     encoder = LongformerEncoder(config).eval()
     batch = make_batch(long_length=20)
     positions = torch.tensor([[0, 5], [3, -1]])
