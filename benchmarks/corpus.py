@@ -6,7 +6,7 @@
 Generates documents in HotpotQA's JSON layout (question, 10 paragraphs of titled sentences),
 compiles them with schemas/hotpotqa.yaml (etc-sentences if it is missing) and the project's
 tokenizer, and prints docs/s and tokens/s per engine beside a peer measured in the same run:
-HF `tokenizers` encoding the same texts one by one in one thread, as a worker does (DESIGN.md 7:
+HF `tokenizers` encoding the same texts one by one in one thread, as a worker does (docs/DESIGN.md §9:
 compiling should cost no more than tokenizing). CPU seconds per run show whether the work grows
 with workers, which wall-clock time on a loaded machine cannot. Shard size is given in bytes per long token, split into the token-id column and
 everything else (target: <= 4 bytes per long token besides the token ids), beside what the

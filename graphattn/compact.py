@@ -30,7 +30,8 @@ import numpy as np
 
 from graphattn.contract import SIDE_INPUT_NAMES, SideInputs
 from graphattn.errors import BatchError
-from graphattn.labels import SideInputError, belongs_id, does_not_belong_id, full_relative_ids, local_relative_ids
+from graphattn.labels import (SideInputError, belongs_id, does_not_belong_id, full_relative_ids, local_relative_ids,
+                              relative_position_ids)
 
 
 # -- numpy building blocks shared with compile/side_inputs.py ----------------------------------
@@ -181,13 +182,15 @@ class CompactSideInputs:
     g2g_label: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int32))
     cross_segment_label: int = -1
 
-    # -- sizes ----------------------------------------------------------------------------
+    # -- sizes (methods follow every field) ----------------------------------------------------
     @property
     def long_length(self) -> int:
+        """L."""
         return int(self.long_doc.shape[0])
 
     @property
     def global_length(self) -> int:
+        """G."""
         return int(self.global_doc.shape[0])
 
     @property
@@ -197,82 +200,116 @@ class CompactSideInputs:
 
     @property
     def belongs(self) -> int:
+        """The `belongs` label id (after does_not_belong)."""
         return belongs_id(self.max_distance)
 
     @property
     def nbytes(self) -> int:
+        """Bytes held by the arrays (what a compact instance costs in memory)."""
         return sum(getattr(self, f.name).nbytes for f in fields(self) if isinstance(getattr(self, f.name), np.ndarray))
 
     # -- pairs ----------------------------------------------------------------------------
     def owned_pairs(self, rows: slice = slice(None)) -> tuple[np.ndarray, np.ndarray]:
         """(long index, global position) of every ownership at any level, long in `rows`."""
-        start = rows.start or 0
+        start = _span(rows, self.long_length)[0]
         owners = self.owners[:, rows]
         level, token = np.nonzero(owners >= 0)
         return (token + start).astype(np.int64), owners[level, token].astype(np.int64)
 
-    def _links_in(self, rows: slice) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        start, stop, _ = rows.indices(self.long_length)
-        keep = (self.link_long >= start) & (self.link_long < stop)
+    def links_in(self, rows: slice, cols: slice = slice(None)) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(long, global, label) of the links with the long index in `rows`, the global in `cols`."""
+        start, stop = _span(rows, self.long_length)
+        first, last = _span(cols, self.global_length)
+        long_in = (self.link_long >= start) & (self.link_long < stop)
+        keep = long_in & (self.link_global >= first) & (self.link_global < last)
         return self.link_long[keep].astype(np.int64), self.link_global[keep].astype(np.int64), self.link_label[keep]
 
     # -- dense derivation -----------------------------------------------------------------
+    # Each piece for a range of query rows (and key columns): `*_into` writes into given int32
+    # arrays of the range's shape, `*_rows` allocates them. Ranges are contiguous slices.
     def l2l_into(self, mask: np.ndarray, ids: np.ndarray) -> None:
         """l2l mask and ids, [L, 2r+1], written into the given int32 arrays."""
         l2l_window(self.long_segment, self.local_radius, self.max_distance, out_mask=mask, out_ids=ids)
 
-    def g2g_into(self, mask: np.ndarray, ids: np.ndarray) -> None:
-        """g2g mask and ids, [G, G]: same document; segments; g2g edges last."""
-        ids[...] = full_relative_ids(self.global_length, self.max_distance)
-        same_segment(self.global_doc, self.global_doc, out=mask)
+    def l2l_rows(self, rows: slice = slice(None)) -> tuple[np.ndarray, np.ndarray]:
+        """l2l mask and ids of long queries `rows`, [n, 2r+1], from the segments around them only."""
+        start, stop = _span(rows, self.long_length)
+        r = self.local_radius
+        lo, hi = max(0, start - r), min(self.long_length, stop + r)
+        mask, ids = l2l_window(self.long_segment[lo:hi], r, self.max_distance)
+        if ids is None:  # max_distance 0: every id is 0
+            ids = np.zeros_like(mask)
+        return mask[start - lo : stop - lo], ids[start - lo : stop - lo]
+
+    def g2g_into(self, mask: np.ndarray, ids: np.ndarray, rows: slice = slice(None), cols: slice = slice(None)) -> None:
+        """g2g mask and ids of global queries `rows` x keys `cols`: same document; segments; g2g edges last."""
+        G = self.global_length
+        (r0, r1), (c0, c1) = _span(rows, G), _span(cols, G)
+        if (r0, r1, c0, c1) == (0, G, 0, G):
+            ids[...] = full_relative_ids(G, self.max_distance)  # cached for the whole square
+        else:
+            positions = np.arange(max(r1, c1), dtype=np.int32)
+            ids[...] = relative_position_ids(positions[None, c0:c1] - positions[r0:r1, None], self.max_distance)
+        same_segment(self.global_doc[r0:r1], self.global_doc[c0:c1], out=mask)
         if self.cross_segment_label >= 0 or self.global_blockable.any():
-            cross = (self.global_segment[:, None] != self.global_segment[None, :]) & (mask == 1)
+            cross = (self.global_segment[r0:r1, None] != self.global_segment[None, c0:c1]) & (mask == 1)
             if self.cross_segment_label >= 0:
                 ids[cross] = self.cross_segment_label
             blockable = self.global_blockable
             if blockable.any():
-                mask[cross & blockable[:, None] & blockable[None, :]] = 0
-        ids[self.g2g_src, self.g2g_dst] = self.g2g_label
+                mask[cross & blockable[r0:r1, None] & blockable[None, c0:c1]] = 0
+        keep = (self.g2g_src >= r0) & (self.g2g_src < r1) & (self.g2g_dst >= c0) & (self.g2g_dst < c1)
+        ids[self.g2g_src[keep] - r0, self.g2g_dst[keep] - c0] = self.g2g_label[keep]
 
-    def l2g_into(self, mask: np.ndarray, ids: np.ndarray, rows: slice = slice(None)) -> None:
-        """l2g mask and ids for long tokens `rows` (contiguous), [n, G]."""
-        start = rows.indices(self.long_length)[0]
+    def l2g_into(self, mask: np.ndarray, ids: np.ndarray, rows: slice = slice(None), cols: slice = slice(None)) -> None:
+        """l2g mask and ids of long queries `rows` x global keys `cols`, [n, m]."""
+        start = _span(rows, self.long_length)[0]
+        first, last = _span(cols, self.global_length)
         ids.fill(self.does_not_belong)
         tok, glob = self.owned_pairs(rows)
-        ids[tok - start, glob] = self.belongs
-        ltok, lglob, llabel = self._links_in(rows)
-        ids[ltok - start, lglob] = llabel
+        inside = (glob >= first) & (glob < last)
+        tok, glob = tok[inside] - start, glob[inside] - first
+        ids[tok, glob] = self.belongs
+        ltok, lglob, llabel = self.links_in(rows, cols)
+        ids[ltok - start, lglob - first] = llabel
         # Rows of equal (document, subject to hard l2g) are equal before owners and links.
-        _rows_by_key(self.long_doc[rows], self.long_hard_l2g[rows], self.global_doc, mask)
-        mask[tok - start, glob] = 1
-        mask[ltok - start, lglob] = 1
+        _rows_by_key(self.long_doc[rows], self.long_hard_l2g[rows], self.global_doc[first:last], mask)
+        mask[tok, glob] = 1
+        mask[ltok - start, lglob - first] = 1
 
-    def g2l_into(self, mask: np.ndarray, ids: np.ndarray, rows: slice = slice(None)) -> None:
-        """g2l mask and ids for global queries `rows`, [n, L] (the same labels as l2g)."""
-        start, stop, _ = rows.indices(self.global_length)
+    def g2l_into(self, mask: np.ndarray, ids: np.ndarray, rows: slice = slice(None), cols: slice = slice(None)) -> None:
+        """g2l mask and ids of global queries `rows` x long keys `cols`, [n, m] (the same labels as l2g)."""
+        start, stop = _span(rows, self.global_length)
+        first = _span(cols, self.long_length)[0]
         ids.fill(self.does_not_belong)
-        tok, glob = self.owned_pairs()
-        ltok, lglob, llabel = self._links_in(slice(None))
+        tok, glob = self.owned_pairs(cols)
+        ltok, lglob, llabel = self.links_in(cols, rows)
         own = (glob >= start) & (glob < stop)
-        lnk = (lglob >= start) & (lglob < stop)
-        ids[glob[own] - start, tok[own]] = self.belongs
-        ids[lglob[lnk] - start, ltok[lnk]] = llabel[lnk]
-        _rows_by_key(self.global_doc[rows], self.global_hard_g2l[rows], self.long_doc, mask)
-        mask[glob[own] - start, tok[own]] = 1
-        mask[lglob[lnk] - start, ltok[lnk]] = 1
+        ids[glob[own] - start, tok[own] - first] = self.belongs
+        ids[lglob - start, ltok - first] = llabel
+        _rows_by_key(self.global_doc[rows], self.global_hard_g2l[rows], self.long_doc[cols], mask)
+        mask[glob[own] - start, tok[own] - first] = 1
+        mask[lglob - start, ltok - first] = 1
 
-    def l2g_rows(self, rows: slice = slice(None)) -> tuple[np.ndarray, np.ndarray]:
-        """l2g mask and ids of some long tokens, for consumers that work in row blocks."""
-        n = len(range(*rows.indices(self.long_length)))
-        mask, ids = (np.empty((n, self.global_length), np.int32) for _ in range(2))
-        self.l2g_into(mask, ids, rows)
+    def _piece_rows(self, name: str, rows: slice, cols: slice, n_rows: int, n_cols: int
+                    ) -> tuple[np.ndarray, np.ndarray]:
+        """`name`'s mask and ids for a rows x cols range, allocated."""
+        (r0, r1), (c0, c1) = _span(rows, n_rows), _span(cols, n_cols)
+        mask, ids = (np.empty((r1 - r0, c1 - c0), np.int32) for _ in range(2))
+        getattr(self, f"{name}_into")(mask, ids, slice(r0, r1), slice(c0, c1))
         return mask, ids
 
-    def g2l_rows(self, rows: slice = slice(None)) -> tuple[np.ndarray, np.ndarray]:
-        n = len(range(*rows.indices(self.global_length)))
-        mask, ids = (np.empty((n, self.long_length), np.int32) for _ in range(2))
-        self.g2l_into(mask, ids, rows)
-        return mask, ids
+    def l2g_rows(self, rows: slice = slice(None), cols: slice = slice(None)) -> tuple[np.ndarray, np.ndarray]:
+        """l2g mask and ids of some long tokens (and globals), for consumers that work in row blocks."""
+        return self._piece_rows("l2g", rows, cols, self.long_length, self.global_length)
+
+    def g2l_rows(self, rows: slice = slice(None), cols: slice = slice(None)) -> tuple[np.ndarray, np.ndarray]:
+        """g2l mask and ids of some globals (and long tokens)."""
+        return self._piece_rows("g2l", rows, cols, self.global_length, self.long_length)
+
+    def g2g_rows(self, rows: slice = slice(None), cols: slice = slice(None)) -> tuple[np.ndarray, np.ndarray]:
+        """g2g mask and ids of some globals (queries) by some globals (keys)."""
+        return self._piece_rows("g2g", rows, cols, self.global_length, self.global_length)
 
     def to_dense(self) -> SideInputs:
         """The eight ETC tensors (numpy int32, masks 0/1), exactly as a dense compile gives them."""
@@ -322,6 +359,14 @@ class CompactSideInputs:
             g2g_label=self.g2g_label,
             cross_segment_label=self.cross_segment_label,
         )
+
+
+def _span(rows: slice, length: int) -> tuple[int, int]:
+    """[start, stop) of a contiguous slice over `length` items."""
+    start, stop, step = rows.indices(length)
+    if step != 1:
+        raise BatchError(f"side-input rows must be a contiguous range, got a slice with step {step}")
+    return start, max(start, stop)
 
 
 def _rows_by_key(row_doc: np.ndarray, row_hard: np.ndarray, col_doc: np.ndarray, out: np.ndarray) -> None:

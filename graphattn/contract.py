@@ -1,4 +1,4 @@
-"""The compiled contract: what the compiler hands to the encoder (docs/DESIGN.md, "The compiled contract").
+"""The compiled contract: what the compiler hands to the encoder (docs/DESIGN.md §3).
 
 Names and shapes follow etcmodel so that users can compare tensors one to one. Per instance the
 shapes below have no batch dim; `collate` adds B in front.
@@ -59,19 +59,25 @@ class SideInputs:
     l2g_relative_att_ids: Any
     g2l_relative_att_ids: Any
 
+    # -- derived from the arrays' shapes --------------------------------------------------
     @property
     def local_radius(self) -> int:
+        """r, from the l2l window width 2r+1."""
         return (self.l2l_att_mask.shape[-1] - 1) // 2
 
     @property
     def long_length(self) -> int:
+        """L (padded, in a batch)."""
         return self.l2l_att_mask.shape[-2]
 
     @property
     def global_length(self) -> int:
+        """G (padded, in a batch)."""
         return self.g2g_att_mask.shape[-1]
 
+    # -- conversions ------------------------------------------------------------------------
     def as_dict(self) -> dict[str, Any]:
+        """The eight arrays by their etcmodel names, in SIDE_INPUT_NAMES order."""
         return {name: getattr(self, name) for name in SIDE_INPUT_NAMES}
 
     def map(self, fn) -> "SideInputs":
@@ -79,9 +85,11 @@ class SideInputs:
         return SideInputs(**{name: fn(value) for name, value in self.as_dict().items()})
 
     def to_torch(self) -> "SideInputs":
+        """The same arrays as torch tensors (numpy ones shared, not copied, where contiguous)."""
         return self.map(_as_torch)
 
     def to_numpy(self) -> "SideInputs":
+        """The same arrays as numpy (torch tensors moved to the CPU first)."""
         return self.map(lambda x: x if isinstance(x, np.ndarray) else x.cpu().numpy() if hasattr(x, "cpu") else np.asarray(x))
 
 
@@ -131,12 +139,15 @@ class EtcInstance:
     features: dict[str, np.ndarray] = field(default_factory=dict)
     global_doc_index: np.ndarray | None = None  # [G] int32, which packed document each global came from
 
+    # -- methods (after every field) ------------------------------------------------------
     @property
     def long_length(self) -> int:
+        """L, the long tokens of this instance."""
         return int(self.long_token_ids.shape[0])
 
     @property
     def global_length(self) -> int:
+        """G, the global tokens of this instance."""
         return int(self.global_token_ids.shape[0])
 
     def long_token_text(self, i: int) -> str:
@@ -145,6 +156,7 @@ class EtcInstance:
         return "" if start < 0 else self.texts[int(self.long_doc_index[i])][start:end]
 
     def __repr__(self) -> str:
+        """One line: sizes, documents, side-input form (never the arrays)."""
         form = type(self.side).__name__
         docs = ", ".join(repr(d) for d in self.doc_ids[:3]) + (", ..." if len(self.doc_ids) > 3 else "")
         cut = ", truncated" if self.truncation.truncated else ""
@@ -175,8 +187,10 @@ class EtcBatch:
     features: dict[str, "torch.Tensor"] = field(default_factory=dict)
     compact: "CompactBatch | None" = None
 
+    # -- methods (after every field) ------------------------------------------------------
     @property
     def batch_size(self) -> int:
+        """B."""
         return self.long_token_ids.shape[0]
 
     def __repr__(self) -> str:
@@ -184,6 +198,7 @@ class EtcBatch:
         return f"EtcBatch(B={batch}, L={long}, G={self.global_token_ids.shape[1]}, labels={self.vocab_size}, device={self.long_token_ids.device})"
 
     def to(self, device: "torch.device | str") -> "EtcBatch":
+        """The batch with every tensor (ids, masks, side inputs, features) on `device`."""
         move = lambda t: t.to(device)  # noqa: E731
         tensors = {f.name: move(getattr(self, f.name)) for f in fields(self) if f.name.endswith(("ids", "mask"))}
         return replace(

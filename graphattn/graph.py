@@ -105,6 +105,8 @@ class DocGraph:
             start, end = (int(s) for s in span)
         except (TypeError, ValueError):
             raise GraphError(f"span must be a pair of ints [start, end), got {span!r}", file=self.source, node=node_id) from None
+        if start > end:
+            raise GraphError(f"span [{start}, {end}) ends before it starts", file=self.source, node=node_id)
         if not 0 <= start <= end <= len(self.text):
             raise GraphError(
                 f"span [{start}, {end}) lies outside the document text of {len(self.text)} characters",

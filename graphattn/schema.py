@@ -11,10 +11,14 @@ line numbers, which the loader keeps per key path.
 from __future__ import annotations
 
 import difflib
+import math
+import numbers
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator, Mapping
+
+import numpy as np
 
 from graphattn.errors import SchemaError
 from graphattn.labels import LabelVocab, first_schema_label_id
@@ -100,12 +104,20 @@ class Truncation:
     pin: tuple[str, ...] = ()
 
 
+FEATURE_RANGES = {"int32": (-(2**31), 2**31 - 1), "float32": (-3.4028234663852886e38, 3.4028234663852886e38)}
+
+
 @dataclass(frozen=True)
 class Feature:
+    """A node attr carried as a per-global / per-long array. Values read must be finite numbers in
+    [minimum, maximum] (the dtype's range unless the schema narrows it), whole for int32."""
+
     name: str
     attr: str
     default: float = 0
     dtype: str = "int32"
+    minimum: float = FEATURE_RANGES["int32"][0]
+    maximum: float = FEATURE_RANGES["int32"][1]
 
 
 @dataclass(frozen=True)
@@ -247,15 +259,47 @@ def _global_order(data: Mapping, node_types: Mapping[str, NodeType], blocks: Fix
     return tuple(groups)
 
 
-def _features(raw: list) -> tuple[Feature, ...]:
-    out = []
-    for item in raw:
-        if isinstance(item, str):
-            out.append(Feature(item, item))
-        else:
-            dtype = item.get("dtype", "int32")
-            out.append(Feature(item["name"], item.get("attr", item["name"]), item.get("default", 0), dtype))
+def _features(raw: list, check: _Checker) -> tuple[Feature, ...]:
+    out: list[Feature] = []
+    for i, item in enumerate(raw):
+        item = {"name": item} if isinstance(item, str) else item
+        dtype = item.get("dtype", "int32")
+        low, high = FEATURE_RANGES[dtype]
+        minimum, maximum = item.get("minimum", low), item.get("maximum", high)
+        for key, value in (("minimum", minimum), ("maximum", maximum)):
+            if not low <= value <= high:
+                message = f"{key} {value!r} is outside the {dtype} range [{_number(low)}, {_number(high)}]"
+                check.fail(message, "features", i, key)
+        if minimum > maximum:
+            check.fail(f"minimum {minimum!r} is larger than maximum {maximum!r}", "features", i, "minimum")
+        default = item.get("default", 0)
+        problem = feature_value_problem(default, dtype, minimum, maximum)
+        if problem:
+            check.fail(f"default {problem}", "features", i, "default")
+        if any(f.name == item["name"] for f in out):
+            check.fail(f"feature {item['name']!r} is listed twice", "features", i)
+        out.append(Feature(item["name"], item.get("attr", item["name"]), default, dtype, minimum, maximum))
     return tuple(out)
+
+
+def feature_value_problem(value: Any, dtype: str, minimum: float, maximum: float) -> str | None:
+    """Why `value` cannot be a value of this feature (None when it can): the one rule that the
+    schema's defaults and the compiler's attr values both follow."""
+    if isinstance(value, (bool, np.bool_)):
+        value = int(value)
+    if not isinstance(value, (numbers.Real, np.number)) or isinstance(value, np.complexfloating):
+        return f"{value!r} is not a number"
+    if not isinstance(value, (numbers.Integral, np.integer)) and not math.isfinite(value):
+        return f"{value!r} is not a finite number"
+    if dtype == "int32" and not isinstance(value, (numbers.Integral, np.integer)) and not float(value).is_integer():
+        return f"{value!r} is not a whole number (the feature is int32)"
+    if not minimum <= value <= maximum:
+        return f"{value!r} is outside [{_number(minimum)}, {_number(maximum)}] (dtype {dtype})"
+    return None
+
+
+def _number(value: float) -> str:
+    return str(int(value)) if float(value).is_integer() and abs(value) < 1e16 else f"{value:.9g}"
 
 
 def _build(data: Mapping, lines: Mapping, source: str | None) -> Schema:
@@ -285,8 +329,8 @@ def _build(data: Mapping, lines: Mapping, source: str | None) -> Schema:
                 "fixed_blocks", "hard_l2g",
             )
     if needs_global_token and "global" not in special:
-        where = ("special_tokens",) if "special_tokens" in data else ()
-        check.fail("global nodes without their own global_token need special_tokens.global (a token string or id)", *where)
+        message = "global nodes without their own global_token need special_tokens.global (a token string or id)"
+        check.fail(message, "special_tokens")
     if any(t.sep_after for t in node_types.values()) and "sep" not in special:
         check.fail("sep_after needs special_tokens.sep", "special_tokens")
 
@@ -323,7 +367,7 @@ def _build(data: Mapping, lines: Mapping, source: str | None) -> Schema:
         max_documents=data.get("packing", {}).get("max_documents", 1),
         fixed_blocks=blocks,
         truncation=truncation,
-        features=_features(data.get("features", [])),
+        features=_features(data.get("features", []), check),
         description=data.get("description", ""),
         source=source,
         lines=dict(lines),

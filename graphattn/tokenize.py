@@ -5,6 +5,18 @@ tokens itself, so every adapter encodes the bare text. Offsets are ``[start, end
 (not byte) positions into the text that was passed in, which is how graph spans, also in
 characters, find their long positions (`spans_to_token_ranges`).
 
+Document text is plain text, whatever it spells (`plain_text`):
+
+* Special tokens come only from the compiler. A literal ``[SEP]``, ``[CLS]``, ``[MASK]`` or
+  ``[PAD]`` in a document is encoded as the characters it is made of (the HF adapter sets
+  `tokenizers`' ``encode_special_tokens``, which stops added special tokens from being matched in
+  the text), and a piece of text that a vocabulary still maps to a special token's id (a
+  word-level vocabulary holding ``[SEP]`` as a word) reads as the unk token. So a document
+  cannot forge separators, masks or padding.
+* A lone surrogate (``"\\ud800"``, which JSON allows but Unicode text cannot hold) is encoded as
+  U+FFFD, one character for one, so offsets still index the graph's text. The compiled
+  instance's ``texts`` hold the same replacement (UTF-8 writers such as Parquet refuse surrogates).
+
 Adapters:
 
 * `HFTokenizer` wraps a Hugging Face `tokenizers.Tokenizer` (a ``tokenizer.json``).
@@ -16,6 +28,7 @@ Adapters:
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Protocol, Sequence, runtime_checkable
@@ -74,7 +87,9 @@ class Tokenizer(Protocol):
     def id_to_token(self, token_id: int) -> str: ...
 
 
-def _find_special_ids(token_to_id, overrides: dict[str, str | None]) -> dict[str, int | None]:
+def _find_special_ids(
+    token_to_id, overrides: dict[str, str | None], source: str | None = None
+) -> dict[str, int | None]:
     """Look special tokens up by the conventional names unless the caller named them."""
     found: dict[str, int | None] = {}
     for role, candidates in _SPECIAL_TOKEN_CANDIDATES.items():
@@ -82,21 +97,52 @@ def _find_special_ids(token_to_id, overrides: dict[str, str | None]) -> dict[str
         if named is not None:
             token_id = token_to_id(named)
             if token_id is None:
-                raise TokenizerError(f"{role}_token {named!r} is not in the vocabulary")
+                message = f"{role}_token {named!r} is not in the vocabulary"
+                raise TokenizerError(message, file=source, path=(f"{role}_token",))
             found[role] = token_id
             continue
         found[role] = next((i for i in map(token_to_id, candidates) if i is not None), None)
     return found
 
 
+def _special_id_array(ids: Iterable[int | None], unk_id: int | None) -> np.ndarray:
+    return np.array(sorted({i for i in ids if i is not None and i != unk_id}), dtype=np.int32)
+
+
 def _offsets_array(offsets: list[tuple[int, int]]) -> np.ndarray:
     return np.asarray(offsets, dtype=np.int32).reshape(-1, 2)
 
 
-def _check_text(text: Any, where: str) -> str:
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def plain_text(text: Any, *path: str | int) -> str:
+    """The text a tokenizer is given: a str, lone surrogates replaced by U+FFFD (same length).
+
+    `path` names the argument in errors (``$.texts[3]: expected a str to tokenize, got bytes``).
+    """
     if not isinstance(text, str):
-        raise TokenizerError(f"{where}: expected a str to tokenize, got {type(text).__name__}")
+        raise TokenizerError(f"expected a str to tokenize, got {type(text).__name__}", path=path)
+    if not text.isascii() and _LONE_SURROGATE.search(text):
+        text = _LONE_SURROGATE.sub("\ufffd", text)
     return text
+
+
+def _without_special_ids(
+    ids: np.ndarray, special: np.ndarray, unk_id: int | None, text: str, offsets: np.ndarray, source: str | None
+) -> np.ndarray:
+    """Text pieces that a vocabulary maps to a special token's id read as unk (see module docstring)."""
+    forged = np.isin(ids, special)
+    if not forged.any():
+        return ids
+    if unk_id is None:
+        at = int(offsets[int(np.argmax(forged)), 0])
+        raise TokenizerError(
+            f"the text at character {at} ({text[at:at + 12]!r}) encodes to a special token's id and the vocabulary has "
+            "no unk token to read it as plain text instead",
+            file=source, path=("text",),
+        )
+    return np.where(forged, np.int32(unk_id), ids).astype(np.int32)
 
 
 class HFTokenizer:
@@ -128,44 +174,44 @@ class HFTokenizer:
             pass
         tokenizer.no_truncation()
         tokenizer.no_padding()
+        tokenizer.encode_special_tokens = True  # "[SEP]" in a document is text, not the separator
         self.tokenizer = tokenizer
         self.source = source
         model_unk = getattr(tokenizer.model, "unk_token", None)
         overrides = {"cls": cls_token, "sep": sep_token, "pad": pad_token, "mask": mask_token, "unk": unk_token or model_unk}
-        special = _find_special_ids(tokenizer.token_to_id, overrides)
+        special = _find_special_ids(tokenizer.token_to_id, overrides, source)
         self.cls_id, self.sep_id, self.pad_id = special["cls"], special["sep"], special["pad"]
         self.mask_id, self.unk_id = special["mask"], special["unk"]
+        added = [i for i, token in tokenizer.get_added_tokens_decoder().items() if token.special]
+        roles = [self.cls_id, self.sep_id, self.pad_id, self.mask_id]
+        self._special_ids = _special_id_array([*added, *roles], self.unk_id)
 
     @classmethod
     def from_file(cls, path: str | os.PathLike, **special_tokens: str) -> "HFTokenizer":
-        from tokenizers import Tokenizer as RawTokenizer
+        """A tokenizer.json, a Hugging Face model directory or ``"default"`` (see `graphattn.tokenizer_files`)."""
+        from graphattn.tokenizer_files import raw_tokenizer
 
-        path = Path(path)
-        if path.is_dir():
-            path = path / "tokenizer.json"
-        if not path.is_file():
-            raise TokenizerError("tokenizer file does not exist (expected a tokenizers tokenizer.json)", file=str(path))
-        try:
-            raw = RawTokenizer.from_file(str(path))
-        except Exception as exc:  # tokenizers raises a bare Exception for bad JSON / unknown models
-            first_line = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-            raise TokenizerError(f"not a valid tokenizers tokenizer.json: {first_line}", file=str(path)) from None
-        return cls(raw, source=str(path), **special_tokens)
+        raw, source = raw_tokenizer(path)
+        return cls(raw, source=source, **special_tokens)
 
     @property
     def vocab_size(self) -> int:
         return self.tokenizer.get_vocab_size(with_added_tokens=True)
 
-    def _wrap(self, encoding: Any) -> Encoding:
-        return Encoding(np.asarray(encoding.ids, dtype=np.int32), _offsets_array(encoding.offsets), encoding.tokens)
+    def _wrap(self, encoding: Any, text: str) -> Encoding:
+        offsets = _offsets_array(encoding.offsets)
+        ids = np.asarray(encoding.ids, dtype=np.int32)
+        ids = _without_special_ids(ids, self._special_ids, self.unk_id, text, offsets, self.source)
+        return Encoding(ids, offsets, encoding.tokens)
 
     def encode(self, text: str) -> Encoding:
-        return self._wrap(self.tokenizer.encode(_check_text(text, "encode"), add_special_tokens=False))
+        text = plain_text(text, "text")
+        return self._wrap(self.tokenizer.encode(text, add_special_tokens=False), text)
 
     def encode_batch(self, texts: Sequence[str]) -> list[Encoding]:
         """Encode many texts on the library's parallel batch path (much faster than a loop)."""
-        texts = [_check_text(t, f"encode_batch item {i}") for i, t in enumerate(texts)]
-        return [self._wrap(e) for e in self.tokenizer.encode_batch(texts, add_special_tokens=False)]
+        texts = [plain_text(t, "texts", i) for i, t in enumerate(texts)]
+        return [self._wrap(e, t) for e, t in zip(self.tokenizer.encode_batch(texts, add_special_tokens=False), texts)]
 
     def token_to_id(self, token: str) -> int | None:
         return self.tokenizer.token_to_id(token)
@@ -225,6 +271,7 @@ class SpacyWordTokenizer:
         self.mask_id, self.unk_id = special["mask"], special["unk"]
         if not self.grow and self.unk_id is None:
             raise TokenizerError("a fixed vocabulary needs an unk token ([UNK] or <unk>) for unknown words", file=self.source)
+        self._special_ids = _special_id_array((self._id_of[t] for t in special_tokens), self.unk_id)
 
     def _add(self, token: str) -> int:
         token_id = self._id_of.get(token)
@@ -255,18 +302,20 @@ class SpacyWordTokenizer:
         distinct_ids = np.empty(len(distinct), dtype=np.int32)
         for k in np.argsort(first_seen, kind="stable"):  # a growing vocabulary numbers words by first use
             distinct_ids[k] = self._lookup(strings[int(distinct[k])])
-        ids = distinct_ids[inverse]
         starts = columns[:, 0].astype(np.int32)
         offsets = np.stack([starts, starts + columns[:, 1].astype(np.int32)], axis=1).reshape(-1, 2)
+        first = offsets[first_seen]  # the offsets of each distinct word's first use, for errors
+        distinct_ids = _without_special_ids(distinct_ids, self._special_ids, self.unk_id, doc.text, first, self.source)
+        ids = distinct_ids[inverse]
         token_strings = np.asarray([self._tokens[i] for i in distinct_ids], dtype=object)
         tokens = token_strings[inverse].tolist()
         return Encoding(ids.astype(np.int32, copy=False), offsets, tokens)
 
     def encode(self, text: str) -> Encoding:
-        return self._encode_doc(self.nlp.make_doc(_check_text(text, "encode")))
+        return self._encode_doc(self.nlp.make_doc(plain_text(text, "text")))
 
     def encode_batch(self, texts: Sequence[str]) -> list[Encoding]:
-        texts = [_check_text(t, f"encode_batch item {i}") for i, t in enumerate(texts)]
+        texts = [plain_text(t, "texts", i) for i, t in enumerate(texts)]
         return [self._encode_doc(doc) for doc in self.nlp.tokenizer.pipe(texts)]
 
     def token_to_id(self, token: str) -> int | None:
@@ -300,8 +349,10 @@ def load_tokenizer(spec: Any) -> Tokenizer:
     """A tokenizer from what a user names it by.
 
     Accepts an adapter (returned as is), a `tokenizers.Tokenizer`, a spaCy `Language`, the
-    string ``"spacy:<lang>"`` (a growing word vocabulary on ``spacy.blank(lang)``), or a path to a
-    ``tokenizer.json`` (or a directory holding one).
+    string ``"spacy:<lang>"`` (a growing word vocabulary on ``spacy.blank(lang)``), ``"default"``
+    (the small WordPiece shipped for structure-only use and demos), or a path to a
+    ``tokenizer.json`` or a Hugging Face model directory (``tokenizer.json``, BERT's
+    ``vocab.txt``, RoBERTa's ``vocab.json`` + ``merges.txt``).
     """
     if isinstance(spec, (HFTokenizer, SpacyWordTokenizer)):
         return spec
@@ -382,16 +433,19 @@ def spans_to_token_ranges(offsets: np.ndarray, spans: np.ndarray) -> np.ndarray:
     offsets = np.asarray(offsets)
     spans = np.asarray(spans)
     if offsets.ndim != 2 or offsets.shape[1] != 2:
-        raise TokenizerError(f"offsets must have shape [n, 2], got {list(offsets.shape)}")
+        raise TokenizerError(f"offsets must have shape [n, 2], got {list(offsets.shape)}", path=("offsets",))
     if spans.ndim != 2 or spans.shape[1] != 2:
-        raise TokenizerError(f"spans must have shape [m, 2], got {list(spans.shape)}")
+        raise TokenizerError(f"spans must have shape [m, 2], got {list(spans.shape)}", path=("spans",))
     starts = offsets[:, 0]
     if starts.shape[0] > 1 and np.any(starts[1:] < starts[:-1]):
         bad = int(np.argmax(starts[1:] < starts[:-1])) + 1
-        raise TokenizerError(f"token offsets are not in text order: token {bad} starts at {int(starts[bad])}, before token {bad - 1}")
+        message = (
+            f"token offsets are not in text order: token {bad} starts at {int(starts[bad])}, before token {bad - 1}"
+        )
+        raise TokenizerError(message, path=("offsets", bad))
     backwards = spans[:, 1] < spans[:, 0]
     if np.any(backwards):
         bad = int(np.argmax(backwards))
-        raise TokenizerError(f"span {bad} ends before it starts: {spans[bad].tolist()}")
+        raise TokenizerError(f"span {bad} ends before it starts: {spans[bad].tolist()}", path=("spans", bad))
     ranges = np.searchsorted(starts, spans.reshape(-1), side="left").astype(np.int32)
     return ranges.reshape(-1, 2)

@@ -105,9 +105,9 @@ def test_token_and_id_lookups(shipped):
 
 
 def test_encode_rejects_non_text(shipped):
-    with pytest.raises(TokenizerError, match="expected a str"):
+    with pytest.raises(TokenizerError, match=r"^\$\.text: expected a str to tokenize, got bytes"):
         shipped.encode(b"bytes")
-    with pytest.raises(TokenizerError, match="item 1"):
+    with pytest.raises(TokenizerError, match=r"^\$\.texts\[1\]: expected a str to tokenize, got NoneType"):
         shipped.encode_batch(["ok", None])
 
 

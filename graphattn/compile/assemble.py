@@ -20,8 +20,9 @@ from graphattn.compile.layout import DocLayout, document_error, schema_ref
 from graphattn.compile.ranges import coverage, expand_ranges, innermost, take_or
 from graphattn.compile.tokens import TokenTable
 from graphattn.compile.truncate import Selection, _nearest_of_type, doc_sizes
-from graphattn.errors import CompileError
-from graphattn.schema import Schema
+from graphattn.errors import CompileError, format_path
+from graphattn.schema import Feature, Schema, feature_value_problem
+from graphattn.tokenize import plain_text
 
 SPECIAL, NODE, PER_TOKEN, BLOCK = 0, 1, 2, 3
 
@@ -104,7 +105,8 @@ def _global_part(doc: _Doc, schema: Schema) -> None:
     (per_token nodes expand to one global per wordpiece of their text), fixed blocks in theirs."""
     lay = doc.lay
     n_prefix = len(schema.global_prefix)
-    kinds, nodes, tokens = [np.full(n_prefix, SPECIAL)], [np.full(n_prefix, -1)], [np.full(n_prefix, -1)]
+    # A prefix global's `g_token` is its index in global_prefix: a cut may keep only its first few.
+    kinds, nodes, tokens = [np.full(n_prefix, SPECIAL)], [np.full(n_prefix, -1)], [np.arange(n_prefix)]
     candidates = lay.selected & doc.alive
     blocks_name = schema.fixed_blocks.name if schema.fixed_blocks else None
     for group in schema.global_order:
@@ -270,7 +272,8 @@ def _global_flags(doc: _Doc, schema: Schema) -> dict[str, np.ndarray]:
 def _global_token_ids(doc: _Doc, schema: Schema, table: TokenTable) -> np.ndarray:
     lay, kind = doc.lay, doc.g_kind
     ids = np.zeros(kind.shape[0], dtype=np.int32)
-    ids[kind == SPECIAL] = table.global_prefix
+    special = kind == SPECIAL
+    ids[special] = table.global_prefix[doc.g_token[special]]
     per_type = np.array([table.node_global.get(t, 0) for t in lay.type_names] + [0], dtype=np.int32)
     node = kind == NODE
     ids[node] = per_type[lay.node_type[doc.g_node[node]]]
@@ -290,7 +293,7 @@ def _names(doc: _Doc, schema: Schema) -> tuple[list[str], list[str]]:
     ids[real] = np.asarray(lay.node_ids, dtype=object)[doc.g_node[real]]
     types[real] = np.asarray(lay.type_names, dtype=object)[lay.node_type[doc.g_node[real]]]
     special = np.flatnonzero(kind == SPECIAL)
-    ids[special] = [f"<{name}>" for name in schema.global_prefix[: special.size]]
+    ids[special] = [f"<{schema.global_prefix[i]}>" for i in doc.g_token[special]]
     types[special] = "special"
     blocks = np.flatnonzero(kind == BLOCK)
     if blocks.size:
@@ -358,18 +361,63 @@ def _features(doc: _Doc, schema: Schema) -> dict[str, np.ndarray]:
     lay = doc.lay
     nodes = list(lay.graph.nodes.values())
     out = {}
-    for feat in schema.features:
+    for i, feat in enumerate(schema.features):
         dtype = np.float32 if feat.dtype == "float32" else np.int32
         holders = np.array([i for i, n in enumerate(nodes) if feat.attr in n.attrs], dtype=np.int64)
         values = np.full(lay.n_nodes + 1, feat.default, dtype=np.float64)
         if holders.size:
-            values[holders] = [float(nodes[i].attrs[feat.attr]) for i in holders]
+            raw = [nodes[h].attrs[feat.attr] for h in holders]
+            values[holders] = _feature_values(raw, feat, lay, holders, schema, i)
         out[f"global:{feat.name}"] = np.where(doc.g_node >= 0, values[doc.g_node], feat.default).astype(dtype)
         live = holders[doc.alive[holders]] if holders.size else holders
         inner = doc.innermost_of(live)
         per_body = take_or(values[live], inner, feat.default)
         out[f"long:{feat.name}"] = doc.with_prefix(per_body.astype(dtype), feat.default)
     return out
+
+
+def _feature_values(
+    raw: list, feat: Feature, lay: DocLayout, holders: np.ndarray, schema: Schema, index: int
+) -> np.ndarray:
+    """The attr values of one feature as float64, each checked against the feature's dtype and range
+    (`feature_value_problem`): a bad value is a CompileError naming the node and the attr."""
+    plain = all(type(v) in (int, float, bool) for v in raw)
+    values = np.array(raw, dtype=np.float64) if plain and all(abs(v) < 2**63 for v in raw) else None
+    if values is not None:
+        ok = np.isfinite(values) & (values >= feat.minimum) & (values <= feat.maximum)
+        if feat.dtype == "int32":
+            ok &= values == np.round(values)
+        if ok.all():
+            return values
+    for h, value in zip(holders, raw):  # only on failure (or unusual types): find the first bad value
+        problem = feature_value_problem(value, feat.dtype, feat.minimum, feat.maximum)
+        if problem:
+            raise CompileError(
+                f"attr {feat.attr!r}: {problem} "
+                f"(feature {feat.name!r} of {schema_ref(schema)}, {format_path(('features', index))})",
+                file=lay.graph.source, node=lay.node_ids[h],
+            )
+    return np.array([float(v) for v in raw], dtype=np.float64)
+
+
+DENSE_LIMIT_BYTES = 4 << 30
+"""Most bytes the eight dense side-input tensors of one instance may take (int32 masks and ids:
+8 * (L * (2r + 1) + G * G + 2 * L * G)); past it compile_instance(compact=False) refuses before allocating.
+The compact form (O(L + G + edges)) has no such limit. 4 GiB is L = 131072 with G = 2048."""
+
+
+def _check_dense_size(L: int, G: int, schema: Schema) -> None:
+    parts = {"local_radius": L * (2 * schema.local_radius + 1), "max_global_length": G * G + 2 * L * G}
+    nbytes = 8 * sum(parts.values())
+    if nbytes > DENSE_LIMIT_BYTES:
+        key = max(parts, key=parts.get)
+        raise CompileError(
+            f"the eight dense side-input tensors of this instance (L={L}, G={G}, "
+            f"local_radius={schema.local_radius}) would take {nbytes / 2**30:.1f} GiB, over "
+            f"graphattn.compile.assemble.DENSE_LIMIT_BYTES ({DENSE_LIMIT_BYTES / 2**30:.0f} GiB): "
+            f"compile with compact=True (memory O(L + G + edges)), or lower {key} / max_long_length",
+            **schema.where(key),
+        )
 
 
 def assemble(
@@ -464,6 +512,8 @@ def assemble(
         global_hard_g2l=gcat["hard_g2l"],
         cross_segment_label=vocab.id(schema.segments.cross_segment_label) if schema.segments.cross_segment_label else -1,
     )
+    if not compact:
+        _check_dense_size(L, G, schema)
     side.link_long, side.link_global, side.link_label = _unique_last(la, lb, lc, max(G, 1))
     side.g2g_src, side.g2g_dst, side.g2g_label = _unique_last(ga, gb, gc, max(G, 1))
     return EtcInstance(
@@ -479,7 +529,7 @@ def assemble(
         long_doc_index=cat["doc"],
         long_owners={level: side.owners[i] for i, level in enumerate(levels)},
         doc_ids=[lay.graph.doc_id for lay in layouts],
-        texts=[lay.graph.text for lay in layouts],
+        texts=[plain_text(lay.graph.text) for lay in layouts],  # U+FFFD for a lone surrogate, as the tokens saw it
         truncation=report,
         features={k: np.concatenate(v) for k, v in features.items()},
         global_doc_index=gcat["doc"],

@@ -61,6 +61,9 @@ def _prepare(schema: Any, tokenizer: Any) -> tuple[Schema, Tokenizer, TokenTable
 def _as_list(graphs: DocGraph | Sequence[DocGraph], schema: Schema) -> list[DocGraph]:
     if isinstance(graphs, DocGraph):
         return [graphs]
+    if isinstance(graphs, (dict, str, bytes)) or not hasattr(graphs, "__iter__"):
+        hint = "; DocGraph.from_dict(data) reads the JSON form" if isinstance(graphs, dict) else ""
+        raise CompileError(f"expected a DocGraph or a list of DocGraphs, got {type(graphs).__name__}{hint}")
     graphs = list(graphs)
     if not graphs:
         raise CompileError("no documents to compile")

@@ -1,6 +1,6 @@
 """Pre-training inputs from compiled instances: whole-word MLM masking and CPC sentences.
 
-ETC pre-trains with two objectives (ETC section 3.5, appendix C; DESIGN.md 4):
+ETC pre-trains with two objectives (ETC section 3.5, appendix C; docs/DESIGN.md §5):
 
 * **MLM** on the long input, masked by whole words: 15% of the words, each of their tokens
   replaced by [MASK] (80%), a random token (10%) or left as is (10%); global tokens are never

@@ -15,7 +15,7 @@ building blocks below (the label ids from `graphattn.labels`, the window and seg
     restrict_to_owner              hard masks in place, with ETC's ignore_hard_* row exceptions
     allocate_side_inputs           the eight output arrays as views of one buffer (fewer page faults)
 
-Conventions (docs/DESIGN.md, the compiled contract): masks are 1 = may attend; a packed document and the padding
+Conventions (docs/DESIGN.md §3): masks are 1 = may attend; a packed document and the padding
 after the last breakpoint are each one "example", and nothing attends across examples (so
 padding attends to padding, as in the reference); l2l column c is key i + c - r, and keys
 outside [0, L) are masked; l2g/g2l ids are 2k+1 (does not belong) and 2k+2 (belongs). Hard

@@ -6,8 +6,8 @@ Policies (schema `truncation.policy`), all deciding on whole tokens and reportin
   currently holds the most unit tokens (ETC's WikiHop recipe), then fall back to tail;
 - windows: the pinned nodes (question) plus a window of the remaining tokens, moved by
   `stride`: several selections per document (NQ);
-- error: refuse with a CompileError.
-Globals that still do not fit are cut at assembly (last in global order first).
+- error: refuse with a CompileError when the long tokens or the globals do not fit.
+Under the other policies, globals that still do not fit are cut at assembly (last in global order first).
 """
 
 from __future__ import annotations
@@ -159,14 +159,16 @@ def select(layouts: list[DocLayout], schema: Schema) -> list[Selection]:
     long_len, n_globals = _sizes(layouts, schema, keeps)
     policy = schema.truncation.policy
     messages: list[str] = []
-    if long_len <= schema.max_long_length and (n_globals <= schema.max_global_length or policy != "drop_longest_first"):
-        return [Selection(k, messages if i == 0 else []) for i, k in enumerate(keeps)]
-    if policy == "error":
+    fits_long, fits_global = long_len <= schema.max_long_length, n_globals <= schema.max_global_length
+    if policy == "error" and not (fits_long and fits_global):  # globals too: nothing is cut under 'error'
+        what = "document needs" if len(layouts) == 1 else f"the {len(layouts)} packed documents need"
         raise document_error(
             layouts[0].graph,
-            f"document needs {long_len} long and {n_globals} global tokens; the schema allows {schema.max_long_length} "
+            f"{what} {long_len} long and {n_globals} global tokens; the schema allows {schema.max_long_length} "
             f"and {schema.max_global_length} and its truncation policy is 'error'",
         )
+    if fits_long and (fits_global or policy != "drop_longest_first"):
+        return [Selection(k, messages if i == 0 else []) for i, k in enumerate(keeps)]
     if policy == "windows":
         if len(layouts) != 1:
             message = "the windows policy splits one document into several instances; it does not pack documents"
@@ -204,7 +206,7 @@ def window_selections(layout: DocLayout, schema: Schema) -> list[Selection]:
             mid = (lo + hi + 1) // 2
             lo, hi = (mid, hi) if fits(start, mid) else (lo, mid - 1)
         width = lo
-        if width == 0 and rest.size > start:
+        if width == 0 and (rest.size > start or not fits(start, 0)):  # pinned text alone must fit too
             raise document_error(
                 layout.graph, f"the pinned nodes ({', '.join(trunc.pin)}) leave no room for a window in max_long_length {schema.max_long_length}"
             )

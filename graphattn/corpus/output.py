@@ -14,8 +14,11 @@ shard's documents are fixed by its number, nothing is compiled twice or skipped.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
+import shutil
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
@@ -24,6 +27,47 @@ from graphattn.shards.format import write_atomic
 from graphattn.errors import GraphattnError
 
 RUN_FORMAT = "graphattn-run/1"
+
+
+class OutputError(GraphattnError):
+    """The output directory cannot be written: permissions, a read-only or full file system."""
+
+
+def plural(count: int, word: str) -> str:
+    """`1 document`, `2 documents`, `1,000 shards`."""
+    return f"{count:,} {word}{'' if count == 1 else 's'}"
+
+
+def documents_line(documents: int, rejected: int) -> str:
+    """The count both `graphattn compile` and `graphattn inspect` print: "compiled 18 of 20 documents; rejected 2"."""
+    return f"compiled {documents - rejected:,} of {plural(documents, 'document')}; rejected {rejected:,}"
+
+
+def _megabytes(size: int) -> str:
+    return f"{size / 1e6:,.1f} MB" if size >= 100_000 else f"{size:,} bytes"
+
+
+@contextmanager
+def writing(path: Path, size: int = 0, expected: str = "--out must name a directory you may write to"):
+    """Turn the file system's refusal to write `path` (`size` bytes) into one OutputError line
+    saying why and what was `expected`."""
+    try:
+        yield
+    except OSError as err:
+        if err.errno in (errno.ENOSPC, errno.EDQUOT):
+            try:
+                free = shutil.disk_usage(path.parent if path.parent.exists() else ".").free
+            except OSError:
+                free = 0
+            needs = f"writing it needs {_megabytes(size)}, " if size else ""
+            raise OutputError(f"disk full: {needs}{_megabytes(free)} free there; free some space or choose another "
+                              "--out, then run again (compile: --resume keeps the shards already done)",
+                              file=str(path)) from None
+        why = {errno.EROFS: "the file system is read-only", errno.EACCES: "permission denied",
+               errno.EPERM: "permission denied", errno.ENOTDIR: "a part of the path is a file, not a directory",
+               errno.EEXIST: "a part of the path is a file, not a directory",
+               errno.ENOENT: "this file system lets nobody create files there"}.get(err.errno, err.strerror or str(err))
+        raise OutputError(f"cannot write the output here: {why} ({expected})", file=str(path)) from None
 
 
 def shard_name(index: int) -> str:
@@ -59,9 +103,10 @@ class OutputDir:
     def start(self, run: dict[str, Any], resume: bool) -> set[int]:
         """Claim the directory for `run`; the shard numbers already done (resume only)."""
         if self.path.exists() and not self.path.is_dir():
-            raise GraphattnError("--out must be a directory, but a file of that name exists", file=str(self.path))
-        self.path.mkdir(parents=True, exist_ok=True)
-        self._remove_temporaries()
+            raise OutputError("--out must be a directory, but a file of that name exists", file=str(self.path))
+        with writing(self.path):
+            self.path.mkdir(parents=True, exist_ok=True)
+            self._remove_temporaries()
         if resume:
             previous = self._read_run()
             _check_same_run(previous, run, str(self.run_file))
@@ -70,8 +115,12 @@ class OutputDir:
             raise GraphattnError(
                 "this directory already holds compiled shards; pass --resume to finish that run, "
                 "or choose an empty directory", file=str(self.path))
-        write_atomic(str(self.run_file), _dump(run))
+        self._write(self.run_file, _dump(run))
         return set()
+
+    def _write(self, path: Path, data: bytes) -> None:
+        with writing(path, len(data)):
+            write_atomic(str(path), data)
 
     def _remove_temporaries(self) -> None:
         """Half-written files of a killed run (`*.tmp-<pid>`): never trusted, always rewritten."""
@@ -106,10 +155,14 @@ class OutputDir:
 
     def write_shard(self, index: int, data: bytes, digest: str, rejected: list[dict], stats: dict) -> None:
         """Shard file first (atomic), marker second: a marker always describes a complete file."""
-        write_atomic(str(self.shard_path(index)), data)
+        self._write(self.shard_path(index), data)
         marker = {"shard": index, "file": shard_name(index), "bytes": len(data), "sha256": digest,
                   "stats": stats, "rejected": rejected}
-        write_atomic(str(self.marker_path(index)), _dump(marker))
+        try:
+            self._write(self.marker_path(index), _dump(marker))
+        except BaseException:  # a shard without its marker would look complete to a reader of DIR
+            self.shard_path(index).unlink(missing_ok=True)
+            raise
 
     def markers(self, shards: int) -> Iterator[dict]:
         for index in range(shards):
@@ -121,7 +174,7 @@ class OutputDir:
         """Write rejected.jsonl from the markers, in input order; returns how many were rejected."""
         lines = [json.dumps(entry, sort_keys=True, ensure_ascii=False) + "\n"
                  for marker in self.markers(shards) for entry in marker["rejected"]]
-        write_atomic(str(self.rejected_file), "".join(lines).encode())
+        self._write(self.rejected_file, "".join(lines).encode())
         return len(lines)
 
 

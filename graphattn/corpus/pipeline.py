@@ -19,6 +19,7 @@ import hashlib
 import multiprocessing
 import os
 import queue
+import signal
 import sys
 import time
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
@@ -27,9 +28,10 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
 import graphattn
-from graphattn.corpus.output import RUN_FORMAT, OutputDir
+from graphattn.corpus.output import RUN_FORMAT, OutputDir, documents_line, plural
 from graphattn.shards.format import COMPRESSION, COMPRESSION_LEVEL, FORMAT, ROWS_PER_GROUP, ShardColumns
-from graphattn.corpus.sources import DEFAULT_SHARD_SIZE, FORMATS, InputFile, expand_inputs, import_readers, plan_file, segment_of
+from graphattn.corpus.sources import (DEFAULT_MAX_REJECTED, DEFAULT_SHARD_SIZE, FORMATS, InputFile, expand_inputs,
+                                     import_readers, plan_file, segment_of)
 from graphattn.corpus.worker import ShardResult, ShardTask, WorkerState, compile_shard
 from graphattn.errors import GraphattnError
 
@@ -52,10 +54,14 @@ class CompileOptions:
     format: str = "auto"
     mapping: str | None = None
     progress: bool = True
+    max_rejected: float = DEFAULT_MAX_REJECTED  # share of documents rejected before the run counts as failed
+    html_options: dict[str, Any] = field(default_factory=dict)  # read_html options (encoding, errors)
 
 
 @dataclass
 class Summary:
+    """What a run produced, over every shard of the directory (a resumed run's earlier ones too)."""
+
     documents: int = 0
     instances: int = 0
     truncated: int = 0
@@ -70,24 +76,62 @@ class Summary:
     compiled_tokens: int = 0
     skipped_files: list[str] = field(default_factory=list)
     out: str = ""
+    max_rejected: float = DEFAULT_MAX_REJECTED
+    reasons: list[str] = field(default_factory=list)  # every rejection message, in input order
+
+    @property
+    def rejected_file(self) -> Path:
+        return Path(self.out) / "rejected.jsonl"
+
+    @property
+    def too_many_rejected(self) -> bool:
+        return self.documents > 0 and self.rejected / self.documents > self.max_rejected
+
+    @property
+    def failed(self) -> bool:
+        """Nothing compiled, or more rejected than --max-rejected allows: the command exits 1."""
+        return self.instances == 0 or self.too_many_rejected
 
     def lines(self) -> list[str]:
         rate = lambda n: n / self.seconds if self.seconds > 0 else 0.0  # noqa: E731
         out = [
-            f"compiled {self.documents:,} documents into {self.instances:,} instances in {self.shards} shard(s) under {self.out}",
-            f"  truncated {self.truncated:,} instance(s); rejected {self.rejected:,} document(s)"
-            + (f" (see {Path(self.out) / 'rejected.jsonl'})" if self.rejected else ""),
+            documents_line(self.documents, self.rejected) + (f" (see {self.rejected_file})" if self.rejected else ""),
+            f"  {plural(self.instances, 'instance')} ({self.truncated:,} truncated) in {plural(self.shards, 'shard')} "
+            f"under {self.out}",
             f"  {self.long_tokens:,} long and {self.global_tokens:,} global tokens; "
             f"{self.bytes / 1e6:.2f} MB" + (f", {self.bytes / self.long_tokens:.2f} bytes per long token" if self.long_tokens else ""),
-            f"  this run: {self.compiled_documents:,} documents in {self.seconds:.1f} s, "
+            f"  this run: {plural(self.compiled_documents, 'document')} in {self.seconds:.1f} s, "
             f"{rate(self.compiled_documents):,.1f} docs/s, {rate(self.compiled_tokens):,.0f} tokens/s",
         ]
         if self.shards_resumed:
-            out.append(f"  resumed: {self.shards_resumed} of {self.shards} shard(s) were already complete")
+            out.append(f"  resumed: {self.shards_resumed} of {plural(self.shards, 'shard')} were already complete")
         if self.skipped_files:
             shown = ", ".join(self.skipped_files[:5]) + (" ..." if len(self.skipped_files) > 5 else "")
-            out.append(f"  skipped {len(self.skipped_files)} file(s) with unknown suffixes in input directories: {shown}")
+            files = plural(len(self.skipped_files), "file")
+            out.append(f"  skipped {files} with unknown suffixes in input directories: {shown}")
         return out
+
+    def problem_lines(self, reasons: int | None = 3) -> list[str]:
+        """For stderr: the first `reasons` rejections (None: all), and why the run failed if it did."""
+        out = []
+        if self.rejected:
+            shown = self.reasons if reasons is None else self.reasons[:reasons]
+            first = f"; the first {len(shown)}:" if len(shown) < self.rejected else ":"
+            out.append(f"rejected {plural(self.rejected, 'document')}{first}")
+            out += [f"  {_one_line(reason)}" for reason in shown]
+            out.append(f"  every rejected document, with where it is and why: {self.rejected_file}")
+        if self.instances == 0:
+            hint = "check --schema and --format against the data" if self.documents else "the inputs hold no document"
+            out.append(f"error: no instance was compiled from {plural(self.documents, 'document')}; {hint}")
+        elif self.too_many_rejected:
+            out.append(f"error: rejected {self.rejected / self.documents:.0%} of the documents, "
+                       f"more than --max-rejected {self.max_rejected:g} allows")
+        return out
+
+
+def _one_line(text: str, width: int = 300) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= width else text[: width - 1] + "…"
 
 
 # -- preparing a run -------------------------------------------------------------------------
@@ -95,18 +139,20 @@ def _file_sha256(path: str | os.PathLike) -> str:
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
 
-def _tokenizer_file(spec: str | None) -> Path:
-    if spec is None:
-        raise GraphattnError("compile needs --tokenizer: a tokenizer.json (e.g. examples/data/tokenizer.json)")
-    if spec.startswith("spacy:"):
+def _load_fixed_tokenizer(spec: str | None):
+    """The run's tokenizer and a fingerprint of everything that decides its ids."""
+    from graphattn.tokenize import HFTokenizer, load_tokenizer
+    from graphattn.tokenizer_files import DEFAULT_TOKENIZER
+
+    if spec is not None and spec.startswith("spacy:"):
         raise GraphattnError(
             f"--tokenizer {spec}: a growing spaCy vocabulary numbers words in the order it meets them, which differs "
-            "between workers and resumed runs; give a fixed tokenizer.json instead")
-    path = Path(spec)
-    path = path / "tokenizer.json" if path.is_dir() else path
-    if not path.is_file():
-        raise GraphattnError("tokenizer file does not exist", file=str(path))
-    return path
+            "between workers and resumed runs; give a fixed tokenizer (a tokenizer.json or a model directory) instead")
+    tokenizer = load_tokenizer(DEFAULT_TOKENIZER if spec is None else spec)
+    if not isinstance(tokenizer, HFTokenizer):
+        raise GraphattnError(f"--tokenizer {spec}: compile needs a fixed vocabulary "
+                             "(a tokenizer.json or a model directory)")
+    return tokenizer, hashlib.sha256(tokenizer.tokenizer.to_str().encode()).hexdigest()
 
 
 @dataclass
@@ -127,7 +173,6 @@ class Run:
 def plan_run(options: CompileOptions) -> Run:
     """Load schema and tokenizer, plan the inputs, cut them into shard tasks (no compiling yet)."""
     from graphattn.schema import load_schema
-    from graphattn.tokenize import load_tokenizer
 
     if options.shard_size < 1:
         raise GraphattnError(f"--shard-size must be at least 1 document, got {options.shard_size}")
@@ -135,10 +180,18 @@ def plan_run(options: CompileOptions) -> Run:
         raise GraphattnError(f"--workers must be at least 1, got {options.workers}")
     if options.format not in FORMATS:
         raise GraphattnError(f"--format must be one of {', '.join(FORMATS)}, got {options.format!r}")
+    if options.html_options.get("encoding") is not None:  # a wrong label: one mistake of the command, not one per page
+        from graphattn.ingest.encoding import sniff_encoding
+
+        try:
+            sniff_encoding(b"", encoding=options.html_options["encoding"])
+        except GraphattnError as err:
+            raise GraphattnError(f"--encoding: {err.reason}") from None
+    if not 0.0 <= options.max_rejected <= 1.0:
+        raise GraphattnError(f"--max-rejected is a share of the documents, from 0 to 1; got {options.max_rejected:g}")
     schema = load_schema(options.schema)
     schema_text = Path(schema.source).read_text(encoding="utf-8") if schema.source else repr(schema)
-    tokenizer_path = _tokenizer_file(options.tokenizer)
-    tokenizer = load_tokenizer(str(tokenizer_path))
+    tokenizer, tokenizer_sha256 = _load_fixed_tokenizer(options.tokenizer)
     mapping = None
     if options.mapping is not None:
         from graphattn.ingest.mapping import load_mapping
@@ -155,11 +208,12 @@ def plan_run(options: CompileOptions) -> Run:
         "format": options.format,
         "mapping": options.mapping,
         "mapping_sha256": _file_sha256(options.mapping) if options.mapping else None,
+        "html_options": dict(sorted(options.html_options.items())),
         "schema": options.schema,
         "schema_name": schema.name,
         "schema_sha256": hashlib.sha256(schema_text.encode()).hexdigest(),
-        "tokenizer": options.tokenizer,
-        "tokenizer_sha256": _file_sha256(tokenizer_path),
+        "tokenizer": options.tokenizer or "default",
+        "tokenizer_sha256": tokenizer_sha256,
         "tokenizer_vocab_size": tokenizer.vocab_size,
         "shard_size": options.shard_size,
         "packing": schema.max_documents > 1,
@@ -167,7 +221,8 @@ def plan_run(options: CompileOptions) -> Run:
         "compression": f"{COMPRESSION}:{COMPRESSION_LEVEL}",
     }
     state = WorkerState(schema=schema, tokenizer=tokenizer, schema_text=schema_text, settings=settings,
-                        layout=ShardColumns.for_run(schema, tokenizer.vocab_size), mapping=mapping)
+                        layout=ShardColumns.for_run(schema, tokenizer.vocab_size), mapping=mapping,
+                        html_options=dict(options.html_options))
     tasks = plan(planned, options.shard_size)
     return Run(state, tasks, planned, skipped, sum(f.documents for f in planned))
 
@@ -197,6 +252,9 @@ _WORKER: dict[str, Any] = {}
 
 
 def _init_worker(state: WorkerState, progress_queue) -> None:
+    # Ctrl-C reaches the whole process group; the driver alone answers it (it stops the pool and
+    # says how to resume), so a worker ignores it instead of printing its own traceback.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     _WORKER["state"], _WORKER["queue"] = state, progress_queue
 
 
@@ -287,7 +345,8 @@ def run_compile(options: CompileOptions, print_fn: Callable[[str], None] | None 
     done_documents = sum(task.documents for task in run.tasks if task.index in done)
     throttle = float(os.environ.get(THROTTLE_ENV, "0") or 0)
     progress = _Progress(run.documents, done_documents, options.progress)
-    summary = Summary(shards=len(run.tasks), shards_resumed=len(done), skipped_files=run.skipped, out=str(out.path))
+    summary = Summary(shards=len(run.tasks), shards_resumed=len(done), skipped_files=run.skipped, out=str(out.path),
+                      max_rejected=options.max_rejected)
     try:
         for result in engine(todo, run.state, progress):
             out.write_shard(result.index, result.data, result.sha256, result.rejected, result.stats)
@@ -306,6 +365,7 @@ def run_compile(options: CompileOptions, print_fn: Callable[[str], None] | None 
         summary.long_tokens += stats["long_tokens"]
         summary.global_tokens += stats["global_tokens"]
         summary.bytes += marker["bytes"]
+        summary.reasons += [entry["message"] for entry in marker["rejected"]]
     summary.seconds = time.perf_counter() - started
     if print_fn is not None:
         for line in summary.lines():

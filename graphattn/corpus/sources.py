@@ -36,6 +36,7 @@ JSON_SUFFIXES = (".json", *JSON_LINES_SUFFIXES)
 FORMATS = ("auto", "docgraph", "html", "text", "hotpotqa", "wikihop", "nq", "json")
 JSON_FORMATS = ("docgraph", "hotpotqa", "wikihop", "nq", "json")
 DEFAULT_SHARD_SIZE = 1000  # documents per shard
+DEFAULT_MAX_REJECTED = 0.25  # share of rejected documents a run tolerates: a few bad records pass, a wrong schema fails
 SNIFF_RECORDS = 20  # JSON records looked at to tell a file's format
 
 # Keys that tell the record formats apart (all of them must be present).
@@ -316,14 +317,15 @@ def _raw_records(segment: Segment, cache: ReadCache) -> list:
 
 
 # -- raw input -> DocGraph -------------------------------------------------------------------
-def to_graph(doc: Document, format: str, mapping: Any = None):
-    """Build the DocGraph of one document; raises the reader's GraphattnError on bad input."""
+def to_graph(doc: Document, format: str, mapping: Any = None, html_options: dict | None = None):
+    """Build the DocGraph of one document; raises the reader's GraphattnError on bad input.
+    `html_options` go to `read_html` (encoding=, errors=)."""
     if doc.error is not None:
         raise doc.error
     if format == "html":
         from graphattn.ingest.html import read_html
 
-        return read_html(doc.raw)
+        return read_html(doc.raw, **(html_options or {}))
     if format == "text":
         from graphattn.ingest.text import text_to_graph
 
@@ -368,10 +370,11 @@ def import_readers(formats: set[str]) -> None:
         importlib.import_module(name)
 
 
-def iter_segment_graphs(segment: Segment, cache: ReadCache, mapping: Any = None) -> Iterator[tuple[Document, Any]]:
+def iter_segment_graphs(segment: Segment, cache: ReadCache, mapping: Any = None,
+                        html_options: dict | None = None) -> Iterator[tuple[Document, Any]]:
     """(document, DocGraph or the exception that stopped it) for each document of a segment."""
     for doc in read_segment(segment, cache):
         try:
-            yield doc, to_graph(doc, segment.format, mapping)
+            yield doc, to_graph(doc, segment.format, mapping, html_options)
         except Exception as err:  # noqa: BLE001 - every failure is reported per document
             yield doc, err

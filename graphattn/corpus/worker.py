@@ -57,6 +57,7 @@ class WorkerState:
     settings: dict
     layout: ShardColumns
     mapping: Any = None
+    html_options: dict = field(default_factory=dict)  # read_html options: encoding, errors
     cache: ReadCache = field(default_factory=ReadCache)
 
     def __post_init__(self) -> None:
@@ -169,7 +170,7 @@ def _pack(state: WorkerState, builder: _ShardBuilder, items) -> None:
 
 def _documents(task: ShardTask, state: WorkerState):
     for segment in task.segments:
-        yield from iter_segment_graphs(segment, state.cache, state.mapping)
+        yield from iter_segment_graphs(segment, state.cache, state.mapping, state.html_options)
 
 
 def compile_shard(task: ShardTask, state: WorkerState, progress: Callable[[int, int], None] | None = None) -> ShardResult:

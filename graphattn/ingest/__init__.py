@@ -18,7 +18,7 @@ from typing import Any
 _EXPORTS = {
     "parse_html": "html",
     "read_html": "html",
-    "decode_html": "html",
+    "decode_html": "encoding",
     "read_json": "json",
     "iter_records": "records",
     "RecordRef": "records",

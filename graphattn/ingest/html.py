@@ -2,8 +2,10 @@
 
 Conventions (the dataset schemas depend on them):
 
-* Node ``doc`` of type ``document`` spans the whole text. Attrs: ``source``, ``encoding``,
-  ``encoding_source`` (``argument`` | ``bom`` | ``meta`` | ``utf-8-default`` | ``str``), ``title``.
+* Node ``doc`` of type ``document`` spans the whole text. Attrs: ``source``, ``encoding`` (the
+  Python codec that decoded the bytes), ``encoding_source`` (``bom`` | ``argument`` | ``meta`` |
+  ``utf-8-default`` | ``fallback``, see `graphattn.ingest.encoding`; ``str`` for text given as str),
+  ``title``.
 * One ``element`` node per rendered element that holds visible text, ids ``e0, e1, ...`` in
   document order. Attrs: ``tag``; ``xpath`` with sibling subscripts (``/html/body/div[2]/p[1]``:
   ``html`` and ``body`` plain, every other step subscripted, resolvable with lxml's ``xpath()``);
@@ -38,16 +40,16 @@ limits — hitting one raises `IngestError` naming line and column (the parser w
 the rest of the page). The tree walk is iterative. Input above ``max_bytes`` or with more than
 ``max_elements`` elements is refused before it costs memory.
 
-Encodings: the ``encoding`` argument, else a byte-order mark, else ``<meta charset>`` /
-``http-equiv`` in the first 4 KB, else UTF-8. Bytes that do not decode raise `IngestError`
-with the byte offset and line (``errors="strict"``, the default); ``errors="replace"`` puts
-U+FFFD in their place instead. As browsers do, a declared ``iso-8859-1``/``ascii`` reads as
-windows-1252 and a ``<meta>``-declared UTF-16 as UTF-8.
+Encodings (`graphattn.ingest.encoding`): as browsers decode, by the WHATWG Encoding Standard's
+labels only: a byte-order mark, else the ``encoding`` argument, else ``<meta charset>`` /
+``http-equiv`` in the first 4 KB, else UTF-8 if the bytes are valid UTF-8 and windows-1252 if not.
+A ``<meta>`` label the Standard does not know (``utf-7``, ``base64``) is ignored. Bytes that do not
+decode raise `IngestError` with the byte offset and line (``errors="strict"``, the default);
+``errors="replace"`` puts U+FFFD in their place instead.
 """
 
 from __future__ import annotations
 
-import codecs
 import os
 import re
 from dataclasses import dataclass, field
@@ -59,21 +61,28 @@ import numpy as np
 from graphattn.errors import IngestError
 from graphattn.graph import CONTAINS, DocGraph, Edge, Node
 from graphattn.ingest import _style as style
+from graphattn.ingest.encoding import decode_html
 
 MAX_BYTES = 64 * 1024 * 1024
 MAX_ELEMENTS = 500_000
 
 _HTML_WHITESPACE = re.compile(r"[ \t\n\r\f]+")
-_META_CHARSET = re.compile(rb"""<meta[^>]*?charset\s*=\s*["']?\s*([A-Za-z0-9_.:-]+)""", re.IGNORECASE)
 _NCNAME = re.compile(r"^[A-Za-z_][\w.-]*$")
-_BOMS = ((codecs.BOM_UTF8, "utf-8"), (codecs.BOM_UTF16_LE, "utf-16-le"), (codecs.BOM_UTF16_BE, "utf-16-be"))
 _SPACE, _TAB, _NEWLINE = 1, 2, 3
 _SEPARATORS = {_SPACE: " ", _TAB: "\t", _NEWLINE: "\n"}
 
 
 # -- public API ------------------------------------------------------------------------------
-def read_html(path: str | os.PathLike, **options) -> DocGraph:
-    """Read an HTML file into a DocGraph (options as `parse_html`); the file size is checked first."""
+def read_html(path: str | os.PathLike, *, encoding: str | None = None, errors: str = "strict", **options) -> DocGraph:
+    """Read an HTML file into a DocGraph; the file size is checked first.
+
+    `encoding`: a WHATWG label (``"utf-8"``, ``"windows-1252"``, ``"latin1"``, ``"shift_jis"``...)
+    to read the bytes in, as a server's Content-Type would say it: it overrides ``<meta charset>``
+    but not a byte-order mark; None (the default) sniffs as browsers do (module docstring).
+    `errors`: ``"strict"`` (default) refuses bytes invalid in that encoding with an `IngestError`
+    naming byte offset and line; ``"replace"`` reads them as U+FFFD. Other options as `parse_html`.
+    """
+    options.update(encoding=encoding, errors=errors)
     path = Path(path)
     max_bytes = options.get("max_bytes", MAX_BYTES)
     try:
@@ -102,6 +111,7 @@ def parse_html(
 
     `selector` (CSS) marks matching element nodes with attr ``selected=True`` (others False), so a
     schema can make exactly those elements global tokens with ``where: {selected: true}``.
+    `encoding` and `errors` apply to bytes, as in `read_html`.
     """
     if errors not in ("strict", "replace"):
         raise IngestError(f"errors must be 'strict' or 'replace', got {errors!r}", file=source)
@@ -124,48 +134,6 @@ def parse_html(
         "source": source, "encoding": used_encoding, "encoding_source": how,
         "title": " ".join(title.split()) if title else None,
     })
-
-
-def decode_html(data: bytes, *, encoding: str | None = None, errors: str = "strict",
-                source: str | None = None) -> tuple[str, str, str]:
-    """Decode HTML bytes: (text, codec name, how it was chosen). See the module docstring."""
-    how = "argument"
-    if encoding is None:
-        encoding, how, data = _sniff_encoding(data)
-    try:
-        codec = codecs.lookup(encoding).name
-    except LookupError:
-        raise IngestError(f"unknown encoding {encoding!r}", file=source) from None
-    if codec in ("iso8859-1", "ascii"):
-        codec = "cp1252"
-    try:
-        return data.decode(codec, errors=errors), codec, how
-    except UnicodeDecodeError as err:
-        if codec == "cp1252":  # bytes windows-1252 leaves undefined: browsers show C1 controls
-            return data.decode("latin-1"), "latin-1", how
-        line = data.count(b"\n", 0, err.start) + 1
-        raise IngestError(
-            f"byte {err.start} ({data[err.start:err.start + 1]!r}) is not valid {codec} "
-            f"(encoding from {how}); declare the right one (<meta charset>, encoding=...) or pass "
-            "errors='replace' to read it as U+FFFD",
-            file=source, line=line,
-        ) from None
-
-
-def _sniff_encoding(data: bytes) -> tuple[str, str, bytes]:
-    for bom, name in _BOMS:
-        if data.startswith(bom):
-            return name, "bom", data[len(bom):]
-    match = _META_CHARSET.search(data[:4096])
-    if match:
-        label = match.group(1).decode("ascii").lower()
-        try:
-            name = codecs.lookup(label).name
-        except LookupError:
-            name = None  # browsers ignore labels they do not know
-        if name:
-            return ("utf-8" if name.startswith("utf-16") else name), "meta", data
-    return "utf-8", "utf-8-default", data
 
 
 def _parse_tree(markup: str, source: str | None) -> etree._Element:

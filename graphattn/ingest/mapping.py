@@ -82,8 +82,16 @@ def load_mapping(spec: Mapping | str | os.PathLike | Spec) -> Spec:
             spec = json.loads(text) if source.endswith(".json") else yaml.safe_load(text)
         except OSError as err:
             raise IngestError(f"cannot read mapping: {err.strerror}", file=source) from None
-        except (yaml.YAMLError, json.JSONDecodeError) as err:
-            raise IngestError(f"mapping is not valid YAML/JSON: {err}", file=source) from None
+        except UnicodeDecodeError as err:
+            raise IngestError(f"mapping is not UTF-8 text ({err.reason} at byte {err.start})", file=source) from None
+        except json.JSONDecodeError as err:
+            raise IngestError(f"mapping is not valid JSON: {err.msg} (column {err.colno})", file=source,
+                              line=err.lineno) from None
+        except yaml.YAMLError as err:
+            mark = getattr(err, "problem_mark", None)
+            what = " ".join(str(getattr(err, "problem", None) or err).split())
+            raise IngestError(f"mapping is not valid YAML: {what}" + (f" (column {mark.column + 1})" if mark else ""),
+                              file=source, line=mark.line + 1 if mark else None) from None
     return _spec(spec, (), source, top=True)
 
 

@@ -89,14 +89,52 @@ def _collapse_layers(rows: list[str]) -> list[str]:
 # -- reading a checkpoint -------------------------------------------------------------------
 
 
+class CheckpointError(GraphattnError):
+    """A checkpoint directory whose files are missing, malformed or not what save_pretrained writes."""
+
+
+REQUIRED_SIZES = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size")
+NUMERIC_KEYS = ("max_position_embeddings", "type_vocab_size", "pad_token_id", "layer_norm_eps", "initializer_range",
+                "hidden_dropout_prob")
+
+
+def _read_json_object(path: Path, what: str) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError as err:
+        raise CheckpointError(f"{what} is not UTF-8 text ({err.reason} at byte {err.start})", file=str(path)) from None
+    except json.JSONDecodeError as err:
+        raise CheckpointError(f"{what} is not valid JSON: {err.msg}", file=str(path), line=err.lineno) from None
+    if not isinstance(data, dict):
+        raise CheckpointError(f"{what} must hold a JSON object, got a {type(data).__name__}", file=str(path))
+    return data
+
+
 def read_hf_config(checkpoint_dir: str | os.PathLike) -> dict[str, Any]:
+    """config.json as a dict, with the sizes lifting needs present and positive integers."""
     path = Path(checkpoint_dir) / "config.json"
     if not path.is_file():
-        raise GraphattnError("no config.json: expected a local Hugging Face checkpoint directory (save_pretrained output)", file=str(checkpoint_dir))
-    try:
-        return json.loads(path.read_text())
-    except json.JSONDecodeError as err:
-        raise GraphattnError(f"config.json is not valid JSON: {err.msg}", file=str(path), line=err.lineno) from None
+        raise CheckpointError("no config.json: expected a local Hugging Face checkpoint directory "
+                              "(save_pretrained output)", file=str(checkpoint_dir))
+    return check_hf_config(_read_json_object(path, "config.json"), str(path))
+
+
+def check_hf_config(hf: Any, source: str = "config.json") -> dict[str, Any]:
+    """`hf` if it is a config dict with the sizes lifting needs (positive integers) and numbers
+    where numbers belong; else a CheckpointError naming the key."""
+    if not isinstance(hf, dict):
+        raise CheckpointError(f"a Hugging Face config must be a JSON object, got a {type(hf).__name__}", file=source)
+    for key in REQUIRED_SIZES:
+        value = hf.get(key)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            found = "missing" if key not in hf else f"{value!r}"
+            raise CheckpointError(f"config.json needs {key} as a positive integer, found {found} "
+                                  f"(the sizes a BERT/RoBERTa config.json holds: {', '.join(REQUIRED_SIZES)})",
+                                  file=source, path=(key,))
+    for key in NUMERIC_KEYS:
+        if key in hf and (isinstance(hf[key], bool) or not isinstance(hf[key], (int, float))):
+            raise CheckpointError(f"config.json's {key} must be a number, got {hf[key]!r}", file=source, path=(key,))
+    return hf
 
 
 def read_hf_weights(checkpoint_dir: str | os.PathLike) -> dict[str, torch.Tensor]:
@@ -105,22 +143,57 @@ def read_hf_weights(checkpoint_dir: str | os.PathLike) -> dict[str, torch.Tensor
     for index_name, loader in (("model.safetensors.index.json", _load_safetensors), ("pytorch_model.bin.index.json", _load_torch_bin)):
         index = root / index_name
         if index.is_file():
-            shards = sorted(set(json.loads(index.read_text())["weight_map"].values()))
+            weight_map = _read_json_object(index, index_name).get("weight_map")
+            if not isinstance(weight_map, dict) or not all(isinstance(v, str) for v in weight_map.values()):
+                raise CheckpointError(f"{index_name} needs a weight_map from tensor names to shard file names",
+                                      file=str(index), path=("weight_map",))
+            shards = sorted(set(weight_map.values()))
+            missing = [name for name in shards if not (root / name).is_file()]
+            if missing:
+                raise CheckpointError(f"{index_name} names shard files that are not there: {', '.join(missing[:3])}",
+                                      file=str(index))
             return {name: tensor for shard in shards for name, tensor in loader(root / shard).items()}
     for file_name, loader in (("model.safetensors", _load_safetensors), ("pytorch_model.bin", _load_torch_bin)):
         if (root / file_name).is_file():
             return loader(root / file_name)
-    raise GraphattnError("no model.safetensors or pytorch_model.bin in the checkpoint directory", file=str(root))
+    raise CheckpointError("no model.safetensors or pytorch_model.bin in the checkpoint directory", file=str(root))
 
 
 def _load_safetensors(path: Path) -> dict[str, torch.Tensor]:
+    from safetensors import SafetensorError
     from safetensors.torch import load_file
 
-    return load_file(str(path))
+    try:
+        return load_file(str(path))
+    except (SafetensorError, OSError, ValueError) as err:
+        raise CheckpointError(f"not a readable safetensors file ({_first_line(err)}); expected the model.safetensors "
+                              "that save_pretrained writes (a truncated download? fetch it again)",
+                              file=str(path)) from None
 
 
 def _load_torch_bin(path: Path) -> dict[str, torch.Tensor]:
-    return torch.load(path, map_location="cpu", weights_only=True)
+    import pickle
+    import warnings
+    import zipfile
+
+    try:
+        with warnings.catch_warnings():  # the unpickler's notes on protocols say nothing a user can act on
+            warnings.simplefilter("ignore")
+            state = torch.load(path, map_location="cpu", weights_only=True)
+    except (RuntimeError, EOFError, ValueError, OSError, pickle.UnpicklingError, zipfile.BadZipFile) as err:
+        why = _first_line(err)
+        if why.startswith("Weights only load failed"):  # torch's advice (weights_only=False) would run the file's code
+            why = "it holds something other than tensors, or is damaged; graphattn loads weights only, never code"
+        raise CheckpointError(f"not a readable PyTorch checkpoint ({why}); expected the pytorch_model.bin that "
+                              "save_pretrained writes (a truncated download? fetch it again)", file=str(path)) from None
+    if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
+        raise CheckpointError(f"expected a state dict of tensors, got {type(state).__name__}", file=str(path))
+    return state
+
+
+def _first_line(err: BaseException) -> str:
+    text = str(err).strip()
+    return text.splitlines()[0][:200] if text else type(err).__name__
 
 
 def _normalise_names(state: dict[str, torch.Tensor], model_type: str) -> dict[str, torch.Tensor]:
@@ -161,6 +234,7 @@ def etc_config_from_hf(hf: dict[str, Any], keep_absolute_positions: bool = True,
     type_vocab_size is at least 16 (schemas use ETC's type ids up to 7); positions keep every
     row the checkpoint can serve (RoBERTa: max_position_embeddings - padding_idx - 1)."""
     model_type = _model_type(hf, "config.json")
+    check_hf_config(hf)
     act = str(hf.get("hidden_act", "gelu"))
     if act not in _ACTIVATIONS:
         raise GraphattnError(f"hidden_act {act!r} has no EtcConfig equivalent ({', '.join(_ACTIVATIONS)})", path=("hidden_act",))
@@ -240,7 +314,7 @@ class _Lifter:
 def lift_into(encoder: EtcEncoder, hf_state: dict[str, torch.Tensor], hf_config: dict[str, Any], *,
               relative_init: str = "zeros", source: str = "<state dict>") -> LiftReport:
     """Copy an HF BERT/RoBERTa state dict into `encoder` in place; returns the report."""
-    model_type = _model_type(hf_config, source)
+    model_type = _model_type(check_hf_config(hf_config, source), source)
     if relative_init not in ("zeros", "normal"):
         raise GraphattnError(f"relative_init must be 'zeros' or 'normal', got {relative_init!r}", path=("relative_init",))
     cfg = encoder.config

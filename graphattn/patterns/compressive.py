@@ -1,4 +1,4 @@
-"""Compressive memory encoder mode (Compressive Transformer, Rae et al. 2019; DESIGN.md section 6).
+"""Compressive memory encoder mode (Compressive Transformer, Rae et al. 2019; docs/DESIGN.md §8).
 
 A document longer than one window is read as a stream of segments. Per layer i the encoder keeps
 a FIFO memory of the last n_m long-token activations that entered layer i (its inputs, as

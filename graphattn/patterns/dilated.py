@@ -1,4 +1,4 @@
-"""LongNet dilated attention (Ding et al. 2023, arXiv 2307.02486; DESIGN.md section 6).
+"""LongNet dilated attention (Ding et al. 2023, arXiv 2307.02486; docs/DESIGN.md §8).
 
 One (w, r) pair: cut the sequence into segments of w tokens, keep every r-th row of each segment
 starting at the head's offset s_j = j mod r, run dense attention inside every sparse segment and

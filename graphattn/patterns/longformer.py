@@ -1,5 +1,5 @@
 """Longformer encoder mode: sliding windows (per layer), dilation (per head per layer) and
-task-chosen global positions with their own Q/K/V projections (Beltagy et al. 2020; DESIGN.md 6).
+task-chosen global positions with their own Q/K/V projections (Beltagy et al. 2020; docs/DESIGN.md §8).
 
 In graphattn terms a Longformer input is an ETC input whose global tokens are copies of chosen
 long positions (CLS, question tokens, candidates: `global: per_token` types and prefix tokens of

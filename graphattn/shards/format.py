@@ -25,6 +25,7 @@ The footer carries the run's settings, the schema text and the LabelVocab (keys
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -278,11 +279,16 @@ def encode_shard(table: pa.Table, metadata: dict[bytes, bytes]) -> bytes:
 def write_atomic(path: str, data: bytes) -> None:
     """Write bytes to `path` so that a reader (or a killed run) never sees half a file."""
     tmp = f"{path}.tmp-{os.getpid()}"
-    with open(tmp, "wb") as handle:
-        handle.write(data)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:  # disk full, Ctrl-C: no half file stays behind, under either name
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
 
 
 def sha256(data: bytes) -> str:
@@ -403,3 +409,31 @@ class DecodedRows:
             features={key: self.column(f"feature:{key}", i).astype(dtype) for key, dtype in layout.features},
             global_doc_index=side.global_doc.copy(),
         )
+
+
+def read_row(path: str | os.PathLike, index: int, *, compact: bool = True) -> tuple[EtcInstance, Provenance]:
+    """Instance `index` of one shard file and where it came from, decoding only its row group.
+
+    Needs no torch (the datasets do): `graphattn viz` reads a shard this way, in its compact
+    form unless asked otherwise.
+    """
+    path = str(path)
+    try:
+        pf = pq.ParquetFile(pa.memory_map(path, "r"))
+    except (OSError, pa.ArrowInvalid) as err:
+        raise ShardFormatError(f"not a readable Parquet file: {err}", file=path) from None
+    info = read_info(path, pf)
+    if not 0 <= index < info.num_rows:
+        raise ShardFormatError(f"instance {index} is out of range: the shard holds {info.num_rows} (counting from 0)",
+                               file=path)
+    group, first = 0, 0
+    while index >= first + info.row_groups[group]:
+        first += info.row_groups[group]
+        group += 1
+    try:
+        table = pf.read_row_group(group)
+    except (OSError, pa.ArrowException) as err:  # a footer that reads, pages that do not
+        raise ShardFormatError(f"damaged shard: row group {group} cannot be read ({' '.join(str(err).split())}); "
+                               "compile it again", file=path) from None
+    rows = DecodedRows(table, info)
+    return rows.instance(index - first, compact), rows.provenance(index - first)

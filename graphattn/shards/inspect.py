@@ -17,6 +17,8 @@ from typing import Callable
 
 import numpy as np
 
+from graphattn.cli import add_verbosity_arguments
+
 KINDS = ("l2l", "g2g", "l2g", "g2l")
 
 
@@ -27,11 +29,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="count relative labels over the first N instances (default 200; 0: skip)")
     parser.add_argument("--bins", type=int, default=8, help="bars per length histogram (default 8)")
     parser.add_argument("--tokens", type=int, default=24, metavar="N", help="long and global tokens shown of the instance (default 24)")
+    add_verbosity_arguments(parser)
 
 
 def run(args: argparse.Namespace) -> int:
-    print("\n".join(inspect_lines(args.source, instance=args.instance, label_instances=args.label_instances,
-                                  bins=args.bins, tokens=args.tokens)))
+    import pyarrow as pa
+
+    from graphattn.errors import GraphattnError
+
+    try:
+        lines = inspect_lines(args.source, instance=args.instance, label_instances=args.label_instances, bins=args.bins,
+                              tokens=args.tokens)
+    except (OSError, pa.ArrowException) as err:  # footers that read, pages that do not
+        why = " ".join(str(err).split())
+        raise GraphattnError(f"damaged shard data ({why}); compile it again", file=str(args.source)) from None
+    print("\n".join(lines))
     return 0
 
 
@@ -51,8 +63,8 @@ def inspect_lines(source: str, *, instance: int = 0, label_instances: int = 200,
     out = [f"{len(paths)} shard(s) from {source}",
            f"schema {settings.get('schema_name')} ({settings.get('schema')}), tokenizer {settings.get('tokenizer')}, "
            f"shard size {settings.get('shard_size')}, packing {'on' if settings.get('packing') else 'off'}"]
-    documents = len(set(np.concatenate([np.asarray(d, np.int64) for d in table.column("doc_numbers").to_pylist()] or [np.zeros(0, np.int64)]).tolist()))
-    out.append(f"instances {table.num_rows:,}  documents {documents:,}  rejected {_rejected_count(source, paths)}")
+    out += _document_counts(source, paths)
+    out.append(f"instances {table.num_rows:,}")
     long_lengths = np.asarray(table.column("long_length").to_pylist(), np.int64)
     global_lengths = np.asarray(table.column("global_length").to_pylist(), np.int64)
     out += _histogram("long length", long_lengths, bins)
@@ -67,14 +79,27 @@ def inspect_lines(source: str, *, instance: int = 0, label_instances: int = 200,
     return out
 
 
-def _rejected_count(source: str, paths: list[str]) -> str:
-    """From DIR/rejected.jsonl for a directory, from the footers of the shards otherwise."""
-    rejected = Path(source) / "rejected.jsonl"
-    if rejected.is_file():
-        return f"{sum(1 for line in rejected.read_text(encoding='utf-8').splitlines() if line.strip()):,}"
+def _document_counts(source: str, paths: list[str]) -> list[str]:
+    """The compile summary's own count line, from the shard footers; for a run directory also
+    where rejected.jsonl is and whether the run finished."""
+    from graphattn.corpus.output import OutputDir, documents_line
     from graphattn.shards.format import read_info
 
-    return f"{sum(read_info(p).shard.get('rejected', 0) for p in paths):,} (from shard footers)"
+    shards = [read_info(p).shard for p in paths]
+    line = documents_line(sum(s.get("documents", 0) for s in shards), sum(s.get("rejected", 0) for s in shards))
+    run_dir = OutputDir(Path(source))
+    if not run_dir.run_file.is_file():
+        return [line + " (from shard footers)"]
+    rejected = sum(s.get("rejected", 0) for s in shards)
+    out = [line + (f" (see {run_dir.rejected_file})" if rejected and run_dir.rejected_file.is_file() else "")]
+    try:
+        planned = json.loads(run_dir.run_file.read_text(encoding="utf-8")).get("shards")
+    except (OSError, ValueError):
+        planned = None
+    if isinstance(planned, int) and planned > len(paths):
+        out.append(f"run incomplete: {len(paths)} of {planned} shards written; finish it with the same "
+                   "graphattn compile command and --resume")
+    return out
 
 
 def _histogram(title: str, values: np.ndarray, bins: int, width: int = 40) -> list[str]:

@@ -17,6 +17,7 @@ import json
 import os
 from pathlib import Path
 
+from graphattn.cli import add_verbosity_arguments, verbosity
 from graphattn.errors import GraphattnError
 
 TASK_FORMATS = {"wikihop": "wikihop", "hotpotqa": "hotpotqa", "nq": "nq"}
@@ -45,7 +46,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--checkpoint-every", type=int, default=0, help="steps between checkpoints (0: at the end only)")
     parser.add_argument("--resume", action="store_true", help="continue from the newest checkpoint under --out")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--no-progress", action="store_true")
+    add_verbosity_arguments(parser, "--no-progress")  # -q/--quiet; --no-progress is its older name
 
 
 def _examples(paths: list[str], task: str, schema, tokenizer) -> list:
@@ -110,7 +111,7 @@ def run(args: argparse.Namespace) -> int:
         config = TrainConfig(max_steps=args.steps, epochs=args.epochs, learning_rate=args.lr, optimizer=args.optimizer,
                              warmup_ratio=args.warmup_ratio, gradient_accumulation_steps=args.accumulate, precision=args.precision,
                              checkpoint_dir=str(out), checkpoint_every=args.checkpoint_every, resume="latest" if args.resume else False,
-                             seed=args.seed, progress=not args.no_progress)
+                             seed=args.seed, progress=verbosity(args) >= 0)
         data = InstanceLoader(examples, args.batch_size, collate_examples, shuffle=True, seed=args.seed)
         trainer = Trainer(model, config)
         result = trainer.fit(data)

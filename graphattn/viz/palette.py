@@ -2,7 +2,8 @@
 
 Distances read as a ramp (keys to the right in reds, to the left in blues, darker = farther),
 ownership as grey/green, and schema labels as distinct hues, so that a picture can be read
-without the legend once one has seen a few.
+without the legend once one has seen a few. Every legend lists labels in one reading order
+(`legend_order`): structure first, then distances from far left to far right, then masked.
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ import numpy as np
 from graphattn.labels import BELONGS, DOES_NOT_BELONG, LabelVocab, distance_id_count, first_schema_label_id
 
 BACKGROUND = np.array([1.0, 1.0, 1.0])  # masked cells: nothing drawn
+MASKED_NAME = "masked: may not attend"  # the legend's entry for the background
+SHADE_FLOOR = 0.4  # a block with any pair of its label keeps at least this much of the color
 SAME_POSITION = np.array([0.25, 0.25, 0.25])
 NOT_OWNED = np.array([0.78, 0.78, 0.78])
 OWNED = np.array([0.17, 0.63, 0.17])
@@ -65,10 +68,21 @@ def to_hex(color: np.ndarray) -> str:
 
 
 def shade(colors: np.ndarray, share: np.ndarray) -> np.ndarray:
-    """Blend label colors toward the background by share of allowed pairs (0 = background).
+    """Blend label colors toward the background by share of pairs (0 = background).
 
-    A block with any allowed pair keeps at least a fifth of its color so it stays visible.
+    A block with any such pair keeps at least SHADE_FLOOR of its color so it stays visible
+    (the viewer's script blends with the same rule).
     """
     share = np.asarray(share, dtype=float)[..., None]
-    alpha = np.where(share > 0, 0.2 + 0.8 * share, 0.0)
+    alpha = np.where(share > 0, SHADE_FLOOR + (1 - SHADE_FLOOR) * share, 0.0)
     return BACKGROUND * (1 - alpha) + colors * alpha
+
+
+def legend_order(vocab: LabelVocab, labels) -> list[int]:
+    """`labels` (ids) in the reading order every legend uses: belongs, does_not_belong, the
+    schema's labels, then distances from the farthest left through dist:0 to the farthest right."""
+    k = vocab.max_distance
+    order = [vocab.id(BELONGS), vocab.id(DOES_NOT_BELONG), *range(first_schema_label_id(k), len(vocab)),
+             *range(2 * k, k, -1), 0, *range(1, k + 1)]
+    present = {int(label) for label in labels}
+    return [label for label in order if label in present]

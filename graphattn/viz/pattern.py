@@ -102,7 +102,8 @@ class _DenseReader:
 
 
 class _CompactReader:
-    """Rows derived on demand from a CompactSideInputs: a zoom never builds the whole [L, G]."""
+    """Ranges derived on demand from a CompactSideInputs: nothing bigger than the range asked for
+    (a zoom into a 262K x 20K instance never builds a whole [L, G] or [G, G])."""
 
     def __init__(self, compact, global_length: int, long_length: int):
         if (compact.global_length, compact.long_length) != (global_length, long_length):
@@ -112,30 +113,15 @@ class _CompactReader:
             )
         self.compact = compact
         self.radius = int(compact.local_radius)
-        self._whole: dict[str, tuple[np.ndarray, np.ndarray]] = {}
-
-    def _derived(self, name: str, shape: tuple[int, int]) -> tuple[np.ndarray, np.ndarray]:
-        """g2g [G, G] or the l2l band [L, 2r+1], derived once: both are small."""
-        if name not in self._whole:
-            mask, ids = np.empty(shape, np.int32), np.empty(shape, np.int32)
-            getattr(self.compact, f"{name}_into")(mask, ids)
-            self._whole[name] = mask, ids
-        return self._whole[name]
 
     def piece(self, name: str, rows: slice, cols: slice) -> tuple[np.ndarray, np.ndarray]:
-        if name == "g2g":
-            G = self.compact.global_length
-            mask, ids = self._derived("g2g", (G, G))
-            return mask[rows, cols], ids[rows, cols]
-        mask, ids = getattr(self.compact, f"{name}_rows")(rows)
-        return mask[:, cols], ids[:, cols]
+        return getattr(self.compact, f"{name}_rows")(rows, cols)
 
     def band(self, rows: slice) -> tuple[np.ndarray, np.ndarray]:
-        mask, ids = self._derived("l2l", (self.compact.long_length, 2 * self.radius + 1))
-        return mask[rows], ids[rows]
+        return self.compact.l2l_rows(rows)
 
 
-COMPACT_API = ("l2g_rows", "g2l_rows", "g2g_into", "l2l_into")
+COMPACT_API = ("l2g_rows", "g2l_rows", "g2g_rows", "l2l_rows")
 
 
 def side_reader(side, global_length: int, long_length: int):
@@ -159,6 +145,8 @@ class Pattern:
         self.long_length = instance.long_length
         self.reader = side_reader(instance.side, self.global_length, self.long_length)
         self.radius = self.reader.radius
+        # blocks.py counts a compact instance by class, straight from its arrays
+        self.compact = self.reader.compact if isinstance(self.reader, _CompactReader) else None
 
     @property
     def size(self) -> int:
@@ -166,6 +154,15 @@ class Pattern:
 
     def full_range(self) -> AxisRange:
         return AxisRange(0, self.size)
+
+    def checked(self, span: AxisRange | None, what: str = "range") -> AxisRange:
+        """`span` (default: everything), refused unless it is a non-empty range inside [0, G + L)."""
+        if span is None:
+            return self.full_range()
+        if not 0 <= span.start < span.stop <= self.size:
+            raise GraphattnError(f"{what} {span.start}:{span.stop} is not inside the instance's 0:{self.size} "
+                                 f"(G={self.global_length} globals, L={self.long_length} long tokens)")
+        return span
 
     # -- pieces ------------------------------------------------------------------------------
     def piece(self, name: str, rows: slice, cols: slice) -> np.ndarray:

@@ -3,12 +3,16 @@
 Rows are queries and columns keys over [global ; long]; each allowed cell is colored by its
 relative label, masked cells stay background, and the four pieces are framed and named. Up to
 `token_limit` positions per axis every pair gets its own cell; past that the picture is a block
-summary (see blocks.py), and `queries=` / `keys=` zoom to a range drawn at token level.
+summary (see blocks.py: a block shows its structure label when it has one), and `queries=` /
+`keys=` zoom to a range drawn at token level. The legend lists the labels drawn in one fixed
+reading order (`palette.legend_order`) and what white means; the title wraps to the figure's
+width and tick labels that would overlap (at the global/long boundary, say) are thinned.
 """
 
 from __future__ import annotations
 
 import math
+import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -21,7 +25,7 @@ from matplotlib.transforms import blended_transform_factory
 from graphattn.contract import EtcInstance
 from graphattn.errors import GraphattnError
 from graphattn.viz.blocks import BlockSummary, block_summary
-from graphattn.viz.palette import BACKGROUND, label_colors, shade
+from graphattn.viz.palette import BACKGROUND, MASKED_NAME, label_colors, legend_order, shade
 from graphattn.viz.pattern import MASKED, AxisRange, Pattern
 
 DEFAULT_TOKEN_LIMIT = 384  # positions per axis drawn one cell per pair
@@ -30,6 +34,8 @@ NAME_WIDTH = 22  # characters of a tick label before it is cut
 TICKS_PER_AXIS = 64  # token-level ticks beyond this are thinned
 LEGEND_ROWS = 26
 PIECE_NAMES_IN = 0.7  # inches right of the grid kept for the row parts' piece names
+TITLE_POINTS = 9
+TICK_GAP = 1.4  # tick labels at least this many font heights apart
 
 
 @dataclass
@@ -81,8 +87,7 @@ def render(
 ) -> Rendering:
     """Draw `queries` x `keys` (default: the whole instance) at token level or as blocks."""
     pattern = source if isinstance(source, Pattern) else Pattern(source)
-    queries = queries or pattern.full_range()
-    keys = keys or pattern.full_range()
+    queries, keys = pattern.checked(queries, "queries"), pattern.checked(keys, "keys")
     colors = label_colors(pattern.vocab)
     as_tokens = block_size is None and max(len(queries), len(keys)) <= token_limit
     summary = None
@@ -93,10 +98,11 @@ def render(
     else:
         summary = block_summary(pattern, queries, keys, block_size)
         shown = summary.labels_present()
-        dominant = np.vstack([colors, BACKGROUND])[summary.dominant]
-        image = shade(dominant, summary.share)
+        image = shade(np.vstack([colors, BACKGROUND])[summary.drawn], summary.drawn_share)
+    shown = np.asarray(legend_order(pattern.vocab, shown), dtype=np.int64)
 
-    figure, axes, font = _figure(pattern, queries, keys, as_tokens, len(shown))
+    title = title or _default_title(pattern, summary)
+    figure, axes, font, title_lines = _figure(pattern, queries, keys, as_tokens, len(shown) + 1, title)
     if as_tokens:
         axes.imshow(image, extent=(keys.start, keys.stop, queries.stop, queries.start), interpolation="nearest", aspect="auto")
     else:
@@ -107,7 +113,7 @@ def render(
     _ticks(axes, pattern, queries, keys, as_tokens, font)
     names = [pattern.vocab.name(int(label)) for label in shown]
     _legend(axes, names, colors[shown])
-    axes.set_title(title or _default_title(pattern, summary), fontsize=9, loc="left", pad=24)  # above the piece names
+    axes.set_title("\n".join(title_lines), fontsize=TITLE_POINTS, loc="left", pad=24)  # above the piece names
     return Rendering(figure, axes, pattern, queries, keys, "tokens" if as_tokens else "blocks", names, summary)
 
 
@@ -116,12 +122,15 @@ def _default_title(pattern: Pattern, summary: BlockSummary | None) -> str:
     if summary is None:
         return head
     size = int(summary.queries.sizes.max())
-    return f"{head}\nblocks of up to {size} tokens: shade = share of pairs allowed, color = most common label"
+    return (f"{head}\nblocks of up to {size} tokens: color = the block's structure label (a schema label, else "
+            "belongs) if any pair has one, else its most common label; shade = share of the block's pairs with "
+            "that label")
 
 
 # -- layout --------------------------------------------------------------------------------
-def _figure(pattern: Pattern, queries: AxisRange, keys: AxisRange, as_tokens: bool, n_legend: int):
-    """A figure whose margins fit tick labels and legend, with the grid at a readable size."""
+def _figure(pattern: Pattern, queries: AxisRange, keys: AxisRange, as_tokens: bool, n_legend: int, title: str):
+    """A figure whose margins fit tick labels, legend and the wrapped title, with the grid at a
+    readable size; also the tick font and the title's lines."""
     longest = max(len(queries), len(keys))
     cell = float(np.clip(7.0 / longest, 0.06, 0.32)) if as_tokens else 8.0 / longest
     grid_w, grid_h = len(keys) * cell, len(queries) * cell
@@ -129,14 +138,19 @@ def _figure(pattern: Pattern, queries: AxisRange, keys: AxisRange, as_tokens: bo
     font = _tick_font(cell, longest, as_tokens)
     label_in = name_chars * font * 0.62 / 72 + 0.15
     legend_cols = max(1, math.ceil(n_legend / LEGEND_ROWS))
-    left, bottom, top, right = label_in + 0.1, label_in + 0.1, 1.0, PIECE_NAMES_IN + 0.3 + 1.6 * legend_cols
-    width, height = left + grid_w + right, bottom + grid_h + top
+    left, bottom, right = label_in + 0.1, label_in + 0.1, PIECE_NAMES_IN + 0.3 + 1.6 * legend_cols
+    width = left + grid_w + right
+    # the title starts at the grid's left edge and may run to the figure's right edge
+    chars = max(20, int((width - left - 0.1) * 72 / (TITLE_POINTS * 0.6)))
+    title_lines = [line for part in title.split("\n") for line in (textwrap.wrap(part, chars) or [""])]
+    top = (24 + 8 + len(title_lines) * TITLE_POINTS * 1.3) / 72 + 0.1  # piece names, pad, the title
+    height = bottom + grid_h + top
     height = max(height, bottom + top + 0.22 * min(n_legend, LEGEND_ROWS) + 0.4)  # room for the legend
     figure = Figure(figsize=(width, height), dpi=DPI, facecolor=BACKGROUND)
     FigureCanvasAgg(figure)
     axes = figure.add_axes((left / width, (height - top - grid_h) / height, grid_w / width, grid_h / height))
     axes.set_facecolor(BACKGROUND)
-    return figure, axes, font
+    return figure, axes, font, title_lines
 
 
 def _tick_font(cell: float, longest: int, as_tokens: bool) -> float:
@@ -176,11 +190,14 @@ def _frame_pieces(axes, pattern: Pattern, queries: AxisRange, keys: AxisRange) -
 
 
 def _ticks(axes, pattern: Pattern, queries: AxisRange, keys: AxisRange, as_tokens: bool, font: float) -> None:
-    for span, set_ticks, set_labels, rotation in (
-        (keys, axes.set_xticks, axes.set_xticklabels, 90),
-        (queries, axes.set_yticks, axes.set_yticklabels, 0),
+    figure = axes.figure
+    box = axes.get_position()
+    for span, inches, set_ticks, set_labels, rotation in (
+        (keys, box.width * figure.get_figwidth(), axes.set_xticks, axes.set_xticklabels, 90),
+        (queries, box.height * figure.get_figheight(), axes.set_yticks, axes.set_yticklabels, 0),
     ):
-        positions = _tick_positions(pattern, span, as_tokens)
+        points_per_position = inches * 72 / max(len(span), 1)
+        positions = _tick_positions(pattern, span, as_tokens, min_gap=TICK_GAP * font / points_per_position)
         if as_tokens:
             labels = [pattern.position_name(int(p), NAME_WIDTH) for p in positions]
             set_ticks(positions + 0.5)
@@ -198,18 +215,28 @@ def _ticks(axes, pattern: Pattern, queries: AxisRange, keys: AxisRange, as_token
         axes.tick_params(which="minor", length=0)
 
 
-def _tick_positions(pattern: Pattern, span: AxisRange, as_tokens: bool) -> np.ndarray:
-    """Every position when few; otherwise the start of each part plus round steps inside it."""
+def _tick_positions(pattern: Pattern, span: AxisRange, as_tokens: bool, min_gap: float = 0.0) -> np.ndarray:
+    """Every position when few; otherwise the start of each part plus round steps inside it.
+
+    Ticks closer than `min_gap` positions to a tick already kept are left out, the long part's
+    start first, then the global part's, then the round steps: labels never overlap, and the
+    global/long boundary keeps its name.
+    """
     if as_tokens and len(span) <= TICKS_PER_AXIS:
         return np.arange(span.start, span.stop)
-    step = _round_step(len(span) / (TICKS_PER_AXIS if as_tokens else 12))
+    step = _round_step(max(len(span) / (TICKS_PER_AXIS if as_tokens else 12), min_gap))
     G = pattern.global_length
-    ticks = []
-    for lo, hi, origin in ((span.start, min(span.stop, G), 0), (max(span.start, G), span.stop, G)):
+    starts, steps = [], []
+    for lo, hi, origin in ((max(span.start, G), span.stop, G), (span.start, min(span.stop, G), 0)):
         if hi > lo:
+            starts.append(lo)
             first = origin + math.ceil((lo - origin) / step) * step
-            ticks.extend([lo, *range(first, hi, step)])
-    return np.unique(ticks)
+            steps.extend(range(first, hi, step))
+    kept: list[int] = []
+    for tick in [*starts, *steps]:
+        if all(abs(tick - other) >= min_gap for other in kept):
+            kept.append(tick)
+    return np.unique(kept)
 
 
 def _round_step(raw: float) -> int:
@@ -219,9 +246,9 @@ def _round_step(raw: float) -> int:
 
 
 def _legend(axes, names: list[str], colors: np.ndarray) -> None:
+    """The labels drawn, in legend order, then what white means."""
     handles = [Patch(facecolor=color, edgecolor="black", linewidth=0.3, label=name) for name, color in zip(names, colors)]
-    if not handles:
-        handles = [Patch(facecolor=BACKGROUND, edgecolor="black", linewidth=0.3, label="(every pair masked)")]
+    handles.append(Patch(facecolor=BACKGROUND, edgecolor="black", linewidth=0.3, label=MASKED_NAME))
     grid_width = axes.get_position().width * axes.figure.get_figwidth()
     axes.legend(
         handles=handles, loc="upper left", bbox_to_anchor=(1.0 + PIECE_NAMES_IN / grid_width, 1.0), borderaxespad=0.0, fontsize=7,

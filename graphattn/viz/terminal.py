@@ -17,7 +17,7 @@ import numpy as np
 from graphattn.contract import EtcInstance
 from graphattn.errors import GraphattnError
 from graphattn.viz.blocks import block_summary, choose_block_size
-from graphattn.viz.palette import label_colors, to_uint8
+from graphattn.viz.palette import label_colors, legend_order, to_uint8
 from graphattn.viz.pattern import MASKED, AxisRange, Pattern
 
 STYLES = ("plain", "letters", "color")
@@ -70,8 +70,7 @@ def terminal_view(
     if style not in STYLES:
         raise GraphattnError(f"terminal style {style!r}: expected one of {', '.join(STYLES)}")
     pattern = source if isinstance(source, Pattern) else Pattern(source)
-    queries = queries or pattern.full_range()
-    keys = keys or pattern.full_range()
+    queries, keys = pattern.checked(queries, "queries"), pattern.checked(keys, "keys")
     glyphs = _Glyphs(ascii_only)
     colors = to_uint8(label_colors(pattern.vocab))
     if len(keys) <= MAX_TOKEN_COLUMNS and len(queries) <= MAX_TOKEN_ROWS:
@@ -84,13 +83,18 @@ def terminal_view(
     else:
         size = choose_block_size(max(len(queries), len(keys)), MAX_BLOCKS)
         summary = block_summary(pattern, queries, keys, size)
-        cells = _block_cells(summary.dominant, summary.share, style, glyphs, colors)
+        # plain shows how much is allowed; letters and color the drawn label and its share
+        share = summary.share if style == "plain" else summary.drawn_share
+        cells = _block_cells(summary.drawn, share, style, glyphs, colors)
         row_starts, col_starts = summary.queries.starts, summary.keys.starts
         row_names = [_block_name(pattern, a, b) for a, b in zip(summary.queries.starts, summary.queries.stops)]
         present = summary.labels_present()
         s = glyphs.shades
         shading = f"{s[0]} <=25% {s[1]} <=50% {s[2]} <=75% {s[3]} >75% of pairs allowed"
-        note = f"blocks of up to {size} tokens; " + (shading if style != "letters" else "letter = most common label")
+        what = "structure label (schema label, belongs) if any pair has one, else most common label"
+        explained = {"plain": shading, "letters": f"letter = {what}",
+                     "color": f"color = {what}; {shading.replace('allowed', 'with it')}"}
+        note = f"blocks of up to {size} tokens; {explained[style]}"
     if ascii_only:  # token text and the cut mark may be anything; keep every line ASCII
         row_names = [name.replace("…", "~").encode("ascii", "replace").decode("ascii") for name in row_names]
     lines = _grid_lines(pattern, cells, row_names, row_starts, col_starts, glyphs)
@@ -172,7 +176,7 @@ def _legend(pattern: Pattern, present: np.ndarray, style: str, glyphs: _Glyphs, 
     if style == "plain":
         return [f"{glyphs.filled} allowed  {glyphs.empty} masked"]
     lines, line, visible = [], "labels:", len("labels:")
-    for label in present:
+    for label in legend_order(pattern.vocab, present):
         name = pattern.vocab.name(int(label))
         if style == "letters":
             entry = shown = f"{label_letter(int(label))}={name}"

@@ -1,13 +1,17 @@
 // graphattn attention-pattern viewer. Reads the metadata and the compressed typed arrays that
 // graphattn/viz/html.py embeds in this page; draws [global ; long] queries (rows) by keys
 // (columns) on a canvas, one screen pixel at a time, so zoom level never changes the cost:
-// zoomed out it samples the embedded block summary, zoomed in the pieces themselves.
+// zoomed out it samples the embedded block summary, zoomed in the pairs themselves, read from
+// the stored pieces (a dense instance) or derived from the compact form (compactCode, the same
+// rules as graphattn/compact.py).
 "use strict";
 (function () {
   const meta = JSON.parse(document.getElementById("graphattn-meta").textContent);
   const G = meta.G, L = meta.L, N = G + L, R = meta.radius, W = 2 * R + 1;
   const MARGIN = { left: 170, top: 130, right: 72, bottom: 34 };
   const TOKEN_SCALE = 2; // pixels per position from which every pair is drawn as its own cell
+  const SAMPLE_BLOCK = 6; // pixels per summary block from which each pixel shows the pair at its center instead
+  const TICK_GAP = 16; // pixels between tick labels at least
   const NAME_SCALE = 11; // pixels per position from which every tick carries the token's name
   const GRID_SCALE = 8; // pixels per position from which white lines separate cells
   const MAX_SCALE = 80;
@@ -29,7 +33,7 @@
   let lastMode = "";
 
   // -- data -------------------------------------------------------------------------------
-  const TYPED = { uint8: Uint8Array, uint16: Uint16Array, int16: Int16Array, int32: Int32Array };
+  const TYPED = { uint8: Uint8Array, uint16: Uint16Array, int16: Int16Array, int32: Int32Array, float64: Float64Array };
 
   async function inflate(text) {
     if (typeof DecompressionStream === "undefined") {
@@ -66,12 +70,12 @@
   labelRGB.forEach((c, i) => { codeColors[i + 1] = packed(c); });
 
   function shadeBlocks() {
-    // same blend as palette.shade: at least a fifth of the label color where anything is allowed
-    const dominant = data.blockDominant, share = data.blockShare;
-    const out = new Uint32Array(dominant.length);
-    for (let i = 0; i < dominant.length; i++) {
-      if (share[i] === 0 || dominant[i] < 0) { out[i] = BG; continue; }
-      const s = share[i] / 255, a = 0.2 + 0.8 * s, c = labelRGB[dominant[i]];
+    // same blend as palette.shade: at least shadeFloor of the label color where any pair has it
+    const drawn = data.blockDrawn, share = data.blockShare, floor = meta.shadeFloor;
+    const out = new Uint32Array(drawn.length);
+    for (let i = 0; i < drawn.length; i++) {
+      if (share[i] === 0 || drawn[i] < 0) { out[i] = BG; continue; }
+      const s = share[i] / 255, a = floor + (1 - floor) * s, c = labelRGB[drawn[i]];
       out[i] = packed(c.map((v, j) => Math.round(BACKGROUND[j] * (1 - a) + v * a)));
     }
     return out;
@@ -79,11 +83,60 @@
 
   // label + 1 of query q, key k over [global ; long]; 0 = masked
   function code(q, k) {
+    return meta.form === "compact" ? compactCode(q, k) : storedCode(q, k);
+  }
+
+  function storedCode(q, k) {
     if (q < G) return k < G ? data.g2g[q * G + k] : data.g2l[q * L + (k - G)];
     const i = q - G;
     if (k < G) return data.l2g[i * G + k];
     const c = k - G - i + R;
     return c < 0 || c >= W ? 0 : data.band[i * W + c];
+  }
+
+  // -- the compact form: labels derived as graphattn/compact.py derives the dense tensors ---
+  const K = meta.maxDistance;
+
+  function distanceId(d) {
+    const c = Math.max(-K, Math.min(K, d));
+    return c >= 0 ? c : K - c;
+  }
+
+  function findLabel(keys, labels, key) {
+    let lo = 0, hi = keys.length - 1;
+    while (lo <= hi) {
+      const mid = (lo + hi) >> 1, v = keys[mid];
+      if (v === key) return labels[mid];
+      if (v < key) lo = mid + 1; else hi = mid - 1;
+    }
+    return -1;
+  }
+
+  function crossCode(i, g, hardRow) {
+    // l2g (i, g) and g2l (g, i): a link's label, else belongs where g owns i, else
+    // does_not_belong within one document for a row the hard mask leaves free
+    const link = findLabel(data.linkKey, data.linkLabel, i * G + g);
+    if (link >= 0) return link + 1;
+    const owners = data.compactOwners || data.owners, levels = owners.length / L;
+    for (let lv = 0; lv < levels; lv++) if (owners[lv * L + i] === g) return meta.belongs + 1;
+    return hardRow || data.longDoc[i] !== data.globalDoc[g] ? 0 : meta.doesNotBelong + 1;
+  }
+
+  function compactCode(q, k) {
+    if (q < G && k < G) {
+      if (data.globalDoc[q] !== data.globalDoc[k]) return 0;
+      const cross = data.globalSegment[q] !== data.globalSegment[k];
+      if (cross && data.globalBlockable[q] && data.globalBlockable[k]) return 0;
+      const edge = findLabel(data.edgeKey, data.edgeLabel, q * G + k);
+      if (edge >= 0) return edge + 1;
+      return (cross && meta.crossLabel >= 0 ? meta.crossLabel : distanceId(k - q)) + 1;
+    }
+    if (q < G) return crossCode(k - G, q, data.globalHard[q]);
+    const i = q - G;
+    if (k < G) return crossCode(i, k, data.longHard[i]);
+    const j = k - G;
+    if (Math.abs(j - i) > R || data.longSegment[i] !== data.longSegment[j]) return 0;
+    return distanceId(j - i) + 1;
   }
 
   function blockIndex(starts, p) {
@@ -127,7 +180,10 @@
 
   // -- drawing ----------------------------------------------------------------------------
   function mode() {
-    return view.scale >= TOKEN_SCALE || meta.blockSize === 1 ? "tokens" : "blocks";
+    // blocks when the embedded summary is finer than the screen; once its blocks grow past a few
+    // pixels, each pixel shows the pair at its center (sampled); from TOKEN_SCALE every pair
+    if (view.scale >= TOKEN_SCALE || meta.blockSize === 1) return "tokens";
+    return meta.blockSize * view.scale >= SAMPLE_BLOCK ? "sampled" : "blocks";
   }
 
   function layout() {
@@ -158,7 +214,7 @@
       queryAt[y] = q >= 0 && q < N ? q : -1;
     }
     px.fill(BG);
-    if (mode() === "tokens") {
+    if (mode() !== "blocks") {
       for (let y = 0; y < plot.h; y++) {
         const q = queryAt[y];
         if (q < 0) continue;
@@ -241,15 +297,21 @@
   }
 
   function tickPositions(start, extent) {
+    // part starts first (long, then global), then round steps; a tick closer than TICK_GAP
+    // pixels to one already kept is left out, so labels never overlap (as picture.py does)
     const [p0, p1] = visibleRange(start, extent);
     if (view.scale >= NAME_SCALE) return Array.from({ length: p1 - p0 }, (_, i) => p0 + i);
-    const step = niceStep(60 / view.scale), out = new Set();
-    for (const [lo, hi, origin] of [[p0, Math.min(p1, G), 0], [Math.max(p0, G), p1, G]]) {
+    const step = niceStep(60 / view.scale), starts = [], steps = [];
+    for (const [lo, hi, origin] of [[Math.max(p0, G), p1, G], [p0, Math.min(p1, G), 0]]) {
       if (hi <= lo) continue;
-      if (lo === origin) out.add(lo);
-      for (let p = origin + Math.ceil((lo - origin) / step) * step; p < hi; p += step) out.add(p);
+      if (lo === origin) starts.push(lo);
+      for (let p = origin + Math.ceil((lo - origin) / step) * step; p < hi; p += step) steps.push(p);
     }
-    return [...out].sort((a, b) => a - b);
+    const kept = [];
+    for (const p of [...starts, ...steps]) {
+      if (kept.every((other) => Math.abs(p - other) * view.scale >= TICK_GAP)) kept.push(p);
+    }
+    return kept.sort((a, b) => a - b);
   }
 
   function drawTicks() {
@@ -297,7 +359,12 @@
     drawPieceNames();
     lastMode = mode();
     const [k0, k1] = visibleRange(view.x, plot.w), [q0, q1] = visibleRange(view.y, plot.h);
-    const how = lastMode === "tokens" ? "one cell per pair" : `blocks of up to ${meta.blockSize} tokens (shade = share allowed, color = most common label)`;
+    const how = {
+      tokens: "one cell per pair",
+      sampled: "each pixel shows the pair at its center (zoom in for every pair)",
+      blocks: `blocks of up to ${meta.blockSize} tokens (color: the structure label if any pair has one, else the most ` +
+        "common label; shade: its share of the block)",
+    }[lastMode];
     status.title = status.textContent = `queries ${shortName(q0)}\u2013${shortName(Math.max(q0, q1 - 1))}, keys ${shortName(k0)}\u2013${shortName(Math.max(k0, k1 - 1))}: ${how}`;
   }
 
@@ -354,8 +421,8 @@
       const qb = blockIndex(data.qStarts, q), kb = blockIndex(data.kStarts, k), i = qb * (data.kStarts.length - 1) + kb;
       const range = (s, b) => `${shortName(s[b])}\u2013${shortName(s[b + 1] - 1)}`;
       const share = Math.round((data.blockShare[i] / 255) * 100);
-      const most = data.blockDominant[i] >= 0 ? `, mostly ${meta.labels[data.blockDominant[i]]}` : "";
-      lines.push(`block  queries ${range(data.qStarts, qb)} \u00d7 keys ${range(data.kStarts, kb)}: ${share}% allowed${most}`);
+      const shown = data.blockDrawn[i] >= 0 ? `${share}% ${meta.labels[data.blockDrawn[i]]}` : "every pair masked";
+      lines.push(`block  queries ${range(data.qStarts, qb)} \u00d7 keys ${range(data.kStarts, kb)}: ${shown}`);
     }
     return lines.join("\n");
   }
@@ -406,17 +473,19 @@
   }
 
   function buildLegend() {
+    // the labels present in legend order (palette.legend_order), then what white means
     const legend = document.getElementById("legend");
-    for (const label of meta.present) {
+    const entry = (name, color) => {
       const row = document.createElement("div");
       const swatch = document.createElement("span");
       swatch.className = "swatch";
-      swatch.style.background = meta.colors[label];
-      row.append(swatch, document.createTextNode(meta.labels[label]));
-      row.dataset.label = meta.labels[label];
+      swatch.style.background = color;
+      row.append(swatch, document.createTextNode(name));
+      row.dataset.label = name;
       legend.append(row);
-    }
-    if (!meta.present.length) legend.append("(every pair masked)");
+    };
+    for (const label of meta.present) entry(meta.labels[label], meta.colors[label]);
+    entry(meta.maskedName, "#ffffff");
   }
 
   // -- test and scripting hooks ------------------------------------------------------------
@@ -433,6 +502,7 @@
   };
   api.mode = () => lastMode;
   api.describe = describe;
+  api.code = (q, k) => code(q, k); // label + 1 of a pair (0: masked), for tests
 
   inflate(document.getElementById("graphattn-data").textContent)
     .then((buffer) => {

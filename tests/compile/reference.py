@@ -1,4 +1,4 @@
-"""A brute-force compiler written straight from the definitions (DESIGN.md section 3 and the
+"""A brute-force compiler written straight from the definitions (docs/DESIGN.md §3 and the
 schema descriptions), one token and one pair at a time, for the property tests to compare the
 vectorized compiler against. Slow on purpose: no shared code with graphattn.compile.
 

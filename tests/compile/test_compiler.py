@@ -26,7 +26,7 @@ def assert_side(side, **expected):
 
 
 def test_worked_example_of_the_design_notes(tok):
-    """DESIGN.md section 3: k=2, r=3, sentences of 5, 7 and 4 tokens, padded to L=20, G=5."""
+    """docs/DESIGN.md §3: k=2, r=3, sentences of 5, 7 and 4 tokens, padded to L=20, G=5."""
     schema = load_schema(schema_dict(masks={"hard_g2l": True}))
     inst = compile_instance(sentences_doc([[5, 7, 4]]), schema, tok)
     assert inst.global_node_ids == ["p0.s0", "p0.s1", "p0.s2"]

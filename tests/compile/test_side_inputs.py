@@ -35,7 +35,7 @@ def assert_side(side, **expected):
         np.testing.assert_array_equal(got, np.asarray(value), err_msg=name)
 
 
-# -- DESIGN.md's worked example ---------------------------------------------------------------
+# -- the worked example of docs/DESIGN.md §3 ------------------------------------------------------
 def test_design_worked_example():
     """k=2, r=3, one document of sentences 5, 7, 4 padded to L=20, G=5 (3 real globals)."""
     long_bp = np.zeros(20, int)
@@ -311,7 +311,7 @@ def reference_relative_id(delta: int, k: int) -> int:
 
 
 def reference_side_inputs(long_ex, global_ex, owner, r, k, hard_g2l, ignore_g2l, hard_l2g, ignore_l2g):
-    """Straight from DESIGN.md section 3 and the reference's docs, one pair at a time."""
+    """Straight from docs/DESIGN.md §3 and the reference's docs, one pair at a time."""
     batch, long_length = long_ex.shape
     global_length = global_ex.shape[1]
     ignore_g2l = np.zeros_like(global_ex) if ignore_g2l is None else ignore_g2l

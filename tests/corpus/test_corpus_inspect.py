@@ -29,7 +29,8 @@ def test_directory_report(out, capsys):
     lengths = [dataset[i].long_length for i in range(len(dataset))]
     documents = sum(len(dataset[i].doc_ids) for i in range(len(dataset)))
     assert f"2 shard(s) from {out}" in text
-    assert f"instances {len(dataset)}  documents {documents}  rejected 7\n" in text
+    counts = f"compiled {documents} of {documents + 7} documents; rejected 7 (see {out / 'rejected.jsonl'})\n"
+    assert f"{counts}instances {len(dataset)}\n" in text
     assert f"long length: min {min(lengths)}, mean {sum(lengths) / len(lengths):.1f}, max {max(lengths)}" in text
     bars = [int(m) for m in re.findall(r"^  \[\s*\d+,\s*\d+\)\s+(\d+)", text.split("global length")[0], re.M)]
     assert sum(bars) == len(dataset)  # the long-length histogram counts every instance once

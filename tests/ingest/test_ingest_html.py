@@ -171,11 +171,13 @@ def test_encodings_declared_sniffed_and_bom():
 
 
 def test_invalid_utf8_is_a_clear_error_or_replaced():
+    # Declared UTF-8 (here by the argument) that is not: an error naming byte and line, or U+FFFD.
+    # (Undeclared, the same bytes read as windows-1252: see tests/ingest/test_ingest_encoding.py.)
     data = b"<html><body>\n<p>good</p>\n<p>bad \xff\xfe byte</p></body></html>"
     with pytest.raises(IngestError, match=r"byte 32 .* not valid utf-8") as err:
-        parse_html(data, source="bad.html")
+        parse_html(data, source="bad.html", encoding="utf-8")
     assert err.value.location.line == 3 and err.value.location.file == "bad.html"
-    assert parse_html(data, errors="replace").text == "good\nbad \ufffd\ufffd byte"
+    assert parse_html(data, encoding="utf-8", errors="replace").text == "good\nbad \ufffd\ufffd byte"
 
 
 def test_empty_file_is_an_error(tmp_path):

@@ -1,4 +1,4 @@
-"""The dataset schemas reproduce ETC's layouts on graphs from the ingesters (DESIGN.md 4).
+"""The dataset schemas reproduce ETC's layouts on graphs from the ingesters (docs/DESIGN.md §6).
 
 Word-level tokens (spaCy) keep the expected arrays small enough to spell out by hand.
 """

@@ -2,12 +2,11 @@
 
 import argparse
 import json
+import subprocess
 import sys
-import types
 
 import matplotlib.image
 import pytest
-from viz_instances import hand_instance
 
 from graphattn.errors import GraphattnError
 from graphattn.viz import cli
@@ -82,24 +81,23 @@ def test_errors_name_the_problem(text_file, tmp_path):
         run_viz(str(text_file), "--schema", "etc-sentences", "--out", str(tmp_path / "x.pdf"))
 
 
-def test_shard_without_graphattn_data_says_what_is_missing(tmp_path, monkeypatch):
-    shard = tmp_path / "part-0.parquet"
-    shard.write_bytes(b"")
-    monkeypatch.setitem(sys.modules, "graphattn.shards.dataset", None)  # as if the module did not exist
-    with pytest.raises(GraphattnError, match="needs the graphattn.shards.dataset module"):
-        run_viz(str(shard))
+@pytest.fixture(scope="module")
+def shard(tmp_path_factory):
+    from graphattn.corpus.pipeline import CompileOptions, run_compile
+
+    root = tmp_path_factory.mktemp("viz-shard")
+    for name, text in (("a.txt", TEXT), ("b.txt", "One more sentence here. And the last one.")):
+        (root / name).write_text(text)
+    run_compile(CompileOptions(inputs=[str(root / "a.txt"), str(root / "b.txt")], schema="etc-sentences",
+                               out=str(root / "out"), progress=False), print_fn=None)
+    return root / "out" / "shard-00000.parquet"
 
 
-def test_shard_instance_is_read_through_graphattn_data(tmp_path, monkeypatch, capsys):
-    shard = tmp_path / "part-0.parquet"
-    shard.write_bytes(b"")
-    asked = []
-
-    def read_instance(path, index):
-        asked.append((str(path), index))
-        return hand_instance((2, 2), radius=1, max_distance=1)
-
-    monkeypatch.setitem(sys.modules, "graphattn.shards.dataset", types.SimpleNamespace(read_instance=read_instance))
-    assert run_viz(str(shard), "--instance", "3", "--style", "letters") == 0
-    assert asked == [(str(shard), 3)]
-    assert "G1 sentence:s0" in capsys.readouterr().out
+def test_shard_instance_is_read_compact_and_without_torch(shard):
+    code = ("import sys; from graphattn.cli import main; "
+            f"assert main(['viz', {str(shard)!r}, '--instance', '0', '--style', 'letters']) == 0; "
+            "print('torch loaded' if 'torch' in sys.modules else 'no torch')")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert "G0 sentence:" in out and out.rstrip().endswith("no torch")
+    with pytest.raises(GraphattnError, match="instance 5 is out of range: the shard holds 1"):
+        run_viz(str(shard), "--instance", "5")

@@ -9,7 +9,7 @@ import matplotlib.image
 import numpy as np
 import pytest
 from chromium_pipe import Chromium, ChromiumUnavailable
-from viz_instances import big_instance, hand_instance
+from viz_instances import big_instance, hand_instance, random_compact_instance, sentence_instance
 
 from graphattn.viz.html import viewer_data, viewer_html, write_viewer
 from graphattn.viz.palette import label_colors, to_uint8
@@ -36,7 +36,7 @@ def test_embedded_arrays_are_the_pieces_label_plus_one():
     np.testing.assert_array_equal(arrays["g2l"].astype(int) - 1, pattern.piece("g2l", everything, everything))
     np.testing.assert_array_equal(arrays["band"].astype(int) - 1, pattern.band(everything))
     np.testing.assert_array_equal(arrays["owners"], np.stack(list(instance.long_owners.values())))
-    assert meta["present"] == [0, 1, 2, 3, 4, 5, 6]
+    assert meta["present"] == [6, 5, 4, 3, 0, 1, 2]  # legend order: belongs, does_not_belong, dist:-2 .. dist:+2
     assert meta["tokens"][:3] == ["the", "quick", "brown"]
     assert meta["globals"][1] == {"type": "sentence", "id": "s0"}
 
@@ -88,7 +88,8 @@ def test_small_page_draws_cells_and_tooltips(browser, tmp_path):
     open_page(browser, write_viewer(instance, tmp_path / "small.html"))
     assert browser.evaluate("graphattnViewer.mode()") == "tokens"
     legend = browser.evaluate("[...document.querySelectorAll('#legend div')].map(d => d.dataset.label)")
-    assert legend == ["dist:0", "dist:+1", "dist:+2", "dist:-1", "dist:-2", "does_not_belong", "belongs"]
+    distances = ["dist:-2", "dist:-1", "dist:0", "dist:+1", "dist:+2"]
+    assert legend == ["belongs", "does_not_belong", *distances, "masked: may not attend"]
 
     owned = browser.evaluate(f"graphattnViewer.cellCenter(1, {G})")
     masked = browser.evaluate(f"graphattnViewer.cellCenter(1, {G + 4})")
@@ -144,3 +145,31 @@ def test_page_opens_on_the_requested_range(browser, tmp_path):
     open_page(browser, path)
     assert browser.evaluate("graphattnViewer.mode()") == "tokens"
     assert browser.evaluate("document.getElementById('status').textContent").startswith("queries L10–")
+
+
+def test_compact_instance_travels_as_its_compact_form():
+    instance = random_compact_instance(np.random.default_rng(3), G=6, L=30, radius=3, max_distance=2)
+    meta, payload = viewer_data(instance)
+    arrays = decode(meta, payload)
+    assert meta["form"] == "compact" and "l2g" not in arrays and "band" not in arrays
+    np.testing.assert_array_equal(arrays["longSegment"], instance.side.long_segment)
+    assert np.all(np.diff(arrays["linkKey"]) > 0) and np.all(np.diff(arrays["edgeKey"]) > 0)  # sorted for binary search
+
+
+def test_page_derives_every_pair_of_a_compact_instance_as_python_does(browser, tmp_path):
+    # documents, segments, blocked g2g, a cross-segment label, hard rows, links, g2g edges: all at once
+    for seed in (1, 2):
+        instance = random_compact_instance(np.random.default_rng(seed), G=7, L=26, radius=3, max_distance=2)
+        everything = Pattern(instance).full_range()
+        want = Pattern(instance).labels(everything, everything) + 1
+        open_page(browser, write_viewer(instance, tmp_path / f"compact-{seed}.html"))
+        got = browser.evaluate(f"Array.from({{length: {len(everything)}}}, (_, q) => "
+                               f"Array.from({{length: {len(everything)}}}, (_, k) => graphattnViewer.code(q, k)))")
+        np.testing.assert_array_equal(np.array(got), want)
+
+
+def test_262k_compact_viewer_stays_small():
+    instance = sentence_instance(L=262_144, G=20_000, radius=84, max_distance=12)
+    meta, payload = viewer_data(instance)
+    assert len(payload) < 4_000_000  # the dense l2g alone would be 5.2e9 pairs
+    assert meta["present"][0] == instance.label_vocab.belongs

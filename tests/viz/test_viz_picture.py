@@ -64,17 +64,18 @@ def test_l2l_cells_carry_their_distance_color(small):
     assert_color(pixel(rendering, image, 0, 2), color_of(instance, "dist:+2"))  # g2g distances too
 
 
-def test_legend_lists_exactly_the_labels_present():
+def test_legend_lists_exactly_the_labels_present_in_reading_order_then_masked():
     # radius 1 with max distance 3: dist:+-2 and +-3 never occur (g2g spans only 2 globals)
     instance = hand_instance((2, 2), radius=1, max_distance=3, document_global=False)
     rendering = render(instance)
-    expected = ["dist:0", "dist:+1", "dist:-1", "does_not_belong", "belongs"]
+    expected = ["belongs", "does_not_belong", "dist:-1", "dist:0", "dist:+1"]
     assert rendering.legend_labels == expected
     legend = rendering.axes.get_legend()
-    assert [text.get_text() for text in legend.get_texts()] == expected
+    assert [text.get_text() for text in legend.get_texts()] == [*expected, "masked: may not attend"]
     swatches = [to_uint8(np.array(patch.get_facecolor()[:3])) for patch in legend.get_patches()]
     for name, swatch in zip(expected, swatches):
         assert_color(swatch, color_of(instance, name))
+    assert_color(swatches[-1], to_uint8(BACKGROUND))
 
 
 def test_schema_label_gets_its_own_color_and_legend_entry():
@@ -108,7 +109,7 @@ def test_ticks_name_globals_by_type_and_id_and_tokens_by_text(small):
     assert labels[:4] == ["G0 document:doc", "G1 sentence:s0", "G2 sentence:s1", "L0 the"]
 
 
-def test_long_input_is_a_block_summary_shaded_by_share():
+def test_long_input_is_a_block_summary_of_drawn_labels_shaded_by_their_share():
     instance = big_instance(long_length=600, globals_count=24, radius=16, max_distance=4)
     pattern = Pattern(instance)
     rendering = render(pattern, block_size=32)
@@ -116,7 +117,7 @@ def test_long_input_is_a_block_summary_shaded_by_share():
     image = rendering.rgba()
     summary = block_summary(pattern, block_size=32)
     colors = np.vstack([label_colors(instance.label_vocab), BACKGROUND])
-    expected = to_uint8(shade(colors[summary.dominant], summary.share))
+    expected = to_uint8(shade(colors[summary.drawn], summary.drawn_share))
     for bq, bk in [(0, 0), (0, 3), (1, 2), (5, 5), (5, 6), (5, 12), (10, 0)]:
         q = (summary.queries.starts[bq] + summary.queries.stops[bq]) / 2
         k = (summary.keys.starts[bk] + summary.keys.stops[bk]) / 2

@@ -12,7 +12,7 @@ from graphattn.viz.terminal import pick_style, terminal_view
 # G0 document (soft), G1 = sentence s0 (L0-L1), G2 = sentence s1 (L2-L4) with hard g2l; radius 1,
 # max distance 1: a dist:0, b dist:+1, c dist:-1, d does_not_belong, e belongs.
 LETTERS = """\
-labels:  a=dist:0  b=dist:+1  c=dist:-1  d=does_not_belong  e=belongs
+labels:  e=belongs  d=does_not_belong  c=dist:-1  a=dist:0  b=dist:+1
                   G       L
                   0 1 2   0 1 2 3 4
 G0 document:doc │ a b b │ e e e e e

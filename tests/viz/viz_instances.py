@@ -1,4 +1,4 @@
-"""Hand-built EtcInstances for the viz tests, written straight from DESIGN.md section 3.
+"""Hand-built EtcInstances for the viz tests, written straight from docs/DESIGN.md §3.
 
 One document of sentences, one word per long token. Globals: an optional `document` global
 (soft: sees every long token) and one `sentence` global per sentence (hard g2l: sees only its
@@ -115,7 +115,7 @@ def random_instance(rng: np.random.Generator, G: int, L: int, radius: int, max_d
 
 
 def brute_force_grid(instance: EtcInstance) -> np.ndarray:
-    """[G+L, G+L] label-or--1 straight from DESIGN.md section 3, one pair at a time."""
+    """[G+L, G+L] label-or--1 straight from docs/DESIGN.md §3, one pair at a time."""
     s = instance.side
     G, L = instance.global_length, instance.long_length
     r = (s.l2l_att_mask.shape[1] - 1) // 2
@@ -136,3 +136,72 @@ def brute_force_grid(instance: EtcInstance) -> np.ndarray:
             if allowed:
                 grid[q, k] = label
     return grid
+
+
+def _instance_of(side, vocab: LabelVocab, owners: dict[str, np.ndarray], node_ids: list[str], node_types: list[str],
+                 docs: int = 1) -> EtcInstance:
+    """An EtcInstance around compact side inputs: one word per long token, ids counting up."""
+    L, G = side.long_length, side.global_length
+    words = [WORDS[i % len(WORDS)] for i in range(L)]
+    starts = np.cumsum([0] + [len(w) + 1 for w in words[:-1]]) if L else np.zeros(0, int)
+    lengths = np.array([len(w) for w in words], dtype=int)
+    spans = np.stack([starts, starts + lengths], axis=1).astype(np.int32).reshape(L, 2)
+    return EtcInstance(
+        long_token_ids=np.arange(L, dtype=np.int32), long_type_ids=np.zeros(L, np.int32),
+        global_token_ids=np.ones(G, np.int32), global_type_ids=np.zeros(G, np.int32), side=side, label_vocab=vocab,
+        global_node_ids=node_ids, global_node_types=node_types, long_char_spans=spans,
+        long_doc_index=np.zeros(L, np.int32), long_owners=owners, doc_ids=[f"d{i}" for i in range(docs)],
+        texts=[" ".join(words)] * docs,
+    )
+
+
+def random_compact_instance(rng: np.random.Generator, G: int, L: int, radius: int, max_distance: int = 2,
+                            extra_labels: int = 2, levels: int = 2) -> EtcInstance:
+    """Arbitrary compact side inputs (documents, segments, hard rows, owners, links, g2g edges):
+    every rule of the compact form exercised at once, for checks against the dense derivation."""
+    from graphattn.compact import CompactSideInputs
+
+    vocab = LabelVocab(max_distance, [f"rel{i}" for i in range(extra_labels)])
+    docs = max(1, int(rng.integers(1, 4)))
+    long_doc = np.sort(rng.integers(0, docs, L)).astype(np.int32)
+    global_doc = np.sort(rng.integers(0, docs, G)).astype(np.int32)
+    new_run = (np.diff(long_doc) != 0) | (rng.random(max(L - 1, 0)) < 0.2)
+    long_segment = np.cumsum(np.r_[0, new_run]).astype(np.int32)[:L]
+    n = max(G, 1)  # globals to draw from (owners and links need at least one)
+    owned = rng.random((levels, L)) < 0.7
+    owners = np.where(owned & (G > 0), rng.integers(0, n, (levels, L)), -1).astype(np.int32)
+    n_links = int(rng.integers(0, L * n // 3 + 1)) if G and L else 0
+    pairs = np.unique(rng.integers(0, max(L, 1), n_links).astype(np.int64) * n + rng.integers(0, n, n_links))
+    schema_ids = np.arange(len(vocab) - extra_labels, len(vocab))
+    def label_of(count: int) -> np.ndarray:
+        return (rng.choice(schema_ids, count) if extra_labels else np.full(count, vocab.belongs)).astype(np.int32)
+
+    n_edges = int(rng.integers(0, G * G // 2 + 1)) if G else 0
+    side = CompactSideInputs(
+        local_radius=radius, max_distance=max_distance, levels=tuple(f"level{i}" for i in range(levels)), owners=owners,
+        long_doc=long_doc, long_segment=long_segment, global_doc=global_doc,
+        global_segment=rng.integers(-1, 3, G).astype(np.int32),
+        global_blockable=rng.random(G) < 0.5, long_hard_l2g=rng.random(L) < 0.4, global_hard_g2l=rng.random(G) < 0.5,
+        link_long=(pairs // n).astype(np.int32), link_global=(pairs % n).astype(np.int32),
+        link_label=label_of(len(pairs)),
+        g2g_src=rng.integers(0, n, n_edges).astype(np.int32), g2g_dst=rng.integers(0, n, n_edges).astype(np.int32),
+        g2g_label=label_of(n_edges),
+        cross_segment_label=int(schema_ids[0]) if extra_labels and rng.random() < 0.5 else -1,
+    )
+    return _instance_of(side, vocab, {f"level{i}": owners[i] for i in range(levels)}, [f"n{g}" for g in range(G)],
+                        ["node"] * G, docs)
+
+
+def sentence_instance(L: int, G: int, radius: int = 16, max_distance: int = 4) -> EtcInstance:
+    """One document, G sentence globals owning equal runs of tokens, hard g2l, soft l2g: compact."""
+    from graphattn.compact import CompactSideInputs
+
+    owner = (np.arange(L) * G // L).astype(np.int32)
+    side = CompactSideInputs(
+        local_radius=radius, max_distance=max_distance, levels=("sentence",), owners=owner[None, :],
+        long_doc=np.zeros(L, np.int32), long_segment=np.zeros(L, np.int32), global_doc=np.zeros(G, np.int32),
+        global_segment=np.full(G, -1, np.int32), global_blockable=np.zeros(G, bool),
+        long_hard_l2g=np.zeros(L, bool), global_hard_g2l=np.ones(G, bool),
+    )
+    return _instance_of(side, LabelVocab(max_distance, []), {"sentence": owner}, [f"s{g}" for g in range(G)],
+                        ["sentence"] * G)

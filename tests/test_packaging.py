@@ -1,0 +1,185 @@
+"""What `pip install graphattn` (not editable) gives a user: the wheel holds the schemas, the viewer
+and the default tokenizer, and the installed command compiles with no --tokenizer, with a Hugging
+Face model directory, and with a tokenizer it trained itself."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tomllib
+import zipfile
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+TEXT = "The river runs past old mills. People trade grain and wool in quiet towns.\n\nStorms pass over the bridges."
+
+
+def test_project_metadata_packaging_rules():
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())
+    assert project["project"]["license"] == "Apache-2.0"  # an SPDX expression, not the table form
+    (setuptools,) = project["build-system"]["requires"]
+    assert setuptools.startswith("setuptools>=") and "<" in setuptools  # bounded both ways
+    assert not any(dep.startswith("triton") for dep in project["project"]["dependencies"])  # 1 GB only where used
+    extras = project["project"]["optional-dependencies"]
+    assert any(dep.startswith("triton") for dep in extras["cuda"]) and any(
+        dep.startswith("triton") for dep in extras["test"]
+    )
+
+
+def test_kernels_import_and_run_without_triton():
+    code = (
+        "import sys; sys.modules['triton'] = None\n"  # as if triton were not installed
+        "import torch, graphattn.kernels as k\n"
+        "print(k.triton_available(), k.resolve_backend('auto', torch.device('cuda')))"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["False", "blocked"]  # even on CUDA, auto falls back to the blocked backend
+
+
+def _copy_tracked_tree(target: Path) -> Path:
+    """The repository's tracked files (symlinks kept as links), as a clean checkout would have them."""
+    files = (
+        subprocess.run(["git", "ls-files", "-z"], cwd=REPO, capture_output=True, check=True).stdout.decode().split("\0")
+    )
+    for name in filter(None, files):
+        source, dest = REPO / name, target / name
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        if source.is_symlink():
+            dest.symlink_to(os.readlink(source))
+        elif source.is_file():
+            shutil.copy2(source, dest)
+    return target
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory) -> dict:
+    """A wheel built from a clean copy, installed (not editable) into a fresh venv that reuses this
+    interpreter's packages for the dependencies (--system-site-packages: no download)."""
+    root = tmp_path_factory.mktemp("pip-user")
+    source = _copy_tracked_tree(root / "src")
+    wheels = root / "wheels"
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "--no-build-isolation",
+            "-q",
+            "-w",
+            str(wheels),
+            str(source),
+        ],
+        check=True,
+        capture_output=True,
+    )
+    (wheel,) = wheels.glob("graphattn-*.whl")
+    venv = root / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)], check=True)
+    python = venv / "bin" / "python"
+    subprocess.run(
+        [str(python), "-m", "pip", "install", "--no-deps", "--no-index", "-q", str(wheel)],
+        check=True,
+        capture_output=True,
+    )
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # the tests run with the checkout on PYTHONPATH
+    env["PATH"] = f"{venv / 'bin'}{os.pathsep}{env['PATH']}"
+    work = root / "work"
+    work.mkdir()
+    return {"wheel": wheel, "python": python, "graphattn": venv / "bin" / "graphattn", "env": env, "work": work}
+
+
+@pytest.mark.slow
+def test_wheel_holds_the_schemas_viewer_and_default_tokenizer(installed):
+    names = set(zipfile.ZipFile(installed["wheel"]).namelist())
+    for name in (
+        "graphattn/schemas/relation-schema.json",
+        "graphattn/schemas/hotpotqa.yaml",
+        "graphattn/schemas/etc-sentences.yaml",
+        "graphattn/assets/default-tokenizer.json",
+        "graphattn/viz/viewer.js",
+        "graphattn/viz/viewer.html",
+    ):
+        assert name in names, name
+    where = subprocess.run(
+        [str(installed["python"]), "-c", "import graphattn; print(graphattn.__file__)"],
+        capture_output=True,
+        text=True,
+        check=True,
+        env=installed["env"],
+        cwd=installed["work"],
+    ).stdout.strip()
+    assert str(REPO) not in where and "site-packages" in where  # the installed copy, not this checkout
+
+
+def _compile(installed, name: str, *tokenizer: str) -> subprocess.CompletedProcess:
+    work = installed["work"]
+    (work / "story.txt").write_text(TEXT)
+    return subprocess.run(
+        [
+            str(installed["graphattn"]),
+            "compile",
+            "story.txt",
+            "--schema",
+            "etc-sentences",
+            "--out",
+            name,
+            "-q",
+            *tokenizer,
+        ],
+        capture_output=True,
+        text=True,
+        env=installed["env"],
+        cwd=work,
+    )
+
+
+@pytest.mark.slow
+def test_installed_command_compiles_with_the_default_tokenizer(installed):
+    proc = _compile(installed, "default")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("compiled 1 of 1 document; rejected 0")
+    run = json.loads((installed["work"] / "default" / "run.json").read_text())
+    assert run["settings"]["tokenizer"] == "default" and run["settings"]["tokenizer_vocab_size"] == 3000
+
+
+@pytest.mark.slow
+def test_installed_command_compiles_with_a_model_directory_and_a_trained_tokenizer(installed):
+    work = installed["work"]
+    model = work / "my-bert"
+    model.mkdir()
+    vocab = json.loads((REPO / "graphattn" / "assets" / "default-tokenizer.json").read_text())["model"]["vocab"]
+    (model / "vocab.txt").write_text("".join(f"{t}\n" for t, _ in sorted(vocab.items(), key=lambda kv: kv[1])))
+    proc = _compile(installed, "bert", "--tokenizer", str(model))
+    assert proc.returncode == 0, proc.stderr
+
+    (work / "corpus.txt").write_text((REPO / "examples" / "data" / "corpus.txt").read_text())
+    trained = subprocess.run(
+        [
+            str(installed["graphattn"]),
+            "tokenizer",
+            "train",
+            "corpus.txt",
+            "--vocab-size",
+            "500",
+            "--out",
+            "mine/tokenizer.json",
+        ],
+        capture_output=True,
+        text=True,
+        env=installed["env"],
+        cwd=work,
+    )
+    assert trained.returncode == 0, trained.stderr
+    proc = _compile(installed, "trained", "--tokenizer", "mine/tokenizer.json")
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads((work / "trained" / "run.json").read_text())["settings"]["tokenizer_vocab_size"] == 500
+    hub = _compile(installed, "hub", "--tokenizer", "bert-base-uncased")
+    assert hub.returncode == 2 and "save a local copy first" in hub.stderr and "Traceback" not in hub.stderr
