@@ -467,12 +467,12 @@ class CompactBatch:
         if not sides:
             raise BatchError("a compact batch needs at least one instance")
         first = sides[0]
+        settings = lambda side: (side.local_radius, side.max_distance, side.cross_segment_label)  # noqa: E731
         for i, side in enumerate(sides):
-            if (side.local_radius, side.max_distance, side.cross_segment_label) != (first.local_radius, first.max_distance, first.cross_segment_label):
+            if settings(side) != settings(first):
                 raise BatchError(
-                    f"instance {i} has (local_radius, max_distance, cross_segment_label) = "
-                    f"{(side.local_radius, side.max_distance, side.cross_segment_label)}, instance 0 has "
-                    f"{(first.local_radius, first.max_distance, first.cross_segment_label)}; compile them with one schema"
+                    f"instance {i} has (local_radius, max_distance, cross_segment_label) = {settings(side)}, "
+                    f"instance 0 has {settings(first)}; compile them with one schema"
                 )
         padded = [side.padded(long_length, global_length) for side in sides]
         levels = tuple(dict.fromkeys(level for side in padded for level in side.levels))
@@ -520,5 +520,6 @@ def _csr(rows: list[tuple[np.ndarray, np.ndarray, np.ndarray]], length: int) -> 
         offsets[b, 0] = start
         parts.append((np.full(len(source), b), source, target, label))
         start += len(source)
-    flat = [np.concatenate([p[i] for p in parts]).astype(np.int32) if parts else np.zeros(0, np.int32) for i in range(4)]
+    flat = [np.concatenate([p[i] for p in parts]).astype(np.int32) if parts else np.zeros(0, np.int32)
+            for i in range(4)]
     return (offsets.astype(np.int32), *flat)

@@ -84,7 +84,11 @@ def _dense_side(instances: list[EtcInstance], L: int, G: int, radius: int, k: in
 
 
 def collate(
-    instances: Sequence[EtcInstance], pad_to_long: int | None = None, pad_to_global: int | None = None, *, dense_side: bool = True
+    instances: Sequence[EtcInstance],
+    pad_to_long: int | None = None,
+    pad_to_global: int | None = None,
+    *,
+    dense_side: bool = True,
 ) -> EtcBatch:
     """Pad instances to the longest (or the given) lengths and stack them into an EtcBatch.
 
@@ -98,7 +102,9 @@ def collate(
     G = _target([i.global_length for i in instances], pad_to_global, "global")
     all_compact = all(isinstance(inst.side, CompactSideInputs) for inst in instances)
     if not dense_side and not all_compact:
-        raise BatchError("dense_side=False needs instances compiled with compact=True (the others carry only dense side inputs)")
+        raise BatchError(
+            "dense_side=False needs instances compiled with compact=True (the others carry only dense side inputs)"
+        )
     compact = CompactBatch.from_instances([inst.side for inst in instances], L, G).to_torch() if all_compact else None
     features: dict[str, torch.Tensor] = {}
     for name in instances[0].features:

@@ -73,7 +73,9 @@ def _row_max(*maxima: torch.Tensor) -> torch.Tensor:
     return row_max.masked_fill_(row_max == float("-inf"), 0.0)
 
 
-def _finish(out: torch.Tensor, row_sum: torch.Tensor, row_max: torch.Tensor, stats: torch.Tensor, rows: slice) -> torch.Tensor:
+def _finish(
+    out: torch.Tensor, row_sum: torch.Tensor, row_max: torch.Tensor, stats: torch.Tensor, rows: slice
+) -> torch.Tensor:
     """Normalize `out` in place (empty rows stay 0) and write (max, log sum) into stats[:, :, rows]."""
     row_sum.clamp_min_(_FLOOR_SUM)
     stats[0, :, rows], stats[1, :, rows] = row_max, row_sum.log()
@@ -121,7 +123,9 @@ def _forward(lay: CallTensors, workers: int):
     return global_out, global_stats, long_out, long_stats
 
 
-def _score_grad(probs: torch.Tensor, grad_out: torch.Tensor, values: torch.Tensor, delta: torch.Tensor, scratch: Scratch) -> torch.Tensor:
+def _score_grad(
+    probs: torch.Tensor, grad_out: torch.Tensor, values: torch.Tensor, delta: torch.Tensor, scratch: Scratch
+) -> torch.Tensor:
     """dS = P * (dO . V^T - delta), written over a scratch tile."""
     d_scores = scratch.take(*probs.shape)
     torch.bmm(grad_out, values.transpose(1, 2), out=d_scores)
@@ -203,7 +207,17 @@ def _backward(lay: CallTensors, outputs, grad_global, grad_long, workers: int):
         parts = [(tile.g2g, tile.g2g_index, lay.gk, lay.gv, acc.d_gk, acc.d_gv, acc.scratch.d_g2g)]
         if tile.g2l is not None:
             keys, padded = tile.keys, slice(tile.keys.start + w, tile.keys.stop + w)
-            parts.append((tile.g2l, tile.g2l_index, lay.lk[:, keys], lay.lv[:, keys], acc.d_lk[:, padded], acc.d_lv[:, padded], acc.scratch.d_g2l))
+            parts.append(
+                (
+                    tile.g2l,
+                    tile.g2l_index,
+                    lay.lk[:, keys],
+                    lay.lv[:, keys],
+                    acc.d_lk[:, padded],
+                    acc.d_lv[:, padded],
+                    acc.scratch.d_g2l,
+                )
+            )
         for scores, index, k, v, d_k, d_v, buffer in parts:
             probs = _probs(scores, stats)
             _add_product(d_v, probs.transpose(1, 2), g_rows)
@@ -244,7 +258,9 @@ class _BlockedAttention(torch.autograd.Function):
         return (*(g.reshape(x.shape) for g, x in zip(grads, inputs)), None, None)
 
 
-def label_tables(q: torch.Tensor, rel_key_table: torch.Tensor, rel_bias_table: torch.Tensor | None, scale: float) -> torch.Tensor:
+def label_tables(
+    q: torch.Tensor, rel_key_table: torch.Tensor, rel_bias_table: torch.Tensor | None, scale: float
+) -> torch.Tensor:
     """T[b, h, i, v] = scale * q_i . a^K[v, h] + b[v, h]: every label's score term, once per query."""
     table = torch.einsum("bhnd,vhd->bhnv", q, rel_key_table) * scale
     if rel_bias_table is not None:
@@ -271,8 +287,18 @@ def plan(request: PlanRequest) -> BlockedPlan:
     tile_elements = max(1, tile_elements // max(workers, 1))  # same scratch memory in total
     s = request.shape
     source = source_of(request.compact if request.side is None else request.side)
-    geo = geometry(s.batch, request.num_heads, s.num_global, s.num_long, s.local_radius, request.vocab_size, 1.0, block_size,
-                   tile_elements, s.num_global_keys)
+    geo = geometry(
+        s.batch,
+        request.num_heads,
+        s.num_global,
+        s.num_long,
+        s.local_radius,
+        request.vocab_size,
+        1.0,
+        block_size,
+        tile_elements,
+        s.num_global_keys,
+    )
     return make_plan(geo, source, workers)
 
 
@@ -309,7 +335,15 @@ def attention(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Global-local attention in blocks, planned and run in one call (see `plan` for the options);
     returns (global_out [B,H,G,d], long_out [B,H,L,d])."""
-    request = direct_request(side, global_q, global_k, long_q, rel_key_table, block_size=block_size, tile_elements=tile_elements,
-                             workers=workers)
+    request = direct_request(
+        side,
+        global_q,
+        global_k,
+        long_q,
+        rel_key_table,
+        block_size=block_size,
+        tile_elements=tile_elements,
+        workers=workers,
+    )
     states = (global_q, global_k, global_v, long_q, long_k, long_v)
     return run(plan(request), states, rel_key_table, rel_bias_table, scale)

@@ -50,8 +50,18 @@ class Geometry:
         return self.num_blocks * self.block
 
 
-def geometry(batch: int, heads: int, num_global: int, num_long: int, radius: int, vocab: int, scale: float,
-             block_size: int | None, tile_elements: int, num_global_keys: int | None = None) -> Geometry:
+def geometry(
+    batch: int,
+    heads: int,
+    num_global: int,
+    num_long: int,
+    radius: int,
+    vocab: int,
+    scale: float,
+    block_size: int | None,
+    tile_elements: int,
+    num_global_keys: int | None = None,
+) -> Geometry:
     """Block size and chunk sizes for one call: a chunk's score tiles (all heads) hold at most
     `tile_elements` values, whatever L is, so memory stays linear in L."""
     num_keys = num_global if num_global_keys is None else num_global_keys
@@ -63,7 +73,20 @@ def geometry(batch: int, heads: int, num_global: int, num_long: int, radius: int
     blocks_per_chunk = max(1, min(num_blocks, tile_elements // per_block))
     per_global_row = batch * heads * max(num_keys, num_long)
     global_rows = max(16, tile_elements // per_global_row)
-    return Geometry(batch, heads, num_global, num_keys, num_long, radius, block, num_blocks, vocab, scale, blocks_per_chunk, global_rows)
+    return Geometry(
+        batch,
+        heads,
+        num_global,
+        num_keys,
+        num_long,
+        radius,
+        block,
+        num_blocks,
+        vocab,
+        scale,
+        blocks_per_chunk,
+        global_rows,
+    )
 
 
 class Scratch:
@@ -119,9 +142,14 @@ def make_plan(geo: Geometry, source, workers: int) -> BlockedPlan:
     long_rows = geo.blocks_per_chunk * geo.block
     long_spans = source.long_spans(long_rows) if geo.num_global_keys > 0 else []
     global_spans = source.global_spans(geo.global_rows_per_chunk) if geo.num_global > 0 else []
-    long_blocks = [(slice(first * geo.block, min(last * geo.block, geo.num_long)), slice(*span))
-                   for (first, last), span in zip(long_chunks(geo), long_spans) if span[1] > span[0]]
-    global_blocks = [(slice(start, stop), slice(*span)) for (start, stop), span in zip(global_chunks(geo), global_spans)]
+    long_blocks = [
+        (slice(first * geo.block, min(last * geo.block, geo.num_long)), slice(*span))
+        for (first, last), span in zip(long_chunks(geo), long_spans)
+        if span[1] > span[0]
+    ]
+    global_blocks = [
+        (slice(start, stop), slice(*span)) for (start, stop), span in zip(global_chunks(geo), global_spans)
+    ]
     source.plan_chunks(long_blocks, global_blocks)
     return BlockedPlan(geo, source, _local_index(geo, source), long_spans, global_spans, workers)
 
@@ -225,7 +253,9 @@ class LongChunk:
             index = _label_index(*lay.source.l2g(real, slice(lo, hi)), geo.vocab)
             self.glob_index = pad_dim(index, rows, -2, geo.vocab).unsqueeze(1)  # [B, 1, R, span]
             glob = _gather_into(scratch.glob.take(geo.batch, geo.heads, rows, hi - lo), self.table, self.glob_index)
-            self.glob = glob.view(bh, rows, hi - lo).baddbmm_(self.q_rows, lay.gk[:, lo:hi].transpose(1, 2), alpha=geo.scale)
+            self.glob = glob.view(bh, rows, hi - lo).baddbmm_(
+                self.q_rows, lay.gk[:, lo:hi].transpose(1, 2), alpha=geo.scale
+            )
 
     @property
     def q_rows(self) -> torch.Tensor:

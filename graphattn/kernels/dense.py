@@ -75,7 +75,13 @@ def attention(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Global-local attention by brute force; returns (global_out [B,H,G,d], long_out [B,H,L,d])."""
     states = (global_q, global_k, global_v, long_q, long_k, long_v)
-    return run(plan(direct_request(side, global_q, global_k, long_q, rel_key_table)), states, rel_key_table, rel_bias_table, scale)
+    return run(
+        plan(direct_request(side, global_q, global_k, long_q, rel_key_table)),
+        states,
+        rel_key_table,
+        rel_bias_table,
+        scale,
+    )
 
 
 def run(labels_and_mask, states, rel_key_table: torch.Tensor, rel_bias_table: torch.Tensor | None, scale: float):

@@ -39,10 +39,24 @@ from graphattn.kernels.triton_blocks import (
     make_structured_plan,
     nonempty_key_blocks,
 )
-from graphattn.kernels.triton_config import SUPPORTED_HEAD_DIMS, SharedMemoryExceeded, check_shared_memory, tile_candidates
+from graphattn.kernels.triton_config import (
+    SUPPORTED_HEAD_DIMS,
+    SharedMemoryExceeded,
+    check_shared_memory,
+    tile_candidates,
+)
 from graphattn.kernels.triton_forward import forward, forward_launch
 
-__all__ = ["attention", "plan", "run", "g2l_key_blocks", "nonempty_key_blocks", "KeyBlocks", "BlockSizes", "SUPPORTED_HEAD_DIMS"]
+__all__ = [
+    "attention",
+    "plan",
+    "run",
+    "g2l_key_blocks",
+    "nonempty_key_blocks",
+    "KeyBlocks",
+    "BlockSizes",
+    "SUPPORTED_HEAD_DIMS",
+]
 
 SUPPORTED_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 NATIVE_COMPACT = True  # labels and masks come from the CompactBatch in registers
@@ -58,7 +72,9 @@ def _check_states(states: dict[str, torch.Tensor]) -> tuple[int, int, int, int, 
     lengths = {}
     for name, tensor in states.items():
         if tensor.dim() != 4 or (tensor.shape[0], tensor.shape[1], tensor.shape[3]) != (batch, heads, head_dim):
-            raise BatchError(f"expected [{batch}, {heads}, n, {head_dim}] like global_q, got {tuple(tensor.shape)}", path=(name,))
+            raise BatchError(
+                f"expected [{batch}, {heads}, n, {head_dim}] like global_q, got {tuple(tensor.shape)}", path=(name,)
+            )
         if tensor.dtype != first.dtype:
             raise BatchError(f"dtype {tensor.dtype} differs from global_q's {first.dtype}", path=(name,))
         if tensor.device != first.device:
@@ -68,14 +84,20 @@ def _check_states(states: dict[str, torch.Tensor]) -> tuple[int, int, int, int, 
         if len(sizes) != 1:
             raise BatchError(f"{kind} q, k and v have different lengths {sorted(sizes)}", path=(f"{kind}_q",))
     if lengths["global_q"] != lengths["global"] and min(lengths["global_q"]) > min(lengths["global"]):
-        raise BatchError(f"global_q has more rows than global_k / global_v {sorted(lengths['global'])}", path=("global_q",))
+        raise BatchError(
+            f"global_q has more rows than global_k / global_v {sorted(lengths['global'])}", path=("global_q",)
+        )
     if head_dim not in SUPPORTED_HEAD_DIMS:
-        raise BatchError(f"head dim {head_dim} is not supported by the triton kernels; use one of {SUPPORTED_HEAD_DIMS}", path=("global_q",))
+        raise BatchError(
+            f"head dim {head_dim} is not supported by the triton kernels; use one of {SUPPORTED_HEAD_DIMS}",
+            path=("global_q",),
+        )
     if first.dtype not in SUPPORTED_DTYPES:
         raise BatchError(f"dtype {first.dtype} is not supported; use float32, float16 or bfloat16", path=("global_q",))
     if first.device.type != "cuda" and not interpreter_active():
         raise BatchError(
-            f"the triton backend runs on CUDA tensors (or on CPU with TRITON_INTERPRET=1 set before triton is imported); got {first.device}",
+            "the triton backend runs on CUDA tensors (or on CPU with TRITON_INTERPRET=1 set before triton is "
+            f"imported); got {first.device}",
             path=("global_q",),
         )
     return batch, heads, lengths["global_q"].pop(), lengths["long"].pop(), head_dim
@@ -111,19 +133,29 @@ def _check_side_labels(side: SideInputs, n_labels: int) -> None:
     for prefix, bad_ids, flag in zip(prefixes, outside, flags):
         if flag:
             bad = getattr(side, f"{prefix}_relative_att_ids")[bad_ids][0].item()
-            raise BatchError(f"label id {bad} is outside the relative key table of {n_labels} labels", path=("side", f"{prefix}_relative_att_ids"))
+            raise BatchError(
+                f"label id {bad} is outside the relative key table of {n_labels} labels",
+                path=("side", f"{prefix}_relative_att_ids"),
+            )
 
 
 def _check_tables(rel_key_table: torch.Tensor, rel_bias_table: torch.Tensor | None, heads: int, head_dim: int) -> int:
     if rel_key_table.dim() != 3 or tuple(rel_key_table.shape[1:]) != (heads, head_dim):
-        raise BatchError(f"expected a^K of shape [V, {heads}, {head_dim}], got {tuple(rel_key_table.shape)}", path=("rel_key_table",))
+        raise BatchError(
+            f"expected a^K of shape [V, {heads}, {head_dim}], got {tuple(rel_key_table.shape)}", path=("rel_key_table",)
+        )
     n_labels = rel_key_table.shape[0]
     if rel_bias_table is not None and tuple(rel_bias_table.shape) != (n_labels, heads):
-        raise BatchError(f"expected a bias of shape [{n_labels}, {heads}], got {tuple(rel_bias_table.shape)}", path=("rel_bias_table",))
+        raise BatchError(
+            f"expected a bias of shape [{n_labels}, {heads}], got {tuple(rel_bias_table.shape)}",
+            path=("rel_bias_table",),
+        )
     return n_labels
 
 
-def _label_scores(q: torch.Tensor, rel_key_table: torch.Tensor, rel_bias_table: torch.Tensor | None, scale: float) -> torch.Tensor:
+def _label_scores(
+    q: torch.Tensor, rel_key_table: torch.Tensor, rel_bias_table: torch.Tensor | None, scale: float
+) -> torch.Tensor:
     """qab[b, h, i, v] = scale * q_i . a^K[v, h] + b[v, h], fp32: the label term for every label at
     once (ETC appendix A), so the kernels gather instead of building a^K per pair. Autocast is
     off here: it would run the einsum in half precision."""
@@ -138,9 +170,29 @@ class _GlobalLocalAttention(torch.autograd.Function):
     """Fused kernels for both query kinds; saves q, k, v, qab, o and the row statistics, nothing per pair."""
 
     @staticmethod
-    def forward(ctx, global_q, global_k, global_v, long_q, long_k, long_v, qab_global, qab_long, plan: AttentionPlan, scale: float):
-        states = {"q_g": global_q, "k_g": global_k, "v_g": global_v, "q_l": long_q, "k_l": long_k, "v_l": long_v,
-                  "qab_g": qab_global, "qab_l": qab_long}
+    def forward(
+        ctx,
+        global_q,
+        global_k,
+        global_v,
+        long_q,
+        long_k,
+        long_v,
+        qab_global,
+        qab_long,
+        plan: AttentionPlan,
+        scale: float,
+    ):
+        states = {
+            "q_g": global_q,
+            "k_g": global_k,
+            "v_g": global_v,
+            "q_l": long_q,
+            "k_l": long_k,
+            "v_l": long_v,
+            "qab_g": qab_global,
+            "qab_l": qab_long,
+        }
         out = forward(states, plan, scale)
         ctx.save_for_backward(*states.values(), *out.values())
         ctx.names = (*states, *out)
@@ -169,11 +221,20 @@ class TritonPlan:
     different dtype, or a candidate a GPU's shared memory forced) when first needed, without a
     host-device synchronisation."""
 
-    def __init__(self, structure: SideInputs | CompactBatch, n_labels: int, device: torch.device,
-                 sizes: BlockSizes | TileConfig | None = None, g2l_blocks: KeyBlocks | None = None):
+    def __init__(
+        self,
+        structure: SideInputs | CompactBatch,
+        n_labels: int,
+        device: torch.device,
+        sizes: BlockSizes | TileConfig | None = None,
+        g2l_blocks: KeyBlocks | None = None,
+    ):
         if n_labels > MAX_LABELS:
-            raise BatchError(f"the triton kernels take at most {MAX_LABELS} relative labels, this model has {n_labels}; "
-                             "use attention_backend='flex' or 'blocked'", path=("rel_key_table",))
+            raise BatchError(
+                f"the triton kernels take at most {MAX_LABELS} relative labels, this model has {n_labels}; "
+                "use attention_backend='flex' or 'blocked'",
+                path=("rel_key_table",),
+            )
         self.structure, self.n_labels, self.device = structure, n_labels, device
         self.sizes, self.g2l_blocks = sizes, g2l_blocks
         self._plans: dict[TileConfig, AttentionPlan] = {}
@@ -218,8 +279,11 @@ def _check_kernels(plan: AttentionPlan, dtype: torch.dtype, head_dim: int, devic
     f32 = torch.float32
     t = {f"{name}_{kind}": dtype for name in ("q", "k", "v", "o", "do", "dq", "dk", "dv") for kind in "gl"}
     t.update({f"{name}_{kind}": f32 for name in ("qab", "dqab", "stats", "delta") for kind in "gl"})
-    launches = [forward_launch(t, plan, 1.0, 1, 1, head_dim, dtype), *dq_launches(t, plan, 1.0, 1, 1, head_dim, dtype),
-                dkdv_launch(t, plan, 1.0, 1, 1, head_dim, dtype)]
+    launches = [
+        forward_launch(t, plan, 1.0, 1, 1, head_dim, dtype),
+        *dq_launches(t, plan, 1.0, 1, 1, head_dim, dtype),
+        dkdv_launch(t, plan, 1.0, 1, 1, head_dim, dtype),
+    ]
     for kernel, grid, args, constants in launches:
         check_shared_memory(kernel, grid, args, constants, device)
 
@@ -242,7 +306,13 @@ def plan(request: PlanRequest) -> TritonPlan:
     return triton_plan
 
 
-def run(plan: TritonPlan | AttentionPlan, states, rel_key_table: torch.Tensor, rel_bias_table: torch.Tensor | None, scale: float):
+def run(
+    plan: TritonPlan | AttentionPlan,
+    states,
+    rel_key_table: torch.Tensor,
+    rel_bias_table: torch.Tensor | None,
+    scale: float,
+):
     """One layer's attention through the fused kernels; differentiable in every tensor."""
     global_q, long_q = states[0], states[3]
     if isinstance(plan, TritonPlan):
@@ -278,10 +348,19 @@ def attention(
     A model that calls attention once per layer should use `graphattn.kernels.prepare_attention`,
     which builds the plan once per batch.
     """
-    states = {"global_q": global_q, "global_k": global_k, "global_v": global_v, "long_q": long_q, "long_k": long_k, "long_v": long_v}
+    states = {
+        "global_q": global_q,
+        "global_k": global_k,
+        "global_v": global_v,
+        "long_q": long_q,
+        "long_k": long_k,
+        "long_v": long_v,
+    }
     batch, heads, n_global, n_long, head_dim = _check_states(states)
     n_labels = _check_tables(rel_key_table, rel_bias_table, heads, head_dim)
     _check_side_shapes(side, batch, n_global, n_long, global_k.shape[2])
     _check_side_labels(side, n_labels)
-    triton_plan = TritonPlan(side.map(lambda t: t.to(global_q.device)), n_labels, global_q.device, block_sizes, g2l_key_blocks)
+    triton_plan = TritonPlan(
+        side.map(lambda t: t.to(global_q.device)), n_labels, global_q.device, block_sizes, g2l_key_blocks
+    )
     return run(triton_plan, tuple(states.values()), rel_key_table, rel_bias_table, scale)

@@ -27,9 +27,18 @@ from graphattn.nn.config import EtcConfig
 class AttentionPattern(Protocol):
     """What a layer attends through: per-head states in, (global_out [B,H,G,d], long_out [B,H,L,d]) out."""
 
-    def attend(self, global_q: torch.Tensor, global_k: torch.Tensor, global_v: torch.Tensor, long_q: torch.Tensor,
-               long_k: torch.Tensor, long_v: torch.Tensor, rel_key_table: torch.Tensor,
-               rel_bias_table: torch.Tensor | None = None, scale: float | None = None) -> tuple[torch.Tensor, torch.Tensor]: ...
+    def attend(
+        self,
+        global_q: torch.Tensor,
+        global_k: torch.Tensor,
+        global_v: torch.Tensor,
+        long_q: torch.Tensor,
+        long_k: torch.Tensor,
+        long_v: torch.Tensor,
+        rel_key_table: torch.Tensor,
+        rel_bias_table: torch.Tensor | None = None,
+        scale: float | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor]: ...
 
 
 class GlobalLocalAttention(nn.Module):
@@ -50,7 +59,9 @@ class GlobalLocalAttention(nn.Module):
             self.global_key = nn.Linear(hidden, hidden)
             self.global_value = nn.Linear(hidden, hidden)
         self.relative_key_table = nn.Parameter(torch.zeros(config.relative_vocab_size, heads, self.head_dim))
-        self.relative_bias_table = nn.Parameter(torch.zeros(config.relative_vocab_size, heads)) if config.relative_bias else None
+        self.relative_bias_table = (
+            nn.Parameter(torch.zeros(config.relative_vocab_size, heads)) if config.relative_bias else None
+        )
         self.output = nn.Linear(hidden, hidden)
         nn.init.normal_(self.relative_key_table, std=config.initializer_range)
 
@@ -69,9 +80,19 @@ class GlobalLocalAttention(nn.Module):
         dtype the projections will produce (the autocast dtype when autocast is on)."""
         cfg = self.config
         device = torch.device(device) if device is not None else self.query.weight.device
-        dtype = torch.get_autocast_dtype(device.type) if torch.is_autocast_enabled(device.type) else self.query.weight.dtype
-        return prepare_attention(structure, num_heads=self.num_heads, head_dim=self.head_dim, vocab_size=cfg.relative_vocab_size,
-                                 backend=cfg.attention_backend, device=device, local_radius=cfg.local_radius, dtype=dtype)
+        dtype = (
+            torch.get_autocast_dtype(device.type) if torch.is_autocast_enabled(device.type) else self.query.weight.dtype
+        )
+        return prepare_attention(
+            structure,
+            num_heads=self.num_heads,
+            head_dim=self.head_dim,
+            vocab_size=cfg.relative_vocab_size,
+            backend=cfg.attention_backend,
+            device=device,
+            local_radius=cfg.local_radius,
+            dtype=dtype,
+        )
 
     def projections(self, global_hidden: torch.Tensor, long_hidden: torch.Tensor) -> tuple[torch.Tensor, ...]:
         """Per-head (global_q, global_k, global_v, long_q, long_k, long_v), [B, H, n, d]."""
@@ -99,6 +120,7 @@ class GlobalLocalAttention(nn.Module):
             memory = memory.to(long_hidden.dtype)
             global_k = torch.cat((global_k, self._heads(self.key(memory))), dim=2)
             global_v = torch.cat((global_v, self._heads(self.value(memory))), dim=2)
-        global_out, long_out = attention.attend(global_q, global_k, global_v, long_q, long_k, long_v,
-                                                self.relative_key_table, self.relative_bias_table)
+        global_out, long_out = attention.attend(
+            global_q, global_k, global_v, long_q, long_k, long_v, self.relative_key_table, self.relative_bias_table
+        )
         return self.output(self._merge(global_out)), self.output(self._merge(long_out))

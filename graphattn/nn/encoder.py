@@ -75,8 +75,15 @@ class EtcEmbeddings(nn.Module):
         return self.dropout(norm(x))
 
     def forward(self, batch: EtcBatch) -> tuple[torch.Tensor, torch.Tensor]:
-        global_x = self._embed(batch.global_token_ids.long(), batch.global_type_ids.long(), self.global_position_embeddings, self.global_layer_norm)
-        long_x = self._embed(batch.long_token_ids.long(), batch.long_type_ids.long(), self.position_embeddings, self.layer_norm)
+        global_x = self._embed(
+            batch.global_token_ids.long(),
+            batch.global_type_ids.long(),
+            self.global_position_embeddings,
+            self.global_layer_norm,
+        )
+        long_x = self._embed(
+            batch.long_token_ids.long(), batch.long_type_ids.long(), self.position_embeddings, self.layer_norm
+        )
         return global_x, long_x
 
 
@@ -109,21 +116,38 @@ class EtcEncoder(nn.Module):
         """Errors a user can act on, before embedding lookups fail with an index error."""
         cfg = self.config
         if batch.vocab_size > cfg.relative_vocab_size:
-            raise BatchError(f"the batch uses {batch.vocab_size} relative labels but the model's relative_vocab_size is {cfg.relative_vocab_size}", path=("vocab_size",))
+            raise BatchError(
+                f"the batch uses {batch.vocab_size} relative labels but the model's relative_vocab_size is "
+                f"{cfg.relative_vocab_size}",
+                path=("vocab_size",),
+            )
         if batch.side is None and batch.compact is None:
             raise BatchError("the batch has neither dense side inputs nor a compact structure", path=("side",))
         radius = batch.compact.local_radius if batch.compact is not None else batch.side.local_radius
         if radius != cfg.local_radius:
-            raise BatchError(f"the batch was compiled with local radius {radius} but the model's local_radius is {cfg.local_radius}", path=("side", "l2l_att_mask"))
-        for name, limit, field in (("long_token_ids", cfg.vocab_size, "vocab_size"), ("global_token_ids", cfg.vocab_size, "vocab_size"),
-                                   ("long_type_ids", cfg.type_vocab_size, "type_vocab_size"), ("global_type_ids", cfg.type_vocab_size, "type_vocab_size")):
+            raise BatchError(
+                f"the batch was compiled with local radius {radius} but the model's local_radius is {cfg.local_radius}",
+                path=("side", "l2l_att_mask"),
+            )
+        for name, limit, field in (
+            ("long_token_ids", cfg.vocab_size, "vocab_size"),
+            ("global_token_ids", cfg.vocab_size, "vocab_size"),
+            ("long_type_ids", cfg.type_vocab_size, "type_vocab_size"),
+            ("global_type_ids", cfg.type_vocab_size, "type_vocab_size"),
+        ):
             ids = getattr(batch, name)
             if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= limit):
-                raise BatchError(f"ids must lie in [0, {limit}) (the model's {field}); found {int(ids.min())}..{int(ids.max())}", path=(name,))
+                raise BatchError(
+                    f"ids must lie in [0, {limit}) (the model's {field}); found {int(ids.min())}..{int(ids.max())}",
+                    path=(name,),
+                )
         positions = cfg.max_absolute_position_embeddings
         longest = max(batch.long_token_ids.shape[1], batch.global_token_ids.shape[1])
         if positions and longest > positions:
-            raise BatchError(f"sequence length {longest} exceeds max_absolute_position_embeddings={positions}", path=("long_token_ids",))
+            raise BatchError(
+                f"sequence length {longest} exceeds max_absolute_position_embeddings={positions}",
+                path=("long_token_ids",),
+            )
 
     def prepare(self, batch: EtcBatch) -> PreparedAttention:
         """The batch's attention, validated and planned once for all layers (they share the
@@ -137,11 +161,15 @@ class EtcEncoder(nn.Module):
         global_hidden, long_hidden = self.embeddings(batch)
         return self.run_layers(global_hidden, long_hidden, attention)
 
-    def run_layers(self, global_hidden: torch.Tensor, long_hidden: torch.Tensor, attention: AttentionPattern) -> tuple[torch.Tensor, torch.Tensor]:
+    def run_layers(
+        self, global_hidden: torch.Tensor, long_hidden: torch.Tensor, attention: AttentionPattern
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """Every layer over one prepared attention (no host-device synchronisation in here)."""
         for layer in self.layer:
             if self.config.gradient_checkpointing and self.training and torch.is_grad_enabled():
-                global_hidden, long_hidden = checkpoint(layer, global_hidden, long_hidden, attention, use_reentrant=False)
+                global_hidden, long_hidden = checkpoint(
+                    layer, global_hidden, long_hidden, attention, use_reentrant=False
+                )
             else:
                 global_hidden, long_hidden = layer(global_hidden, long_hidden, attention)
         return global_hidden, long_hidden

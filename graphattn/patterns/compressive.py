@@ -61,12 +61,17 @@ class CompressiveConfig:
             if getattr(self, name) < 0:
                 raise GraphattnError(f"must be >= 0, got {getattr(self, name)}", path=("CompressiveConfig", name))
         if self.compression not in COMPRESSIONS:
-            raise GraphattnError(f"{self.compression!r} is not one of {', '.join(COMPRESSIONS)}", path=("CompressiveConfig", "compression"))
+            raise GraphattnError(
+                f"{self.compression!r} is not one of {', '.join(COMPRESSIONS)}",
+                path=("CompressiveConfig", "compression"),
+            )
 
     @classmethod
     def enwik8(cls, **overrides) -> "CompressiveConfig":
         """The paper's Enwik8 setting: n_s = n_m = 768, n_cm = 1152, c = 3 (conv compression)."""
-        return cls(**{**dict(segment_length=768, memory_length=768, compressed_length=1152, compression_rate=3), **overrides})
+        return cls(
+            **{**dict(segment_length=768, memory_length=768, compressed_length=1152, compression_rate=3), **overrides}
+        )
 
     def label_ids(self, relative_vocab_size: int) -> tuple[int, int]:
         memory = relative_vocab_size - 2 if self.memory_label is None else self.memory_label
@@ -89,8 +94,14 @@ class LayerMemory:
     @classmethod
     def empty(cls, batch: int, hidden: int, device=None, dtype=None) -> "LayerMemory":
         rows = lambda *shape, **kw: torch.zeros(batch, 0, *shape, device=device, **kw)  # noqa: E731
-        return cls(rows(hidden, dtype=dtype), rows(dtype=torch.long), rows(dtype=torch.bool),
-                   rows(hidden, dtype=dtype), rows(2, dtype=torch.long), rows(dtype=torch.bool))
+        return cls(
+            rows(hidden, dtype=dtype),
+            rows(dtype=torch.long),
+            rows(dtype=torch.bool),
+            rows(hidden, dtype=dtype),
+            rows(2, dtype=torch.long),
+            rows(dtype=torch.bool),
+        )
 
 
 @dataclass
@@ -102,7 +113,14 @@ class Evicted:
 
 def push_segment(memory: LayerMemory, hidden, positions, valid, memory_length: int) -> tuple[LayerMemory, Evicted]:
     """memory <- concat(memory, h)[-n_m:]; returns the new memory and the rows pushed out."""
-    joined = [torch.cat(pair, dim=1) for pair in ((memory.memory, hidden.detach()), (memory.memory_positions, positions), (memory.memory_valid, valid))]
+    joined = [
+        torch.cat(pair, dim=1)
+        for pair in (
+            (memory.memory, hidden.detach()),
+            (memory.memory_positions, positions),
+            (memory.memory_valid, valid),
+        )
+    ]
     overflow = max(joined[0].shape[1] - memory_length, 0)
     kept = [x[:, overflow:] for x in joined]
     evicted = Evicted(*(x[:, :overflow] for x in joined))
@@ -111,7 +129,14 @@ def push_segment(memory: LayerMemory, hidden, positions, valid, memory_length: i
 
 def append_compressed(memory: LayerMemory, compressed, spans, valid, compressed_length: int) -> LayerMemory:
     """compressed <- concat(compressed, new)[-n_cm:]."""
-    joined = [torch.cat(pair, dim=1) for pair in ((memory.compressed, compressed.detach()), (memory.compressed_spans, spans), (memory.compressed_valid, valid))]
+    joined = [
+        torch.cat(pair, dim=1)
+        for pair in (
+            (memory.compressed, compressed.detach()),
+            (memory.compressed_spans, spans),
+            (memory.compressed_valid, valid),
+        )
+    ]
     start = max(joined[0].shape[1] - compressed_length, 0)
     return LayerMemory(memory.memory, memory.memory_positions, memory.memory_valid, *(x[:, start:] for x in joined))
 
@@ -148,12 +173,16 @@ class CompressiveEncoder(nn.Module):
         self.encoder = encoder if encoder is not None else EtcEncoder(config)
         mc = self.memory_config
         self.compressors = nn.ModuleList(
-            Compressor(mc.compression, config.hidden_size, mc.compression_rate, mc.conv_dilation) for _ in range(config.num_hidden_layers)
+            Compressor(mc.compression, config.hidden_size, mc.compression_rate, mc.conv_dilation)
+            for _ in range(config.num_hidden_layers)
         )
         self.memory_label, self.compressed_label = mc.label_ids(config.relative_vocab_size)
         for name, label in (("memory_label", self.memory_label), ("compressed_label", self.compressed_label)):
             if not 0 <= label < config.relative_vocab_size:
-                raise GraphattnError(f"label id {label} is outside the relative vocabulary of {config.relative_vocab_size}", path=("CompressiveConfig", name))
+                raise GraphattnError(
+                    f"label id {label} is outside the relative vocabulary of {config.relative_vocab_size}",
+                    path=("CompressiveConfig", name),
+                )
 
     def initial_state(self, batch_size: int, device=None, dtype=None) -> MemoryState:
         hidden = self.config.hidden_size
@@ -164,11 +193,17 @@ class CompressiveEncoder(nn.Module):
         lowest = min(self.memory_label, self.compressed_label)
         if segment.vocab_size > lowest:
             raise BatchError(
-                f"the batch uses relative labels up to {segment.vocab_size - 1}, but ids {self.memory_label} and {self.compressed_label} "
-                f"are reserved for memory keys; raise relative_vocab_size or set CompressiveConfig.memory_label/compressed_label",
-                path=("vocab_size",))
+                f"the batch uses relative labels up to {segment.vocab_size - 1}, but ids {self.memory_label} and "
+                f"{self.compressed_label} "
+                "are reserved for memory keys; raise relative_vocab_size or set "
+                "CompressiveConfig.memory_label/compressed_label",
+                path=("vocab_size",),
+            )
         if state.layers and state.layers[0].memory.shape[0] != segment.batch_size:
-            raise BatchError(f"the memory holds batch size {state.layers[0].memory.shape[0]}, the segment has {segment.batch_size}", path=("long_token_ids",))
+            raise BatchError(
+                f"the memory holds batch size {state.layers[0].memory.shape[0]}, the segment has {segment.batch_size}",
+                path=("long_token_ids",),
+            )
 
     def forward(self, segment: EtcBatch, state: MemoryState | None = None) -> CompressiveOutput:
         """Encode one segment over the memories in `state` (None: start of a stream)."""
@@ -186,11 +221,16 @@ class CompressiveEncoder(nn.Module):
         layer_inputs = []
         for layer, memory in zip(self.encoder.layer, state.layers):
             layer_inputs.append(long_hidden)
-            attention = prepared if _same_slots(memory, first) else self._prepare(self._widen(segment.side.to_torch(), positions, memory),
-                                                                                  long_hidden.device)
+            attention = (
+                prepared
+                if _same_slots(memory, first)
+                else self._prepare(self._widen(segment.side.to_torch(), positions, memory), long_hidden.device)
+            )
             keys = torch.cat((memory.compressed, memory.memory), dim=1).to(long_hidden.dtype)
             if self.config.gradient_checkpointing and self.training and torch.is_grad_enabled():
-                global_hidden, long_hidden = checkpoint(layer, global_hidden, long_hidden, attention, keys, use_reentrant=False)
+                global_hidden, long_hidden = checkpoint(
+                    layer, global_hidden, long_hidden, attention, keys, use_reentrant=False
+                )
             else:
                 global_hidden, long_hidden = layer(global_hidden, long_hidden, attention, keys)
 
@@ -199,8 +239,12 @@ class CompressiveEncoder(nn.Module):
             updated, loss = self._update_memory(layer, compressor, memory, h, positions, valid)
             new_layers.append(updated)
             losses.append(loss)
-        counts = {"global": global_hidden.shape[1], "compressed": first.compressed.shape[1], "memory": first.memory.shape[1],
-                  "local_window": side.l2l_att_mask.shape[-1]}
+        counts = {
+            "global": global_hidden.shape[1],
+            "compressed": first.compressed.shape[1],
+            "memory": first.memory.shape[1],
+            "local_window": side.l2l_att_mask.shape[-1],
+        }
         next_state = MemoryState(new_layers, state.next_position + num_long)
         return CompressiveOutput(global_hidden, long_hidden, next_state, torch.stack(losses).sum(), counts)
 
@@ -209,8 +253,15 @@ class CompressiveEncoder(nn.Module):
 
     def _widen(self, side: SideInputs, positions: torch.Tensor, memory: LayerMemory) -> SideInputs:
         return widen_with_memory(
-            side, positions, memory.compressed_valid, memory.memory_positions, memory.memory_valid,
-            max_distance=self.config.relative_pos_max_distance, memory_label=self.memory_label, compressed_label=self.compressed_label)
+            side,
+            positions,
+            memory.compressed_valid,
+            memory.memory_positions,
+            memory.memory_valid,
+            max_distance=self.config.relative_pos_max_distance,
+            memory_label=self.memory_label,
+            compressed_label=self.compressed_label,
+        )
 
     def _update_memory(self, layer: EtcLayer, compressor: Compressor, memory: LayerMemory, h, positions, valid):
         mc = self.memory_config
@@ -218,14 +269,24 @@ class CompressiveEncoder(nn.Module):
         zero = h.new_zeros(())
         if evicted.hidden.shape[1] == 0 or mc.compressed_length == 0:
             return memory, zero
-        usage = attention_usage(layer.attention, h.detach(), valid, evicted.hidden, evicted.valid) if compressor.needs_usage else None
+        usage = (
+            attention_usage(layer.attention, h.detach(), valid, evicted.hidden, evicted.valid)
+            if compressor.needs_usage
+            else None
+        )
         compressed, compressed_valid, spans = compressor(evicted.hidden, evicted.valid, usage)
         # Also computed for parameter-free compressions: there it measures their loss, untrained.
-        loss = attention_reconstruction_loss(layer.attention, h, valid, evicted.hidden, evicted.valid, compressed, compressed_valid)
-        memory = append_compressed(memory, compressed, _stream_spans(evicted.positions, spans), compressed_valid, mc.compressed_length)
+        loss = attention_reconstruction_loss(
+            layer.attention, h, valid, evicted.hidden, evicted.valid, compressed, compressed_valid
+        )
+        memory = append_compressed(
+            memory, compressed, _stream_spans(evicted.positions, spans), compressed_valid, mc.compressed_length
+        )
         return memory, loss
 
-    def encode_document(self, batch: EtcBatch, *, progress: bool = False) -> tuple[torch.Tensor, torch.Tensor, list[CompressiveOutput]]:
+    def encode_document(
+        self, batch: EtcBatch, *, progress: bool = False
+    ) -> tuple[torch.Tensor, torch.Tensor, list[CompressiveOutput]]:
         """Read a whole compiled batch as a stream of segment_length segments.
 
         Returns (global_hidden [B, G, D] from the last segment that kept each global token,
@@ -251,7 +312,9 @@ def _same_slots(a: LayerMemory, b: LayerMemory) -> bool:
     return torch.equal(a.compressed_valid, b.compressed_valid) and torch.equal(a.memory_valid, b.memory_valid)
 
 
-def stream_segments(encoder: CompressiveEncoder, segments: Iterable[EtcBatch], *, progress: bool = False) -> list[CompressiveOutput]:
+def stream_segments(
+    encoder: CompressiveEncoder, segments: Iterable[EtcBatch], *, progress: bool = False
+) -> list[CompressiveOutput]:
     """Encode already-cut segments one after another, carrying the memory."""
     state, outputs = None, []
     for segment in tqdm(segments, desc="segments", disable=not progress):

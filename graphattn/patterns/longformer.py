@@ -38,8 +38,17 @@ from graphattn.nn.config import EtcConfig
 from graphattn.nn.encoder import EtcEmbeddings, EtcLayer
 from graphattn.patterns.sliding import PreparedWindows, global_rows_attention, prepare_global_rows, prepare_windows
 
-__all__ = ["LongformerConfig", "LongformerAttention", "LongformerLayer", "LongformerEmbeddings", "LongformerEncoder", "LongformerPattern",
-           "check_global_positions", "lm_schedule", "load_hf_self_attention"]
+__all__ = [
+    "LongformerConfig",
+    "LongformerAttention",
+    "LongformerLayer",
+    "LongformerEmbeddings",
+    "LongformerEncoder",
+    "LongformerPattern",
+    "check_global_positions",
+    "lm_schedule",
+    "load_hf_self_attention",
+]
 
 
 def _fail(message: str, *path: Any) -> None:
@@ -49,18 +58,28 @@ def _fail(message: str, *path: Any) -> None:
 def _per_layer_windows(value: Any, layers: int) -> tuple[int, ...]:
     windows = (value,) * layers if isinstance(value, int) else tuple(value)
     if len(windows) != layers:
-        _fail(f"{len(windows)} windows given for num_hidden_layers={layers}; give one int or one per layer", "attention_window")
+        _fail(
+            f"{len(windows)} windows given for num_hidden_layers={layers}; give one int or one per layer",
+            "attention_window",
+        )
     for i, w in enumerate(windows):
         if not isinstance(w, int) or w < 2 or w % 2:
-            _fail(f"a window must be an even int >= 2 (w/2 keys each side, as HF's attention_window), got {w!r}", "attention_window", i)
+            _fail(
+                f"a window must be an even int >= 2 (w/2 keys each side, as HF's attention_window), got {w!r}",
+                "attention_window",
+                i,
+            )
     return windows
 
 
 def _per_head_dilations(value: Any, layers: int, heads: int) -> tuple[tuple[int, ...], ...]:
     rows = (value,) * layers if isinstance(value, int) else tuple(value)
     if len(rows) != layers:
-        _fail(f"{len(rows)} dilation rows given for num_hidden_layers={layers}; give one int, or per layer an int or one per head",
-              "attention_dilation")
+        _fail(
+            f"{len(rows)} dilation rows given for num_hidden_layers={layers}; give one int, or per layer an int or "
+            "one per head",
+            "attention_dilation",
+        )
     out = []
     for i, row in enumerate(rows):
         row = (row,) * heads if isinstance(row, int) else tuple(row)
@@ -110,15 +129,25 @@ class LongformerConfig(EtcConfig):
     def __post_init__(self) -> None:
         super().__post_init__()
         self.attention_window = _per_layer_windows(self.attention_window, self.num_hidden_layers)
-        self.attention_dilation = _per_head_dilations(self.attention_dilation, self.num_hidden_layers, self.num_attention_heads)
+        self.attention_dilation = _per_head_dilations(
+            self.attention_dilation, self.num_hidden_layers, self.num_attention_heads
+        )
 
     @classmethod
     def char_lm_small(cls, **overrides: Any) -> "LongformerConfig":
         """The paper's small character-LM model (12 layers, 8 heads, hidden 512) with its phase-1
         schedule: windows 32 -> 8192, dilation on 2 heads of the upper layers."""
         windows, dilations = lm_schedule(12, 8, 32, 8192)
-        small = dict(vocab_size=256, hidden_size=512, num_hidden_layers=12, num_attention_heads=8, intermediate_size=2048,
-                     attention_window=windows, attention_dilation=dilations, max_absolute_position_embeddings=0)
+        small = dict(
+            vocab_size=256,
+            hidden_size=512,
+            num_hidden_layers=12,
+            num_attention_heads=8,
+            intermediate_size=2048,
+            attention_window=windows,
+            attention_dilation=dilations,
+            max_absolute_position_embeddings=0,
+        )
         return cls(**{**small, **overrides})
 
 
@@ -127,25 +156,42 @@ def check_global_positions(global_positions: torch.Tensor, long_mask: torch.Tens
     real tokens: in range, on real tokens, no position twice in a row."""
     batch, length = long_mask.shape
     if global_positions.dim() != 2 or global_positions.shape[0] != batch or global_positions.is_floating_point():
-        raise BatchError(f"global_positions must be an integer tensor [batch={batch}, G], got {global_positions.dtype} "
-                         f"{list(global_positions.shape)}", path=("global_positions",))
+        raise BatchError(
+            f"global_positions must be an integer tensor [batch={batch}, G], got {global_positions.dtype} "
+            f"{list(global_positions.shape)}",
+            path=("global_positions",),
+        )
     if global_positions.numel() == 0:
         return
     bad = (global_positions < -1) | (global_positions >= length)
     if bool(bad.any()):
         where = torch.nonzero(bad)[0].tolist()
-        raise BatchError(f"global position {int(global_positions[tuple(where)])} at {where} is outside [0, {length}) (-1 marks an empty slot)",
-                         path=("global_positions",))
+        raise BatchError(
+            f"global position {int(global_positions[tuple(where)])} at {where} is outside [0, {length}) (-1 marks an "
+            "empty slot)",
+            path=("global_positions",),
+        )
     valid = global_positions >= 0
     on_padding = valid & ~torch.gather(long_mask, 1, global_positions.clamp(min=0))
     if bool(on_padding.any()):
         where = torch.nonzero(on_padding)[0].tolist()
-        raise BatchError(f"global position {int(global_positions[tuple(where)])} at {where} is a padding token", path=("global_positions",))
-    ordered = torch.where(valid, global_positions, -1 - torch.arange(global_positions.shape[1], device=global_positions.device)).sort(dim=1).values
+        raise BatchError(
+            f"global position {int(global_positions[tuple(where)])} at {where} is a padding token",
+            path=("global_positions",),
+        )
+    ordered = (
+        torch.where(
+            valid, global_positions, -1 - torch.arange(global_positions.shape[1], device=global_positions.device)
+        )
+        .sort(dim=1)
+        .values
+    )
     repeated = ordered[:, 1:] == ordered[:, :-1]
     if bool(repeated.any()):
         row, col = torch.nonzero(repeated)[0].tolist()
-        raise BatchError(f"long position {int(ordered[row, col])} is global twice in batch row {row}", path=("global_positions",))
+        raise BatchError(
+            f"long position {int(ordered[row, col])} is global twice in batch row {row}", path=("global_positions",)
+        )
 
 
 def _gather_positions(x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
@@ -168,8 +214,16 @@ class LongformerPattern:
     global_rows: PreparedAttention | None = None
 
     @classmethod
-    def prepare(cls, global_positions: torch.Tensor, long_mask: torch.Tensor | None, *, windows: Sequence[tuple[int, Sequence[int]]],
-                num_heads: int, head_dim: int, backend: str = "auto") -> "LongformerPattern":
+    def prepare(
+        cls,
+        global_positions: torch.Tensor,
+        long_mask: torch.Tensor | None,
+        *,
+        windows: Sequence[tuple[int, Sequence[int]]],
+        num_heads: int,
+        head_dim: int,
+        backend: str = "auto",
+    ) -> "LongformerPattern":
         """`global_positions` [B, G] (-1: empty slot), `long_mask` [B, L] (None: all real),
         `windows` the (radius, dilations per head) of the layers that will attend through it."""
         if long_mask is None:
@@ -181,7 +235,9 @@ class LongformerPattern:
         slots = global_positions >= 0
         # Empty slots point at a dummy column L, so that scatters never touch a real position.
         target = torch.where(slots, global_positions, length)
-        is_global = torch.zeros(batch, length + 1, dtype=torch.bool, device=long_mask.device).scatter_(1, target, True)[:, :length]
+        is_global = torch.zeros(batch, length + 1, dtype=torch.bool, device=long_mask.device).scatter_(1, target, True)[
+            :, :length
+        ]
         pattern = cls(global_positions.clamp(min=0), slots, target, long_mask, bool(slots.any()))
         window_keys = long_mask & ~is_global  # a global position is reached as a global key, not in the window
         for radius, dilations in windows:
@@ -189,11 +245,23 @@ class LongformerPattern:
             if key not in pattern.windows:
                 pattern.windows[key] = prepare_windows(window_keys, key[0], key[1], head_dim, slots, backend=backend)
         if pattern.has_globals:
-            pattern.global_rows = prepare_global_rows(long_mask, global_positions.shape[1], num_heads, head_dim, backend=backend)
+            pattern.global_rows = prepare_global_rows(
+                long_mask, global_positions.shape[1], num_heads, head_dim, backend=backend
+            )
         return pattern
 
-    def attend(self, global_q: torch.Tensor, global_k: torch.Tensor, global_v: torch.Tensor, long_q: torch.Tensor,
-               long_k: torch.Tensor, long_v: torch.Tensor, *, radius: int, dilations: Sequence[int]) -> tuple[torch.Tensor, torch.Tensor]:
+    def attend(
+        self,
+        global_q: torch.Tensor,
+        global_k: torch.Tensor,
+        global_v: torch.Tensor,
+        long_q: torch.Tensor,
+        long_k: torch.Tensor,
+        long_v: torch.Tensor,
+        *,
+        radius: int,
+        dilations: Sequence[int],
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """One layer: long_q/k/v are the local projections of every token [B, H, L, d]; global_q
         the global projection of the global positions [B, H, G, d], global_k / global_v that of
         every token [B, H, L, d]. Returns (global rows [B, H, G, d], every row [B, H, L, d]: the
@@ -232,7 +300,11 @@ class LongformerAttention(nn.Module):
         if self.shared:
             return
         with torch.no_grad():
-            for local, glob in ((self.query, self.global_query), (self.key, self.global_key), (self.value, self.global_value)):
+            for local, glob in (
+                (self.query, self.global_query),
+                (self.key, self.global_key),
+                (self.value, self.global_value),
+            ):
                 glob.weight.copy_(local.weight)
                 glob.bias.copy_(local.bias)
 
@@ -242,30 +314,52 @@ class LongformerAttention(nn.Module):
 
     def prepare(self, global_positions: torch.Tensor, long_mask: torch.Tensor) -> LongformerPattern:
         """This layer's pattern over a batch (an encoder prepares one for all its layers)."""
-        return LongformerPattern.prepare(global_positions, long_mask, windows=[(self.radius, self.dilations)], num_heads=self.num_heads,
-                                         head_dim=self.head_dim, backend=self.backend)
+        return LongformerPattern.prepare(
+            global_positions,
+            long_mask,
+            windows=[(self.radius, self.dilations)],
+            num_heads=self.num_heads,
+            head_dim=self.head_dim,
+            backend=self.backend,
+        )
 
-    def context(self, hidden: torch.Tensor, pattern: LongformerPattern | torch.Tensor, long_mask: torch.Tensor | None = None) -> torch.Tensor:
+    def context(
+        self, hidden: torch.Tensor, pattern: LongformerPattern | torch.Tensor, long_mask: torch.Tensor | None = None
+    ) -> torch.Tensor:
         """The attended values before the output projection, [B, L, D]: what HF's
         LongformerSelfAttention returns. `pattern` is a batch's LongformerPattern, or its global
         positions [B, G] (-1: empty slot) with `long_mask` [B, L] (True/1 = real; None: all real)."""
         batch, length, _ = hidden.shape
         if not isinstance(pattern, LongformerPattern):
-            long_mask = torch.ones(batch, length, dtype=torch.bool, device=hidden.device) if long_mask is None else long_mask
+            long_mask = (
+                torch.ones(batch, length, dtype=torch.bool, device=hidden.device) if long_mask is None else long_mask
+            )
             pattern = self.prepare(pattern, long_mask)
-        query, key, value = (self.query, self.key, self.value) if self.shared else (self.global_query, self.global_key, self.global_value)
+        query, key, value = (
+            (self.query, self.key, self.value)
+            if self.shared
+            else (self.global_query, self.global_key, self.global_value)
+        )
         picked = torch.gather(hidden, 1, pattern.positions[:, :, None].expand(-1, -1, hidden.shape[2]))
         long_qkv = (self._heads(proj(hidden)) for proj in (self.query, self.key, self.value))
         global_q, global_k, global_v = self._heads(query(picked)), self._heads(key(hidden)), self._heads(value(hidden))
         _, out = pattern.attend(global_q, global_k, global_v, *long_qkv, radius=self.radius, dilations=self.dilations)
         return out.transpose(1, 2).reshape(batch, length, self.num_heads * self.head_dim)
 
-    def forward(self, hidden: torch.Tensor, pattern: LongformerPattern | torch.Tensor, long_mask: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(
+        self, hidden: torch.Tensor, pattern: LongformerPattern | torch.Tensor, long_mask: torch.Tensor | None = None
+    ) -> torch.Tensor:
         return self.output(self.context(hidden, pattern, long_mask))
 
 
-_HF_NAMES = {"query": "query", "key": "key", "value": "value",
-             "query_global": "global_query", "key_global": "global_key", "value_global": "global_value"}
+_HF_NAMES = {
+    "query": "query",
+    "key": "key",
+    "value": "value",
+    "query_global": "global_query",
+    "key_global": "global_key",
+    "value_global": "global_value",
+}
 
 
 def load_hf_self_attention(attention: LongformerAttention, state: Mapping[str, torch.Tensor]) -> None:
@@ -278,9 +372,14 @@ def load_hf_self_attention(attention: LongformerAttention, state: Mapping[str, t
         for part in ("weight", "bias"):
             key = f"{hf_name}.{part}"
             if key not in state:
-                raise GraphattnError(f"missing {key} in the HF state dict (keys: {', '.join(sorted(state)[:8])}...)", path=(key,))
+                raise GraphattnError(
+                    f"missing {key} in the HF state dict (keys: {', '.join(sorted(state)[:8])}...)", path=(key,)
+                )
             if tuple(state[key].shape) != tuple(own[f"{name}.{part}"].shape):
-                raise GraphattnError(f"{key} has shape {list(state[key].shape)}, expected {list(own[f'{name}.{part}'].shape)}", path=(key,))
+                raise GraphattnError(
+                    f"{key} has shape {list(state[key].shape)}, expected {list(own[f'{name}.{part}'].shape)}",
+                    path=(key,),
+                )
             with torch.no_grad():
                 own[f"{name}.{part}"].copy_(state[key])
 
@@ -292,7 +391,9 @@ class LongformerLayer(EtcLayer):
     def __init__(self, config: LongformerConfig, layer: int):
         super().__init__(config, LongformerAttention(config, layer))
 
-    def forward(self, hidden: torch.Tensor, pattern: LongformerPattern | torch.Tensor, long_mask: torch.Tensor | None = None) -> torch.Tensor:  # type: ignore[override]
+    def forward(
+        self, hidden: torch.Tensor, pattern: LongformerPattern | torch.Tensor, long_mask: torch.Tensor | None = None
+    ) -> torch.Tensor:  # type: ignore[override]
         return self.residual_block(hidden, self.attention(hidden, pattern, long_mask))
 
 
@@ -305,7 +406,9 @@ class LongformerEmbeddings(EtcEmbeddings):
         del self.global_position_embeddings, self.global_layer_norm
 
     def forward(self, batch: EtcBatch) -> torch.Tensor:  # type: ignore[override]
-        return self._embed(batch.long_token_ids.long(), batch.long_type_ids.long(), self.position_embeddings, self.layer_norm)
+        return self._embed(
+            batch.long_token_ids.long(), batch.long_type_ids.long(), self.position_embeddings, self.layer_norm
+        )
 
 
 class LongformerEncoder(nn.Module):
@@ -318,7 +421,9 @@ class LongformerEncoder(nn.Module):
     def __init__(self, config: LongformerConfig):
         super().__init__()
         if not isinstance(config, LongformerConfig):
-            raise GraphattnError(f"LongformerEncoder needs a LongformerConfig, got {type(config).__name__}", path=("config",))
+            raise GraphattnError(
+                f"LongformerEncoder needs a LongformerConfig, got {type(config).__name__}", path=("config",)
+            )
         self.config = config
         self.embeddings = LongformerEmbeddings(config)
         self.layer = nn.ModuleList(LongformerLayer(config, i) for i in range(config.num_hidden_layers))
@@ -338,21 +443,35 @@ class LongformerEncoder(nn.Module):
 
     def _check_batch(self, batch: EtcBatch) -> None:
         cfg = self.config
-        for name, limit, field in (("long_token_ids", cfg.vocab_size, "vocab_size"), ("long_type_ids", cfg.type_vocab_size, "type_vocab_size")):
+        for name, limit, field in (
+            ("long_token_ids", cfg.vocab_size, "vocab_size"),
+            ("long_type_ids", cfg.type_vocab_size, "type_vocab_size"),
+        ):
             ids = getattr(batch, name)
             if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= limit):
-                raise BatchError(f"ids must lie in [0, {limit}) (the model's {field}); found {int(ids.min())}..{int(ids.max())}", path=(name,))
+                raise BatchError(
+                    f"ids must lie in [0, {limit}) (the model's {field}); found {int(ids.min())}..{int(ids.max())}",
+                    path=(name,),
+                )
         positions = cfg.max_absolute_position_embeddings
         longest = batch.long_token_ids.shape[1]
         if positions and longest > positions:
-            raise BatchError(f"long length {longest} exceeds max_absolute_position_embeddings={positions}", path=("long_token_ids",))
+            raise BatchError(
+                f"long length {longest} exceeds max_absolute_position_embeddings={positions}", path=("long_token_ids",)
+            )
 
     def prepare(self, global_positions: torch.Tensor, long_mask: torch.Tensor) -> LongformerPattern:
         """One pattern for all layers: positions checked once, each distinct window prepared once."""
         cfg = self.config
         windows = [(layer.attention.radius, layer.attention.dilations) for layer in self.layer]
-        return LongformerPattern.prepare(global_positions, long_mask, windows=windows, num_heads=cfg.num_attention_heads,
-                                         head_dim=cfg.head_dim, backend=cfg.attention_backend)
+        return LongformerPattern.prepare(
+            global_positions,
+            long_mask,
+            windows=windows,
+            num_heads=cfg.num_attention_heads,
+            head_dim=cfg.head_dim,
+            backend=cfg.attention_backend,
+        )
 
     def forward(self, batch: EtcBatch, global_positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         self._check_batch(batch)

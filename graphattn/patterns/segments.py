@@ -55,13 +55,19 @@ def _cut_features(features: dict, rows: slice, keep: torch.Tensor, long_length: 
     out = {}
     for name, value in features.items():
         if long_length == global_length:
-            raise BatchError(f"cannot tell whether feature {name!r} is per long or per global token (L = G = {long_length})", path=("features", name))
+            raise BatchError(
+                f"cannot tell whether feature {name!r} is per long or per global token (L = G = {long_length})",
+                path=("features", name),
+            )
         if value.shape[1] == long_length:
             out[name] = value[:, rows]
         elif value.shape[1] == global_length:
             out[name] = value[:, keep]
         else:
-            raise BatchError(f"feature {name!r} has length {value.shape[1]}, neither L = {long_length} nor G = {global_length}", path=("features", name))
+            raise BatchError(
+                f"feature {name!r} has length {value.shape[1]}, neither L = {long_length} nor G = {global_length}",
+                path=("features", name),
+            )
     return out
 
 
@@ -126,13 +132,20 @@ def widen_with_memory(
         return side
     device, itype = side.g2g_att_mask.device, side.g2g_att_mask.dtype
     key_valid = torch.cat((compressed_valid, memory_valid), dim=1).to(itype)  # [B, C+M]
-    key_label = torch.cat((
-        torch.full((batch, num_compressed), compressed_label, dtype=torch.int32, device=device),
-        torch.full((batch, num_memory), memory_label, dtype=torch.int32, device=device),
-    ), dim=1)
+    key_label = torch.cat(
+        (
+            torch.full((batch, num_compressed), compressed_label, dtype=torch.int32, device=device),
+            torch.full((batch, num_memory), memory_label, dtype=torch.int32, device=device),
+        ),
+        dim=1,
+    )
     g2g_mask = torch.cat((side.g2g_att_mask, key_valid[:, None, :].expand(-1, num_global, -1)), dim=2)
-    g2g_ids = torch.cat((side.g2g_relative_att_ids.to(torch.int32), key_label[:, None, :].expand(-1, num_global, -1)), dim=2)
-    memory_ids = clipped_distance_ids(memory_positions[:, None, :] - query_positions[:, :, None], max_distance)  # [B, L, M]
+    g2g_ids = torch.cat(
+        (side.g2g_relative_att_ids.to(torch.int32), key_label[:, None, :].expand(-1, num_global, -1)), dim=2
+    )
+    memory_ids = clipped_distance_ids(
+        memory_positions[:, None, :] - query_positions[:, :, None], max_distance
+    )  # [B, L, M]
     compressed_ids = torch.full((batch, num_long, num_compressed), compressed_label, dtype=torch.int32, device=device)
     return SideInputs(
         l2l_att_mask=side.l2l_att_mask,

@@ -59,7 +59,9 @@ def fold_states(x: torch.Tensor, dilation: int) -> torch.Tensor:
     batch, heads, length, dim = x.shape
     folded = _folded_length(length, dilation)
     x = torch.nn.functional.pad(x, (0, 0, 0, folded * dilation - length))
-    return x.view(batch, heads, folded, dilation, dim).permute(0, 3, 1, 2, 4).reshape(batch * dilation, heads, folded, dim)
+    return (
+        x.view(batch, heads, folded, dilation, dim).permute(0, 3, 1, 2, 4).reshape(batch * dilation, heads, folded, dim)
+    )
 
 
 def unfold_states(x: torch.Tensor, dilation: int, length: int) -> torch.Tensor:
@@ -140,7 +142,9 @@ def _no_labels(heads: int, dim: int, like: torch.Tensor) -> torch.Tensor:
 
 def _check_window(radius: int, dilation: int) -> None:
     if dilation < 1 or radius < 0:
-        raise BatchError(f"dilation must be >= 1 and radius >= 0, got dilation {dilation}, radius {radius}", path=("dilation",))
+        raise BatchError(
+            f"dilation must be >= 1 and radius >= 0, got dilation {dilation}, radius {radius}", path=("dilation",)
+        )
 
 
 def _per_subsequence(x: torch.Tensor, dilation: int) -> torch.Tensor:
@@ -166,26 +170,39 @@ class PreparedWindows:
     windows: list[_Window]
     num_heads: int
 
-    def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, global_k: torch.Tensor | None = None,
-               global_v: torch.Tensor | None = None, *, scale: float | None = None) -> torch.Tensor:
+    def attend(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        global_k: torch.Tensor | None = None,
+        global_v: torch.Tensor | None = None,
+        *,
+        scale: float | None = None,
+    ) -> torch.Tensor:
         """[B, H, L, d]: each query over its dilated window and the global keys (see `windowed_attention`)."""
         if (global_k is None) != (global_v is None):
             raise BatchError("give both global_k and global_v, or neither", path=("global_k",))
         batch, heads, length, dim = q.shape
         if (heads, length) != (self.num_heads, self.length):
-            raise BatchError(f"q has {heads} heads and {length} tokens; the windows were prepared for {self.num_heads} and {self.length}",
-                             path=("q",))
+            raise BatchError(
+                f"q has {heads} heads and {length} tokens; the windows were prepared for {self.num_heads} and "
+                f"{self.length}",
+                path=("q",),
+            )
         if global_k is None:
             global_k = global_v = q.new_zeros(batch, heads, 0, dim)
         parts = []
         for window in self.windows:
             index = None if len(self.windows) == 1 else torch.tensor(window.heads, device=q.device)
-            pick = (lambda x: x) if index is None else (lambda x: x.index_select(1, index))  # noqa: B023 - used in this iteration
+            pick = (lambda x: x) if index is None else (lambda x: x.index_select(1, index))  # noqa: B023 (used at once)
             d = window.dilation
             fq, fk, fv = (fold_states(pick(x), d) for x in (q, k, v))
             gk, gv = (_per_subsequence(pick(x), d) for x in (global_k, global_v))
             no_queries = fq.new_zeros(fq.shape[0], fq.shape[1], 0, dim)  # the global slots are keys only
-            _, out = window.attention.attend(no_queries, gk, gv, fq, fk, fv, _no_labels(len(window.heads), dim, q), None, scale)
+            _, out = window.attention.attend(
+                no_queries, gk, gv, fq, fk, fv, _no_labels(len(window.heads), dim, q), None, scale
+            )
             parts.append(unfold_states(out, d, length))
         if len(parts) == 1:
             return parts[0]
@@ -195,8 +212,16 @@ class PreparedWindows:
         return torch.cat(parts, dim=1).index_select(1, inverse.to(q.device))
 
 
-def prepare_windows(key_ok: torch.Tensor, radius: int, dilations: Sequence[int], head_dim: int, global_ok: torch.Tensor | None = None,
-                    num_global: int = 0, *, backend: str = "auto") -> PreparedWindows:
+def prepare_windows(
+    key_ok: torch.Tensor,
+    radius: int,
+    dilations: Sequence[int],
+    head_dim: int,
+    global_ok: torch.Tensor | None = None,
+    num_global: int = 0,
+    *,
+    backend: str = "auto",
+) -> PreparedWindows:
     """Prepare dilated windows of `radius` (a dilation per head) over a batch: key_ok [B, L]
     bool, global_ok [B, G] bool (None: `num_global` keys, all allowed)."""
     batch, length = key_ok.shape
@@ -206,15 +231,21 @@ def prepare_windows(key_ok: torch.Tensor, radius: int, dilations: Sequence[int],
     for dilation, heads in group_heads(dilations):
         _check_window(radius, dilation)
         side = window_side_inputs(fold_tokens(key_ok, dilation), radius, _per_subsequence(global_ok, dilation))
-        attention = prepare_attention(side, num_heads=len(heads), head_dim=head_dim, vocab_size=1, backend=backend, device=key_ok.device)
+        attention = prepare_attention(
+            side, num_heads=len(heads), head_dim=head_dim, vocab_size=1, backend=backend, device=key_ok.device
+        )
         windows.append(_Window(dilation, heads, attention))
     return PreparedWindows(radius, length, windows, len(dilations))
 
 
-def prepare_global_rows(key_ok: torch.Tensor, num_global: int, num_heads: int, head_dim: int, *, backend: str = "auto") -> PreparedAttention:
+def prepare_global_rows(
+    key_ok: torch.Tensor, num_global: int, num_heads: int, head_dim: int, *, backend: str = "auto"
+) -> PreparedAttention:
     """Prepare Longformer's global rows: every global query attends every key where `key_ok`."""
     side = global_rows_side_inputs(key_ok, num_global)
-    return prepare_attention(side, num_heads=num_heads, head_dim=head_dim, vocab_size=1, backend=backend, device=key_ok.device)
+    return prepare_attention(
+        side, num_heads=num_heads, head_dim=head_dim, vocab_size=1, backend=backend, device=key_ok.device
+    )
 
 
 def dilated_window_attention(
@@ -235,7 +266,9 @@ def dilated_window_attention(
     global keys (where `global_ok`); returns [B, H, L, d]. q, k, v are [B, H, L, d], key_ok
     [B, L] bool, global_k / global_v [B, H, G, d] (None: no globals), global_ok [B, G] bool
     (None: all allowed). A query with nothing to attend to gets zeros."""
-    return windowed_attention(q, k, v, key_ok, radius, [dilation] * q.shape[1], global_k, global_v, global_ok, backend=backend, scale=scale)
+    return windowed_attention(
+        q, k, v, key_ok, radius, [dilation] * q.shape[1], global_k, global_v, global_ok, backend=backend, scale=scale
+    )
 
 
 def windowed_attention(

@@ -220,7 +220,9 @@ def test_one_plan_per_prepared_batch_and_edits_take_effect_in_the_next():
     direct call. Inference-mode tensors work too."""
     side, layout = synthetic_side_inputs(1, 20, 3, radius=2, max_distance=2, seed=4)
     states, key_table, bias_table = make_inputs(1, 2, 3, 20, 16, layout.vocab_size)
-    prepared = prepare_attention(side, num_heads=2, head_dim=16, vocab_size=layout.vocab_size, backend="triton", block_sizes=SMALL_TILES)
+    prepared = prepare_attention(
+        side, num_heads=2, head_dim=16, vocab_size=layout.vocab_size, backend="triton", block_sizes=SMALL_TILES
+    )
     plan = prepared.plan
     with torch.no_grad():
         first = prepared.attend(*states, key_table, bias_table, 0.25)
@@ -287,7 +289,7 @@ class TestBadInputs:
         with pytest.raises(BatchError, match="rel_bias_table"):
             self.call(bias_table=torch.zeros(4, 2))
 
-    @pytest.mark.skipif(torch.cuda.is_available(), reason="on a GPU the tests run the kernels on CUDA (tests/kernels/conftest.py)")
+    @pytest.mark.skipif(torch.cuda.is_available(), reason="on a GPU the tests run the kernels on CUDA (kernels/conftest.py)")
     def test_cpu_without_interpreter(self, monkeypatch):
         monkeypatch.setenv("TRITON_INTERPRET", "0")
         with pytest.raises(BatchError, match="CUDA tensors"):

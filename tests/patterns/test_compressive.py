@@ -14,7 +14,13 @@ from graphattn.kernels.synthetic import synthetic_side_inputs
 from graphattn.nn import EtcConfig, EtcEncoder
 from graphattn.kernels import PreparedAttention
 from graphattn.patterns.compression import Compressor, attention_reconstruction_loss
-from graphattn.patterns.compressive import CompressiveConfig, CompressiveEncoder, LayerMemory, append_compressed, push_segment
+from graphattn.patterns.compressive import (
+    CompressiveConfig,
+    CompressiveEncoder,
+    LayerMemory,
+    append_compressed,
+    push_segment,
+)
 from graphattn.patterns.segments import clipped_distance_ids, split_segments, widen_with_memory
 
 RADIUS, MAX_DISTANCE = 2, 2
@@ -269,7 +275,8 @@ def test_key_set_per_segment_does_not_grow_with_the_stream(monkeypatch) -> None:
 
     def spy(self, gq, gk, gv, lq, lk, lv, *args, **kwargs):
         side = self.side
-        seen.append((tuple(gq.shape), tuple(gk.shape), tuple(lk.shape), tuple(side.l2g_att_mask.shape), tuple(side.g2g_att_mask.shape)))
+        shapes = (gq.shape, gk.shape, lk.shape, side.l2g_att_mask.shape, side.g2g_att_mask.shape)
+        seen.append(tuple(tuple(s) for s in shapes))
         return real(self, gq, gk, gv, lq, lk, lv, *args, **kwargs)
 
     monkeypatch.setattr(PreparedAttention, "attend", spy)
