@@ -508,8 +508,10 @@ def main() -> None:
         f"G = L/{TOKENS_PER_GLOBAL}, r = {RADIUS}, {HEADS} heads, d = {DIM}, B = 1, fp32, label bias, "
         f"{'hard' if hard_g2l else 'soft'} g2l"
     )
-    header = f"{'L':>6} {'mode':>7} {'method':>11} {'median ms':>10} {'min ms':>8} {'peak MB':>8} {'GFLOP/s':>8} "
-             f"{'% matmul':>8} {'time/blocked':>12} {'mem/blocked':>11}"
+    header = (
+        f"{'L':>6} {'mode':>7} {'method':>11} {'median ms':>10} {'min ms':>8} {'peak MB':>8} {'GFLOP/s':>8} "
+        f"{'% matmul':>8} {'time/blocked':>12} {'mem/blocked':>11}"
+    )
     print(header)
     print("-" * len(header))
     methods = {name: METHODS[name] for name in args.methods}
