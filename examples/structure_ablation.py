@@ -40,6 +40,11 @@ after 3.9k-8.3k (three seeds, 16k steps); the flat one had not left it after 16k
 at which each run's training loss first fell below 1.0. ETC's encoders start from lifted,
 pre-trained weights and need no such plateau.
 
+Training goes the way of every graphattn task: the schemas declare the task label (`targets:
+answer`, a choice among the candidate globals), the compiled instances are written as shards
+(`graphattn.shards.writer`), and the Trainer streams them (`shard_loader`) into a TaskModel whose
+head reads `batch.targets`, as `graphattn train --data` does.
+
 Run: python examples/structure_ablation.py            (the README table: 3 seeds x 2 schemas)
      python examples/structure_ablation.py --quick    (seconds: a smoke run)
 """
@@ -50,6 +55,7 @@ import argparse
 import json
 import re
 import statistics
+import tempfile
 import time
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
@@ -57,6 +63,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+import yaml
 
 from _common import ROOT  # noqa: F401  (puts the checkout on sys.path)
 
@@ -65,8 +72,10 @@ from graphattn.graph import DocGraph
 from graphattn.ingest.text import MENTION_OF
 from graphattn.nn import EtcConfig, EtcEncoder
 from graphattn.schema import load_schema
+from graphattn.shards.dataset import read_table
+from graphattn.shards.writer import write_shards
 from graphattn.tokenize import SpacyWordTokenizer
-from graphattn.train import InstanceLoader, TaskExample, TaskModel, TrainConfig, Trainer, collate_examples, wikihop_targets
+from graphattn.train import TaskModel, TrainConfig, Trainer, shard_loader
 
 PEOPLE = "alice bob carol david emma frank grace henry irene jack karen liam mary nora oscar paul".split()
 COUNTRIES = "albania belgium chile denmark estonia finland greece hungary iceland japan".split()
@@ -162,7 +171,8 @@ def tokenizer() -> SpacyWordTokenizer:
 
 def _common(name: str, radius: int) -> dict:
     return {"name": name, "local_radius": radius, "relative_pos_max_distance": 4, "relative_vocab_size": 16,
-            "max_long_length": 256, "max_global_length": 64, "special_tokens": {"global": "[SENT]"}}
+            "max_long_length": 256, "max_global_length": 64, "special_tokens": {"global": "[SENT]"},
+            "targets": {"answer": {"kind": "choice", "node_types": "candidate", "attr": "is_answer"}}}
 
 
 def _candidate(exempt: bool, **extra) -> dict:
@@ -213,14 +223,13 @@ TASKS = ("two-fact", "control")
 PLATEAU_EXIT_LOSS = 1.0  # training loss below this (chance is ln 4 = 1.386): the run left the plateau
 
 
-def compile_examples(records: list[dict], schema: dict, tok) -> list[TaskExample]:
-    schema = load_schema(schema)
-    examples = []
-    for record in records:
-        graph = record_graph(record)
-        instance = compile_instance(graph, schema, tok)
-        examples.append(TaskExample(instance, wikihop_targets(instance, graph)))
-    return examples
+def compile_shards(records: list[dict], schema: dict, tok, out: Path) -> Path:
+    """The records compiled with `schema` and written as shards under `out` (the task label included)."""
+    loaded = load_schema(schema)
+    instances = (compile_instance(record_graph(record), loaded, tok, compact=True) for record in records)
+    write_shards(instances, out, loaded, vocab_size=tok.vocab_size, schema_text=yaml.safe_dump(schema),
+                 rows_per_shard=512)
+    return out
 
 
 # -- one training run --------------------------------------------------------------------------------
@@ -245,8 +254,8 @@ class Settings:
     control_steps: int = 400
 
 
-def train_and_test(train: list[TaskExample], test: list[TaskExample], vocab_size: int, seed: int, steps: int, s: Settings) -> dict:
-    """Train one encoder + candidate head from scratch; accuracy on the held-out examples."""
+def train_and_test(train: Path, test: Path, schema: dict, vocab_size: int, seed: int, steps: int, s: Settings) -> dict:
+    """Train one encoder + candidate head from scratch on the `train` shards; accuracy on `test`'s."""
     torch.manual_seed(seed)
     encoder = EtcEncoder(EtcConfig(
         vocab_size=vocab_size, hidden_size=s.hidden, num_hidden_layers=s.layers, num_attention_heads=4,
@@ -254,13 +263,13 @@ def train_and_test(train: list[TaskExample], test: list[TaskExample], vocab_size
         hidden_dropout_prob=0.0, attention_backend="blocked", initializer_range=s.init_std))
     config = TrainConfig(max_steps=steps, learning_rate=s.lr, warmup_ratio=0.05, log_every=max(1, min(100, steps // 10)),
                          progress=False, device="cpu", seed=seed, precision="fp32")
-    trainer = Trainer(TaskModel(encoder, "wikihop"), config)
-    history = trainer.fit(InstanceLoader(train, s.batch, collate_examples, shuffle=True, seed=seed, drop_last=True)).history
-    metrics = trainer.evaluate(InstanceLoader(test, 64, collate_examples))
+    trainer = Trainer(TaskModel(encoder, load_schema(schema)), config)
+    history = trainer.fit(shard_loader(train, s.batch, shuffle=True, seed=seed, compact=True)).history
+    metrics = trainer.evaluate(shard_loader(test, 64, shuffle=False, compact=True))
     tail = history[-max(1, len(history) // 10):]  # the last 10% of the logged steps
     learned = next((int(h["step"]) for h in history if h["loss"] < PLATEAU_EXIT_LOSS), None)
-    return {"accuracy": metrics["accuracy"], "test_loss": metrics["loss"], "train_loss": tail[-1]["loss"],
-            "train_accuracy": statistics.mean(h["accuracy"] for h in tail), "plateau_exit_step": learned}
+    return {"accuracy": metrics["accuracy/answer"], "test_loss": metrics["loss"], "train_loss": tail[-1]["loss"],
+            "train_accuracy": statistics.mean(h["accuracy/answer"] for h in tail), "plateau_exit_step": learned}
 
 
 def run_setting(setting: str, seeds: list[int], s: Settings) -> list[dict]:
@@ -271,19 +280,24 @@ def run_setting(setting: str, seeds: list[int], s: Settings) -> list[dict]:
     tok = tokenizer()
     schema = SCHEMAS[setting](s.radius, s.candidates_exempt)
     results = []
-    for task, control, steps in (("two-fact", False, s.steps), ("control", True, s.control_steps)):
-        started = time.time()
-        train = compile_examples(generate_records(s.train, s.data_seed, s.fillers, control), schema, tok)
-        test = compile_examples(generate_records(s.test, s.data_seed + 1, s.fillers, control), schema, tok)
-        compiled = time.time() - started
-        sizes = (np.mean([e.instance.long_length for e in test]), np.mean([e.instance.global_length for e in test]))
-        for seed in seeds:
+    with tempfile.TemporaryDirectory() as scratch:
+        for task, control, steps in (("two-fact", False, s.steps), ("control", True, s.control_steps)):
             started = time.time()
-            result = train_and_test(train, test, tok.vocab_size, seed, steps, s)
-            result.update(task=task, setting=setting, seed=seed, seconds=time.time() - started, compile_seconds=compiled,
-                          long=sizes[0], globals=sizes[1])
-            results.append(result)
-            _report(result)
+            where = Path(scratch) / task
+            train_records = generate_records(s.train, s.data_seed, s.fillers, control)
+            test_records = generate_records(s.test, s.data_seed + 1, s.fillers, control)
+            train = compile_shards(train_records, schema, tok, where / "train")
+            test = compile_shards(test_records, schema, tok, where / "test")
+            compiled = time.time() - started
+            lengths = read_table(test, ["long_length", "global_length"])
+            sizes = tuple(np.mean(lengths.column(name).to_numpy()) for name in ("long_length", "global_length"))
+            for seed in seeds:
+                started = time.time()
+                result = train_and_test(train, test, schema, tok.vocab_size, seed, steps, s)
+                result.update(task=task, setting=setting, seed=seed, seconds=time.time() - started,
+                              compile_seconds=compiled, long=sizes[0], globals=sizes[1])
+                results.append(result)
+                _report(result)
     return results
 
 

@@ -1,11 +1,13 @@
-"""Fine-tune a candidate-scoring head on the bundled WikiHop records, end to end.
+"""Fine-tune a candidate-scoring head on the bundled WikiHop records, end to end, through shards.
 
-    records -> DocGraphs -> compile_instance(schemas/wikihop.yaml) -> targets -> TaskModel -> Trainer
+    records -> graphattn compile (schemas/wikihop.yaml: its `answer` target) -> shards -> fine_tune -> evaluate
 
 The bundled sample has two questions, so this shows the path (and that the model can fit them),
 not accuracy. With --init-from, the encoder is lifted from a local BERT/RoBERTa checkpoint
 directory (config.json + weights; give its tokenizer.json with --tokenizer); otherwise it is a
-small random encoder with the schema's local radius and relative vocabulary.
+small random encoder with the schema's local radius and relative vocabulary. The same run from
+the command line: `graphattn compile ... --out SHARDS`, `graphattn train --data SHARDS ...`,
+`graphattn evaluate --model RUN --data SHARDS` (docs/WALKTHROUGH-train.md).
 
 Run: python examples/train_wikihop.py [--steps 30] [--init-from DIR --tokenizer DIR/tokenizer.json]
 """
@@ -14,28 +16,13 @@ from __future__ import annotations
 
 import argparse
 import tempfile
+from pathlib import Path
 
-import torch
 from _common import DATA, TOKENIZER, schema_path
 
-from graphattn.compile import compile_instance
-from graphattn.ingest.json import read_json
-from graphattn.nn import EtcConfig, EtcEncoder
-from graphattn.nn.lift import lift_pretrained
-from graphattn.schema import load_schema
-from graphattn.tokenize import load_tokenizer
-from graphattn.train import InstanceLoader, TaskExample, TaskModel, TrainConfig, Trainer, collate_examples, wikihop_targets
-
-
-def build_encoder(args, schema, vocab_size: int) -> EtcEncoder:
-    geometry = dict(local_radius=schema.local_radius, relative_pos_max_distance=schema.relative_pos_max_distance,
-                    relative_vocab_size=schema.relative_vocab_size)
-    if args.init_from:
-        encoder, report = lift_pretrained(args.init_from, **geometry)
-        print(report)
-        return encoder
-    return EtcEncoder(EtcConfig(vocab_size=vocab_size, hidden_size=64, num_hidden_layers=2, num_attention_heads=2,
-                                intermediate_size=128, hidden_dropout_prob=0.0, **geometry))
+from graphattn.corpus.pipeline import CompileOptions, run_compile
+from graphattn.train.evaluate import evaluate_model, report_lines
+from graphattn.train.finetune import fine_tune
 
 
 def main() -> None:
@@ -44,36 +31,47 @@ def main() -> None:
     parser.add_argument("--lr", type=float, default=3e-3)
     parser.add_argument("--init-from", help="local HF BERT/RoBERTa checkpoint directory to lift")
     parser.add_argument("--tokenizer", default=str(TOKENIZER), help="tokenizer.json matching the encoder's vocabulary")
-    parser.add_argument("--out", help="checkpoint directory (default: a temporary one)")
+    parser.add_argument("--out", help="directory for the shards and the run (default: a temporary one)")
     args = parser.parse_args()
 
-    torch.manual_seed(0)
-    tokenizer = load_tokenizer(args.tokenizer)
-    schema = load_schema(schema_path("wikihop"))
-    graphs = list(read_json(DATA / "wikihop_sample.json", "wikihop"))
-    examples = []
-    for graph in graphs:
-        instance = compile_instance(graph, schema, tokenizer)
-        examples.append(TaskExample(instance, wikihop_targets(instance, graph)))
-        print(f"{graph.doc_id}: long {instance.long_length}, globals {instance.global_length}, "
-              f"{int(examples[-1].targets['candidate_mask'].sum())} candidates")
-
-    model = TaskModel(build_encoder(args, schema, tokenizer.vocab_size), "wikihop")
-    data = InstanceLoader(examples, batch_size=2, collate_fn=collate_examples, shuffle=True)
     with tempfile.TemporaryDirectory() as scratch:
-        config = TrainConfig(max_steps=args.steps, learning_rate=args.lr, warmup_steps=max(1, args.steps // 10),
-                             log_every=max(1, args.steps // 5), checkpoint_dir=args.out or scratch, weight_decay=0.0)
-        result = Trainer(model, config).fit(data)
+        root = Path(args.out or scratch)
+        run_compile(
+            CompileOptions(
+                inputs=[str(DATA / "wikihop_sample.json")],
+                schema=schema_path("wikihop"),
+                out=str(root / "shards"),
+                tokenizer=args.tokenizer,
+                progress=False,
+            )
+        )
+        result = fine_tune(
+            [root / "shards"],
+            root / "run",
+            steps=args.steps,
+            batch_size=2,
+            learning_rate=args.lr,
+            warmup_ratio=0.1,
+            init_from=args.init_from,
+            hidden_size=64,
+            layers=2,
+            heads=2,
+            dropout=0.0,
+            precision="fp32",
+            progress=False,
+            log_every=max(1, args.steps // 5),
+        )
         for record in result.history:
-            print(f"step {int(record['step']):4d}  loss {record['loss']:.4f}  accuracy {record['accuracy']:.2f}  lr {record['lr']:.2e}")
-        print(f"checkpoint: {result.checkpoint}" if args.out else "checkpoint written to a temporary directory (use --out to keep it)")
-
-    model.eval()
-    batch, targets = collate_examples(examples)
-    predicted = model.predict(batch, targets)
-    for example, graph, position in zip(examples, graphs, predicted.tolist()):
-        chosen = graph.node(example.instance.global_node_ids[position]).attrs["text"]
-        print(f"{graph.doc_id}: predicted {chosen!r}, answer {graph.node('q').attrs['answer']!r}")
+            print(
+                f"step {int(record['step']):4d}  loss {record['loss']:.4f}  accuracy {record['accuracy/answer']:.2f}  "
+                f"lr {record['lr']:.2e}"
+            )
+        print("\n".join(report_lines(evaluate_model(str(root / "run"), [str(root / "shards")]))))
+        print(
+            f"checkpoint: {result.checkpoint}"
+            if args.out
+            else "run written to a temporary directory (use --out to keep it)"
+        )
 
 
 if __name__ == "__main__":

@@ -42,9 +42,10 @@ COMMANDS = {
                    "graphattn viz shards/shard-00000.parquet --out mask.png    "
                    "(or a document: viz story.txt --schema etc-sentences --out mask.html)"),
     "train": Command("graphattn.train.cli",
-                     "fine-tune a task head (WikiHop, HotpotQA, NQ) on records, with checkpoints and DDP",
-                     "graphattn train --task wikihop --data examples/data/wikihop_sample.json --schema wikihop "
-                     "--out runs/wikihop --steps 20"),
+                     "fine-tune the schema's task heads on compiled shards (checkpoints, resume, DDP)",
+                     "graphattn train --data shards/ --out runs/hotpotqa --steps 20"),
+    "evaluate": Command("graphattn.train.evaluate", "score a trained model on shards: each task's standard metric",
+                        "graphattn evaluate --model runs/hotpotqa --data shards/"),
     "tokenizer": Command("graphattn.tokenizer_cli", "train a WordPiece tokenizer.json on your own text",
                          "graphattn tokenizer train corpus.txt --vocab-size 8000 --out tokenizer.json"),
 }

@@ -10,6 +10,17 @@ shapes below have no batch dim; `collate` adds B in front.
 
 Masks are 1 = may attend. All eight are int32 (numpy per instance, torch once batched).
 
+Task targets (`EtcInstance.targets`, declared in the schema's `targets:` section, see
+`graphattn.schema_targets`) are int32 arrays holding TARGET_IGNORE where there is no label:
+
+    global_labels  <name>                          [G]     class of each labelled global
+    choice         <name>                          [G]     1 chosen candidate, 0 other candidate
+    span           <name>_start, _end, _type       []      long positions (inclusive), answer type
+    spans          <name>                          [k, 2]  (first, last) long positions per row
+
+`target_axes[name]` is "global" where the last axis runs over the globals (padded with
+TARGET_IGNORE in batches) and "" for fixed shapes (stacked).
+
 This module sits at the bottom of the package: compile, kernels, nn, shards, viz and train all
 import it, and it imports nothing above `graphattn.labels`. torch is imported only by the methods
 that make tensors, so the compiler and readers never pay for it.
@@ -27,6 +38,8 @@ if TYPE_CHECKING:
 
     from graphattn.compact import CompactBatch
     from graphattn.labels import LabelVocab
+
+TARGET_IGNORE = -100  # "no label here" in every target array (torch cross-entropy's ignore_index)
 
 SIDE_INPUT_NAMES = (
     "l2l_att_mask",
@@ -103,10 +116,12 @@ class TruncationReport:
     globals_after: int = 0
     dropped_nodes: list[str] = field(default_factory=list)  # node ids removed whole (e.g. sentences)
     messages: list[str] = field(default_factory=list)  # one readable line per decision
+    dropped_targets: list[str] = field(default_factory=list)  # one target name per label truncation cut away
 
     @property
     def truncated(self) -> bool:
-        return bool(self.dropped_nodes) or self.long_tokens_after < self.long_tokens_before or self.globals_after < self.globals_before
+        cut = self.long_tokens_after < self.long_tokens_before or self.globals_after < self.globals_before
+        return bool(self.dropped_nodes) or bool(self.dropped_targets) or cut
 
 
 @dataclass(repr=False)
@@ -119,7 +134,8 @@ class EtcInstance:
     token stands for; `long_char_spans[i]` is the [start, end) of long token i in
     `texts[long_doc_index[i]]` (-1, -1 for tokens the compiler inserted, such as [CLS]);
     `long_owners[level][i]` is the global position that owns long token i at hierarchy level
-    `level` (a node type name), -1 when none.
+    `level` (a node type name), -1 when none. `targets` holds the schema's task labels (see the
+    module docstring; `target_axes` says which axis of each is per global).
     """
 
     long_token_ids: np.ndarray  # [L] int32
@@ -138,6 +154,8 @@ class EtcInstance:
     truncation: TruncationReport = field(default_factory=TruncationReport)
     features: dict[str, np.ndarray] = field(default_factory=dict)
     global_doc_index: np.ndarray | None = None  # [G] int32, which packed document each global came from
+    targets: dict[str, np.ndarray] = field(default_factory=dict)  # task labels, int32 (module docstring)
+    target_axes: dict[str, str] = field(default_factory=dict)  # name -> "global" | "" (fixed shape)
 
     # -- methods (after every field) ------------------------------------------------------
     @property
@@ -174,6 +192,8 @@ class EtcBatch:
     `compact` is the batch's `CompactBatch` when its instances were compiled compact: the encoder
     then hands the kernels that instead of the dense tensors, and `side` may be None
     (`collate(..., dense_side=False)`) so that nothing O(L G) is ever built.
+    `targets` are the instances' task labels as int64 tensors ([B, G] padded with TARGET_IGNORE,
+    [B] for scalars, [B, k, 2] for span rows), what task heads train on.
     """
 
     long_token_ids: "torch.Tensor"  # [B, L]
@@ -186,6 +206,7 @@ class EtcBatch:
     vocab_size: int
     features: dict[str, "torch.Tensor"] = field(default_factory=dict)
     compact: "CompactBatch | None" = None
+    targets: dict[str, "torch.Tensor"] = field(default_factory=dict)
 
     # -- methods (after every field) ------------------------------------------------------
     @property
@@ -207,4 +228,5 @@ class EtcBatch:
             side=None if self.side is None else self.side.map(move),
             features={k: move(v) for k, v in self.features.items()},
             compact=None if self.compact is None else self.compact.to_torch().map(move),
+            targets={k: move(v) for k, v in self.targets.items()},
         )

@@ -70,3 +70,30 @@ class IngestError(GraphattnError):
 
 class BatchError(GraphattnError):
     """Tensors handed to the encoder or kernels that disagree with each other."""
+
+
+class LabelError(IngestError):
+    """A task label that matches nothing, refused (``graphattn compile --strict``)."""
+
+
+class LabelWarning(UserWarning):
+    """A task label in the input that matches nothing: a supporting fact naming a title no
+    paragraph has, an answer string not in its context, a keyphrase not in the text, ...
+
+    The document still compiles, without that label. Ingest adapters issue these through
+    Python's `warnings` (`warn_label`); `graphattn compile` collects them per document into
+    ``warnings.jsonl`` and, with ``--strict``, rejects the document instead.
+    """
+
+    def __init__(self, message: str, label: str, location: Location | None = None, **where):
+        self.location = location if location is not None else Location(**where)
+        self.reason, self.label = message, label
+        prefix = str(self.location)
+        super().__init__(f"{prefix}: {message}" if prefix else message)
+
+
+def warn_label(message: str, label: str, **where) -> None:
+    """Issue a LabelWarning (file, line, path or node say where; `label` names the label)."""
+    import warnings
+
+    warnings.warn(LabelWarning(message, label, **where), stacklevel=3)

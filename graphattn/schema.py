@@ -14,7 +14,7 @@ import difflib
 import math
 import numbers
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Iterator, Mapping
 
@@ -23,6 +23,7 @@ import numpy as np
 from graphattn.errors import SchemaError
 from graphattn.labels import LabelVocab, first_schema_label_id
 from graphattn.schema_io import JSON_SCHEMA_PATH, SCHEMA_DIR, Path_, line_of, read_schema_file, validate
+from graphattn.schema_targets import TargetSpec, build_targets
 
 __all__ = ["JSON_SCHEMA_PATH", "SCHEMA_DIR", "Schema", "NodeType", "Relation", "load_schema", "shipped_schemas"]
 
@@ -143,6 +144,7 @@ class Schema:
     truncation: Truncation = Truncation()
     features: tuple[Feature, ...] = ()
     description: str = ""
+    targets: Mapping[str, TargetSpec] = field(default_factory=dict)  # task labels (graphattn.schema_targets)
     source: str | None = field(default=None, compare=False)
     lines: Mapping[Path_, int] = field(default_factory=dict, repr=False, compare=False)
 
@@ -379,7 +381,15 @@ def _build(data: Mapping, lines: Mapping, source: str | None) -> Schema:
     if len(schema.global_prefix) > schema.max_global_length:
         n = len(schema.global_prefix)
         check.fail(f"global_prefix ({n} tokens) exceeds max_global_length {schema.max_global_length}", "max_global_length")
-    return schema
+    return _with_targets(schema, data, check)
+
+
+def _with_targets(schema: Schema, data: Mapping, check: _Checker) -> Schema:
+    """The schema with its `targets:` section (task labels), checked against its node types."""
+    if "targets" not in data:
+        return schema
+    targets = build_targets(data["targets"], schema.node_types, schema.global_prefix, schema.max_documents, check)
+    return replace(schema, targets=targets)
 
 
 def _check_truncation(trunc: Truncation, node_types: Mapping[str, NodeType], data: Mapping, check: _Checker) -> None:

@@ -24,7 +24,7 @@ from graphattn.cli import main
 
 REPO = Path(__file__).resolve().parents[1]
 DATA = REPO / "examples" / "data"
-TRAIN = ["train", "--task", "wikihop", "--schema", "wikihop", "--tokenizer", "default"]
+TRAIN = ["train", "--schema", "wikihop", "--tokenizer", "default"]  # raw records: compiled into --out/compiled first
 RECORDS = str(DATA / "wikihop_sample.json")
 
 

@@ -17,7 +17,8 @@ import numpy as np
 from graphattn.compact import CompactSideInputs
 from graphattn.contract import EtcInstance, TruncationReport
 from graphattn.compile.layout import DocLayout, document_error, schema_ref
-from graphattn.compile.ranges import coverage, expand_ranges, innermost, take_or
+from graphattn.compile.ranges import count_in_ranges, coverage, expand_ranges, innermost, take_or
+from graphattn.compile.targets import DocNodes, lower_targets
 from graphattn.compile.tokens import TokenTable
 from graphattn.compile.truncate import Selection, _nearest_of_type, doc_sizes
 from graphattn.errors import CompileError, format_path
@@ -420,6 +421,25 @@ def _check_dense_size(L: int, G: int, schema: Schema) -> None:
         )
 
 
+def _doc_nodes(doc: _Doc, schema: Schema, loffset: int) -> DocNodes:
+    """What target lowering needs from one document: globals' nodes, nodes' kept long positions."""
+    lay = doc.lay
+    kept_from, kept_to = doc.kr[:, 0], doc.kr[:, 1]
+    has_kept = kept_to > kept_from
+    base = loffset + doc.n_prefix
+    first = np.where(has_kept, base + take_or(doc.kept_pos, np.where(has_kept, kept_from, -1), 0), -1)
+    last = np.where(has_kept, base + take_or(doc.kept_pos, np.where(has_kept, kept_to - 1, -1), 0), -1)
+    total = count_in_ranges(lay.is_long, lay.ranges[:, 0], lay.ranges[:, 1])
+    long_tokens = np.flatnonzero(lay.is_long)
+    first_long = take_or(long_tokens, np.where(total > 0, np.searchsorted(long_tokens, lay.ranges[:, 0]), -1), -1)
+    holds_first = has_kept & (take_or(doc.kept, np.where(has_kept, kept_from, -1), -2) == first_long)
+    n_globals = doc.g_kind.shape[0]
+    prefix = {name: i for i, name in enumerate(schema.global_prefix) if i < n_globals and doc.g_kind[i] == SPECIAL}
+    return DocNodes(graph=lay.graph, node_ids=lay.node_ids, node_is=lay.of_types, rank=lay.rank, selected=lay.selected,
+                    global_nodes=doc.g_node, prefix=prefix, first=first, last=last,
+                    complete=(total > 0) & (kept_to - kept_from == total), has_text=total > 0, holds_first=holds_first)
+
+
 def assemble(
     layouts: list[DocLayout], selections: list[Selection], schema: Schema, table: TokenTable, *, compact: bool = False
 ) -> EtcInstance:
@@ -453,7 +473,7 @@ def assemble(
     hard_l2g = _hard_l2g_rows(schema)
     owners = {level: [] for level in levels}
     features: dict[str, list] = {}
-    long_links, g2g_links, node_ids, node_types = [], [], [], []
+    long_links, g2g_links, node_ids, node_types, target_docs = [], [], [], [], []
     loffset = goffset = node_offset = 0
     for d, doc in enumerate(docs):
         lay = doc.lay
@@ -485,6 +505,8 @@ def assemble(
         g2g_links.extend(gg)
         for key, value in _features(doc, schema).items():
             features.setdefault(key, []).append(value)
+        if schema.targets:
+            target_docs.append(_doc_nodes(doc, schema, loffset))
         loffset += doc.long_length
         goffset += doc.g_kind.shape[0]
         node_offset += lay.n_nodes
@@ -514,6 +536,9 @@ def assemble(
     )
     if not compact:
         _check_dense_size(L, G, schema)
+    targets = lower_targets(schema.targets, target_docs, windowed=any(sel.window is not None for sel in selections))
+    report.dropped_targets.extend(targets.dropped)
+    report.messages.extend(targets.messages)
     side.link_long, side.link_global, side.link_label = _unique_last(la, lb, lc, max(G, 1))
     side.g2g_src, side.g2g_dst, side.g2g_label = _unique_last(ga, gb, gc, max(G, 1))
     return EtcInstance(
@@ -533,4 +558,6 @@ def assemble(
         truncation=report,
         features={k: np.concatenate(v) for k, v in features.items()},
         global_doc_index=gcat["doc"],
+        targets=targets.arrays,
+        target_axes=targets.axes,
     )

@@ -3,7 +3,8 @@
 Padding follows the reference: the padded tail is one more document, so padding tokens attend
 padding tokens (l2l within the radius, g2g, l2g, g2l) and nothing real attends padding; relative
 ids of padding are the plain distance pattern (l2l, g2g) and does_not_belong (l2g, g2l).
-`long_input_mask` / `global_input_mask` tell the model which rows are real.
+`long_input_mask` / `global_input_mask` tell the model which rows are real. Task targets are
+padded with TARGET_IGNORE along their per-global axis and stacked otherwise (`_targets`).
 
 Instances compiled compact also give the batch's `CompactBatch` (`EtcBatch.compact`), which the
 kernels read directly; `dense_side=False` then skips the eight dense tensors altogether.
@@ -17,7 +18,7 @@ import numpy as np
 import torch
 
 from graphattn.compact import CompactBatch, CompactSideInputs, allocate_side_inputs, l2l_window
-from graphattn.contract import EtcBatch, EtcInstance, SideInputs
+from graphattn.contract import TARGET_IGNORE, EtcBatch, EtcInstance, SideInputs
 from graphattn.errors import BatchError
 from graphattn.labels import does_not_belong_id, full_relative_ids
 
@@ -72,6 +73,24 @@ def _stack(rows: list[np.ndarray], length: int, fill=0) -> torch.Tensor:
     return torch.from_numpy(out)
 
 
+def _targets(instances: list[EtcInstance], G: int) -> dict[str, torch.Tensor]:
+    """Each target as one int64 tensor: per-global arrays padded to G with TARGET_IGNORE, the rest stacked."""
+    out: dict[str, torch.Tensor] = {}
+    first = instances[0]
+    for name, axis in first.target_axes.items():
+        if any(name not in inst.targets or inst.target_axes.get(name) != axis for inst in instances):
+            raise BatchError(f"target {name!r} is missing from some instances; compile them with one schema")
+        values = [np.asarray(inst.targets[name]) for inst in instances]
+        if axis == "global":
+            out[name] = _stack(values, G, TARGET_IGNORE).long()
+        elif len({v.shape for v in values}) > 1:
+            shapes = sorted({v.shape for v in values})
+            raise BatchError(f"target {name!r} has shapes {shapes} across the batch; compile with one schema")
+        else:
+            out[name] = torch.from_numpy(np.stack(values)).long()
+    return out
+
+
 def _dense_side(instances: list[EtcInstance], L: int, G: int, radius: int, k: int) -> SideInputs:
     dnb = does_not_belong_id(k)
     out = allocate_side_inputs(len(instances), L, G, radius)
@@ -124,4 +143,5 @@ def collate(
         vocab_size=len(instances[0].label_vocab),
         features=features,
         compact=compact,
+        targets=_targets(instances, G),
     )

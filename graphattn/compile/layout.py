@@ -198,9 +198,19 @@ def _effective_spans(graph, node_ids, spans, has_span, parent, depth) -> np.ndar
     return spans
 
 
+def _owns_tokens(node_type) -> bool:
+    """Whether a type's nodes take part in per-token lookups ("the innermost node covering a token")."""
+    t = node_type
+    flags = (t.is_global, t.long, t.segment, t.sep_after, t.type_id is not None, t.ignore_hard_g2l, t.ignore_hard_l2g)
+    return any(flags)
+
+
 def _check_crossing(graph, schema, node_ids, node_type, spans, own_span, type_names) -> None:
-    """Nodes of one type may nest or be disjoint, never cross (their innermost owner is ambiguous)."""
+    """Nodes of one type may nest or be disjoint, never cross (their innermost owner is ambiguous).
+    Types that only mark spans (task labels such as keyphrase occurrences) may cross."""
     for t, name in enumerate(type_names):
+        if not _owns_tokens(schema.node_types[name]):
+            continue
         idx = np.flatnonzero((node_type == t) & own_span & (spans[:, 1] > spans[:, 0]))
         if idx.size < 2:
             continue

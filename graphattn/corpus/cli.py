@@ -3,8 +3,10 @@
 Compiles HTML, text and JSON / JSON-lines documents (files, directories, globs) into Parquet
 shards of compiled instances; see `graphattn.corpus.pipeline` for how the work is cut and
 `graphattn.shards.format` for what a shard holds. Documents that fail are listed in
-DIR/rejected.jsonl and the run goes on; a killed run continues with --resume. The run fails
-(exit 1) when it compiled nothing or rejected more than --max-rejected of the documents.
+DIR/rejected.jsonl and the run goes on; task labels that match nothing are listed in
+DIR/warnings.jsonl (--strict rejects their documents instead); a killed run continues with
+--resume. The run fails (exit 1) when it compiled nothing or rejected more than --max-rejected
+of the documents.
 """
 
 from __future__ import annotations
@@ -40,6 +42,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="how to read the inputs (auto: by suffix, and JSON records by their keys)")
     parser.add_argument("--mapping", metavar="FILE",
                         help="read JSON records with this generic ingest mapping (YAML/JSON; see docs/FORMATS.md)")
+    parser.add_argument("--strict", action="store_true",
+                        help="reject a document whose task labels match nothing (default: compile it without "
+                             "them and list each such label in DIR/warnings.jsonl)")
     add_html_arguments(parser)
     add_verbosity_arguments(parser)
 
@@ -69,7 +74,7 @@ def run(args: argparse.Namespace) -> int:
         inputs=args.inputs, schema=args.schema, out=args.out, tokenizer=args.tokenizer, workers=args.workers,
         engine=args.engine, ray_address=args.ray_address, resume=args.resume, shard_size=args.shard_size,
         format=args.format, mapping=args.mapping, progress=level >= 0, max_rejected=args.max_rejected,
-        html_options=html_options(args),
+        html_options=html_options(args), strict=args.strict,
     )
     try:
         summary = run_compile(options)

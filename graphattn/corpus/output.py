@@ -5,6 +5,8 @@
     DIR/shard-00000.done.json    written after the shard's atomic rename: its size, sha256,
                                  counts and rejected documents
     DIR/rejected.jsonl           every rejected document in input order (rebuilt at the end)
+    DIR/warnings.jsonl           every label that matched nothing (`LabelWarning`), in input order,
+                                 one line per label, in the shape of rejected.jsonl (rebuilt at the end)
 
 A shard counts as done only when its marker exists and the file matches the marker's size and
 sha256, so a run killed at any point (mid-write, between file and marker) leaves nothing that
@@ -81,6 +83,7 @@ def _dump(data: Any) -> bytes:
 @dataclass
 class OutputDir:
     path: Path
+    warned: int = 0  # label warnings written by `finish`
 
     def __post_init__(self) -> None:
         self.path = Path(self.path)
@@ -92,6 +95,10 @@ class OutputDir:
     @property
     def rejected_file(self) -> Path:
         return self.path / "rejected.jsonl"
+
+    @property
+    def warnings_file(self) -> Path:
+        return self.path / "warnings.jsonl"
 
     def shard_path(self, index: int) -> Path:
         return self.path / shard_name(index)
@@ -153,11 +160,12 @@ class OutputDir:
         except (OSError, json.JSONDecodeError, UnicodeDecodeError):
             return None
 
-    def write_shard(self, index: int, data: bytes, digest: str, rejected: list[dict], stats: dict) -> None:
+    def write_shard(self, index: int, data: bytes, digest: str, rejected: list[dict], stats: dict,
+                    warnings: list[dict] = ()) -> None:
         """Shard file first (atomic), marker second: a marker always describes a complete file."""
         self._write(self.shard_path(index), data)
         marker = {"shard": index, "file": shard_name(index), "bytes": len(data), "sha256": digest,
-                  "stats": stats, "rejected": rejected}
+                  "stats": stats, "rejected": rejected, "warnings": list(warnings)}
         try:
             self._write(self.marker_path(index), _dump(marker))
         except BaseException:  # a shard without its marker would look complete to a reader of DIR
@@ -171,10 +179,15 @@ class OutputDir:
                 yield marker
 
     def finish(self, shards: int) -> int:
-        """Write rejected.jsonl from the markers, in input order; returns how many were rejected."""
+        """Write rejected.jsonl and warnings.jsonl from the markers, in input order; returns how many
+        were rejected (and sets `warned`)."""
+        self.warned = self._write_entries(shards, "warnings", self.warnings_file)
+        return self._write_entries(shards, "rejected", self.rejected_file)
+
+    def _write_entries(self, shards: int, key: str, path: Path) -> int:
         lines = [json.dumps(entry, sort_keys=True, ensure_ascii=False) + "\n"
-                 for marker in self.markers(shards) for entry in marker["rejected"]]
-        self._write(self.rejected_file, "".join(lines).encode())
+                 for marker in self.markers(shards) for entry in marker.get(key, [])]
+        self._write(path, "".join(lines).encode())
         return len(lines)
 
 

@@ -56,6 +56,7 @@ class CompileOptions:
     progress: bool = True
     max_rejected: float = DEFAULT_MAX_REJECTED  # share of documents rejected before the run counts as failed
     html_options: dict[str, Any] = field(default_factory=dict)  # read_html options (encoding, errors)
+    strict: bool = False  # a label that matches nothing rejects its document (else it goes to warnings.jsonl)
 
 
 @dataclass
@@ -66,6 +67,7 @@ class Summary:
     instances: int = 0
     truncated: int = 0
     rejected: int = 0
+    warnings: int = 0  # labels that matched nothing (warnings.jsonl)
     long_tokens: int = 0
     global_tokens: int = 0
     shards: int = 0
@@ -98,6 +100,8 @@ class Summary:
             documents_line(self.documents, self.rejected) + (f" (see {self.rejected_file})" if self.rejected else ""),
             f"  {plural(self.instances, 'instance')} ({self.truncated:,} truncated) in {plural(self.shards, 'shard')} "
             f"under {self.out}",
+            f"  {plural(self.warnings, 'label')} matched nothing"
+            + (f" (see {Path(self.out) / 'warnings.jsonl'})" if self.warnings else ""),
             f"  {self.long_tokens:,} long and {self.global_tokens:,} global tokens; "
             f"{self.bytes / 1e6:.2f} MB" + (f", {self.bytes / self.long_tokens:.2f} bytes per long token" if self.long_tokens else ""),
             f"  this run: {plural(self.compiled_documents, 'document')} in {self.seconds:.1f} s, "
@@ -217,12 +221,13 @@ def plan_run(options: CompileOptions) -> Run:
         "tokenizer_vocab_size": tokenizer.vocab_size,
         "shard_size": options.shard_size,
         "packing": schema.max_documents > 1,
+        "strict": options.strict,
         "rows_per_row_group": ROWS_PER_GROUP,
         "compression": f"{COMPRESSION}:{COMPRESSION_LEVEL}",
     }
     state = WorkerState(schema=schema, tokenizer=tokenizer, schema_text=schema_text, settings=settings,
                         layout=ShardColumns.for_run(schema, tokenizer.vocab_size), mapping=mapping,
-                        html_options=dict(options.html_options))
+                        html_options=dict(options.html_options), strict=options.strict)
     tasks = plan(planned, options.shard_size)
     return Run(state, tasks, planned, skipped, sum(f.documents for f in planned))
 
@@ -349,7 +354,7 @@ def run_compile(options: CompileOptions, print_fn: Callable[[str], None] | None 
                       max_rejected=options.max_rejected)
     try:
         for result in engine(todo, run.state, progress):
-            out.write_shard(result.index, result.data, result.sha256, result.rejected, result.stats)
+            out.write_shard(result.index, result.data, result.sha256, result.rejected, result.stats, result.warnings)
             summary.compiled_documents += result.stats["documents"]
             summary.compiled_tokens += result.stats["long_tokens"]
             if throttle:
@@ -357,6 +362,7 @@ def run_compile(options: CompileOptions, print_fn: Callable[[str], None] | None 
     finally:
         progress.close()
     summary.rejected = out.finish(len(run.tasks))
+    summary.warnings = out.warned
     for marker in out.markers(len(run.tasks)):
         stats = marker["stats"]
         summary.documents += stats["documents"]

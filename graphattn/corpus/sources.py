@@ -6,59 +6,48 @@ read and counts its documents, so that every document gets a number in input ord
 *read* ranges of documents (`Segment`) by those numbers. Shard boundaries follow the numbers,
 never the timing of workers, which is what makes the output deterministic and resumable.
 
-How a file is read (`--format auto`): ``.html``/``.htm``/``.xhtml`` -> `ingest.html`;
-``.txt``/``.text``/``.md`` -> `ingest.text`; ``.json``/``.jsonl``/``.ndjson`` (``.gz`` too) are
-JSON arrays, single objects or JSON lines (read by `ingest.records`, whose rule tells them
-apart), whose records are DocGraph dicts (`DocGraph.from_dict`) or HotpotQA / WikiHop / NQ
-records, told apart by their keys; a ``--mapping`` file reads any other JSON layout through
-`ingest.mapping`. Every line of a JSON-lines file is one document, a line that is no JSON too.
+How a file is read (`--format auto`) is decided by the one registry of document formats,
+`graphattn.ingest.formats` (shared with `graphattn viz` and `graphattn train`): HTML and text files
+by suffix; ``.json``/``.jsonl``/``.ndjson`` (``.gz`` too) are JSON arrays, single objects or JSON
+lines (read by `ingest.records`, whose rule tells them apart), whose record format (DocGraph dicts,
+HotpotQA, WikiHop, NQ, OpenKP) is told by the keys of the first records; a ``--mapping`` file reads
+any other JSON layout through `ingest.mapping`. Every line of a JSON-lines file is one document, a
+line that is no JSON too.
 
 A file that cannot be read at all (invalid JSON array, unreadable bytes) counts as one document
-that fails, so that it is reported in ``rejected.jsonl`` instead of stopping the run.
+that fails, so that it is reported in ``rejected.jsonl`` instead of stopping the run. Labels a
+reader could not match (`LabelWarning`s) are kept per document for ``warnings.jsonl``, or, with
+``strict``, reject the document.
 """
 
 from __future__ import annotations
 
 import glob
 import os
+import warnings
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Callable, Iterator
 
 import numpy as np
 
-from graphattn.errors import GraphattnError, GraphError, IngestError
-from graphattn.ingest.records import JSON_LINES_SUFFIXES, RecordRef, is_json_lines, iter_records, scan_json_lines
+from graphattn.errors import GraphattnError, GraphError, IngestError, LabelError, LabelWarning
+from graphattn.ingest.formats import FORMATS as DOCUMENT_FORMATS
+from graphattn.ingest.formats import (
+    SNIFF_RECORDS, import_readers, is_document_file, is_json_file, known_suffixes, per_file_format, read_graph,
+    resolve_json_format, sniff_format, unknown_suffix_error,
+)
+from graphattn.ingest.records import RecordRef, is_json_lines, iter_records, scan_json_lines
 
-HTML_SUFFIXES = (".html", ".htm", ".xhtml")
-TEXT_SUFFIXES = (".txt", ".text", ".md")
-JSON_SUFFIXES = (".json", *JSON_LINES_SUFFIXES)
-FORMATS = ("auto", "docgraph", "html", "text", "hotpotqa", "wikihop", "nq", "json")
-JSON_FORMATS = ("docgraph", "hotpotqa", "wikihop", "nq", "json")
+FORMATS = ("auto", *DOCUMENT_FORMATS)
 DEFAULT_SHARD_SIZE = 1000  # documents per shard
 DEFAULT_MAX_REJECTED = 0.25  # share of rejected documents a run tolerates: a few bad records pass, a wrong schema fails
-SNIFF_RECORDS = 20  # JSON records looked at to tell a file's format
 
-# Keys that tell the record formats apart (all of them must be present).
-FORMAT_KEYS = (
-    ("docgraph", ("text", "nodes")),
-    ("hotpotqa", ("question", "context")),
-    ("wikihop", ("query", "supports")),
-    ("nq", ("question_text", "document_text")),
-)
+__all__ = ["DEFAULT_MAX_REJECTED", "DEFAULT_SHARD_SIZE", "FORMATS", "Document", "InputFile", "ReadCache", "Segment",
+           "expand_inputs", "import_readers", "is_document_file", "iter_segment_graphs", "plan_file", "read_segment",
+           "segment_of", "sniff_format", "to_graph"]
 
 
 # -- expanding the command line --------------------------------------------------------------
-def _suffix(path: str) -> str:
-    """The suffix that says what a file holds: ``a.jsonl.gz`` -> ``.jsonl``."""
-    name = path[:-3] if path.lower().endswith(".gz") else path
-    return os.path.splitext(name)[1].lower()
-
-
-def is_document_file(path: str) -> bool:
-    return _suffix(path) in HTML_SUFFIXES + TEXT_SUFFIXES + JSON_SUFFIXES
-
-
 def expand_inputs(inputs: list[str]) -> tuple[list[str], list[str]]:
     """Files to compile, in a deterministic order, and files skipped inside directories.
 
@@ -94,7 +83,7 @@ def expand_inputs(inputs: list[str]) -> tuple[list[str], list[str]]:
             raise GraphattnError("no such file or directory", file=arg)
     if not files:
         raise GraphattnError(f"no document files found in {', '.join(inputs)} (known suffixes: "
-                             f"{', '.join(HTML_SUFFIXES + TEXT_SUFFIXES + JSON_SUFFIXES)}, optionally .gz)")
+                             f"{', '.join(known_suffixes())}, optionally .gz)")
     return files, skipped
 
 
@@ -139,13 +128,11 @@ def plan_file(path: str, format: str = "auto", mapping: str | None = None) -> In
     except OSError as err:
         raise GraphattnError(f"cannot read: {err.strerror}", file=path) from None
     base = {"path": path, "size": stat.st_size, "mtime_ns": stat.st_mtime_ns}
-    suffix = _suffix(path)
-    if format in ("html", "text") or (format == "auto" and suffix in HTML_SUFFIXES + TEXT_SUFFIXES):
-        kind = format if format != "auto" else ("html" if suffix in HTML_SUFFIXES else "text")
+    kind = format if format != "auto" else per_file_format(path)
+    if kind in DOCUMENT_FORMATS and DOCUMENT_FORMATS[kind].per_file:
         return InputFile(reader=kind, format=kind, documents=1, **base)
-    if format == "auto" and suffix not in JSON_SUFFIXES:
-        return _broken(base, IngestError(
-            f"cannot tell how to read a {suffix or 'suffix-less'} file; pass --format ({', '.join(FORMATS[1:])})", file=path))
+    if format == "auto" and not is_json_file(path):
+        return _broken(base, unknown_suffix_error(path))
     try:
         return _plan_json(path, base, format, mapping)
     except GraphattnError as err:
@@ -163,11 +150,12 @@ def _plan_json(path: str, base: dict, format: str, mapping: str | None) -> Input
     if is_json_lines(path):
         offsets, lines, samples = _scan_lines(path)
         reader = "lines-gz" if gz else "lines"
-        found = _resolve_format(format, mapping, samples)
+        found = resolve_json_format(format, mapping, samples, path)
         return InputFile(reader=reader, format=found, documents=len(offsets), offsets=offsets, lines=lines, **base)
     records = _load_records(path)
     samples = [ref.data for ref in records[:SNIFF_RECORDS]]
-    return InputFile(reader="records", format=_resolve_format(format, mapping, samples), documents=len(records), **base)
+    found = resolve_json_format(format, mapping, samples, path)
+    return InputFile(reader="records", format=found, documents=len(records), **base)
 
 
 def _scan_lines(path: str) -> tuple[np.ndarray, np.ndarray, list]:
@@ -186,32 +174,6 @@ def _scan_lines(path: str) -> tuple[np.ndarray, np.ndarray, list]:
 def _load_records(path: str) -> list[RecordRef]:
     """The records of a JSON array (or the one record of a JSON object file)."""
     return list(iter_records(path))
-
-
-def sniff_format(records: list) -> str | None:
-    """The record format the keys of the first object records point to, or None."""
-    for record in records:
-        if isinstance(record, dict):
-            for name, keys in FORMAT_KEYS:
-                if all(key in record for key in keys):
-                    return name
-    return None
-
-
-def _resolve_format(format: str, mapping: str | None, samples: list) -> str:
-    if format != "auto":
-        if format not in JSON_FORMATS:
-            raise IngestError(f"--format {format} does not read JSON files")
-        return format
-    if mapping is not None:
-        return "json"
-    found = sniff_format(samples)
-    if found is None:
-        keys = sorted({k for r in samples if isinstance(r, dict) for k in r})[:12]
-        raise IngestError(
-            f"cannot tell the JSON record format from its keys ({', '.join(keys) or 'no objects'}); pass --format "
-            "docgraph|hotpotqa|wikihop|nq, or --mapping FILE for another layout")
-    return found
 
 
 # -- reading: documents of a planned range ---------------------------------------------------
@@ -244,7 +206,8 @@ def segment_of(file: InputFile, start: int, stop: int, first_number: int) -> Seg
 class Document:
     """One document to compile: where it came from, and its raw form (or why it has none).
 
-    `raw` is the file path (HTML, text) or the record's `RecordRef` (JSON).
+    `raw` is the file path (HTML, text) or the record's `RecordRef` (JSON). `warnings` are the
+    lines of ``warnings.jsonl`` its reader gave (labels that match nothing).
     """
 
     number: int
@@ -253,9 +216,15 @@ class Document:
     record: int | None
     raw: Any = None
     error: Exception | None = None
+    warnings: list[dict] = field(default_factory=list)
 
     def where(self) -> dict[str, Any]:
         return {"document": self.number, "source": self.source, "line": self.line, "record": self.record}
+
+    def warning_entry(self, warning: LabelWarning, doc_id: str | None) -> dict[str, Any]:
+        """One line of warnings.jsonl: the shape of rejected.jsonl, plus which label."""
+        return {**self.where(), "doc_id": doc_id, "error": type(warning).__name__, "label": warning.label,
+                "message": str(warning)}
 
 
 @dataclass
@@ -322,59 +291,44 @@ def to_graph(doc: Document, format: str, mapping: Any = None, html_options: dict
     `html_options` go to `read_html` (encoding=, errors=)."""
     if doc.error is not None:
         raise doc.error
-    if format == "html":
-        from graphattn.ingest.html import read_html
-
-        return read_html(doc.raw, **(html_options or {}))
-    if format == "text":
-        from graphattn.ingest.text import text_to_graph
-
-        try:
-            text = Path(doc.raw).read_text(encoding="utf-8")
-        except UnicodeDecodeError as err:
-            raise IngestError(f"not UTF-8 text ({err.reason} at byte {err.start})", file=doc.source) from None
-        return text_to_graph(text, doc_id=Path(doc.raw).stem, source=doc.source)
-    ref: RecordRef = doc.raw
-    if format == "docgraph":
-        from graphattn.graph import DocGraph
-
-        return DocGraph.from_dict(ref.data, source=doc.source)
-    from graphattn.ingest.json import Record
-
-    record = Record.of(ref)
-    if format == "json":
-        from graphattn.ingest.mapping import json_graph
-
-        return json_graph(record, mapping)
-    from graphattn.ingest.json import ADAPTERS
-
-    return ADAPTERS[format](record)
+    return read_graph(format, doc.raw, mapping, html_options if format == "html" else None)
 
 
-READER_MODULES = {
-    "html": ("graphattn.ingest.html",),
-    "text": ("graphattn.ingest.text",),
-    "docgraph": ("graphattn.graph",),
-    "hotpotqa": ("graphattn.ingest.json",),
-    "wikihop": ("graphattn.ingest.json", "graphattn.ingest.text"),
-    "nq": ("graphattn.ingest.json",),
-    "json": ("graphattn.ingest.json", "graphattn.ingest.mapping"),
-}
+def read_with_label_warnings(read: Callable[[], Any]) -> tuple[Any, list[LabelWarning]]:
+    """`read()`'s result and the LabelWarnings it issued; other warnings go on as usual."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", LabelWarning)
+        result = read()
+    labels = [w.message for w in caught if isinstance(w.message, LabelWarning)]
+    for w in caught:
+        if not isinstance(w.message, LabelWarning):
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno, source=w.source)
+    return result, labels
 
 
-def import_readers(formats: set[str]) -> None:
-    """Import the readers these formats need now, so that forked workers start with them loaded."""
-    import importlib
-
-    for name in sorted({m for f in formats for m in READER_MODULES.get(f, ())}):
-        importlib.import_module(name)
+def strict_error(found: list[LabelWarning], doc_id: str | None) -> LabelError:
+    """The rejection --strict gives a document with labels that match nothing."""
+    more = f" (and {len(found) - 1} more)" if len(found) > 1 else ""
+    what = "1 label matches" if len(found) == 1 else f"{len(found)} labels match"
+    error = LabelError(f"--strict: {what} nothing: {found[0]}{more}")
+    error.doc_id = doc_id
+    return error
 
 
 def iter_segment_graphs(segment: Segment, cache: ReadCache, mapping: Any = None,
-                        html_options: dict | None = None) -> Iterator[tuple[Document, Any]]:
-    """(document, DocGraph or the exception that stopped it) for each document of a segment."""
+                        html_options: dict | None = None, strict: bool = False,
+                        ) -> Iterator[tuple[Document, Any]]:
+    """(document, DocGraph or the exception that stopped it) for each document of a segment.
+
+    LabelWarnings of a document land in `doc.warnings`; with `strict` they reject it instead."""
     for doc in read_segment(segment, cache):
         try:
-            yield doc, to_graph(doc, segment.format, mapping, html_options)
+            graph, found = read_with_label_warnings(lambda: to_graph(doc, segment.format, mapping, html_options))
         except Exception as err:  # noqa: BLE001 - every failure is reported per document
             yield doc, err
+            continue
+        if found and strict:
+            yield doc, strict_error(found, getattr(graph, "doc_id", None))
+            continue
+        doc.warnings = [doc.warning_entry(w, getattr(graph, "doc_id", None)) for w in found]
+        yield doc, graph

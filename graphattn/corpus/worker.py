@@ -38,13 +38,14 @@ class ShardTask:
 
 @dataclass
 class ShardResult:
-    """A compiled shard: its Parquet bytes, its rejected documents and its counts."""
+    """A compiled shard: its Parquet bytes, its rejected documents, its label warnings and its counts."""
 
     index: int
     data: bytes
     sha256: str
     rejected: list[dict]
     stats: dict[str, int]
+    warnings: list[dict] = field(default_factory=list)
 
 
 @dataclass
@@ -59,6 +60,7 @@ class WorkerState:
     mapping: Any = None
     html_options: dict = field(default_factory=dict)  # read_html options: encoding, errors
     cache: ReadCache = field(default_factory=ReadCache)
+    strict: bool = False  # labels that match nothing reject their document (else: warnings.jsonl)
 
     def __post_init__(self) -> None:
         load_schema_and_tokenizer(self.schema, self.tokenizer)  # a special token the tokenizer lacks fails the run here, not per document
@@ -70,7 +72,8 @@ class WorkerState:
 
 def rejected_entry(doc: Document, err: BaseException, graph: Any = None) -> dict[str, Any]:
     """One line of rejected.jsonl: which document, where it is, what went wrong."""
-    entry = {**doc.where(), "doc_id": getattr(graph, "doc_id", None), "error": type(err).__name__, "message": str(err)}
+    doc_id = getattr(graph, "doc_id", None) or getattr(err, "doc_id", None)  # a --strict LabelError carries it
+    entry = {**doc.where(), "doc_id": doc_id, "error": type(err).__name__, "message": str(err)}
     if not isinstance(err, GraphattnError):  # a bug rather than bad input: say where it happened
         frames = traceback.extract_tb(err.__traceback__)
         if frames:
@@ -86,7 +89,9 @@ class _ShardBuilder:
         self.state = state
         self.rows: list[dict] = []
         self.rejected: list[dict] = []
-        self.stats = {"documents": 0, "instances": 0, "truncated": 0, "rejected": 0, "long_tokens": 0, "global_tokens": 0}
+        self.warnings: list[dict] = []
+        self.stats = {"documents": 0, "instances": 0, "truncated": 0, "rejected": 0, "long_tokens": 0,
+                      "global_tokens": 0, "warnings": 0}
         self._progress = progress
         self._pending_docs = self._pending_tokens = 0
 
@@ -97,6 +102,9 @@ class _ShardBuilder:
 
     def add(self, docs: list[Document], instances: list, rows: list[dict]) -> None:
         self.rows.extend(rows)
+        for doc in docs:
+            self.warnings.extend(doc.warnings)
+            self.stats["warnings"] += len(doc.warnings)
         tokens = sum(inst.long_length for inst in instances)
         self.stats["instances"] += len(instances)
         self.stats["truncated"] += sum(inst.truncation.truncated for inst in instances)
@@ -170,7 +178,7 @@ def _pack(state: WorkerState, builder: _ShardBuilder, items) -> None:
 
 def _documents(task: ShardTask, state: WorkerState):
     for segment in task.segments:
-        yield from iter_segment_graphs(segment, state.cache, state.mapping, state.html_options)
+        yield from iter_segment_graphs(segment, state.cache, state.mapping, state.html_options, state.strict)
 
 
 def compile_shard(task: ShardTask, state: WorkerState, progress: Callable[[int, int], None] | None = None) -> ShardResult:
@@ -188,8 +196,9 @@ def compile_shard(task: ShardTask, state: WorkerState, progress: Callable[[int, 
     if builder.stats["documents"] != task.documents:
         raise RuntimeError(f"shard {task.index}: read {builder.stats['documents']} documents, planned {task.documents}")
     info = {"index": task.index, "first_document": task.first_document, "documents": task.documents,
-            "instances": builder.stats["instances"], "rejected": builder.stats["rejected"]}
+            "instances": builder.stats["instances"], "rejected": builder.stats["rejected"],
+            "warnings": builder.stats["warnings"]}
     metadata = shard_metadata(state.settings, state.schema_text, state.schema.label_vocab(), state.layout, info)
     data = encode_shard(rows_to_table(builder.rows, state.layout), metadata)
-    return ShardResult(task.index, data, sha256(data), builder.rejected, builder.stats)
+    return ShardResult(task.index, data, sha256(data), builder.rejected, builder.stats, builder.warnings)
 

@@ -5,6 +5,8 @@
     iter_records(path, errors="raise" | "yield")   the records of a JSON / JSON-lines file
     json_graph(record, mapping)             any JSON, driven by a mapping (see `mapping`)
     text_to_graph(text, candidates=...)     plain text -> paragraphs, sentences, mentions (spaCy)
+    openkp_graph(record) / add_keyphrases   OpenKP records; keyphrase nodes on any page graph
+    read_documents(path, format="auto")     any known format, told by suffix and JSON keys (`formats`)
 
 Each module's docstring fixes the node types, ids, attrs and edges it produces. Names load
 lazily, so reading HTML does not import spaCy.
@@ -36,6 +38,11 @@ _EXPORTS = {
     "add_sentences": "text",
     "link_mentions": "text",
     "default_nlp": "text",
+    "openkp_graph": "openkp",
+    "add_keyphrases": "openkp",
+    "FORMATS": "formats",
+    "read_documents": "formats",
+    "register_format": "formats",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -10,17 +10,22 @@ Other JSON layouts go through the generic, mapping-driven reader in `graphattn.i
 Node conventions per format (the schemas in ``schemas/`` depend on them):
 
 HotpotQA (``question``, ``context`` = [[title, [sentence, ...]], ...], ``supporting_facts`` =
-[[title, sentence index], ...]). Text: the question, then each paragraph as its title, a newline
-and its sentences joined by spaces; blocks separated by blank lines. Nodes: ``q`` (question;
-attrs answer, question_type, level), ``p<i>`` (paragraph: title through last sentence; attrs title, index,
-supporting), ``p<i>.title`` (title; supporting), ``p<i>.s<j>`` (sentence; index = position in the
-record, supporting). ``contains``: paragraph -> title, paragraph -> sentence. Empty sentences are
-left out (their index is skipped). Supporting facts that name no paragraph or sentence (the
-dataset has a few) are kept in the question's ``unmatched_supporting_facts``.
+[[title, sentence index], ...], ``answer``). Text: the question, then each paragraph as its title,
+a newline and its sentences joined by spaces; blocks separated by blank lines. Nodes: ``q``
+(question; attrs answer, question_type, level), ``p<i>`` (paragraph: title through last sentence;
+attrs title, index, supporting), ``p<i>.title`` (title; supporting), ``p<i>.s<j>`` (sentence;
+index = position in the record, supporting), ``answer`` (attr answer_type: ``span`` with the
+span of the answer string's first occurrence, in a supporting sentence if it has one, else in
+any sentence or title, exact case first; ``yes`` / ``no`` without a span). ``contains``:
+paragraph -> title, paragraph -> sentence. Empty sentences are left out (their index is
+skipped). Labels that match nothing (a supporting fact naming no paragraph or sentence, which the
+dataset has a few of; an answer string in no paragraph) are `LabelWarning`s, and the facts are
+also kept in the question's ``unmatched_supporting_facts``.
 
 WikiHop (``query``, ``supports`` = [document, ...], ``candidates``, ``answer``). Text, in ETC's
 long order: the candidates (one per line), the query, then the documents separated by blank
-lines. Nodes: ``c<i>`` (candidate; text, index, is_answer), ``q`` (query; answer),
+lines. Nodes: ``c<i>`` (candidate; text, index, is_answer; an answer that is no candidate is a
+`LabelWarning` and leaves every is_answer false), ``q`` (query; answer),
 ``d<i>`` (document; index), ``d<i>.s<j>`` (sentence, spaCy), ``m<k>`` (mention of a candidate
 inside a document, found case-insensitively by `text.link_mentions`; ``mention_of`` edge ->
 candidate). ``contains``: document -> sentence.
@@ -31,21 +36,27 @@ HTML tags as tokens, ``long_answer_candidates`` = [{start_token, end_token, top_
 — HTML tag tokens left out unless ``keep_html_tokens``. Token offsets become character spans
 with numpy, no loop per token. Nodes: ``q`` (question; short_answers as char spans,
 yes_no_answer), ``doc`` (document; url), ``c<i>`` (candidate; kind = paragraph | table | list |
-other from its first tag, top_level, index, is_long_answer). ``contains``: document -> top-level
-candidate -> candidates nested inside it (innermost enclosing candidate). Candidates whose tokens
-are all tags have no text and are left out (their index is skipped).
+other from its first tag, top_level, index, is_long_answer: an annotator chose it and, as in
+nq_eval, at least two annotators (one, for records with a single annotation) gave a long answer),
+``answer`` (BERT-joint's target, attr answer_type: ``short`` with the first short answer's span;
+else ``yes`` / ``no`` with the long answer's span; else ``long`` with the long answer's span;
+else ``null`` without a span). ``contains``: document -> top-level candidate -> candidates nested
+inside it (innermost enclosing candidate). Candidates whose tokens are all tags have no text and
+are left out (their index is skipped). A long answer that is no candidate, or a short answer
+outside the document or without text, is a `LabelWarning`.
 """
 
 from __future__ import annotations
 
 import json
 import os
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
 import numpy as np
 
-from graphattn.errors import IngestError
+from graphattn.errors import IngestError, warn_label
 from graphattn.graph import DocGraph
 from graphattn.ingest.records import RecordRef, iter_records
 
@@ -67,6 +78,10 @@ class Record:
 
     def error(self, message: str, *path: str | int) -> IngestError:
         return IngestError(message, file=self.file, line=self.line, path=(*self.base_path, *path))
+
+    def warn(self, label: str, message: str, *path: str | int) -> None:
+        """A `LabelWarning`: the record's label `label` at `path` matches nothing."""
+        warn_label(message, label, file=self.file, line=self.line, path=(*self.base_path, *path))
 
     def get(self, *path: str | int, expect: type | tuple[type, ...] = object, default: Any = _MISSING) -> Any:
         """The value at `path`; `default` (if given) when the last key is absent."""
@@ -167,8 +182,8 @@ def hotpotqa_graph(record: Record | Any) -> DocGraph:
                         record.get("supporting_facts", k, 1, expect=int)))
 
     graph = DocGraph(text.text(), doc_id=_doc_id(record, "_id"), source=record.file)
-    question_node = graph.add_node("q", "question", question_span,
-                                   answer=record.get("answer", expect=str, default=None),
+    answer = record.get("answer", expect=str, default=None)
+    question_node = graph.add_node("q", "question", question_span, answer=answer,
                                    question_type=record.get("type", expect=str, default=None),
                                    level=record.get("level", expect=str, default=None))
     matched: set[tuple[str, int]] = set()
@@ -182,7 +197,51 @@ def hotpotqa_graph(record: Record | Any) -> DocGraph:
         for (j, span), is_support in zip(spans, sentence_support):
             graph.add_child(pid, f"{pid}.s{j}", "sentence", span, index=j, supporting=is_support)
     question_node.attrs["unmatched_supporting_facts"] = sorted(supporting - matched)
+    _warn_unmatched_facts(record, facts, paragraphs, matched)
+    if answer is not None:
+        _add_hotpotqa_answer(record, graph, answer.strip(), paragraphs, matched)
     return graph
+
+
+def _warn_unmatched_facts(record: Record, facts: list, paragraphs: list, matched: set) -> None:
+    """One LabelWarning per supporting fact that names no paragraph, or no sentence of it."""
+    counts: dict[str, int] = {}  # title -> sentences in the record (empty ones too), first paragraph of that title
+    for i, (title, _, _) in enumerate(paragraphs):
+        counts.setdefault(title, len(record.get("context", i, 1)))
+    for k in range(len(facts)):
+        title, index = facts[k][0].strip(), facts[k][1]
+        if (title, index) in matched:
+            continue
+        if title not in counts:
+            message = f"supporting fact names title {title!r}, which no paragraph of the context has"
+            record.warn("supporting_facts", message, "supporting_facts", k, 0)
+        elif not 0 <= index < counts[title]:
+            message = f"sentence index {index} is out of range: paragraph {title!r} has {counts[title]} sentence(s)"
+            record.warn("supporting_facts", message, "supporting_facts", k, 1)
+        else:
+            message = f"sentence {index} of paragraph {title!r} is empty"
+            record.warn("supporting_facts", message, "supporting_facts", k, 1)
+
+
+def _add_hotpotqa_answer(record: Record, graph: DocGraph, answer: str, paragraphs: list, matched: set) -> None:
+    """The `answer` node: yes / no without a span, else the answer string's first occurrence."""
+    if answer.lower() in ("yes", "no"):
+        graph.add_node("answer", "answer", None, answer_type=answer.lower(), text=answer)
+        return
+    supporting = [span for title, _, spans in paragraphs for j, span in spans if (title, j) in matched]
+    others = [span for _, _, spans in paragraphs for _, span in spans] + [title_span for _, title_span, _ in paragraphs]
+    for fold in (False, True):
+        needle = answer.lower() if fold else answer
+        for start, end in supporting + others:
+            piece = graph.text[start:end]
+            if fold and len(piece.lower()) != len(piece):
+                continue  # lowering changed the length: its offsets would not be the text's
+            at = (piece.lower() if fold else piece).find(needle) if needle else -1
+            if at >= 0:
+                span = (start + at, start + at + len(answer))
+                graph.add_node("answer", "answer", span, answer_type="span", text=answer)
+                return
+    record.warn("answer", f"answer {answer!r} is not in any paragraph of the context", "answer")
 
 
 # -- WikiHop ---------------------------------------------------------------------------------
@@ -201,8 +260,9 @@ def wikihop_graph(record: Record | Any, *, nlp=None) -> DocGraph:
         if not candidate:
             raise record.error("candidate is empty", "candidates", i)
     lowered = [c.lower() for c in candidates]
-    if answer is not None and answer.strip().lower() not in lowered:
-        raise record.error(f"answer {answer!r} is not one of the {len(candidates)} candidates", "answer")
+    wanted = answer.strip().lower() if answer is not None else None
+    if wanted is not None and wanted not in lowered:
+        record.warn("answer", f"answer {answer!r} is not one of the {len(candidates)} candidates", "answer")
 
     text = _Text()
     candidate_spans = [text.add(c, "\n") for c in candidates]
@@ -210,7 +270,7 @@ def wikihop_graph(record: Record | Any, *, nlp=None) -> DocGraph:
     document_spans = [(i, text.add(s, "\n\n")) for i, s in enumerate(supports) if s]
 
     graph = DocGraph(text.text(), doc_id=_doc_id(record, "id"), source=record.file)
-    answer_index = lowered.index(answer.strip().lower()) if answer is not None else -1
+    answer_index = lowered.index(wanted) if wanted in lowered else -1
     for i, (candidate, span) in enumerate(zip(candidates, candidate_spans)):
         graph.add_node(f"c{i}", "candidate", span, text=candidate, index=i, is_answer=i == answer_index)
     graph.add_node("q", "query", query_span, answer=answer)
@@ -249,18 +309,18 @@ def nq_graph(record: Record | Any, *, keep_html_tokens: bool = False) -> DocGrap
     text = question + "\n" + tokens.text
     graph = DocGraph(text, doc_id=_doc_id(record, "example_id"), source=record.file)
 
-    annotations = record.items("annotations", expect=dict) if "annotations" in record.data else []
-    long_answers = {record.get("annotations", a, "long_answer", "candidate_index", expect=int, default=-1)
-                    for a in range(len(annotations)) if "long_answer" in annotations[a]}
-    short = [(record.get("annotations", a, "short_answers", s, "start_token", expect=int),
-              record.get("annotations", a, "short_answers", s, "end_token", expect=int))
-             for a in range(len(annotations))
-             for s in range(len(record.get("annotations", a, "short_answers", expect=list, default=[])))]
-    short_spans = tokens.char_spans(np.array(short, dtype=np.int64).reshape(-1, 2)) + offset
-    yes_no = [record.get("annotations", a, "yes_no_answer", expect=str, default="NONE") for a in range(len(annotations))]
-    graph.add_node("q", "question", (0, len(question)),
-                   short_answers=[tuple(map(int, s)) for s in short_spans if s[1] > s[0]],
-                   yes_no_answer=next((y for y in yes_no if y != "NONE"), "NONE"))
+    annotations = _nq_annotations(record, len(raw_candidates), tokens.count)
+    has_long_answer = sum(a.long >= 0 for a in annotations) >= min(2, len(annotations)) and len(annotations) > 0
+    long_answers = {a.long for a in annotations if a.long >= 0} if has_long_answer else set()
+    short = [(a.index, k, first, stop) for a in annotations for k, first, stop in a.short]
+    short_spans = tokens.char_spans(np.array([s[2:] for s in short], dtype=np.int64).reshape(-1, 2)) + offset
+    for (a, k, _, _), (start, end) in zip(short, short_spans):
+        if end <= start:
+            message = "short answer covers no text (only HTML tag tokens)"
+            record.warn("short_answers", message, "annotations", a, "short_answers", k)
+    yes_no = next((a.yes_no for a in annotations if a.yes_no != "NONE"), "NONE")
+    with_text = [tuple(map(int, s)) for s in short_spans if s[1] > s[0]]
+    graph.add_node("q", "question", (0, len(question)), short_answers=with_text, yes_no_answer=yes_no)
     graph.add_node("doc", "document", (offset, len(text)) if tokens.text else (offset, offset),
                    url=record.get("document_url", expect=str, default=None))
 
@@ -279,7 +339,60 @@ def nq_graph(record: Record | Any, *, keep_html_tokens: bool = False) -> DocGrap
                         top_level=bool(record.get("long_answer_candidates", int(i), "top_level", expect=bool, default=True)),
                         index=int(i), is_long_answer=int(i) in long_answers)
         open_parents.append((end, node_id))
+    _add_nq_answer(graph, annotations, spans, short_spans, has_long_answer)
     return graph
+
+
+@dataclass
+class _NqAnnotation:
+    index: int
+    long: int  # long-answer candidate index, -1 for none
+    short: list[tuple[int, int, int]]  # (index in short_answers, start, end): token ranges inside the document
+    yes_no: str
+
+
+def _nq_annotations(record: Record, n_candidates: int, n_tokens: int) -> list[_NqAnnotation]:
+    """The annotations, with LabelWarnings for answers that point at no candidate or no tokens."""
+    annotations = record.items("annotations", expect=dict) if "annotations" in record.data else []
+    out = []
+    for a in range(len(annotations)):
+        long = -1
+        if "long_answer" in annotations[a]:
+            long = record.get("annotations", a, "long_answer", "candidate_index", expect=int, default=-1)
+        if long >= n_candidates or long < -1:
+            message = f"long answer candidate {long} is not among the {n_candidates} long-answer candidates"
+            record.warn("long_answer", message, "annotations", a, "long_answer", "candidate_index")
+            long = -1
+        short = []
+        for k in range(len(record.get("annotations", a, "short_answers", expect=list, default=[]))):
+            first = record.get("annotations", a, "short_answers", k, "start_token", expect=int)
+            stop = record.get("annotations", a, "short_answers", k, "end_token", expect=int)
+            if 0 <= first < stop <= n_tokens:
+                short.append((k, first, stop))
+            else:
+                message = f"short answer tokens [{first}, {stop}) are empty or outside the document's {n_tokens} tokens"
+                record.warn("short_answers", message, "annotations", a, "short_answers", k)
+        yes_no = record.get("annotations", a, "yes_no_answer", expect=str, default="NONE")
+        out.append(_NqAnnotation(a, long, short, yes_no.upper()))
+    return out
+
+
+def _add_nq_answer(graph: DocGraph, annotations: list[_NqAnnotation], candidate_spans: np.ndarray,
+                   short_spans: np.ndarray, has_long_answer: bool) -> None:
+    """BERT-joint's target as an `answer` node: short span; yes/no or long with the long answer's span; null."""
+    with_text = [tuple(map(int, s)) for s in short_spans if s[1] > s[0]]
+    long = next((a.long for a in annotations if a.long >= 0), -1) if has_long_answer else -1
+    long_span = tuple(map(int, candidate_spans[long])) if long >= 0 else None
+    long_span = long_span if long_span is not None and long_span[1] > long_span[0] else None
+    yes_no = next((a.yes_no.lower() for a in annotations if a.yes_no in ("YES", "NO")), None)
+    if with_text:
+        graph.add_node("answer", "answer", with_text[0], answer_type="short")
+    elif yes_no is not None and long_span is not None:
+        graph.add_node("answer", "answer", long_span, answer_type=yes_no)
+    elif long_span is not None:
+        graph.add_node("answer", "answer", long_span, answer_type="long")
+    else:
+        graph.add_node("answer", "answer", None, answer_type="null")
 
 
 def _candidate_kind(first_tag: str) -> str:
@@ -334,10 +447,17 @@ class _TokenTable:
 
 
 # -- files -----------------------------------------------------------------------------------
+def _openkp_graph(record: Record | Any) -> DocGraph:
+    from graphattn.ingest.openkp import openkp_graph  # its own module (it imports this one)
+
+    return openkp_graph(record)
+
+
 ADAPTERS: dict[str, Callable[..., DocGraph]] = {
     "hotpotqa": hotpotqa_graph,
     "wikihop": wikihop_graph,
     "nq": nq_graph,
+    "openkp": _openkp_graph,
 }
 
 
@@ -345,7 +465,8 @@ def read_json(path: str | os.PathLike, format: str | Callable[..., DocGraph], *,
               **options: Any) -> Iterator[DocGraph]:
     """Yield one DocGraph per record of `path`, read with a named adapter or a callable.
 
-    `format` is ``"hotpotqa"``, ``"wikihop"``, ``"nq"`` or a callable taking a `Record` (for
+    `format` is ``"hotpotqa"``, ``"wikihop"``, ``"nq"``, ``"openkp"`` (`graphattn.ingest.openkp`) or a callable
+    taking a `Record` (for
     the generic reader pass ``functools.partial(mapping.json_graph, mapping=...)``); `options`
     go to the adapter (``nlp=`` for WikiHop, ``keep_html_tokens=`` for NQ).
     """

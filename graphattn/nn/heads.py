@@ -2,11 +2,13 @@
 
     SpanExtractionHead      NQ: start/end logits over long tokens + answer type from the first global
     SupportingFactsHead     HotpotQA: one supporting-fact logit per sentence global
+    GlobalLabelHead         a class per global (any number of classes: supporting facts, DOM element labels)
     CandidateScoringHead    WikiHop: one logit per candidate global, softmax over candidates
     KeyphraseHead           OpenKP: a score per n-gram (n = 1..max_ngram) of long tokens
 
 Heads take hidden states and masks, not batches, so any encoder output fits. Which global
-positions are sentences or candidates, and the answers, come from `graphattn.train.targets`.
+positions are sentences or candidates, and the answers, come from the batch's targets (the
+schema's `targets:`); `graphattn.train.tasks.TaskModel` wires targets to heads.
 Masked positions get the most negative finite logit (never -inf, so a row with nothing valid
 gives a finite loss and no NaN gradients).
 """
@@ -125,6 +127,19 @@ class SupportingFactsHead(nn.Module):
     def predict(self, logits: torch.Tensor, sentence_mask: torch.Tensor, threshold: float = 0.5) -> torch.Tensor:
         """[B, G] bool: sentences whose supporting probability exceeds `threshold`."""
         return (torch.sigmoid(logits) > threshold) & sentence_mask.bool()
+
+
+class GlobalLabelHead(nn.Module):
+    """`classes` logits per global token (a per-global classification target)."""
+
+    def __init__(self, hidden_size: int, classes: int):
+        super().__init__()
+        if classes < 2:
+            raise GraphattnError(f"a classification needs at least 2 classes, got {classes}", path=("classes",))
+        self.scorer = _scorer(hidden_size, classes)
+
+    def forward(self, global_hidden: torch.Tensor) -> torch.Tensor:
+        return self.scorer(global_hidden).float()  # [B, G, classes]
 
 
 # -- WikiHop: candidate scoring ---------------------------------------------------------------------

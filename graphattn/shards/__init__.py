@@ -3,6 +3,7 @@
     format.py    columns, dtypes and footer of a shard (`ShardColumns`, `instance_row`, `read_info`)
     dataset.py   `ShardDataset`, `ShardIterableDataset`, `read_instance`, `read_table`, `collate`
     inspect.py   `graphattn inspect`: summaries and one instance, printed
+    writer.py    `write_shards`: instances compiled in Python, as shards
 
 Writing a whole corpus (planning, workers, resume) is `graphattn.corpus`, which sits above this
 package; readers of shards (training, viz, inspect) need only this one. See docs/SHARDS.md.

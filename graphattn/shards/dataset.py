@@ -33,28 +33,8 @@ from torch.utils.data import Dataset, IterableDataset, get_worker_info
 
 from graphattn.compile.batching import collate as _collate
 from graphattn.contract import EtcBatch, EtcInstance
-from graphattn.shards.format import DecodedRows, Provenance, ShardInfo, read_info
+from graphattn.shards.format import DecodedRows, Provenance, ShardInfo, Source, read_info, shard_paths
 from graphattn.errors import GraphattnError
-
-Source = str | os.PathLike | Sequence[str | os.PathLike]
-
-
-def shard_paths(source: Source) -> list[str]:
-    """The shard files a source names: a file, a directory of ``*.parquet`` shards, or a list."""
-    if isinstance(source, (str, os.PathLike)):
-        path = Path(source)
-        if path.is_dir():
-            found = sorted(str(p) for p in path.glob("*.parquet"))
-            if not found:
-                raise GraphattnError("no *.parquet shards in this directory", file=str(path))
-            return found
-        if not path.is_file():
-            raise GraphattnError("no such shard file or directory", file=str(path))
-        return [str(path)]
-    paths = [p for item in source for p in shard_paths(item)]
-    if not paths:
-        raise GraphattnError("no shards given")
-    return paths
 
 
 class _Shards:

@@ -10,8 +10,12 @@ ordinary table in pyarrow, pandas or HF `datasets`:
     side inputs  global_doc, global_segment, global_blockable, global_hard_g2l,
                  link_long, link_global, link_label, g2g_src, g2g_dst, g2g_label, cross_segment_label
     truncation   long_length, global_length, truncated, long_tokens_before/after,
-                 globals_before/after, dropped_nodes, truncation_messages
+                 globals_before/after, dropped_nodes, dropped_targets, truncation_messages
     features     feature:<global|long>:<name> (the schema's per-token / per-global arrays)
+    targets      target:<array> (the schema's task labels: int16 per global, int32 scalars, or
+                 int32 rows flattened; -100 where there is no label)
+
+docs/SHARDS.md lists every column with its dtype, shape, meaning and ignore values.
 
 The dense [L, G] / [G, L] / [G, G] tensors are never stored: `CompactSideInputs.to_dense`
 derives them when a row is loaded. Ids and positions use the narrowest dtype the *run* allows
@@ -26,10 +30,12 @@ The footer carries the run's settings, the schema text and the LabelVocab (keys
 from __future__ import annotations
 
 import contextlib
+import glob
 import hashlib
 import json
 import os
 from dataclasses import dataclass, fields
+from pathlib import Path
 from typing import Any, Sequence
 
 import numpy as np
@@ -38,10 +44,11 @@ import pyarrow.parquet as pq
 
 from graphattn.compact import CompactSideInputs
 from graphattn.contract import EtcInstance, TruncationReport
-from graphattn.labels import LabelVocab
 from graphattn.errors import GraphattnError
+from graphattn.labels import LabelVocab
+from graphattn.schema_targets import target_arrays
 
-FORMAT = "graphattn-shards/2"  # 2: hard-mask flags per query row only (long_hard_l2g, global_hard_g2l)
+FORMAT = "graphattn-shards/3"  # 2: hard-mask flags per query row only; 3: task targets (target:*, dropped_targets)
 ROWS_PER_GROUP = 64  # rows per Parquet row group: the unit of random access and of worker sharding
 COMPRESSION = "zstd"
 COMPRESSION_LEVEL = 3
@@ -54,7 +61,8 @@ _SPARSE = {"link_long": "int32", "link_global": "gpos", "link_label": "label",
            "g2g_src": "gpos", "g2g_dst": "gpos", "g2g_label": "label"}
 _SCALARS = ("local_radius", "max_distance", "levels", "owners", "cross_segment_label")
 _COMPACT_FIELDS = set(_LONG_ARRAYS) | set(_GLOBAL_ARRAYS) | set(_SPARSE) | set(_SCALARS)
-_STRING_LISTS = ("doc_ids", "sources", "texts", "global_node_ids", "global_node_types", "dropped_nodes", "truncation_messages")
+_STRING_LISTS = ("doc_ids", "sources", "texts", "global_node_ids", "global_node_types", "dropped_nodes",
+                 "dropped_targets", "truncation_messages")
 _INT_SCALARS = ("window", "windows", "long_length", "global_length", "long_tokens_before", "long_tokens_after",
                 "globals_before", "globals_after")
 
@@ -76,6 +84,7 @@ class ShardColumns:
     features: tuple[tuple[str, str], ...]  # (key like "global:font_size", dtype)
     local_radius: int
     max_distance: int
+    targets: tuple[tuple[str, str, tuple[int, ...]], ...] = ()  # (array name, axis "global" | "", fixed shape)
 
     @classmethod
     def for_run(cls, schema, vocab_size: int) -> "ShardColumns":
@@ -91,6 +100,7 @@ class ShardColumns:
             features=tuple(sorted(features)),
             local_radius=schema.local_radius,
             max_distance=schema.relative_pos_max_distance,
+            targets=tuple((a.name, a.axis, a.shape) for a in target_arrays(schema.targets)),
         )
 
     def dtype(self, kind: str) -> np.dtype:
@@ -99,11 +109,20 @@ class ShardColumns:
     def to_dict(self) -> dict[str, Any]:
         return {"token": self.token, "type": self.type, "gpos": self.gpos, "label": self.label, "doc": self.doc,
                 "levels": list(self.levels), "features": [list(f) for f in self.features],
-                "local_radius": self.local_radius, "max_distance": self.max_distance}
+                "local_radius": self.local_radius, "max_distance": self.max_distance,
+                "targets": [[name, axis, list(shape)] for name, axis, shape in self.targets]}
 
     @classmethod
     def from_dict(cls, data: dict) -> "ShardColumns":
-        return cls(**{**data, "levels": tuple(data["levels"]), "features": tuple(tuple(f) for f in data["features"])})
+        targets = tuple((name, axis, tuple(shape)) for name, axis, shape in data.get("targets", []))
+        features = tuple(tuple(f) for f in data["features"])
+        return cls(**{**data, "levels": tuple(data["levels"]), "features": features, "targets": targets})
+
+    def target_type(self, axis: str, shape: tuple[int, ...]) -> pa.DataType:
+        """Per-global labels as list<int16>, scalars as int32, fixed rows as flat list<int32>."""
+        if axis == "global":
+            return pa.list_(pa.int16())
+        return pa.int32() if not shape else pa.list_(pa.int32())
 
     def arrow_schema(self) -> pa.Schema:
         """Column names and types of every shard of the run, in order."""
@@ -124,8 +143,10 @@ class ShardColumns:
         cols += [(name, pa.list_(a(kind))) for name, kind in _SPARSE.items()]
         cols += [("cross_segment_label", a("label")), ("truncated", pa.bool_())]
         cols += [(name, pa.int32()) for name in ("long_tokens_before", "long_tokens_after", "globals_before", "globals_after")]
-        cols += [("dropped_nodes", pa.list_(pa.string())), ("truncation_messages", pa.list_(pa.string()))]
+        cols += [("dropped_nodes", pa.list_(pa.string())), ("dropped_targets", pa.list_(pa.string())),
+                 ("truncation_messages", pa.list_(pa.string()))]
         cols += [(f"feature:{key}", pa.list_(pa.from_numpy_dtype(np.dtype(dtype)))) for key, dtype in self.features]
+        cols += [(f"target:{name}", self.target_type(axis, shape)) for name, axis, shape in self.targets]
         cols += [("texts", pa.list_(pa.string()))]
         return pa.schema(cols)
 
@@ -177,7 +198,8 @@ def instance_row(inst: EtcInstance, where: Provenance, layout: ShardColumns) -> 
         "cross_segment_label": side.cross_segment_label, "truncated": trunc.truncated,
         "long_tokens_before": trunc.long_tokens_before, "long_tokens_after": trunc.long_tokens_after,
         "globals_before": trunc.globals_before, "globals_after": trunc.globals_after,
-        "dropped_nodes": list(trunc.dropped_nodes), "truncation_messages": list(trunc.messages), "texts": list(inst.texts),
+        "dropped_nodes": list(trunc.dropped_nodes), "dropped_targets": list(trunc.dropped_targets),
+        "truncation_messages": list(trunc.messages), "texts": list(inst.texts),
     }
     for table in (_LONG_ARRAYS, _GLOBAL_ARRAYS, _SPARSE):
         for name, kind in table.items():
@@ -186,6 +208,13 @@ def instance_row(inst: EtcInstance, where: Provenance, layout: ShardColumns) -> 
         row[f"owner_{level}"] = _narrow(side.owners[i], dt("gpos"), f"owner_{level}")
     for key, dtype in layout.features:
         row[f"feature:{key}"] = _narrow(inst.features[key], np.dtype(dtype), f"feature {key}")
+    for name, axis, shape in layout.targets:
+        value = np.asarray(inst.targets[name])
+        if axis == "global":
+            row[f"target:{name}"] = _narrow(value, np.dtype("int16"), f"target {name}")
+        else:
+            flat = int(value) if not shape else _narrow(value.reshape(-1), np.dtype("int32"), f"target {name}")
+            row[f"target:{name}"] = flat
     return row
 
 
@@ -205,6 +234,11 @@ def _check_consistent(inst: EtcInstance, layout: ShardColumns) -> None:
         problems.append("local radius / max distance differ from the schema's")
     if sorted(inst.features) != sorted(k for k, _ in layout.features):
         problems.append(f"features {sorted(inst.features)} differ from the schema's {[k for k, _ in layout.features]}")
+    declared = {name: (axis, shape) for name, axis, shape in layout.targets}
+    found = {name: (axis, np.shape(inst.targets[name]) if axis == "" else ())
+             for name, axis in inst.target_axes.items()}
+    if found != declared:
+        problems.append(f"targets {sorted(found)} differ from the schema's {sorted(declared)} (or their shapes do)")
     if problems:
         raise GraphattnError("instance does not fit the shard format: " + "; ".join(problems))
 
@@ -296,6 +330,34 @@ def sha256(data: bytes) -> str:
 
 
 # -- reading ---------------------------------------------------------------------------------
+Source = str | os.PathLike | Sequence[str | os.PathLike]
+
+
+def shard_paths(source: Source) -> list[str]:
+    """The shard files a source names: a file, a directory of ``*.parquet`` shards, a glob
+    pattern (``runs/*/shard-*.parquet``), or a list of these."""
+    if isinstance(source, (str, os.PathLike)):
+        path = Path(source)
+        if path.is_dir():
+            found = sorted(str(p) for p in path.glob("*.parquet"))
+            if not found:
+                raise GraphattnError("no *.parquet shards in this directory", file=str(path))
+            return found
+        if not path.exists() and glob.has_magic(str(source)):
+            matches = sorted(p for p in glob.glob(str(source), recursive=True) if os.path.isfile(p))
+            if not matches:
+                raise GraphattnError(f"the pattern {str(source)!r} matches no shard file")
+            return matches
+        if not path.is_file():
+            raise GraphattnError("no such shard file or directory", file=str(path))
+        return [str(path)]
+    paths = [p for item in source for p in shard_paths(item)]
+    if not paths:
+        raise GraphattnError("no shards given")
+    return paths
+
+
+
 @dataclass(frozen=True)
 class ShardInfo:
     """A shard's footer: what is needed to turn its rows back into instances."""
@@ -390,6 +452,7 @@ class DecodedRows:
             long_tokens_before=self.scalar("long_tokens_before", i), long_tokens_after=self.scalar("long_tokens_after", i),
             globals_before=self.scalar("globals_before", i), globals_after=self.scalar("globals_after", i),
             dropped_nodes=list(self.column("dropped_nodes", i)), messages=list(self.column("truncation_messages", i)),
+            dropped_targets=list(self.column("dropped_targets", i)),
         )
         return EtcInstance(
             long_token_ids=i32("long_token_ids"),
@@ -408,8 +471,20 @@ class DecodedRows:
             truncation=truncation,
             features={key: self.column(f"feature:{key}", i).astype(dtype) for key, dtype in layout.features},
             global_doc_index=side.global_doc.copy(),
+            targets=self.targets(i),
+            target_axes={name: axis for name, axis, _ in layout.targets},
         )
 
+    def targets(self, i: int) -> dict[str, np.ndarray]:
+        """Row i's target arrays, int32 in the shapes the compiler gave them."""
+        out = {}
+        for name, axis, shape in self.info.layout.targets:
+            column = f"target:{name}"
+            if axis == "global" or shape:
+                out[name] = self.column(column, i).astype(np.int32).reshape(shape or (-1,))
+            else:
+                out[name] = np.asarray(self.scalar(column, i), np.int32)
+        return out
 
 def read_row(path: str | os.PathLike, index: int, *, compact: bool = True) -> tuple[EtcInstance, Provenance]:
     """Instance `index` of one shard file and where it came from, decoding only its row group.

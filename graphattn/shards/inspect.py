@@ -1,8 +1,9 @@
 """`graphattn inspect SHARD_OR_DIR [--instance N]`: what a compile produced, at a glance.
 
-Prints the run's settings, counts (shards, instances, documents, rejected), histograms of long
-and global lengths, a histogram of the relative labels actually attended (by LabelVocab name,
-split by l2l / g2g / l2g / g2l), truncation totals, and one instance laid out readably: its
+Prints the run's settings, counts (shards, instances, documents, rejected, label warnings),
+histograms of long and global lengths, a histogram of the relative labels actually attended (by
+LabelVocab name, split by l2l / g2g / l2g / g2l), truncation totals, the task targets (how many
+labels each array holds, how many truncation cut), and one instance laid out readably: its
 global tokens with the nodes they stand for, and its first long tokens with their text, owners
 and segment. Counts come from the plain columns; labels need the dense tensors, so they are
 counted over the first `--label-instances` instances only.
@@ -57,19 +58,23 @@ def inspect_lines(source: str, *, instance: int = 0, label_instances: int = 200,
     paths = shard_paths(source)
     dataset = ShardDataset(paths, compact=True, cache_row_groups=2)
     info = dataset.info
+    target_columns = [f"target:{name}" for name, _, _ in info.layout.targets]
     table = read_table(paths, ["doc_numbers", "long_length", "global_length", "truncated", "long_tokens_before",
-                               "long_tokens_after", "globals_before", "globals_after", "dropped_nodes"])
+                               "long_tokens_after", "globals_before", "globals_after", "dropped_nodes",
+                               "dropped_targets", *target_columns])
     settings = info.settings
     out = [f"{len(paths)} shard(s) from {source}",
            f"schema {settings.get('schema_name')} ({settings.get('schema')}), tokenizer {settings.get('tokenizer')}, "
            f"shard size {settings.get('shard_size')}, packing {'on' if settings.get('packing') else 'off'}"]
     out += _document_counts(source, paths)
     out.append(f"instances {table.num_rows:,}")
+    out.append(f"label warnings {_warnings_count(source, paths)} (task labels that matched nothing: warnings.jsonl)")
     long_lengths = np.asarray(table.column("long_length").to_pylist(), np.int64)
     global_lengths = np.asarray(table.column("global_length").to_pylist(), np.int64)
     out += _histogram("long length", long_lengths, bins)
     out += _histogram("global length", global_lengths, bins)
     out += _truncation(table)
+    out += _targets(table, info.layout.targets)
     if label_instances and len(dataset):
         out += _label_table(dataset, min(label_instances, len(dataset)))
     if instance >= 0 and len(dataset):
@@ -99,6 +104,39 @@ def _document_counts(source: str, paths: list[str]) -> list[str]:
     if isinstance(planned, int) and planned > len(paths):
         out.append(f"run incomplete: {len(paths)} of {planned} shards written; finish it with the same "
                    "graphattn compile command and --resume")
+    return out
+
+
+def _warnings_count(source: str, paths: list[str]) -> str:
+    """Label warnings: the lines of DIR/warnings.jsonl for a run directory, the shard footers' count otherwise."""
+    listing = Path(source) / "warnings.jsonl"
+    if listing.is_file():
+        return f"{sum(1 for line in listing.read_text(encoding='utf-8').splitlines() if line.strip()):,}"
+    from graphattn.shards.format import read_info
+
+    return f"{sum(read_info(p).shard.get('warnings', 0) for p in paths):,} (from shard footers)"
+
+
+def _targets(table, targets) -> list[str]:
+    """Per target array: instances with a label, labelled values; and what truncation cut."""
+    if not targets:
+        return ["targets: none (the schema declares no targets:)"]
+    out = ["targets (-100 = no label):"]
+    for name, axis, shape in targets:
+        values = table.column(f"target:{name}").to_pylist()
+        flat = [np.asarray(v, np.int64).reshape(-1) for v in values]
+        labelled = [v[v != -100] for v in flat]
+        with_label = sum(1 for v in labelled if v.size)
+        kind = "per global" if axis == "global" else (f"rows {list(shape)}" if shape else "scalar")
+        counts = np.unique(np.concatenate(labelled or [np.zeros(0, np.int64)]), return_counts=True)
+        shown = ", ".join(f"{int(k)}: {int(c):,}" for k, c in zip(*counts) if axis != "" or not shape)
+        if shape:
+            shown = f"{sum(v.size for v in labelled) // 2:,} span(s)"
+        out.append(f"  {name:<20} {kind:<12} {with_label:,} of {len(values):,} instance(s) labelled; "
+                   f"values {shown or 'none'}")
+    cut = sum(len(d) for d in table.column("dropped_targets").to_pylist())
+    labels = "label" if cut == 1 else "labels"
+    out.append(f"  {cut:,} {labels} cut away by truncation (their targets became null or -100)")
     return out
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import os
+import signal
 from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
@@ -66,10 +67,13 @@ class InstanceLoader:
 def shard_loader(source: str | os.PathLike | Sequence[str | os.PathLike], batch_size: int, *, shuffle: bool = True, seed: int = 0,
                  buffer_size: int = 1024, num_workers: int = 0, compact: bool = False, pad_to_long: int | None = None,
                  pad_to_global: int | None = None, rank: int | None = None, world_size: int | None = None) -> DataLoader:
-    """A DataLoader of EtcBatches streamed from compiled shards (`graphattn compile` output).
+    """A DataLoader of EtcBatches streamed from compiled shards (`graphattn compile` output: a
+    directory, files, globs), task targets included in `batch.targets`.
 
     Row groups are split across ranks and workers and shuffled per epoch (the Trainer calls
-    set_epoch); ranks whose share runs out first end the epoch for everyone (see Trainer)."""
+    set_epoch); ranks whose share runs out first end the epoch for everyone (see Trainer).
+    `compact=True` keeps instances in the compact form until collate (what the shuffle buffer
+    should hold: dense side inputs are O(L * G) per instance)."""
     from graphattn.shards.dataset import ShardIterableDataset  # the shard reader pulls in pyarrow; import on use
 
     rank = get_rank() if rank is None else rank
@@ -78,4 +82,10 @@ def shard_loader(source: str | os.PathLike | Sequence[str | os.PathLike], batch_
                                    rank=rank, world_size=world_size)
 
     collate_batch = functools.partial(collate, pad_to_long=pad_to_long, pad_to_global=pad_to_global)
-    return DataLoader(dataset, batch_size=batch_size, num_workers=num_workers, collate_fn=collate_batch)
+    return DataLoader(dataset, batch_size=batch_size, num_workers=num_workers, collate_fn=collate_batch,
+                      worker_init_fn=_ignore_interrupts if num_workers else None)
+
+
+def _ignore_interrupts(worker_id: int) -> None:
+    """DataLoader workers leave Ctrl-C to the trainer, which finishes its step and checkpoints."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)

@@ -19,6 +19,12 @@ random generator both now and at the start of that epoch. Resuming re-creates th
 order from the epoch-start state, skips the consumed batches, then restores the current state.
 This needs the data to give the same order when iterated again from the same generator state
 (true of DataLoaders, shuffled or not, and of anything with `set_epoch`).
+
+Ctrl-C (SIGINT, in the main thread) does not kill a step half-way: the step under way finishes,
+a checkpoint is saved at it (with checkpoint_dir) and `fit` raises `TrainingInterrupted` (a
+KeyboardInterrupt) naming the step and the checkpoint, from which `resume` continues exactly as
+from any other. A second Ctrl-C stops at once. Under DDP the ranks agree after every step, so
+they stop at the same one.
 """
 
 from __future__ import annotations
@@ -27,6 +33,9 @@ import contextlib
 import copy
 import dataclasses
 import math
+import signal
+import threading
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
@@ -77,6 +86,7 @@ class TrainConfig:
     resume: str | bool = False  # True / "latest": newest under checkpoint_dir if any; or a checkpoint path
     progress: bool = True
     find_unused_parameters: bool = False  # DDP: set when some parameters get no gradient in a step
+    stop_on_interrupt: bool = True  # Ctrl-C: finish the step, checkpoint, raise TrainingInterrupted
 
     def __post_init__(self) -> None:
         def fail(name: str, message: str) -> None:
@@ -109,6 +119,37 @@ class TrainConfig:
         return dataclasses.asdict(self)
 
 
+class TrainingInterrupted(KeyboardInterrupt):
+    """Ctrl-C stopped `fit` after a whole step; `checkpoint` holds it (None without checkpoint_dir)."""
+
+    def __init__(self, step: int, checkpoint: Path | None):
+        super().__init__(f"interrupted at step {step}" + (f"; checkpoint {checkpoint}" if checkpoint else ""))
+        self.step, self.checkpoint = step, checkpoint
+
+
+class _InterruptFlag:
+    """While active (main thread only), the first SIGINT sets `requested` instead of raising; the
+    second one raises KeyboardInterrupt as usual."""
+
+    def __init__(self, enabled: bool):
+        self.enabled = enabled and threading.current_thread() is threading.main_thread()
+        self.requested = False
+        self._previous = None
+
+    def _handle(self, signum, frame) -> None:
+        self.requested = True
+        signal.signal(signal.SIGINT, self._previous)
+
+    def __enter__(self) -> "_InterruptFlag":
+        if self.enabled:
+            self._previous = signal.signal(signal.SIGINT, self._handle)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.enabled and not self.requested:
+            signal.signal(signal.SIGINT, self._previous)
+
+
 @dataclass
 class TrainResult:
     """What a fit did: the final step, one record per logged step, the last checkpoint."""
@@ -116,6 +157,8 @@ class TrainResult:
     step: int
     history: list[dict[str, float]] = field(default_factory=list)
     checkpoint: Path | None = None
+    seconds: float = 0.0  # wall-clock time of the steps this fit ran (loading and saving excluded)
+    steps_run: int = 0  # steps this fit ran (after a resume: fewer than `step`)
 
     @property
     def final_loss(self) -> float:
@@ -315,29 +358,36 @@ class Trainer:
         last_checkpoint, resumed_at = found, self.step
         window: dict[str, torch.Tensor] = {}
         bar = tqdm(total=total, initial=self.step, disable=not (cfg.progress and self.is_main), desc="train", dynamic_ncols=True)
-        try:
-            while self.step < total:
-                accum = cfg.gradient_accumulation_steps
-                for i in range(accum):
-                    loss, metrics = self._micro_step(next(batches), last=i == accum - 1)
-                    _accumulate(window, {"loss": loss, **metrics}, 1.0 / accum)
-                grad_norm, lr = self._optimizer_step()
-                self.step += 1
-                _accumulate(window, {"steps": torch.ones((), device=self.device)}, 1.0)
-                bar.update(1)
-                if self.step % cfg.log_every == 0 or self.step == total:
-                    record = self._log(window, grad_norm, lr)
-                    window = {}
-                    bar.set_postfix(loss=f"{record['loss']:.4f}", lr=f"{record['lr']:.2e}")
-                    for callback in self.callbacks:
-                        callback(self, record)
-                if cfg.checkpoint_dir and cfg.checkpoint_every and self.step % cfg.checkpoint_every == 0 and self.step < total:
-                    last_checkpoint = self.save_checkpoint()
-        finally:
-            bar.close()
+        started = time.perf_counter()
+        with _InterruptFlag(cfg.stop_on_interrupt) as interrupt:
+            try:
+                while self.step < total:
+                    accum = cfg.gradient_accumulation_steps
+                    for i in range(accum):
+                        loss, metrics = self._micro_step(next(batches), last=i == accum - 1)
+                        _accumulate(window, {"loss": loss, **metrics}, 1.0 / accum)
+                    grad_norm, lr = self._optimizer_step()
+                    self.step += 1
+                    _accumulate(window, {"steps": torch.ones((), device=self.device)}, 1.0)
+                    bar.update(1)
+                    if self.step % cfg.log_every == 0 or self.step == total:
+                        record = self._log(window, grad_norm, lr)
+                        window = {}
+                        bar.set_postfix(loss=f"{record['loss']:.4f}", lr=f"{record['lr']:.2e}")
+                        for callback in self.callbacks:
+                            callback(self, record)
+                    periodic = cfg.checkpoint_every and self.step % cfg.checkpoint_every == 0
+                    if cfg.checkpoint_dir and periodic and self.step < total:
+                        last_checkpoint = self.save_checkpoint()
+                    if cfg.stop_on_interrupt and not all_ranks_agree(not interrupt.requested, self.device):
+                        raise TrainingInterrupted(self.step, self.save_checkpoint() if cfg.checkpoint_dir else None)
+            finally:
+                bar.close()
+        seconds = time.perf_counter() - started
         if cfg.checkpoint_dir and (found is None or self.step > resumed_at):  # resuming a finished run leaves its checkpoint as it was
             last_checkpoint = self.save_checkpoint()
-        return TrainResult(step=self.step, history=list(self.history), checkpoint=last_checkpoint)
+        return TrainResult(step=self.step, history=list(self.history), checkpoint=last_checkpoint, seconds=seconds,
+                           steps_run=self.step - resumed_at)
 
     def _log(self, window: dict[str, torch.Tensor], grad_norm: torch.Tensor, lr: float) -> dict[str, float]:
         """Mean of each metric since the last log, over steps and ranks; the last step's
@@ -445,7 +495,27 @@ def _accumulate(into: dict[str, torch.Tensor], values: Mapping[str, Any], weight
         into[name] = into.get(name, torch.zeros(())).to(tensor.device) + tensor * weight
 
 
-def train(model: nn.Module, data: Iterable, config: TrainConfig | None = None, loss_fn: LossFn | None = None, **overrides: Any) -> TrainResult:
-    """One call: `train(model, loader, max_steps=100, learning_rate=1e-4, loss_fn=...)`."""
+def train(model: nn.Module, data: Any, config: TrainConfig | None = None, loss_fn: LossFn | None = None, *,
+          batch_size: int = 8, num_workers: int = 0, buffer_size: int = 1024, **overrides: Any) -> TrainResult:
+    """One call: `train(model, "shards/", max_steps=100, learning_rate=1e-4)`.
+
+    `data` is any re-iterable of batches, or compiled shards (a directory, a .parquet file, a
+    glob, or a list of them), which are streamed through `ShardIterableDataset` (shuffled with a
+    buffer of `buffer_size` instances, split across `num_workers` DataLoader workers and DDP
+    ranks) in batches of `batch_size`; nothing is compiled again and memory does not grow with
+    the corpus."""
     config = dataclasses.replace(config, **overrides) if config is not None else TrainConfig(**overrides)
+    if _is_shard_source(data):
+        from graphattn.train.batches import shard_loader
+
+        data = shard_loader(data, batch_size, shuffle=True, seed=config.seed, buffer_size=buffer_size,
+                            num_workers=num_workers, compact=True)
     return Trainer(model, config, loss_fn=loss_fn).fit(data)
+
+
+def _is_shard_source(data: Any) -> bool:
+    import os
+
+    if isinstance(data, (str, os.PathLike)):
+        return True
+    return isinstance(data, (list, tuple)) and bool(data) and all(isinstance(item, (str, os.PathLike)) for item in data)

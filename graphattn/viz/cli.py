@@ -1,40 +1,42 @@
 """`graphattn viz INPUT --schema S [--out FILE.png|.svg|.html] [--queries A:B] [--keys A:B]`.
 
-INPUT is a document (a DocGraph JSON, HTML, plain text, or a HotpotQA / WikiHop / NQ file with
---format) that is compiled with the schema and tokenizer first (the same default tokenizer as
-`graphattn compile`), or a compiled Parquet shard (read through `graphattn.shards.dataset`).
-Either way the instance stays in its compact form, so a 262K-token input draws in bounded
-memory. A document that a strided layout (truncation policy `windows`, e.g. NQ) cuts into
-several windows draws window --window N, and the output says which one it is.
-Without --out the terminal view is printed.
+INPUT is what `graphattn compile` reads or writes: a document file (HTML, text, or JSON / JSON
+lines in any format of `graphattn.ingest.formats`, told by suffix and by the records' keys, or
+given with --format / --mapping), compiled with the schema and tokenizer first (the same default
+tokenizer as `graphattn compile`); or a compiled Parquet shard or a compile output directory
+(--instance counts across its shards). Either way the instance stays in its compact form, so a
+262K-token input draws in bounded memory. A document that a strided layout (truncation policy
+`windows`, e.g. NQ) cuts into several windows draws window --window N, and the output says which
+one it is. Without --out the terminal view is printed.
 """
 
 from __future__ import annotations
 
 import argparse
 import itertools
-import json
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 from graphattn.cli import add_verbosity_arguments, verbosity
 from graphattn.contract import EtcInstance
-from graphattn.errors import GraphattnError, GraphError, IngestError
+from graphattn.errors import GraphattnError, IngestError
+from graphattn.ingest.formats import FORMATS as DOCUMENT_FORMATS
 from graphattn.tokenizer_files import DEFAULT_TOKENIZER, TOKENIZER_HELP
 
-DOCUMENT_FORMATS = ("docgraph", "html", "text", "hotpotqa", "wikihop", "nq")
-SUFFIX_FORMATS = {".html": "html", ".htm": "html", ".xhtml": "html", ".txt": "text", ".text": "text", ".md": "text", ".json": "docgraph"}
 SHARD_SUFFIXES = (".parquet",)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     from graphattn.corpus.cli import add_html_arguments
 
-    parser.add_argument("input", help="document (.json DocGraph, .html, .txt; datasets with --format) or compiled shard (.parquet)")
+    parser.add_argument("input", help="document (.html, .txt, .json/.jsonl of any known format) or compiled shard "
+                        "(.parquet, or a compile output directory)")
     parser.add_argument("--schema", help="relation schema: a YAML/JSON file or a shipped schema name (needed for documents)")
     parser.add_argument("--tokenizer", default=DEFAULT_TOKENIZER, help=TOKENIZER_HELP + "; or spacy:<lang>")
-    parser.add_argument("--format", choices=DOCUMENT_FORMATS, help="how to read a document (default: from its suffix)")
+    parser.add_argument("--format", choices=("auto", *DOCUMENT_FORMATS), default="auto",
+                        help="how to read a document (auto: by suffix, and JSON records by their keys)")
+    parser.add_argument("--mapping", metavar="FILE", help="read JSON records with this generic mapping (YAML/JSON)")
     parser.add_argument("--out", help="write FILE.png, FILE.svg or FILE.html instead of printing to the terminal")
     parser.add_argument("--queries", help="query rows A:B over [global ; long] positions; g/l prefixes count in one part (l0:l64)")
     parser.add_argument("--keys", help="key columns A:B, as --queries")
@@ -59,7 +61,8 @@ def run(args: argparse.Namespace) -> int:
     from graphattn.viz.pattern import Pattern, parse_range
 
     loaded = load_instance(args.input, schema=args.schema, tokenizer=args.tokenizer, format=args.format,
-                           index=args.instance, window=args.window, html_options=html_options(args))
+                           index=args.instance, window=args.window, html_options=html_options(args),
+                           mapping=args.mapping)
     talk = verbosity(args) >= 0
     if talk and loaded.where:
         print(f"drawing {loaded.where}", file=sys.stderr if args.out is None else sys.stdout)
@@ -115,9 +118,10 @@ class Loaded:
     where: str = ""  # e.g. "window 2 of 3 (long tokens 2048-6143 of the document)"
 
 
-def load_instance(path: str | Path, *, schema=None, tokenizer=DEFAULT_TOKENIZER, format: str | None = None,
-                  index: int = 0, window: int = 0, html_options: dict | None = None) -> Loaded:
-    """The instance to draw, in its compact form: compiled from a document, or read from a shard."""
+def load_instance(path: str | Path, *, schema=None, tokenizer=DEFAULT_TOKENIZER, format: str | None = "auto",
+                  index: int = 0, window: int = 0, html_options: dict | None = None, mapping=None) -> Loaded:
+    """The instance to draw, in its compact form: compiled from a document, or read from shards
+    (a file or a compile output directory)."""
     path = Path(path)
     if not path.exists():
         raise GraphattnError("no such file", file=str(path))
@@ -125,12 +129,12 @@ def load_instance(path: str | Path, *, schema=None, tokenizer=DEFAULT_TOKENIZER,
         raise GraphattnError(f"--instance must be >= 0, got {index}", file=str(path))
     if window < 0:
         raise GraphattnError(f"--window must be >= 0, got {window}", file=str(path))
-    if path.suffix.lower() in SHARD_SUFFIXES:
+    if path.is_dir() or path.suffix.lower() in SHARD_SUFFIXES:
         if window:
             raise GraphattnError("--window picks a window of a document; in a shard every window is an instance "
                                  "of its own: use --instance", file=str(path))
         return load_from_shard(path, index)
-    graph = read_document(path, format, index, html_options)
+    graph = read_document(path, format, index, html_options, mapping)
     if schema is None:
         raise GraphattnError("--schema is required to compile a document (a YAML/JSON file or a shipped name)", file=str(path))
     from graphattn.compile import compile_windows
@@ -152,66 +156,37 @@ def load_instance(path: str | Path, *, schema=None, tokenizer=DEFAULT_TOKENIZER,
 
 
 def load_from_shard(path: Path, index: int) -> Loaded:
-    """Instance `index` of a compiled shard, compact (`graphattn.shards.format.read_row`: no torch)."""
-    from graphattn.shards.format import read_row
+    """Instance `index` of a compiled shard, or of a directory of shards counting across them,
+    compact (`graphattn.shards.format.read_row`: no torch)."""
+    from graphattn.shards.format import read_info, read_row, shard_paths
 
-    instance, provenance = read_row(path, index, compact=True)
-    where = ""
+    files = shard_paths(path)
+    file, local = files[0], index
+    if len(files) > 1:  # which shard holds it: footers only
+        rows = [read_info(f).num_rows for f in files]
+        if index >= sum(rows):
+            raise GraphattnError(f"--instance {index} is out of range: the {len(files)} shards hold {sum(rows)} "
+                                 "(counting from 0)", file=str(path))
+        for file, count in zip(files, rows):
+            if local < count:
+                break
+            local -= count
+    instance, provenance = read_row(file, local, compact=True)
+    where = f"instance {index} ({Path(file).name} row {local})" if len(files) > 1 else ""
     if provenance.windows > 1:
         where = (f"instance {index}: window {provenance.window + 1} of {provenance.windows} "
                  f"of document #{provenance.doc_numbers[0]}")
     return Loaded(instance, where)
 
 
-def read_document(path: Path, format: str | None, index: int = 0, html_options: dict | None = None):
-    """A DocGraph from a document file; `index` picks the record of a multi-record file."""
-    format = format or SUFFIX_FORMATS.get(path.suffix.lower())
-    if format is None:
-        raise IngestError(
-            f"cannot tell how to read a {path.suffix or 'suffix-less'} file; pass --format ({', '.join(DOCUMENT_FORMATS)})",
-            file=str(path),
-        )
-    if format == "docgraph":
-        return _read_docgraph(path, index)
-    if format == "html":
-        from graphattn.ingest.html import read_html
+def read_document(path: Path, format: str | None = "auto", index: int = 0, html_options: dict | None = None,
+                  mapping=None):
+    """A DocGraph from a document file (`graphattn.ingest.formats`, as compile reads it); `index`
+    picks the record of a multi-record file."""
+    from graphattn.ingest.formats import read_documents
 
-        return read_html(path, **(html_options or {}))
-    if format == "text":
-        from graphattn.ingest.text import text_to_graph
-
-        return text_to_graph(_read_text(path), doc_id=path.stem, source=str(path))
-    from graphattn.ingest.json import read_json
-
-    record = next(itertools.islice(read_json(path, format), index, None), None)
-    if record is None:
+    documents = read_documents(path, format or "auto", mapping, html_options)
+    graph = next(itertools.islice(documents, index, None), None)
+    if graph is None:
         raise IngestError(f"has no record {index} (--instance counts from 0)", file=str(path))
-    return record
-
-
-def _read_text(path: Path) -> str:
-    try:
-        return path.read_text(encoding="utf-8")
-    except UnicodeDecodeError as err:
-        raise IngestError(f"not UTF-8 text ({err.reason} at byte {err.start})", file=str(path)) from None
-
-
-def _read_docgraph(path: Path, index: int):
-    from graphattn.graph import DocGraph
-
-    try:
-        data = json.loads(_read_text(path))
-    except json.JSONDecodeError as err:
-        raise GraphError(f"not valid JSON: {err.msg} (column {err.colno})", file=str(path), line=err.lineno) from None
-    if isinstance(data, list):
-        if not 0 <= index < len(data):
-            raise GraphError(f"has {len(data)} graphs; --instance {index} is out of range", file=str(path))
-        data, where = data[index], (index,)
-    else:
-        where = ()
-    if not isinstance(data, dict) or "nodes" not in data:
-        raise GraphError(
-            "expected a DocGraph object {text, nodes, edges}; for HotpotQA, WikiHop or NQ files pass --format",
-            file=str(path), path=where,
-        )
-    return DocGraph.from_dict(data, source=str(path))
+    return graph

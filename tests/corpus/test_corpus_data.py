@@ -120,12 +120,19 @@ def test_shards_are_plain_tables(shards):
     assert b"graphattn.label_vocab" in first.schema.metadata
 
 
-def test_hugging_face_datasets_reads_the_shards(shards):
-    datasets = pytest.importorskip("datasets", reason="HF datasets is optional and not installed here")
+def test_hugging_face_datasets_reads_the_shards(shards, tmp_path, monkeypatch):
+    """`datasets.load_dataset("parquet", data_files=...)` opens the shards as a table, locally (no
+    download: offline mode on, the cache in a temporary directory)."""
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")  # read when datasets is first imported
+    import datasets
+
     out, reference = shards
-    loaded = datasets.load_dataset("parquet", data_files=sorted(str(p) for p in out.glob("*.parquet")), split="train")
+    loaded = datasets.load_dataset("parquet", data_files=sorted(str(p) for p in out.glob("*.parquet")), split="train",
+                                   cache_dir=str(tmp_path / "hf-cache"))
     assert loaded.num_rows == len(reference)
     assert loaded[0]["doc_ids"] == reference[0].doc_ids
+    assert loaded[0]["long_token_ids"] == reference[0].long_token_ids.tolist()
+    assert loaded.features["long_token_ids"].feature.dtype == "uint16"
 
 
 def test_mixing_shards_of_different_runs_is_refused(shards, tmp_path):

@@ -176,5 +176,5 @@ def test_shards_store_the_hard_mask_flags_per_query_row(tmp_path):
         np.testing.assert_array_equal(getattr(back.to_dense(), name), value, err_msg=name)
     old = tmp_path / "old.parquet"
     old.write_bytes(encode_shard(table, {**metadata, b"graphattn.format": b"graphattn-shards/1"}))
-    with pytest.raises(ShardFormatError, match="format 'graphattn-shards/1', expected 'graphattn-shards/2'"):
+    with pytest.raises(ShardFormatError, match="format 'graphattn-shards/1', expected 'graphattn-shards/3'"):
         read_info(old)

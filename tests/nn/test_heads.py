@@ -13,12 +13,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "train"))
-from train_cases import task_examples, tiny_config  # noqa: E402
+from train_cases import instances, task_targets, tiny_config  # noqa: E402
 
 from graphattn.errors import GraphattnError  # noqa: E402
 from graphattn.nn import EtcEncoder  # noqa: E402
 from graphattn.nn.heads import CandidateScoringHead, KeyphraseHead, SpanExtractionHead, SpanLogits, SupportingFactsHead  # noqa: E402
-from graphattn.train import InstanceLoader, TaskModel, TrainConfig, Trainer, collate_examples  # noqa: E402
+from graphattn.compile import collate  # noqa: E402
+from graphattn.train import InstanceLoader, TaskModel, TrainConfig, Trainer  # noqa: E402
+from graphattn.train.tasks import ngram_labels  # noqa: E402
 
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -118,25 +120,52 @@ def test_valid_ngrams_match_brute_force(real, max_ngram) -> None:
 # -- shapes and gradients --------------------------------------------------------------------
 
 
+def test_ngram_labels_from_span_rows_by_hand() -> None:
+    rows = torch.tensor([[[0, 1], [3, 3], [-100, -100]], [[2, 6], [1, 2], [-100, -100]]])  # (first, last) per row
+    labels = ngram_labels(rows, max_ngram=3, long_length=5)
+    assert labels.shape == (2, 3, 5)
+    assert labels[0].nonzero().tolist() == [[0, 3], [1, 0]]  # 1-gram at 3, 2-gram at 0
+    assert labels[1].nonzero().tolist() == [[1, 1]]  # 2-6 is 5 tokens: longer than max_ngram, left out
+
+
 @pytest.mark.parametrize("task", ["wikihop", "hotpotqa", "nq", "openkp"])
 def test_head_shapes_and_gradients_reach_the_encoder(task) -> None:
     torch.manual_seed(0)
-    model = TaskModel(EtcEncoder(tiny_config()), task, **({"max_ngram": 5} if task == "openkp" else {}))
-    batch, targets = collate_examples(task_examples(task, 3))
+    model = TaskModel(EtcEncoder(tiny_config()), task_targets(task), max_ngram=5)
+    batch = collate(instances(3))
     B, L, G = batch.batch_size, batch.long_token_ids.shape[1], batch.global_token_ids.shape[1]
-    logits = model.logits(batch, targets)
-    shapes = {"wikihop": lambda x: [tuple(x.shape)] == [(B, G)], "hotpotqa": lambda x: [tuple(x.shape)] == [(B, G)],
-              "nq": lambda x: (tuple(x.start.shape), tuple(x.end.shape), tuple(x.answer_type.shape)) == ((B, L), (B, L), (B, 5)),
+    (name,) = model.targets
+    logits = model.logits(batch)[name]
+    shapes = {"wikihop": lambda x: [tuple(x.shape)] == [(B, G)], "hotpotqa": lambda x: [tuple(x.shape)] == [(B, G, 2)],
+              "nq": lambda x: (tuple(x.start.shape), tuple(x.end.shape), tuple(x.answer_type.shape))
+              == ((B, L), (B, L), (B, 2)),
               "openkp": lambda x: tuple(x.shape) == (B, 5, L)}
     assert shapes[task](logits)
-    loss = model((batch, targets))["loss"]
-    loss.backward()
-    assert torch.isfinite(loss)
-    for name, param in model.named_parameters():  # weights only: a softmax over positions ignores a shared bias
-        if name.endswith("weight") and (name.startswith("head.") or name.endswith("word_embeddings.weight")):
-            assert param.grad is not None and torch.isfinite(param.grad).all() and param.grad.abs().sum() > 0, name
-    prediction = model.predict(batch, targets)
-    assert prediction is not None
+    output = model(batch)
+    output["loss"].backward()
+    assert torch.isfinite(output["loss"]) and {"loss", f"loss/{name}"} <= set(output)
+    for param_name, param in model.named_parameters():  # weights only: a softmax over positions ignores a shared bias
+        trained = param_name.startswith("heads.") or param_name.endswith("word_embeddings.weight")
+        if param_name.endswith("weight") and trained:
+            grad = param.grad
+            assert grad is not None and torch.isfinite(grad).all() and grad.abs().sum() > 0, param_name
+    assert model.predict(batch)[name] is not None
+
+
+def test_a_target_without_labels_in_the_batch_adds_zero_not_nan() -> None:
+    torch.manual_seed(0)
+    model = TaskModel(EtcEncoder(tiny_config()), {**task_targets("wikihop"), **task_targets("nq")})
+    batch = collate(instances(2))
+    batch.targets["answer"][:] = -100
+    for part in ("start", "end", "type"):
+        batch.targets[f"span_{part}"][:] = -100
+    output = model(batch)
+    assert output["loss/answer"].item() == 0 and output["loss/span"].item() == 0
+    output["loss"].backward()  # still a graph to step through
+    unlabelled = collate(instances(1))
+    unlabelled.targets = {}  # e.g. shards compiled with a schema without targets
+    with pytest.raises(GraphattnError, match="the batch has no target 'answer'"):
+        model(unlabelled)
 
 
 # -- overfitting 8 examples ----------------------------------------------------------------------
@@ -145,22 +174,29 @@ def test_head_shapes_and_gradients_reach_the_encoder(task) -> None:
 @pytest.mark.parametrize("task, steps", [("wikihop", 60), ("hotpotqa", 60), ("nq", 100), ("openkp", 40)])
 def test_each_head_overfits_eight_examples(task, steps) -> None:
     torch.manual_seed(0)
-    model = TaskModel(EtcEncoder(tiny_config()), task, **({"max_ngram": 5} if task == "openkp" else {}))
-    data = InstanceLoader(task_examples(task, 8), 8, collate_examples)
+    model = TaskModel(EtcEncoder(tiny_config()), task_targets(task), max_ngram=5)
+    data = InstanceLoader(instances(8), 8, collate)
     config = TrainConfig(max_steps=steps, learning_rate=1e-2, warmup_steps=5, decay="linear", log_every=1,
                          weight_decay=0.0, progress=False, precision="fp32")
     result = Trainer(model, config).fit(data)
     assert result.final_loss < 0.05, f"{task}: loss {result.final_loss:.4f} after {steps} steps"
     model.eval()
-    batch, targets = next(iter(data))
-    prediction = model.predict(batch, targets)
+    batch = next(iter(data))
+    (name,) = model.targets
+    prediction = model.predict(batch)[name]
+    targets = batch.targets
     if task == "wikihop":
-        assert torch.equal(prediction, targets["answer_position"])
+        chosen = targets["answer"].gather(1, prediction.argmax(-1)[:, None]).squeeze(1)
+        assert torch.equal(chosen, torch.ones(8, dtype=torch.long))
     elif task == "hotpotqa":
-        assert torch.equal(prediction, targets["supporting"].bool())
+        labelled = targets["supporting"] != -100
+        assert torch.equal(prediction.argmax(-1)[labelled], targets["supporting"][labelled])
     elif task == "nq":
-        assert torch.equal(prediction.start, targets["start_position"]) and torch.equal(prediction.answer_type, targets["answer_type"])
+        decoded, _ = prediction
+        assert torch.equal(decoded.start, targets["span_start"])
+        assert torch.equal(decoded.answer_type, targets["span_type"])
     else:
-        assert targets["ngram_labels"].flatten(1).any(1).all()  # every example has a gold keyphrase
+        gold = ngram_labels(targets["mentions"], 5, batch.long_token_ids.shape[1])
+        assert gold.flatten(1).any(1).all()  # every example has a gold n-gram
         best = prediction.start[:, 0] + batch.long_token_ids.shape[1] * (prediction.length[:, 0] - 1)
-        assert targets["ngram_labels"].flatten(1).gather(1, best[:, None]).all()
+        assert gold.flatten(1).gather(1, best[:, None]).all()

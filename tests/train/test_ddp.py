@@ -23,10 +23,13 @@ import torch
 import torch.multiprocessing as mp
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from train_cases import task_examples, tiny_config  # noqa: E402
+from train_cases import instances, task_targets, tiny_config  # noqa: E402
 
 from graphattn.nn import EtcEncoder  # noqa: E402
-from graphattn.train import InstanceLoader, TaskModel, TrainConfig, Trainer, cleanup_distributed, collate_examples, init_distributed  # noqa: E402
+from graphattn.compile import collate  # noqa: E402
+from graphattn.train import (  # noqa: E402
+    InstanceLoader, TaskModel, TrainConfig, Trainer, cleanup_distributed, init_distributed,
+)
 
 STEPS = 3
 SCENARIOS = {"plain": dict(batch_size=2, accumulation=1), "accumulate": dict(batch_size=1, accumulation=2)}
@@ -37,7 +40,7 @@ pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 def make_model() -> TaskModel:
     torch.manual_seed(0)
-    return TaskModel(EtcEncoder(tiny_config()), "wikihop")
+    return TaskModel(EtcEncoder(tiny_config()), task_targets("wikihop"))
 
 
 def config(accumulation: int, **changes) -> TrainConfig:
@@ -47,7 +50,7 @@ def config(accumulation: int, **changes) -> TrainConfig:
 
 
 def run(batch_size: int, accumulation: int, world_size: int, rank: int, **changes) -> tuple[dict, list]:
-    data = InstanceLoader(task_examples("wikihop", 8), batch_size, collate_examples, shuffle=True, seed=3, rank=rank, world_size=world_size)
+    data = InstanceLoader(instances(8), batch_size, collate, shuffle=True, seed=3, rank=rank, world_size=world_size)
     model = make_model()
     sgd = torch.optim.SGD(model.parameters(), lr=0.5, momentum=0.9)
     result = Trainer(model, config(accumulation, **changes), optimizer=sgd).fit(data)
@@ -66,8 +69,8 @@ def _worker(rank: int, world_size: int, init_file: str, out: str) -> None:
                 torch.save(state, Path(out) / f"{name}.pt")
             results[name] = history
         # Unequal shares: rank 0 has 3 batches per epoch, rank 1 has 2; 4 steps = 2 epochs of 2.
-        (batch, targets) = collate_examples(task_examples("wikihop", 2))
-        uneven = [(batch, targets)] * (3 if rank == 0 else 2)
+        batch = collate(instances(2))
+        uneven = [batch] * (3 if rank == 0 else 2)
         history = Trainer(make_model(), config(1, max_steps=4)).fit(uneven).history
         results["uneven_epochs"] = [r["epoch"] for r in history]
         Path(out, f"history-{rank}.json").write_text(json.dumps(results))

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import math
 import sys
 from pathlib import Path
@@ -15,13 +14,14 @@ from hypothesis import strategies as st
 from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from train_cases import TOKENIZER, task_examples, tiny_config  # noqa: E402
+from train_cases import TOKENIZER, instances, task_targets, tiny_config  # noqa: E402
 
 from graphattn.contract import EtcBatch  # noqa: E402
 from graphattn.errors import GraphattnError  # noqa: E402
 from graphattn.nn import EtcEncoder  # noqa: E402
+from graphattn.compile import collate  # noqa: E402
 from graphattn.train import (  # noqa: E402
-    InstanceLoader, Lamb, TaskModel, TrainConfig, Trainer, WarmupDecay, collate_examples, move_to_device, shard_loader, train,
+    InstanceLoader, Lamb, TaskModel, TrainConfig, Trainer, WarmupDecay, move_to_device, shard_loader, train,
 )
 
 
@@ -30,11 +30,11 @@ pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 def wikihop_model(seed: int = 0, dropout: float = 0.0) -> TaskModel:
     torch.manual_seed(seed)
-    return TaskModel(EtcEncoder(tiny_config(hidden_dropout_prob=dropout)), "wikihop")
+    return TaskModel(EtcEncoder(tiny_config(hidden_dropout_prob=dropout)), task_targets("wikihop"))
 
 
 def loader(batch_size: int = 2, shuffle: bool = True, n: int = 8) -> InstanceLoader:
-    return InstanceLoader(task_examples("wikihop", n), batch_size, collate_examples, shuffle=shuffle, seed=3)
+    return InstanceLoader(instances(n), batch_size, collate, shuffle=shuffle, seed=3)
 
 
 def quiet(**changes) -> TrainConfig:
@@ -96,7 +96,7 @@ def test_lamb_and_adamw_fit_and_log_metrics() -> None:
         model = wikihop_model()
         result = Trainer(model, quiet(max_steps=24, log_every=8, optimizer=optimizer, learning_rate=3e-3, warmup_steps=2)).fit(loader(4))
         assert [r["step"] for r in result.history] == [8, 16, 24]
-        assert {"loss", "accuracy", "lr", "grad_norm", "epoch"} <= set(result.history[0])
+        assert {"loss", "loss/answer", "accuracy/answer", "lr", "grad_norm", "epoch"} <= set(result.history[0])
         assert result.history[-1]["loss"] < result.history[0]["loss"]
         assert result.history[0]["lr"] == pytest.approx(3e-3 * 17 / 22)  # the rate step 8 used: (8 - 1 - 2) / 22 of the way down
         assert result.history[-1]["lr"] == pytest.approx(3e-3 / 22)  # the last step's: one step before zero
@@ -106,7 +106,7 @@ def test_resume_continues_exactly_like_an_uninterrupted_run(tmp_path) -> None:
     """Dropout on, shuffled data, accumulation over an epoch boundary: the checkpoint at step 3
     sits mid-epoch (7 examples, batches of 2 -> 4 batches per epoch, 2 per step)."""
     config = quiet(max_steps=6, gradient_accumulation_steps=2, checkpoint_every=3, keep_checkpoints=0, log_every=1)
-    data = lambda: InstanceLoader(task_examples("wikihop", 7), 2, collate_examples, shuffle=True, seed=5)  # noqa: E731
+    data = lambda: InstanceLoader(instances(7), 2, collate, shuffle=True, seed=5)  # noqa: E731
     full = wikihop_model(dropout=0.1)
     full_result = Trainer(full, config.__class__(**{**config.to_dict(), "checkpoint_dir": str(tmp_path / "a")})).fit(data())
     first = tmp_path / "a" / "step-00000003"
@@ -164,9 +164,10 @@ def test_gradients_are_clipped_to_max_grad_norm() -> None:
 
 
 def test_move_to_device_walks_nested_batches() -> None:
-    batch, targets = collate_examples(task_examples("wikihop", 2))
-    moved = move_to_device({"pair": (batch, targets), "list": [torch.ones(2)], "n": 3}, torch.device("cpu"))
-    assert isinstance(moved["pair"][0], EtcBatch) and set(moved["pair"][1]) == set(targets) and moved["n"] == 3
+    batch = collate(instances(2))
+    moved = move_to_device({"pair": (batch, batch.targets), "list": [torch.ones(2)], "n": 3}, torch.device("cpu"))
+    assert isinstance(moved["pair"][0], EtcBatch) and set(moved["pair"][1]) == set(batch.targets) and moved["n"] == 3
+    assert set(moved["pair"][0].targets) == {"answer", "supporting", "span_start", "span_end", "span_type", "mentions"}
 
 
 @pytest.mark.parametrize(
@@ -241,19 +242,42 @@ def test_trains_from_compiled_shards(tmp_path) -> None:
     assert result.history[-1]["epoch"] >= 1  # fewer than 4 batches per epoch: the loop went round
 
 
-def test_train_command_fine_tunes_on_bundled_records(tmp_path, capsys) -> None:
-    from graphattn.cli import main
+def test_ctrl_c_finishes_the_step_checkpoints_and_resume_is_exact(tmp_path) -> None:
+    """SIGINT during step 3 (sent from a callback): the step completes, a checkpoint is saved at it,
+    TrainingInterrupted names both, and resuming gives the uninterrupted run bit for bit."""
+    import os
+    import signal
+
+    from graphattn.train import TrainingInterrupted
+
+    config = quiet(max_steps=6, log_every=1, checkpoint_dir=str(tmp_path / "a"))
+    data = lambda: InstanceLoader(instances(7), 2, collate, shuffle=True, seed=5)  # noqa: E731
+    interrupt = lambda trainer, record: os.kill(os.getpid(), signal.SIGINT) if trainer.step == 3 else None  # noqa: E731
+    with pytest.raises(TrainingInterrupted) as stop:
+        Trainer(wikihop_model(dropout=0.1), config, callbacks=[interrupt]).fit(data())
+    assert stop.value.step == 3 and stop.value.checkpoint == tmp_path / "a" / "step-00000003"
+    assert isinstance(stop.value, KeyboardInterrupt) and signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    resumed = wikihop_model(seed=99, dropout=0.1)
+    Trainer(resumed, config.__class__(**{**config.to_dict(), "resume": "latest"})).fit(data())
+    full = wikihop_model(dropout=0.1)
+    Trainer(full, config.__class__(**{**config.to_dict(), "checkpoint_dir": str(tmp_path / "b")})).fit(data())
+    for (name, a), b in zip(full.state_dict().items(), resumed.state_dict().values()):
+        assert torch.equal(a, b), name
+
+
+def test_train_api_streams_shards_with_their_targets(tmp_path) -> None:
+    """`train(model, "shards/")`: the Python API reads compiled shards through ShardIterableDataset."""
+    from graphattn.corpus.pipeline import CompileOptions, run_compile
+    from graphattn.train.finetune import open_shards
 
     data = Path(TOKENIZER).parent
-    argv = ["train", "--task", "wikihop", "--data", str(data / "wikihop_sample.json"), "--eval-data", str(data / "wikihop_sample.json"),
-            "--schema", str(data.parents[1] / "schemas" / "wikihop.yaml"), "--tokenizer", TOKENIZER, "--out", str(tmp_path),
-            "--hidden-size", "32", "--layers", "1", "--heads", "2", "--batch-size", "2", "--lr", "1e-3", "--precision", "fp32", "--no-progress"]
-    assert main(argv + ["--steps", "2"]) == 0
-    printed = capsys.readouterr().out
-    assert "2 training instances" in printed and "trained 2 steps" in printed and "eval: loss" in printed
-    assert (tmp_path / "step-00000002" / "trainer.pt").is_file()
-    assert json.loads((tmp_path / "run.json").read_text())["encoder"]["hidden_size"] == 32
-    assert main(argv + ["--steps", "3", "--resume"]) == 0  # one more step from the checkpoint
-    assert "trained 3 steps" in capsys.readouterr().out
-    assert main(["train", "--task", "wikihop", "--data", str(tmp_path / "missing.json"), "--schema", "x", "--tokenizer", TOKENIZER,
-                 "--out", str(tmp_path), "--steps", "1"]) == 2
+    options = CompileOptions(inputs=[str(data / "wikihop_sample.json")], schema="wikihop", out=str(tmp_path / "shards"),
+                             tokenizer=TOKENIZER, progress=False)
+    run_compile(options, print_fn=None)
+    shards = open_shards(tmp_path / "shards")
+    torch.manual_seed(0)
+    geometry = dict(local_radius=84, relative_pos_max_distance=12, relative_vocab_size=32, type_vocab_size=8)
+    model = TaskModel(EtcEncoder(tiny_config(**geometry)), shards.schema)
+    result = train(model, str(tmp_path / "shards"), max_steps=3, batch_size=2, log_every=1, progress=False,
+                   precision="fp32")
+    assert result.step == 3 and all(math.isfinite(r["loss"]) and "loss/answer" in r for r in result.history)

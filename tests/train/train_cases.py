@@ -2,7 +2,13 @@
 
 Each document: two candidate phrases, then 2-3 sentences made of a small word list, some of which
 mention a candidate. Compiled with a WikiHop-like schema made tiny (radius 3, short lengths) and
-the tokenizer the project ships, so an encoder with hidden 32 and 2 layers runs them fast.
+the tokenizer the project ships, so an encoder with hidden 32 and 2 layers runs them fast. The
+schema declares one target of each kind, so every head trains on these instances:
+
+    answer      choice          the candidate global whose node has is_answer ("wikihop")
+    supporting  global_labels   a flag per sentence global ("hotpotqa")
+    span        span            the first mention's tokens, type "short" ("nq")
+    mentions    spans           every mention's tokens ("openkp")
 """
 
 from __future__ import annotations
@@ -16,8 +22,8 @@ import numpy as np
 from graphattn.compile import compile_instance as compile_graph
 from graphattn.graph import DocGraph
 from graphattn.nn import EtcConfig
+from graphattn.schema import load_schema
 from graphattn.tokenize import load_tokenizer
-from graphattn.train.targets import TaskExample, hotpotqa_targets, keyphrase_targets, wikihop_targets
 
 REPO = Path(__file__).resolve().parents[2]
 TOKENIZER = str(REPO / "examples" / "data" / "tokenizer.json")
@@ -32,10 +38,18 @@ SCHEMA = {
         "candidate": {"global": "node", "long": True, "segment": True, "ignore_hard_masks": True, "global_type_id": 2},
         "sentence": {"global": "node", "long": True, "type_id": 1},
         "mention": {},
+        "answer": {},
     },
     "relations": {"contains": {"hierarchy": True}, "mention_of": {"link": "l2g", "label": "mention_of"}},
     "masks": {"hard_g2l": True},
+    "targets": {
+        "answer": {"kind": "choice", "node_types": "candidate", "attr": "is_answer"},
+        "supporting": {"kind": "global_labels", "node_types": "sentence", "attr": "supporting", "default": False},
+        "span": {"kind": "span", "node_types": "answer", "type_attr": "answer_type", "types": ["null", "short"]},
+        "mentions": {"kind": "spans", "node_types": "mention", "max_spans": 4},
+    },
 }
+TASKS = {"wikihop": "answer", "hotpotqa": "supporting", "nq": "span", "openkp": "mentions"}  # a target of each kind
 
 
 def tiny_config(**changes) -> EtcConfig:
@@ -72,6 +86,7 @@ def make_graph(rng: random.Random, index: int) -> DocGraph:
         graph.add_node(f"m{s}", "mention", (pos + start, pos + start + len(candidates[s % 2])))
         graph.add_edge(f"m{s}", "mention_of", f"c{s % 2}")
         pos += len(sentence) + 1
+    graph.add_node("a", "answer", graph.node("m0").span, answer_type="short")
     return graph
 
 
@@ -83,20 +98,12 @@ def compiled(n: int = 8, seed: int = 0) -> tuple:
     return tuple((g, compile_graph(g, SCHEMA, tokenizer())) for g in graphs)
 
 
-def task_examples(task: str, n: int = 8, seed: int = 0) -> list[TaskExample]:
-    """Examples with targets for one head. NQ spans and keyphrases are drawn per example."""
-    rng = np.random.default_rng(seed)
-    out = []
-    for graph, instance in compiled(n, seed):
-        if task == "wikihop":
-            targets = wikihop_targets(instance, graph)
-        elif task == "hotpotqa":
-            targets = hotpotqa_targets(instance, graph)
-        elif task == "nq":
-            start = int(rng.integers(0, instance.long_length - 2))
-            targets = {"start_position": np.int64(start), "end_position": np.int64(start + int(rng.integers(0, 2))),
-                       "answer_type": np.int64(rng.integers(0, 5))}
-        else:
-            targets = keyphrase_targets(instance, [graph.node(f"c{int(rng.integers(0, 2))}").attrs["text"]], max_ngram=5)
-        out.append(TaskExample(instance, targets))
-    return out
+def instances(n: int = 8, seed: int = 0) -> list:
+    """Compiled instances carrying every target of SCHEMA."""
+    return [instance for _, instance in compiled(n, seed)]
+
+
+def task_targets(task: str) -> dict:
+    """The one target of SCHEMA that stands for `task` (wikihop, hotpotqa, nq, openkp)."""
+    name = TASKS[task]
+    return {name: load_schema(SCHEMA).targets[name]}

@@ -1,0 +1,321 @@
+"""`graphattn evaluate --model RUN_OR_CHECKPOINT --data SHARDS...`: each target's standard metric.
+
+The gold answers are the targets in the shards; the model is the one `graphattn train` wrote.
+Each target is scored by the metric its schema names (`metric:`, see `graphattn.train.metrics`),
+per document: the windows of one NQ document are read together, as the datasets' scripts read
+one prediction per example.
+
+    set_f1     HotpotQA supporting facts: per document, the F1 / precision / recall / exact match of
+               the predicted positive globals (class > 0) against the labelled ones, averaged
+    accuracy   global_labels: share of labelled globals with the right class; choice (WikiHop): share
+               of instances whose best candidate is a chosen one
+    nq_long    NQ long answer: per document the best candidate over its windows, scored by its logit
+               minus the null global's; F1 / precision / recall at the best score threshold
+    squad      HotpotQA answer: exact match and F1 of the answer text (the predicted span's characters,
+               or yes / no) against the gold target's, normalized
+    nq_short   NQ short answer: the best span over the windows (span score minus the null score); right
+               when its characters equal the gold short answer's, or its yes / no type the gold one;
+               F1 at the best score threshold
+    f1_at_k    OpenKP: the best distinct n-grams over the windows against the gold keyphrase texts,
+               P / R / F1 @1, @3, @5
+
+Documents whose gold is not in the shards (truncation cut the answer, or the label matched
+nothing at compile time) are left out of that target's score and counted as `skipped`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+import numpy as np
+
+from graphattn.contract import TARGET_IGNORE, EtcInstance
+from graphattn.errors import GraphattnError
+from graphattn.train import metrics as m
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--model",
+        required=True,
+        metavar="RUN",
+        help="a `graphattn train --out` directory (its newest checkpoint) or a checkpoint directory inside one",
+    )
+    parser.add_argument(
+        "--data", required=True, nargs="+", metavar="SHARDS", help="compiled shards: directories, files or globs"
+    )
+    parser.add_argument("--batch-size", type=int, default=8)
+    parser.add_argument("--device", default="cpu", help="cpu, cuda, cuda:1, ...")
+    parser.add_argument("--json", metavar="FILE", help="also write the metrics to FILE as JSON")
+
+
+def run(args: argparse.Namespace) -> int:
+    report = evaluate_model(args.model, args.data, batch_size=args.batch_size, device=args.device)
+    print("\n".join(report_lines(report)))
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as handle:
+            json.dump(report.to_dict(), handle, indent=1)
+    return 0
+
+
+# -- what one instance contributes ---------------------------------------------------------------
+@dataclass
+class _Document:
+    """Everything gathered for one document over its instances (windows)."""
+
+    number: int
+    labels: dict[str, list] = field(default_factory=lambda: defaultdict(list))
+
+
+def _span_text(inst: EtcInstance, first: int, last: int) -> tuple[int, int, str]:
+    """Characters (start, end) and text of long tokens first..last (the compiler's own tokens add nothing)."""
+    spans = inst.long_char_spans[first : last + 1]
+    real = spans[:, 0] >= 0
+    if not real.any():
+        return -1, -1, ""
+    doc = int(inst.long_doc_index[first])
+    start, end = int(spans[real, 0].min()), int(spans[real, 1].max())
+    return start, end, inst.texts[doc][start:end]
+
+
+def _gather(name: str, kind: str, spec, inst: EtcInstance, prediction: Any, b: int, docs: dict, number: int) -> None:
+    """Append what instance b of a batch says about target `name` to its document's record."""
+    doc = docs.setdefault(number, _Document(number))
+    targets = inst.targets
+    G, L = inst.global_length, inst.long_length
+    if kind in ("global_labels", "choice"):
+        gold = targets[name]
+        scores = prediction[b, :G].float().cpu().numpy()
+        doc.labels[name].append((list(inst.global_node_ids), gold, scores))
+    elif kind == "span":
+        decoded, null_score = prediction
+        first, last = int(decoded.start[b]), int(decoded.end[b])
+        kind_id = int(decoded.answer_type[b])
+        start, end, text = _span_text(inst, first, last) if last < L else (-1, -1, "")
+        gold = tuple(int(targets[f"{name}_{part}"]) for part in ("start", "end", "type"))
+        gold_text = _span_text(inst, gold[0], gold[1]) if gold[0] >= 0 else (-1, -1, "")
+        margin = float(decoded.score[b]) - float(null_score[b])
+        doc.labels[name].append(
+            {
+                "type": spec.types[kind_id],
+                "chars": (start, end),
+                "text": text,
+                "margin": margin,
+                "gold_type": None if gold[2] == TARGET_IGNORE else spec.types[gold[2]],
+                "gold_chars": gold_text[:2],
+                "gold_text": gold_text[2],
+            }
+        )
+    else:
+        rows = targets[name]
+        gold = [_span_text(inst, int(a), int(z))[2] for a, z in rows if a >= 0]
+        starts, lengths, scores = (t[b].cpu().numpy() for t in (prediction.start, prediction.length, prediction.score))
+        ranked = [
+            (float(s), _span_text(inst, int(a), int(a) + int(n) - 1)[2])
+            for a, n, s in zip(starts, lengths, scores)
+            if int(a) + int(n) - 1 < L
+        ]
+        doc.labels[name].append((gold, ranked))
+
+
+# -- scoring each metric over documents -------------------------------------------------------------
+def _global_accuracy(records: list) -> dict[str, float]:
+    right = total = 0
+    for _, gold, scores in records:
+        labelled = gold != TARGET_IGNORE
+        right += int(np.count_nonzero(scores[labelled].argmax(-1) == gold[labelled]))
+        total += int(np.count_nonzero(labelled))
+    return {"accuracy": right / total if total else 0.0, "n": total}
+
+
+def _set_f1(documents: list[list]) -> dict[str, float]:
+    rows, skipped = [], 0
+    for records in documents:
+        gold, predicted = set(), set()
+        for nodes, labels, scores in records:
+            labelled = np.flatnonzero(labels != TARGET_IGNORE)
+            gold |= {(nodes[g], int(labels[g])) for g in labelled if labels[g] > 0}
+            guessed = scores.argmax(-1)
+            predicted |= {(nodes[g], int(guessed[g])) for g in labelled if guessed[g] > 0}
+        if not any((labels != TARGET_IGNORE).any() for _, labels, _ in records):
+            skipped += 1
+            continue
+        rows.append(m.set_scores(predicted, gold))
+    means = m.mean_scores(rows)
+    return {**{f"sp_{k}": v for k, v in means.items()}, "n": len(rows), "skipped": skipped}
+
+
+def _choice_accuracy(records: list) -> dict[str, float]:
+    right = total = 0
+    for _, labels, scores in records:
+        candidates = labels != TARGET_IGNORE
+        if not (labels == 1).any():
+            continue
+        best = int(np.argmax(np.where(candidates, scores, -np.inf)))
+        right += int(labels[best] == 1)
+        total += 1
+    return {"accuracy": right / total if total else 0.0, "n": total}
+
+
+def _nq_long(documents: list[list], null_node: str | None) -> dict[str, float]:
+    examples = []
+    for records in documents:
+        gold, best, best_margin = set(), None, -np.inf
+        for nodes, labels, scores in records:
+            null = nodes.index(null_node) if null_node in nodes else None
+            floor = scores[null] if null is not None else 0.0
+            for g in np.flatnonzero(labels != TARGET_IGNORE):
+                if g == null:
+                    continue
+                if labels[g] == 1:
+                    gold.add(nodes[g])
+                if scores[g] - floor > best_margin:
+                    best, best_margin = nodes[g], float(scores[g] - floor)
+        examples.append((bool(gold), best is not None, best in gold, best_margin if best is not None else -np.inf))
+    return {**m.best_threshold_f1(examples), "n": len(examples)}
+
+
+def _squad(documents: list[list]) -> dict[str, float]:
+    rows, skipped = [], 0
+    for records in documents:
+        known = [r for r in records if r["gold_type"] not in (None, "null")]
+        if not known:
+            skipped += 1
+            continue
+        gold = known[0]
+        gold_answer = gold["gold_type"] if gold["gold_type"] in ("yes", "no") else gold["gold_text"]
+        best = max(records, key=lambda r: r["margin"])
+        answer = best["type"] if best["type"] in ("yes", "no") else ("" if best["type"] == "null" else best["text"])
+        rows.append(m.answer_scores(answer, gold_answer))
+    return {**m.mean_scores(rows), "n": len(rows), "skipped": skipped}
+
+
+def _nq_short(documents: list[list]) -> dict[str, float]:
+    examples = []
+    for records in documents:
+        gold = {
+            (r["gold_type"], r["gold_chars"] if r["gold_type"] == "short" else None)
+            for r in records
+            if r["gold_type"] in ("short", "yes", "no")
+        }
+        candidates = [r for r in records if r["type"] in ("short", "yes", "no")]
+        best = max(candidates, key=lambda r: r["margin"]) if candidates else None
+        guess = (best["type"], best["chars"] if best["type"] == "short" else None) if best else None
+        examples.append((bool(gold), best is not None, guess in gold, best["margin"] if best else -np.inf))
+    return {**m.best_threshold_f1(examples), "n": len(examples)}
+
+
+def _f1_at_k(documents: list[list]) -> dict[str, float]:
+    rows, skipped = [], 0
+    for records in documents:
+        gold = [text for g, _ in records for text in g]
+        if not gold:
+            skipped += 1
+            continue
+        ranked = sorted((pair for _, r in records for pair in r), key=lambda pair: -pair[0])
+        rows.append(m.keyphrase_scores([text for _, text in ranked], gold))
+    return {**m.mean_scores(rows), "n": len(rows), "skipped": skipped}
+
+
+@dataclass
+class EvaluationReport:
+    model: str
+    step: int
+    data: list[str]
+    instances: int
+    documents: int
+    scores: dict[str, dict[str, Any]]  # target -> {"metric": name, score name -> value}
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "model": self.model,
+            "step": self.step,
+            "data": self.data,
+            "instances": self.instances,
+            "documents": self.documents,
+            "scores": self.scores,
+        }
+
+
+def _score(spec, documents: list[list]) -> dict[str, Any]:
+    metric = spec.default_metric
+    flat = [r for records in documents for r in records]
+    if metric == "accuracy" and spec.kind == "global_labels":
+        values = _global_accuracy(flat)
+    elif metric == "accuracy":
+        values = _choice_accuracy(flat)
+    elif metric == "set_f1":
+        values = _set_f1(documents)
+    elif metric == "nq_long":
+        values = _nq_long(documents, f"<{spec.null_global}>" if spec.null_global else None)
+    elif metric == "squad":
+        values = _squad(documents)
+    elif metric == "nq_short":
+        values = _nq_short(documents)
+    else:
+        values = _f1_at_k(documents)
+    return {"metric": metric, **values}
+
+
+def evaluate_model(
+    model_path: str, data: str | Sequence[str], *, batch_size: int = 8, device: str = "cpu"
+) -> EvaluationReport:
+    """Score a trained model on compiled shards (see the module docstring)."""
+    import torch
+
+    from graphattn.compile.batching import collate
+    from graphattn.shards.dataset import ShardDataset
+    from graphattn.train.finetune import load_task_model, open_shards
+
+    if batch_size < 1:
+        raise GraphattnError(f"--batch-size must be at least 1, got {batch_size}")
+    model, run = load_task_model(model_path, device)
+    shards = open_shards(data)
+    for name, head in model.targets.items():
+        found = shards.schema.targets.get(name)
+        if (
+            found is None
+            or found.kind != head.spec.kind
+            or found.types != head.spec.types
+            or found.classes != head.spec.classes
+        ):
+            raise GraphattnError(
+                f"the shards' schema {shards.schema.name!r} has no target {name!r} like the model's "
+                f"({head.spec.kind}); evaluate on shards compiled with the schema the model was trained on",
+                file=shards.paths[0],
+            )
+    dataset = ShardDataset(shards.paths, compact=True)
+    documents: dict[str, dict[int, _Document]] = {name: {} for name in model.targets}
+    numbers = set()
+    with torch.no_grad():
+        for start in range(0, len(dataset), batch_size):
+            indices = range(start, min(start + batch_size, len(dataset)))
+            instances = [dataset[i] for i in indices]
+            predictions = model.predict(collate(instances).to(device))
+            for b, (i, inst) in enumerate(zip(indices, instances)):
+                number = dataset.provenance(i).doc_numbers[0]
+                numbers.add(number)
+                for name, head in model.targets.items():
+                    _gather(name, head.spec.kind, head.spec, inst, predictions[name], b, documents[name], number)
+    scores = {
+        name: _score(head.spec, [d.labels[name] for _, d in sorted(documents[name].items())])
+        for name, head in model.targets.items()
+    }
+    return EvaluationReport(str(run["checkpoint"]), run["step"], shards.paths, len(dataset), len(numbers), scores)
+
+
+def report_lines(report: EvaluationReport) -> list[str]:
+    out = [
+        f"evaluated {report.model} (step {report.step}) on {report.instances:,} instance(s) of {report.documents:,} "
+        f"document(s) in {len(report.data)} shard(s)"
+    ]
+    for name, values in report.scores.items():
+        shown = "  ".join(
+            f"{k} {v:.4f}" if isinstance(v, float) else f"{k} {v}" for k, v in values.items() if k != "metric"
+        )
+        out.append(f"  {name:<14} {values['metric']:<9} {shown}")
+    return out
