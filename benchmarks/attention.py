@@ -505,7 +505,8 @@ def main() -> None:
         f"device {device}, {torch.get_num_threads()} threads, torch {torch.__version__}; fp32 matmul {peak:.0f} GFLOP/s"
     )
     print(
-        f"G = L/{TOKENS_PER_GLOBAL}, r = {RADIUS}, {HEADS} heads, d = {DIM}, B = 1, fp32, label bias, "
+        f"G = L/{TOKENS_PER_GLOBAL}, r = {RADIUS}, {HEADS} heads, d = {DIM}, B = 1, fp32 (triton: bf16 and fp16 "
+        "copies, CUDA only), label bias, "
         f"{'hard' if hard_g2l else 'soft'} g2l"
     )
     header = (

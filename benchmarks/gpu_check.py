@@ -19,7 +19,8 @@
 
 Everything is measured once the kernels are compiled (a warm-up call each). The whole run is
 kept under --budget seconds (default 480, the 8 minutes a GPU check may take): rows that would
-start past it are printed as skipped. Without CUDA it runs, says so, and skips both parts.
+start past it are printed as skipped. Without CUDA it prints the table with every row skipped,
+says why on stderr and exits 2 (nothing was measured); `--smoke` runs each method once, untimed.
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ import attention as bench  # noqa: E402  (benchmarks/attention.py: inputs, flop 
 from graphattn.kernels import prepare_attention  # noqa: E402
 
 METHODS = ("triton", "flex", "sdpa", "longformer")
+NO_GPU = 2  # exit status without CUDA: the table lists every row as skipped, nothing was measured
 
 
 def run_kernel_tests(timeout: float) -> tuple[bool, str]:
@@ -177,12 +179,16 @@ def main(argv: list[str] | None = None) -> int:
     if args.smoke:
         return smoke(args.lengths, args.methods, "cuda" if cuda else "cpu")
     if not cuda:
-        print("no CUDA GPU here: the kernel tests without the interpreter and every timing are skipped")
         for length in args.lengths:
             for mode in ("fwd", "fwd+bwd"):
                 rows.extend((length, mode, method, "skipped (no CUDA)") for method in args.methods)
         print(table(rows))
-        return 0
+        print(
+            "gpu_check: no CUDA GPU here (torch.cuda.is_available() is False): nothing was tested or timed. "
+            "Run it on a machine with one CUDA GPU; --smoke runs each method once, untimed, on this CPU.",
+            file=sys.stderr,
+        )
+        return NO_GPU
     name = torch.cuda.get_device_name()
     cc = torch.cuda.get_device_capability()
     print(f"GPU: {name} (compute capability {cc[0]}.{cc[1]}), torch {torch.__version__}")

@@ -31,7 +31,7 @@ from pathlib import Path
 import torch
 
 from graphattn.kernels.triton_blocks import interpreter_active
-from graphattn.kernels.triton_config import SHARED_MEMORY_LIMIT, candidates
+from graphattn.kernels.triton_config import SHARED_MEMORY_LIMIT, SUPPORTED_HEAD_DIMS, candidates, refusal_reason
 
 _TRITON_TYPE = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16"}
 DTYPES = {
@@ -40,6 +40,22 @@ DTYPES = {
     "tf32": (torch.float32, "tf32"),
     "float32": (torch.float32, "ieee"),
 }
+DTYPE_ALIASES = {"bf16": "bfloat16", "fp16": "float16", "half": "float16", "fp32": "float32"}
+
+
+def parse_arch(text: str) -> int:
+    """A compute capability written 90, sm_90, sm90 or 9.0."""
+    digits = text.lower().removeprefix("sm_").removeprefix("sm").replace(".", "")
+    if not digits.isdigit() or len(digits) != 2:
+        raise argparse.ArgumentTypeError(f"expected a compute capability such as 80, sm_80 or 8.0, got {text!r}")
+    return int(digits)
+
+
+def parse_dtype(text: str) -> str:
+    name = DTYPE_ALIASES.get(text.lower(), text.lower())
+    if name not in DTYPES:
+        raise argparse.ArgumentTypeError(f"expected one of {', '.join([*DTYPES, *DTYPE_ALIASES])}, got {text!r}")
+    return name
 
 
 @dataclass
@@ -143,7 +159,7 @@ def compile_all(
     from triton.backends.compiler import GPUTarget
 
     precision = precision or ("half" if dtype != torch.float32 else "ieee")
-    found = candidates(arch, head_dim, precision)
+    found = candidates(arch, head_dim, precision) if head_dim in SUPPORTED_HEAD_DIMS else []
     if not found:
         return []
     target = GPUTarget("cuda", arch, 32)
@@ -190,13 +206,15 @@ def compile_all(
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--arch", type=int, nargs="+", default=[90], help="compute capabilities, e.g. 80 86 89 90")
+    parser.add_argument(
+        "--arch", type=parse_arch, nargs="+", default=[90], help="compute capabilities, e.g. 80 86 89 90 (or sm_80)"
+    )
     parser.add_argument(
         "--dtype",
+        type=parse_dtype,
         nargs="+",
         default=["bfloat16"],
-        choices=list(DTYPES),
-        help="float32: exact (IEEE); tf32: fp32 states on TF32",
+        help="bfloat16 (bf16), float16 (fp16), float32 (fp32: exact, IEEE) or tf32 (fp32 states on TF32)",
     )
     parser.add_argument("--head-dim", type=int, nargs="+", default=[64])
     parser.add_argument(
@@ -229,10 +247,8 @@ def main(argv: list[str] | None = None) -> int:
                     )
                     prefix = f"{arch:>4} {dtype_name:>8} {head_dim:>3} {mode:>10}"
                     if not variants:
-                        print(
-                            prefix
-                            + "  refused: the wrapper does not launch this (see graphattn/kernels/triton_config.py)"
-                        )
+                        why = refusal_reason(head_dim, precision)
+                        print(f"{prefix}  refused: {why} (graphattn/kernels/triton_config.py)")
                         continue
                     for v in variants:
                         flags = []

@@ -93,18 +93,22 @@ def tile_candidates(device: torch.device, head_dim: int, dtype: torch.dtype) -> 
     if cc < (8, 0):
         raise refusal(cc, head_dim, dtype, "the kernels need compute capability 8.0 or newer (Ampere, Ada, Hopper)")
     if head_dim not in SUPPORTED_HEAD_DIMS:
-        raise refusal(cc, head_dim, dtype, "no kernel is built for that head dim")
+        raise refusal(cc, head_dim, dtype, refusal_reason(head_dim, "half"))
     arch = cc[0] * 10 + cc[1]
     precision = precision_class(dtype)
     found = candidates(arch if arch in SHARED_MEMORY_LIMIT else 90 if cc[0] >= 9 else 86, head_dim, precision)
     if not found:
-        why = (
-            "exact fp32 products (TF32 is off) spill registers in these kernels"
-            if precision == "ieee"
-            else f"{precision} products at this head dim spill registers or exceed shared memory"
-        )
-        raise refusal(cc, head_dim, dtype, why)
+        raise refusal(cc, head_dim, dtype, refusal_reason(head_dim, precision))
     return found
+
+
+def refusal_reason(head_dim: int, precision: str) -> str:
+    """Why `candidates` has nothing for this head dim and precision class (the AOT tool prints it)."""
+    if head_dim not in SUPPORTED_HEAD_DIMS:
+        return "no kernel is built for that head dim"
+    if precision == "ieee":
+        return "exact fp32 products (TF32 is off) spill registers in these kernels"
+    return f"{precision} products at this head dim spill registers or exceed shared memory"
 
 
 def launches_without_refusal(dtype: torch.dtype | None) -> bool:

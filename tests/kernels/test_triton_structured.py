@@ -95,6 +95,25 @@ def test_two_backward_passes_are_bitwise_equal(form) -> None:
     assert all(torch.equal(a, b) for a, b in zip(first, second))
 
 
+@pytest.mark.parametrize("backend", ["triton", "blocked"])
+def test_a_compact_batch_never_becomes_dense_side_inputs(backend, monkeypatch) -> None:
+    """The Triton kernels and the blocked backend read the CompactBatch itself: no [L, G] tensor."""
+    import graphattn.kernels.structure as structure
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("dense side inputs were built from the compact batch")
+
+    monkeypatch.setattr(structure, "compact_to_side", refuse)
+    batch = graph_batch(compact=True)
+    states, key_table, bias_table = random_states(2, 2, batch.side.global_length, batch.side.long_length, 16, 16)
+    options = {"block_sizes": TILES} if backend == "triton" else {}
+    attention = prepare_attention(batch.compact, num_heads=2, head_dim=16, vocab_size=16, backend=backend, **options)
+    ours = outputs_and_grads(attention.attend, states, key_table, bias_table)
+    expected = outputs_and_grads(lambda *a: dense.attention(*a[:6], batch.side, *a[6:]), states, key_table, bias_table)
+    assert attention.side is None
+    assert_all_close(ours, expected, 1e-5, RESULT_NAMES)
+
+
 def test_the_kernels_use_no_atomics() -> None:
     """Every output is written by the one program that owns it (the label gradients too)."""
     for module in (triton_forward, triton_backward, triton_labels):
