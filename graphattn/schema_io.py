@@ -26,7 +26,7 @@ from typing import Any, Mapping
 
 import yaml
 
-from graphattn.errors import SchemaError
+from graphattn.errors import GraphattnError, SchemaError
 
 SCHEMA_DIR = Path(__file__).resolve().parent / "schemas"
 JSON_SCHEMA_PATH = SCHEMA_DIR / "relation-schema.json"
@@ -41,7 +41,7 @@ MAX_VALUES = 10_000  # values after expanding YAML aliases; the shipped schemas 
 MAX_NUMBER_CHARS = 100  # an integer or float written with more characters is refused unread
 MAX_SCALAR_CHARS = 65_536  # any other scalar (a description) longer than this is refused
 
-_TOO_MANY = f"holds more than {MAX_VALUES} values (YAML aliases expanded); a relation schema needs a few hundred"
+_TOO_MANY = f"holds more than {MAX_VALUES} values (YAML aliases expanded); a schema or mapping needs a few hundred"
 _TOO_DEEP = f"nested more than {MAX_DEPTH} levels deep (a relation schema needs 6)"
 _STR_TAG, _MERGE_TAG = "tag:yaml.org,2002:str", "tag:yaml.org,2002:merge"
 _NUMBER_TAGS = ("tag:yaml.org,2002:int", "tag:yaml.org,2002:float")
@@ -55,14 +55,14 @@ class _BoundedLoader(yaml.SafeLoader):
     `_walk_lines` before anything is constructed, so an alias bomb is refused unexpanded.
     """
 
-    def __init__(self, text: str, source: str | None):
+    def __init__(self, text: str, source: str | None, error: type[GraphattnError] = SchemaError):
         super().__init__(text)
-        self.source = source
+        self.source, self.error = source, error
         self._depth = self._values = 0
         self._open_anchors: set[str] = set()
 
-    def _fail(self, message: str, mark) -> SchemaError:
-        return SchemaError(message, file=self.source, line=mark.line + 1 if mark is not None else None)
+    def _fail(self, message: str, mark) -> GraphattnError:
+        return self.error(message, file=self.source, line=mark.line + 1 if mark is not None else None)
 
     def compose_node(self, parent, index):
         event = self.peek_event()
@@ -90,12 +90,14 @@ class _BoundedLoader(yaml.SafeLoader):
         try:
             return super().construct_object(node, deep)
         except (ValueError, TypeError, OverflowError) as exc:
-            if isinstance(exc, SchemaError):
+            if isinstance(exc, GraphattnError):
                 raise
             raise self._fail(f"cannot read this {node.tag.rsplit(':', 1)[-1]} value: {exc}", node.start_mark) from None
 
 
-def _walk_lines(node: yaml.Node, path: Path_, lines: dict, source: str | None, sizes: dict) -> int:
+def _walk_lines(
+    node: yaml.Node, path: Path_, lines: dict, source: str | None, sizes: dict, error: type[GraphattnError]
+) -> int:
     """Record the 1-based line of every key path and check every key and scalar before anything
     is constructed. Returns how many values `node` stands for with aliases expanded.
 
@@ -107,8 +109,8 @@ def _walk_lines(node: yaml.Node, path: Path_, lines: dict, source: str | None, s
         return sizes[id(node)]
     lines.setdefault(path, node.start_mark.line + 1)
 
-    def fail(message: str, at: yaml.Node, where: Path_ = path) -> SchemaError:
-        return SchemaError(message, file=source, line=at.start_mark.line + 1, path=where)
+    def fail(message: str, at: yaml.Node, where: Path_ = path) -> GraphattnError:
+        return error(message, file=source, line=at.start_mark.line + 1, path=where)
 
     size = 1
     if isinstance(node, yaml.ScalarNode):
@@ -120,7 +122,7 @@ def _walk_lines(node: yaml.Node, path: Path_, lines: dict, source: str | None, s
         for key_node, value_node in node.value:
             line = key_node.start_mark.line + 1
             if key_node.tag == _MERGE_TAG:  # `<<: *base`: the merged keys take the line of `<<`
-                size += _walk_lines(value_node, path, lines, source, sizes)
+                size += _walk_lines(value_node, path, lines, source, sizes, error)
                 continue
             if not isinstance(key_node, yaml.ScalarNode) or key_node.tag != _STR_TAG:
                 raise fail(key_error(key_node.value if isinstance(key_node, yaml.ScalarNode) else "a collection",
@@ -130,11 +132,11 @@ def _walk_lines(node: yaml.Node, path: Path_, lines: dict, source: str | None, s
                 raise fail(f"duplicate key {key!r} (first on line {seen[key]})", key_node)
             seen[key] = line
             lines[(*path, key)] = line
-            size += 1 + _walk_lines(value_node, (*path, key), lines, source, sizes)
+            size += 1 + _walk_lines(value_node, (*path, key), lines, source, sizes, error)
     elif isinstance(node, yaml.SequenceNode):
         for i, item in enumerate(node.value):
             lines.setdefault((*path, i), item.start_mark.line + 1)
-            size += _walk_lines(item, (*path, i), lines, source, sizes)
+            size += _walk_lines(item, (*path, i), lines, source, sizes, error)
     if size > MAX_VALUES:
         raise fail(_TOO_MANY, node)
     sizes[id(node)] = size
@@ -150,41 +152,57 @@ def key_error(key: Any, kind: str) -> str:
     return f"key {key!r} is not a string (it reads as {kind}); put it in quotes if it is a name"
 
 
-def _parse_text(text: str, source: str | None) -> tuple[Any, dict]:
-    """Parse YAML or JSON, keeping the line of every key path (YAML marks; JSON is YAML too)."""
+def parse_bounded(text: str, source: str | None, error: type[GraphattnError] = SchemaError) -> tuple[Any, dict]:
+    """Parse YAML or JSON text from a user within the bounds above, keeping the line of every key
+    path (YAML marks; JSON is YAML too). Failures are `error`s with file and line, so other
+    user-written YAML (ingest mappings) is read with the same guards and says IngestError.
+    """
     is_json = bool(source and source.endswith(".json"))
     lines: dict = {}
     try:
-        loader = _BoundedLoader(text, source)
+        loader = _BoundedLoader(text, source, error)
         try:
             node = loader.get_single_node()
             if node is not None:
-                _walk_lines(node, (), lines, source, {})
+                _walk_lines(node, (), lines, source, {}, error)
             parsed = loader.construct_document(node) if node is not None and not is_json else None
         finally:
             loader.dispose()
     except yaml.YAMLError as exc:
         if is_json:  # valid JSON that YAML 1.1 rejects (tabs...): no line numbers then
-            return _parse_json(text, source), {}
+            return _parse_json(text, source, error), {}
         mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
         line = mark.line + 1 if mark is not None else None
         reason = getattr(exc, "problem", None) or getattr(exc, "context", None) or str(exc)
-        raise SchemaError(f"not valid YAML/JSON: {reason}", file=source, line=line) from None
+        raise error(f"not valid YAML/JSON: {reason}", file=source, line=line) from None
     # A JSON file is read as JSON (YAML 1.1 reads some JSON differently, e.g. 1e5 as a string);
     # the YAML pass above has already bounded its depth and numbers and found its lines.
-    return (_parse_json(text, source) if is_json else parsed), lines
+    return (_parse_json(text, source, error) if is_json else parsed), lines
 
 
-def _parse_json(text: str, source: str | None) -> Any:
+def _parse_json(text: str, source: str | None, error: type[GraphattnError]) -> Any:
     try:
         return json.loads(text, parse_int=_json_int)
     except json.JSONDecodeError as exc:
-        raise SchemaError(f"not valid JSON: {exc.msg}", file=source, line=exc.lineno) from None
+        raise error(f"not valid JSON: {exc.msg}", file=source, line=exc.lineno) from None
     except _LongNumber as exc:
         line = text.count("\n", 0, max(text.find(exc.text), 0)) + 1
-        raise SchemaError(_too_long("number", len(exc.text), MAX_NUMBER_CHARS), file=source, line=line) from None
+        raise error(_too_long("number", len(exc.text), MAX_NUMBER_CHARS), file=source, line=line) from None
     except RecursionError:
-        raise SchemaError(_TOO_DEEP, file=source, line=_json_deep_line(text)) from None
+        raise error(_TOO_DEEP, file=source, line=_json_deep_line(text)) from None
+
+
+def read_bounded_text(path: Path, source: str, what: str, error: type[GraphattnError] = SchemaError) -> str:
+    """The UTF-8 text of a user's YAML/JSON file, refused unread past MAX_SCHEMA_BYTES."""
+    try:
+        size = path.stat().st_size
+        if size > MAX_SCHEMA_BYTES:
+            raise error(f"{what} has {size} bytes, over the {MAX_SCHEMA_BYTES} a {what} may have", file=source)
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise error(f"{what} is not UTF-8 ({exc.reason} at byte {exc.start})", file=source) from None
+    except OSError as exc:
+        raise error(f"cannot read {what}: {exc.strerror}", file=source) from None
 
 
 class _LongNumber(Exception):
@@ -223,17 +241,7 @@ def read_schema_file(spec: str | os.PathLike | Mapping) -> tuple[Any, dict, str 
         else:
             raise SchemaError(_no_such_schema(str(spec)), file=str(spec))
     source = str(spec) if path == Path(spec) else str(path)
-    try:
-        size = path.stat().st_size
-        if size > MAX_SCHEMA_BYTES:
-            message = f"schema file has {size} bytes, over the {MAX_SCHEMA_BYTES} a schema may have"
-            raise SchemaError(message, file=source)
-        text = path.read_text(encoding="utf-8")
-    except UnicodeDecodeError as exc:
-        raise SchemaError(f"schema file is not UTF-8 ({exc.reason} at byte {exc.start})", file=source) from None
-    except OSError as exc:
-        raise SchemaError(f"cannot read schema file: {exc.strerror}", file=source) from None
-    data, lines = _parse_text(text, source)
+    data, lines = parse_bounded(read_bounded_text(path, source, "schema file"), source)
     return canonical(data, lines, source), lines, source
 
 

@@ -206,7 +206,7 @@ def test_hostile_json_is_a_schema_error_with_file_and_line(tmp_path, text, messa
 
 def test_a_schema_file_past_the_size_bound_is_refused_unread(tmp_path):
     file = write(tmp_path, MINIMAL + "# " + "x" * MAX_SCHEMA_BYTES + "\n")
-    with pytest.raises(SchemaError, match="over the 262144 a schema may have") as err:
+    with pytest.raises(SchemaError, match="over the 262144 a schema file may have") as err:
         load_schema(file)
     assert err.value.location.file == str(file)
 

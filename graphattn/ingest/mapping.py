@@ -38,17 +38,15 @@ node ``doc`` spanning the whole text (the parent of top-level nodes). Example, H
 from __future__ import annotations
 
 import difflib
-import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
-import yaml
-
 from graphattn.errors import IngestError
 from graphattn.graph import CONTAINS, DocGraph
 from graphattn.ingest.json import Record
+from graphattn.schema_io import parse_bounded, read_bounded_text
 
 _SPEC_KEYS = ("type", "fields", "each", "separator", "id", "attrs", "links", "relation", "optional")
 _TOP_KEYS = ("root",)
@@ -77,21 +75,15 @@ def load_mapping(spec: Mapping | str | os.PathLike | Spec) -> Spec:
     source = None
     if not isinstance(spec, Mapping):
         source = str(spec)
+        text = read_bounded_text(Path(spec), source, "mapping", IngestError)
+        spec, lines = parse_bounded(text, source, IngestError)
         try:
-            text = Path(spec).read_text(encoding="utf-8")
-            spec = json.loads(text) if source.endswith(".json") else yaml.safe_load(text)
-        except OSError as err:
-            raise IngestError(f"cannot read mapping: {err.strerror}", file=source) from None
-        except UnicodeDecodeError as err:
-            raise IngestError(f"mapping is not UTF-8 text ({err.reason} at byte {err.start})", file=source) from None
-        except json.JSONDecodeError as err:
-            raise IngestError(f"mapping is not valid JSON: {err.msg} (column {err.colno})", file=source,
-                              line=err.lineno) from None
-        except yaml.YAMLError as err:
-            mark = getattr(err, "problem_mark", None)
-            what = " ".join(str(getattr(err, "problem", None) or err).split())
-            raise IngestError(f"mapping is not valid YAML: {what}" + (f" (column {mark.column + 1})" if mark else ""),
-                              file=source, line=mark.line + 1 if mark else None) from None
+            return _spec(spec, (), source, top=True)
+        except IngestError as err:  # the key path's line, found while parsing
+            where = err.location
+            if where.line is not None or tuple(where.path) not in lines:
+                raise
+            raise IngestError(err.reason, file=source, line=lines[tuple(where.path)], path=where.path) from None
     return _spec(spec, (), source, top=True)
 
 

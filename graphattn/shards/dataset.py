@@ -44,10 +44,22 @@ class _Shards:
         self.paths = paths
         self.cache_size = max(1, cache_size)
         self.infos = [read_info(p) for p in paths]
-        labels = {tuple(info.label_vocab.names) for info in self.infos}
-        layouts = {info.layout for info in self.infos}
-        if len(labels) > 1 or len(layouts) > 1:
-            raise GraphattnError("these shards come from different runs (label vocabularies or layouts differ); load them separately")
+        first = self.infos[0] if self.infos else None
+        for info in self.infos[1:]:
+            differs = [
+                what
+                for what, same in (
+                    ("label vocabulary", info.label_vocab.names == first.label_vocab.names),
+                    ("layout", info.layout == first.layout),
+                )
+                if not same
+            ]
+            if differs:
+                raise GraphattnError(
+                    f"this shard's {' and '.join(differs)} differ from those of {first.path}: the shards come "
+                    "from different runs; load them separately",
+                    file=info.path,
+                )
         self._reset()
 
     def _reset(self) -> None:

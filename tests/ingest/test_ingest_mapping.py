@@ -91,3 +91,25 @@ def test_read_json_with_a_mapping(tmp_path):
     path.write_text(json.dumps(RECORD) + "\n" + json.dumps({**RECORD, "_id": "r2"}) + "\n")
     graphs = list(read_json(path, functools.partial(json_graph, mapping=load_mapping(HOTPOT_MAPPING))))
     assert [g.doc_id for g in graphs] == ["r1", "r2"]
+
+
+def test_mapping_files_are_read_within_bounds_and_errors_name_the_line(tmp_path):
+    path = tmp_path / "m.yaml"
+    path.write_text("id: _id\nfields:\n  question: {tpye: question}\n")
+    with pytest.raises(IngestError, match=r"m.yaml:3: \$.fields.question.tpye: unknown mapping key"):
+        load_mapping(path)
+    bomb = ["a: &a [x, x, x, x, x, x, x, x, x, x]"]
+    bomb += [f"{c}: &{c} [*{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}]" for p, c in zip("abcd", "bcde")]
+    path.write_text("\n".join(bomb) + "\n")
+    with pytest.raises(IngestError, match=r"m.yaml:\d+: .*more than 10000 values \(YAML aliases expanded\)"):
+        load_mapping(path)
+    path.write_text("fields: {question: {type: question}\n")
+    with pytest.raises(IngestError, match=r"m.yaml:\d+: not valid YAML/JSON"):
+        load_mapping(path)
+    path.write_text("#" * (300 << 10))
+    with pytest.raises(IngestError, match=r"m.yaml: mapping has 307200 bytes, over the 262144"):
+        load_mapping(path)
+    json_path = tmp_path / "m.json"
+    json_path.write_text('{"fields": {"question": {"type": 3}}}')
+    with pytest.raises(IngestError, match=r"m.json:1: \$.fields.question.type: expected a string, got int"):
+        load_mapping(json_path)
