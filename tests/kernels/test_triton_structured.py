@@ -82,16 +82,22 @@ def test_structured_kernels_match_dense_on_random_layouts(first, second, extra_l
     assert_all_close(ours, expected, 1e-5, RESULT_NAMES)
 
 
-@pytest.mark.parametrize("form", ["structured", "dense"])
-def test_two_backward_passes_are_bitwise_equal(form) -> None:
+def on_graph_batch(form: str, backend: str = "triton", **options):
+    """A compiled graph batch's structure ("structured": compact, "dense": the dense tensors)
+    prepared for `backend`, random inputs, and the dense oracle's outputs and gradients on them."""
     batch = graph_batch(compact=True)
     structure = batch.compact if form == "structured" else batch.side
-    states, key_table, bias_table = random_states(2, 2, batch.side.global_length, batch.side.long_length, 16, 16)
-    attention = prepare_attention(
-        structure, num_heads=2, head_dim=16, vocab_size=16, backend="triton", block_sizes=TILES
-    )
-    first = outputs_and_grads(attention.attend, states, key_table, bias_table)
-    second = outputs_and_grads(attention.attend, states, key_table, bias_table)
+    inputs = random_states(2, 2, batch.side.global_length, batch.side.long_length, 16, 16)
+    attention = prepare_attention(structure, num_heads=2, head_dim=16, vocab_size=16, backend=backend, **options)
+    oracle = lambda: outputs_and_grads(lambda *a: dense.attention(*a[:6], batch.side, *a[6:]), *inputs)  # noqa: E731
+    return attention, inputs, oracle
+
+
+@pytest.mark.parametrize("form", ["structured", "dense"])
+def test_two_backward_passes_are_bitwise_equal(form) -> None:
+    attention, inputs, _ = on_graph_batch(form, block_sizes=TILES)
+    first = outputs_and_grads(attention.attend, *inputs)
+    second = outputs_and_grads(attention.attend, *inputs)
     assert all(torch.equal(a, b) for a, b in zip(first, second))
 
 
@@ -104,14 +110,11 @@ def test_a_compact_batch_never_becomes_dense_side_inputs(backend, monkeypatch) -
         raise AssertionError("dense side inputs were built from the compact batch")
 
     monkeypatch.setattr(structure, "compact_to_side", refuse)
-    batch = graph_batch(compact=True)
-    states, key_table, bias_table = random_states(2, 2, batch.side.global_length, batch.side.long_length, 16, 16)
     options = {"block_sizes": TILES} if backend == "triton" else {}
-    attention = prepare_attention(batch.compact, num_heads=2, head_dim=16, vocab_size=16, backend=backend, **options)
-    ours = outputs_and_grads(attention.attend, states, key_table, bias_table)
-    expected = outputs_and_grads(lambda *a: dense.attention(*a[:6], batch.side, *a[6:]), states, key_table, bias_table)
+    attention, inputs, oracle = on_graph_batch("structured", backend, **options)
+    ours = outputs_and_grads(attention.attend, *inputs)
     assert attention.side is None
-    assert_all_close(ours, expected, 1e-5, RESULT_NAMES)
+    assert_all_close(ours, oracle(), 1e-5, RESULT_NAMES)
 
 
 def test_the_kernels_use_no_atomics() -> None:
@@ -177,15 +180,8 @@ def test_separate_query_and_key_tiles_and_split_label_gradients(form) -> None:
     tiles = TileConfig(
         KernelTiles(32, 16, 16, 16), KernelTiles(16, 32, 16, 16, split_label_grads=True), KernelTiles(16, 16, 32, 16)
     )
-    batch = graph_batch(compact=True)
-    structure = batch.compact if form == "structured" else batch.side
-    states, key_table, bias_table = random_states(2, 2, batch.side.global_length, batch.side.long_length, 16, 16)
-    attention = prepare_attention(
-        structure, num_heads=2, head_dim=16, vocab_size=16, backend="triton", block_sizes=tiles
-    )
-    ours = outputs_and_grads(attention.attend, states, key_table, bias_table)
-    expected = outputs_and_grads(lambda *a: dense.attention(*a[:6], batch.side, *a[6:]), states, key_table, bias_table)
-    assert_all_close(ours, expected, 1e-5, RESULT_NAMES)
+    attention, inputs, oracle = on_graph_batch(form, block_sizes=tiles)
+    assert_all_close(outputs_and_grads(attention.attend, *inputs), oracle(), 1e-5, RESULT_NAMES)
 
 
 def test_auto_sends_exact_fp32_on_a_gpu_to_flex(monkeypatch) -> None:
