@@ -103,7 +103,7 @@ CASES = [
     (
         ["compile", "{d}/notes.txt", "--schema", "etc-sentences", "--out", "{d}/o8", "--mapping", "{d}/bad.yaml"],
         2,
-        "bad.yaml:3: mapping is not valid YAML",
+        "bad.yaml:3: not valid YAML/JSON",
     ),
     (
         ["compile", "{d}/notes.txt", "--schema", "etc-sentences", "--out", "{d}/o9", "--max-rejected", "2"],
