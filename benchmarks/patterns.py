@@ -517,9 +517,8 @@ def main(argv: list[str] | None = None) -> int:
         for name in names:
             predicted = _predicted_seconds(history, name, length)
             if predicted is not None and predicted * (repeats + 1) > budget:
-                result = {
-                    "skipped": f"predicted {predicted:.0f} s per step from L={history[name][0]}, x{repeats + 1} runs > budget {budget:.0f} s"
-                }
+                why = f"predicted {predicted:.0f} s per step from L={history[name][0]}"
+                result = {"skipped": f"{why}, x{repeats + 1} runs > budget {budget:.0f} s"}
             else:
                 run_setup = Setup(**{**setup.__dict__, "length": length})
                 result = run_child(name, run_setup, repeats, timeout=budget * (repeats + 1) + 120)

@@ -289,7 +289,9 @@ class TestBadInputs:
         with pytest.raises(BatchError, match="rel_bias_table"):
             self.call(bias_table=torch.zeros(4, 2))
 
-    @pytest.mark.skipif(torch.cuda.is_available(), reason="on a GPU the tests run the kernels on CUDA (kernels/conftest.py)")
+    @pytest.mark.skipif(
+        torch.cuda.is_available(), reason="on a GPU the tests run the kernels on CUDA (kernels/conftest.py)"
+    )
     def test_cpu_without_interpreter(self, monkeypatch):
         monkeypatch.setenv("TRITON_INTERPRET", "0")
         with pytest.raises(BatchError, match="CUDA tensors"):
