@@ -110,7 +110,7 @@ class SideInputs:
 class TruncationReport:
     """What did not fit: nothing is dropped silently. Empty lists mean nothing was cut."""
 
-    long_tokens_before: int = 0
+    long_tokens_before: int = 0  # under tail a lower bound when tokenizing stopped early (a message says so)
     long_tokens_after: int = 0
     globals_before: int = 0
     globals_after: int = 0

@@ -1,29 +1,47 @@
-"""DocGraph: one document's text plus typed nodes and typed edges.
+"""DocGraph: one document's text plus typed nodes and typed edges, stored as columns.
 
 A node has an id, a type (declared by the relation schema), an optional character span
 ``[start, end)`` into the document text, and free-form attrs. An edge is ``(src, relation, dst)``.
 Containment (document > paragraph > sentence) is an ordinary relation, conventionally
 ``contains`` from parent to child; the schema says which relations form the hierarchy.
 
-The graph checks what it can know alone (ids, dangling edges, spans inside the text); what the
-schema decides (which types and relations exist, overlapping spans of one type, hierarchy
-cycles) is checked when compiling.
+Storage is columnar, so that a page of 100k elements is a few arrays rather than 100k objects:
+node ids (a list), type codes, span starts and ends (-1: no span), edges as source/target row
+indices with relation codes, and attrs as one column per name (`graph_columns`). Builders add
+one node at a time (`add_node`, `add_child`) or many (`add_nodes`, `add_edges`: what the HTML
+reader uses); the compiler reads the columns (`type_codes`, `span_array`, `edge_arrays`,
+`attr_column`). `graph.nodes`, `graph.node(id)`, `graph.edges` and iteration give `Node` /
+`Edge` views of rows: reading them reads the columns, and writing a view's span, type or attrs
+writes the columns, checked like `add_node` (a span past the text raises there and then).
+
+The graph checks what it can know alone (ids, dangling edges, spans: pairs of integers inside
+the text); what the schema decides (which types and relations exist, overlapping spans of one
+type, hierarchy cycles) is checked when compiling.
 """
 
 from __future__ import annotations
 
+import numbers
+from array import array
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Iterator
+from typing import TYPE_CHECKING, Any, Iterable, Iterator
 
-import networkx as nx
+import numpy as np
 
 from graphattn.errors import GraphError
+from graphattn.graph_columns import Column, RowAttrs, add_columns, set_attrs
+
+if TYPE_CHECKING:
+    import networkx as nx
 
 CONTAINS = "contains"
 
 
 @dataclass
 class Node:
+    """A node as plain values (what `DocGraph.extend` takes); graphs hand out live views of it."""
+
     id: str
     type: str
     span: tuple[int, int] | None = None
@@ -32,130 +50,504 @@ class Node:
 
 @dataclass
 class Edge:
+    """An edge as plain values; `graph.edges` holds live views of it."""
+
     src: str
     relation: str
     dst: str
     attrs: dict[str, Any] = field(default_factory=dict)
 
 
+class _NodeView(Node):
+    """Row `row` of a graph, read (and written, with the graph's checks) through its columns."""
+
+    def __init__(self, graph: "DocGraph", row: int):  # noqa: D107 - no dataclass fields of its own
+        self._graph, self._row = graph, row
+
+    @property
+    def id(self) -> str:  # type: ignore[override]
+        return self._graph._ids[self._row]
+
+    @property
+    def type(self) -> str:  # type: ignore[override]
+        return self._graph._type_names[self._graph._types[self._row]]
+
+    @type.setter
+    def type(self, value: str) -> None:
+        self._graph._types[self._row] = self._graph._type_code(self.id, value)
+
+    @property
+    def span(self) -> tuple[int, int] | None:  # type: ignore[override]
+        start = self._graph._starts[self._row]
+        return None if start < 0 else (start, self._graph._ends[self._row])
+
+    @span.setter
+    def span(self, value: Any) -> None:
+        self._graph._set_span(self._row, value)
+
+    @property
+    def attrs(self) -> RowAttrs:  # type: ignore[override]
+        return RowAttrs(self._graph._node_attrs, self._row)
+
+    @attrs.setter
+    def attrs(self, value: Mapping[str, Any]) -> None:
+        value = _checked_attrs(value, self._graph.source, self.id)
+        view = self.attrs
+        for key in list(view):
+            del view[key]
+        view.update(value)
+
+    def __repr__(self) -> str:
+        return f"Node(id={self.id!r}, type={self.type!r}, span={self.span!r}, attrs={dict(self.attrs)!r})"
+
+
+class _EdgeView(Edge):
+    def __init__(self, graph: "DocGraph", row: int):  # noqa: D107
+        self._graph, self._row = graph, row
+
+    @property
+    def src(self) -> str:  # type: ignore[override]
+        return self._graph._ids[self._graph._src[self._row]]
+
+    @property
+    def relation(self) -> str:  # type: ignore[override]
+        return self._graph._relation_names[self._graph._rel[self._row]]
+
+    @property
+    def dst(self) -> str:  # type: ignore[override]
+        return self._graph._ids[self._graph._dst[self._row]]
+
+    @property
+    def attrs(self) -> RowAttrs:  # type: ignore[override]
+        return RowAttrs(self._graph._edge_attrs, self._row)
+
+    def __repr__(self) -> str:
+        return f"Edge(src={self.src!r}, relation={self.relation!r}, dst={self.dst!r}, attrs={dict(self.attrs)!r})"
+
+
+class _Nodes(Mapping):
+    """`graph.nodes`: node id -> Node view, in insertion order."""
+
+    def __init__(self, graph: "DocGraph"):
+        self._graph = graph
+
+    def __getitem__(self, node_id: str) -> Node:
+        return _NodeView(self._graph, self._graph._index()[node_id])
+
+    def __contains__(self, node_id: object) -> bool:
+        return node_id in self._graph._index()
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(list(self._graph._ids))
+
+    def __len__(self) -> int:
+        return len(self._graph._ids)
+
+    def __repr__(self) -> str:
+        return f"<{len(self)} nodes of {self._graph!r}>"
+
+
+class _Edges(Sequence):
+    """`graph.edges`: Edge views in insertion order; `append` adds an edge (checked)."""
+
+    def __init__(self, graph: "DocGraph"):
+        self._graph = graph
+
+    def __getitem__(self, i):  # type: ignore[override]
+        if isinstance(i, slice):
+            return [_EdgeView(self._graph, row) for row in range(len(self))[i]]
+        if i < 0:
+            i += len(self)
+        if not 0 <= i < len(self):
+            raise IndexError(i)
+        return _EdgeView(self._graph, i)
+
+    def __len__(self) -> int:
+        return len(self._graph._src)
+
+    def append(self, edge: Edge) -> None:
+        self._graph.add_edge(edge.src, edge.relation, edge.dst, **dict(edge.attrs))
+
+    def extend(self, edges: Iterable[Edge]) -> None:
+        for edge in edges:
+            self.append(edge)
+
+    def __repr__(self) -> str:
+        return f"<{len(self)} edges of {self._graph!r}>"
+
+
 class DocGraph:
-    """A typed document graph. Build it with `add_node` / `add_edge` or `from_dict`."""
+    """A typed document graph. Build it with `add_node` / `add_edge`, `add_nodes`, or `from_dict`."""
 
     def __init__(self, text: str, doc_id: str | None = None, source: str | None = None):
         if not isinstance(text, str):
             raise GraphError(f"document text must be a str, got {type(text).__name__}", file=source, node=doc_id)
-        self.text = text
+        self._text = text
         self.doc_id = doc_id
         self.source = source  # file (or other origin) the graph was read from, for error messages
-        self.nodes: dict[str, Node] = {}
-        self.edges: list[Edge] = []
+        self._ids: list[str] = []
+        self._index_map: dict[str, int] = {}  # id -> row, for rows [0, len(_index_map)) (built lazily after bulk adds)
+        self._type_names: list[str] = []
+        self._type_codes: dict[str, int] = {}
+        self._types = array("q")
+        self._starts, self._ends = array("q"), array("q")
+        self._node_attrs: dict[str, Column] = {}
+        self._src, self._dst, self._rel = array("q"), array("q"), array("q")
+        self._relation_names: list[str] = []
+        self._relation_codes: dict[str, int] = {}
+        self._edge_attrs: dict[str, Column] = {}
+
+    # -- the text ---------------------------------------------------------------------------
+    @property
+    def text(self) -> str:
+        return self._text
+
+    @text.setter
+    def text(self, value: str) -> None:
+        """Replace the text; every span must still lie inside it."""
+        if not isinstance(value, str):
+            raise GraphError(
+                f"document text must be a str, got {type(value).__name__}", file=self.source, node=self.doc_id
+            )
+        ends = np.frombuffer(self._ends, dtype=np.int64) if len(self._ends) else np.zeros(0, np.int64)
+        outside = np.flatnonzero(ends > len(value))
+        if outside.size:
+            row = int(outside[0])
+            raise GraphError(
+                f"span [{self._starts[row]}, {self._ends[row]}) would lie outside the new text of "
+                f"{len(value)} characters",
+                file=self.source,
+                node=self._ids[row],
+            )
+        self._text = value
 
     # -- building -------------------------------------------------------------------------
     def add_node(self, node_id: str, type: str, span: tuple[int, int] | None = None, **attrs: Any) -> Node:
-        node_id = str(node_id)
-        if node_id in self.nodes:
-            raise GraphError(f"duplicate node id (first has type {self.nodes[node_id].type!r})", file=self.source, node=node_id)
-        if not isinstance(type, str) or not type:
-            raise GraphError(f"node type must be a non-empty string, got {type!r}", file=self.source, node=node_id)
-        if span is not None:
-            span = self._check_span(node_id, span)
-        node = Node(node_id, type, span, dict(attrs))
-        self.nodes[node_id] = node
-        return node
+        # Written for speed: JSON readers call this once per node.
+        node_id = node_id if node_id.__class__ is str else str(node_id)
+        ids, index = self._ids, self._index_map
+        if len(index) < len(ids):
+            index = self._index()
+        if node_id in index:
+            raise GraphError(
+                f"duplicate node id (first has type {self.node(node_id).type!r})", file=self.source, node=node_id
+            )
+        code = self._type_codes.get(type) if type.__class__ is str else None
+        if code is None:
+            code = self._type_code(node_id, type)
+        start, end = (-1, -1) if span is None else self._check_span(node_id, span)
+        row = len(ids)
+        ids.append(node_id)
+        index[node_id] = row
+        self._types.append(code)
+        self._starts.append(start)
+        self._ends.append(end)
+        if attrs:
+            set_attrs(self._node_attrs, row, attrs)
+        return _NodeView(self, row)
 
     def add_edge(self, src: str, relation: str, dst: str, **attrs: Any) -> Edge:
         src, dst = str(src), str(dst)
-        for end, role in ((src, "source"), (dst, "target")):
-            if end not in self.nodes:
-                raise GraphError(
-                    f"edge {src!r} -[{relation}]-> {dst!r}: {role} node {end!r} does not exist",
-                    file=self.source,
-                    node=end,
-                )
-        edge = Edge(src, str(relation), dst, dict(attrs))
-        self.edges.append(edge)
-        return edge
+        index = self._index_map
+        if len(index) < len(self._ids):
+            index = self._index()
+        source, target = index.get(src), index.get(dst)
+        if source is None or target is None:
+            end, role = (src, "source") if source is None else (dst, "target")
+            raise GraphError(
+                f"edge {src!r} -[{relation}]-> {dst!r}: {role} node {end!r} does not exist", file=self.source, node=end
+            )
+        row = len(self._src)
+        self._src.append(source)
+        self._dst.append(target)
+        code = self._relation_codes.get(relation)
+        self._rel.append(code if code is not None else self._relation_code(str(relation)))
+        if attrs:
+            set_attrs(self._edge_attrs, row, attrs)
+        return _EdgeView(self, row)
 
-    def add_child(self, parent: str, node_id: str, type: str, span: tuple[int, int] | None = None, **attrs: Any) -> Node:
+    def add_child(
+        self, parent: str, node_id: str, type: str, span: tuple[int, int] | None = None, **attrs: Any
+    ) -> Node:
         """Add a node and a `contains` edge from `parent` to it."""
         node = self.add_node(node_id, type, span, **attrs)
         self.add_edge(parent, CONTAINS, node.id)
         return node
 
+    def add_nodes(
+        self,
+        ids: Sequence[str],
+        types: str | Sequence[str],
+        spans: np.ndarray | None = None,
+        attrs: Mapping[str, Any] | None = None,
+        *,
+        validate: bool = True,
+    ) -> int:
+        """Add many nodes at once; returns the row of the first. The bulk path of builders.
+
+        `types` is one type for all, one per node, or ``(names, codes)`` with an int array of
+        indices into `names`; `spans` an int array [n, 2] (-1, -1: no
+        span); each attr a list or array of n values, or ``(values, present)`` with a bool mask
+        for an attr only some of the nodes have. Arrays are kept as given (not copied). With
+        ``validate=False`` ids, types and spans are not checked: for builders whose output holds
+        the rules by construction (their tests should build the same graph with validation on).
+        """
+        n = len(ids)
+        first = len(self._ids)
+        ids = [str(i) for i in ids] if validate else list(ids)
+        if isinstance(types, str):
+            codes = np.full(n, self._type_code(ids[0] if n else None, types), dtype=np.int64)
+        elif isinstance(types, tuple) and len(types) == 2 and isinstance(types[1], np.ndarray):
+            names, local = types
+            if local.shape != (n,) or (n and not 0 <= local.min() <= local.max() < len(names)):
+                raise GraphError(f"type codes must be [{n}] indices into {len(names)} names", file=self.source)
+            codes = np.array([self._type_code(None, name) for name in names] + [0], dtype=np.int64)[local]
+        else:
+            if len(types) != n:
+                raise GraphError(f"{len(types)} types for {n} nodes", file=self.source)
+            distinct = dict.fromkeys(types)
+            table = {t: self._type_code(ids[types.index(t)] if validate else None, t) for t in distinct}
+            codes = np.fromiter((table[t] for t in types), dtype=np.int64, count=n)
+        spans = np.full((n, 2), -1, dtype=np.int64) if spans is None else np.asarray(spans)
+        if validate:
+            self._check_new_ids(ids)
+            spans = self._check_spans(ids, spans)
+        self._ids.extend(ids)
+        self._types.frombytes(codes.astype(np.int64, copy=False).tobytes())
+        self._starts.frombytes(np.ascontiguousarray(spans[:, 0], dtype=np.int64).tobytes())
+        self._ends.frombytes(np.ascontiguousarray(spans[:, 1], dtype=np.int64).tobytes())
+        if attrs:
+            add_columns(self._node_attrs, first, n, dict(attrs), "nodes")
+        return first
+
+    def add_edges(self, src: Sequence[int] | np.ndarray, relation: str, dst: Sequence[int] | np.ndarray) -> None:
+        """Add many edges of one relation between node *rows* (as `add_nodes` numbers them)."""
+        src, dst = np.asarray(src, dtype=np.int64), np.asarray(dst, dtype=np.int64)
+        n_nodes = len(self._ids)
+        if src.shape != dst.shape or src.ndim != 1:
+            raise GraphError(
+                f"edge rows must be two 1-d arrays of one length, got {src.shape} and {dst.shape}", file=self.source
+            )
+        bad = (src < 0) | (src >= n_nodes) | (dst < 0) | (dst >= n_nodes)
+        if bad.any():
+            i = int(np.argmax(bad))
+            raise GraphError(
+                f"edge {i} of a bulk add joins rows {int(src[i])} -> {int(dst[i])}, outside the {n_nodes} nodes",
+                file=self.source,
+            )
+        self._src.frombytes(src.tobytes())
+        self._dst.frombytes(dst.tobytes())
+        self._rel.frombytes(np.full(src.shape, self._relation_code(str(relation)), dtype=np.int64).tobytes())
+
     def extend(self, nodes: Iterable[Node], edges: Iterable[Edge] = (), *, validate: bool = True) -> None:
         """Add many nodes, then many edges (they may join any nodes of the graph by then).
 
-        With ``validate=False`` the objects go in as they are, without the per-item checks of
-        `add_node` / `add_edge` (unique ids, spans inside the text, edge ends that exist). That
-        is for builders whose output holds those rules by construction: on large HTML pages the
-        checks are half the reading time. Nothing re-checks later, so a builder that passes
-        False owns the rules (and its tests should build the same graph with validation on).
+        With ``validate=False`` the nodes go in without the checks of `add_node` (unique ids,
+        spans inside the text); edge ends must exist either way, since edges are stored as rows.
         """
         if validate:
             for node in nodes:
-                self.add_node(node.id, node.type, node.span, **node.attrs)
-            for edge in edges:
-                self.add_edge(edge.src, edge.relation, edge.dst, **edge.attrs)
-            return
-        self.nodes.update((node.id, node) for node in nodes)
-        self.edges.extend(edges)
+                self.add_node(node.id, node.type, node.span, **dict(node.attrs))
+        else:
+            for node in nodes:
+                row = len(self._ids)
+                self._ids.append(node.id)
+                self._types.append(self._type_code(node.id, node.type))
+                start, end = node.span if node.span is not None else (-1, -1)
+                self._starts.append(start)
+                self._ends.append(end)
+                set_attrs(self._node_attrs, row, dict(node.attrs))
+        for edge in edges:
+            self.add_edge(edge.src, edge.relation, edge.dst, **dict(edge.attrs))
+
+    # -- checks -----------------------------------------------------------------------------
+    def _index(self) -> dict[str, int]:
+        index = self._index_map
+        if len(index) < len(self._ids):  # rows added in bulk since the last lookup
+            index.update(zip(self._ids[len(index) :], range(len(index), len(self._ids))))
+        return index
+
+    def _type_code(self, node_id: str | None, type: Any) -> int:
+        code = self._type_codes.get(type) if isinstance(type, str) else None
+        if code is None:
+            if not isinstance(type, str) or not type:
+                raise GraphError(f"node type must be a non-empty string, got {type!r}", file=self.source, node=node_id)
+            code = self._type_codes[type] = len(self._type_names)
+            self._type_names.append(type)
+        return code
+
+    def _relation_code(self, relation: str) -> int:
+        code = self._relation_codes.get(relation)
+        if code is None:
+            code = self._relation_codes[relation] = len(self._relation_names)
+            self._relation_names.append(relation)
+        return code
 
     def _check_span(self, node_id: str, span: Any) -> tuple[int, int]:
-        try:
-            start, end = (int(s) for s in span)
-        except (TypeError, ValueError):
-            raise GraphError(f"span must be a pair of ints [start, end), got {span!r}", file=self.source, node=node_id) from None
+        """A span is a pair of integers (not bools, not floats, not strings) inside the text."""
+        if type(span) in (tuple, list) and len(span) == 2 and type(span[0]) is int and type(span[1]) is int:
+            if 0 <= span[0] <= span[1] <= len(self._text):  # the common case, checked without the general path
+                return span[0], span[1]
+        pair = None
+        if not isinstance(span, (str, bytes, Mapping)):
+            try:
+                pair = tuple(span)
+            except TypeError:
+                pass
+        if (
+            pair is None
+            or len(pair) != 2
+            or not all(isinstance(v, numbers.Integral) and not isinstance(v, (bool, np.bool_)) for v in pair)
+        ):
+            raise GraphError(f"span must be a pair of ints [start, end), got {span!r}", file=self.source, node=node_id)
+        start, end = int(pair[0]), int(pair[1])
         if start > end:
             raise GraphError(f"span [{start}, {end}) ends before it starts", file=self.source, node=node_id)
-        if not 0 <= start <= end <= len(self.text):
+        if start < 0 or end > len(self._text):
             raise GraphError(
-                f"span [{start}, {end}) lies outside the document text of {len(self.text)} characters",
+                f"span [{start}, {end}) lies outside the document text of {len(self._text)} characters",
                 file=self.source,
                 node=node_id,
             )
         return start, end
 
+    def _check_spans(self, ids: list[str], spans: np.ndarray) -> np.ndarray:
+        if spans.ndim != 2 or spans.shape != (len(ids), 2) or not np.issubdtype(spans.dtype, np.integer):
+            raise GraphError(
+                f"spans must be an integer array [{len(ids)}, 2], got {spans.dtype} {list(spans.shape)}",
+                file=self.source,
+            )
+        has = spans[:, 0] >= 0
+        bad = (has & ((spans[:, 1] < spans[:, 0]) | (spans[:, 1] > len(self._text)))) | (~has & (spans[:, 1] != -1))
+        if bad.any():
+            row = int(np.argmax(bad))
+            self._check_span(ids[row], (int(spans[row, 0]), int(spans[row, 1])))  # raises with the usual message
+            raise GraphError("a span without a start must be (-1, -1)", file=self.source, node=ids[row])
+        return spans
+
+    def _check_new_ids(self, ids: list[str]) -> None:
+        index = self._index()
+        seen: set[str] = set()
+        for node_id in ids:
+            if node_id in index or node_id in seen:
+                raise GraphError("duplicate node id", file=self.source, node=node_id)
+            seen.add(node_id)
+
+    def _set_span(self, row: int, span: Any) -> None:
+        start, end = (-1, -1) if span is None else self._check_span(self._ids[row], span)
+        self._starts[row], self._ends[row] = start, end
+
     # -- reading --------------------------------------------------------------------------
+    @property
+    def nodes(self) -> Mapping[str, Node]:
+        return _Nodes(self)
+
+    @property
+    def edges(self) -> _Edges:
+        return _Edges(self)
+
     def __len__(self) -> int:
-        return len(self.nodes)
+        return len(self._ids)
 
     def __iter__(self) -> Iterator[Node]:
-        return iter(self.nodes.values())
+        return (_NodeView(self, row) for row in range(len(self._ids)))
 
     def node(self, node_id: str) -> Node:
-        try:
-            return self.nodes[node_id]
-        except KeyError:
-            raise GraphError("no such node", file=self.source, node=node_id) from None
+        row = self._index().get(node_id)
+        if row is None:
+            raise GraphError("no such node", file=self.source, node=node_id)
+        return _NodeView(self, row)
 
     def nodes_of_type(self, type: str) -> list[Node]:
-        return [n for n in self.nodes.values() if n.type == type]
+        code = self._type_codes.get(type)
+        if code is None:
+            return []
+        return [_NodeView(self, int(row)) for row in np.flatnonzero(self.type_codes()[0] == code)]
 
     def edges_of(self, relation: str) -> list[Edge]:
-        return [e for e in self.edges if e.relation == relation]
+        code = self._relation_codes.get(relation)
+        if code is None:
+            return []
+        return [_EdgeView(self, int(row)) for row in np.flatnonzero(np.frombuffer(self._rel, np.int64) == code)]
 
     def span_text(self, node_id: str) -> str:
         span = self.node(node_id).span
-        return "" if span is None else self.text[span[0] : span[1]]
+        return "" if span is None else self._text[span[0] : span[1]]
+
+    def __repr__(self) -> str:
+        codes, names = self.type_codes()
+        counts = np.bincount(codes, minlength=len(names)) if codes.size else np.zeros(0, np.int64)
+        common = sorted(range(len(names)), key=lambda c: -counts[c])[:4]
+        kinds = ", ".join(f"{names[c]} {counts[c]:,}" for c in common if counts[c])
+        more = ", ..." if len(names) > 4 else ""
+        where = f", source={self.source!r}" if self.source else ""
+        return (
+            f"DocGraph(doc_id={self.doc_id!r}, {len(self._text):,} chars, {len(self):,} nodes"
+            f"{f' ({kinds}{more})' if kinds else ''}, {len(self._src):,} edges{where})"
+        )
+
+    # -- columns (what the compiler reads) --------------------------------------------------
+    @property
+    def node_ids(self) -> list[str]:
+        """Node ids in row order (a copy)."""
+        return list(self._ids)
+
+    def type_codes(self) -> tuple[np.ndarray, tuple[str, ...]]:
+        """(int64 [N] code per node, the type name of each code)."""
+        return np.frombuffer(self._types, dtype=np.int64).copy() if len(self._types) else np.zeros(0, np.int64), tuple(
+            self._type_names
+        )
+
+    def span_array(self) -> np.ndarray:
+        """int64 [N, 2] spans, (-1, -1) for a node without one."""
+        out = np.empty((len(self._ids), 2), dtype=np.int64)
+        if len(self._ids):
+            out[:, 0] = np.frombuffer(self._starts, dtype=np.int64)
+            out[:, 1] = np.frombuffer(self._ends, dtype=np.int64)
+        return out
+
+    def edge_arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, tuple[str, ...]]:
+        """(source rows, target rows, relation codes), int64 [E] each, and the relation of each code."""
+
+        def col(a: array) -> np.ndarray:
+            return np.frombuffer(a, dtype=np.int64).copy() if len(a) else np.zeros(0, np.int64)
+
+        return col(self._src), col(self._dst), col(self._rel), tuple(self._relation_names)
+
+    def attr_column(self, name: str, rows: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """(present bool [N], values [N]) of one node attr: typed where a bulk builder gave an
+        array, else objects (None where absent). With `rows`, of those rows only."""
+        column = self._node_attrs.get(name)
+        n = len(self._ids)
+        if column is None:
+            m = n if rows is None else len(rows)
+            return np.zeros(m, dtype=bool), np.full(m, None, dtype=object)
+        return column.dense(n) if rows is None else column.rows(np.asarray(rows, dtype=np.int64))
 
     # -- plain dicts ----------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "doc_id": self.doc_id,
-            "text": self.text,
-            "nodes": [
-                {"id": n.id, "type": n.type, **({"span": list(n.span)} if n.span else {}), **({"attrs": n.attrs} if n.attrs else {})}
-                for n in self.nodes.values()
-            ],
-            "edges": [
-                {"src": e.src, "relation": e.relation, "dst": e.dst, **({"attrs": e.attrs} if e.attrs else {})}
-                for e in self.edges
-            ],
-        }
+        nodes = []
+        for view in self:
+            node: dict[str, Any] = {"id": view.id, "type": view.type}
+            if view.span is not None:
+                node["span"] = list(view.span)
+            attrs = dict(view.attrs)
+            if attrs:
+                node["attrs"] = attrs
+            nodes.append(node)
+        edges = []
+        for edge in self.edges:
+            item: dict[str, Any] = {"src": edge.src, "relation": edge.relation, "dst": edge.dst}
+            attrs = dict(edge.attrs)
+            if attrs:
+                item["attrs"] = attrs
+            edges.append(item)
+        return {"doc_id": self.doc_id, "text": self._text, "nodes": nodes, "edges": edges}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any], source: str | None = None) -> "DocGraph":
-        """Build from ``{"text", "doc_id"?, "nodes": [{id, type, span?, attrs?}], "edges": [{src, relation, dst}]}``."""
+        """Build from ``{"text", "doc_id"?, "nodes": [{id, type, span?, attrs?}], "edges": [{src, relation, dst,
+        attrs?}]}``; every value is checked (spans are pairs of ints, attrs mappings), naming the node."""
         if not isinstance(data, dict):
             raise GraphError(f"a document graph must be an object, got {type(data).__name__}", file=source)
         if not isinstance(data.get("text"), str):
@@ -165,26 +557,30 @@ class DocGraph:
             for key in ("id", "type"):
                 if key not in raw:
                     raise GraphError(f"node is missing key {key!r}", file=source, path=("nodes", i))
-            graph.add_node(raw["id"], raw["type"], raw.get("span"), **raw.get("attrs", {}))
+            attrs = _checked_attrs(raw.get("attrs", {}), source, str(raw["id"]), ("nodes", i, "attrs"))
+            graph.add_node(raw["id"], raw["type"], raw.get("span"), **attrs)
         for i, raw in enumerate(_list_of_dicts(data, "edges", source)):
             missing = [k for k in ("src", "relation", "dst") if k not in raw]
             if missing:
                 raise GraphError(f"edge is missing key(s) {missing}", file=source, path=("edges", i))
-            graph.add_edge(raw["src"], raw["relation"], raw["dst"], **raw.get("attrs", {}))
+            attrs = _checked_attrs(raw.get("attrs", {}), source, str(raw["src"]), ("edges", i, "attrs"))
+            graph.add_edge(raw["src"], raw["relation"], raw["dst"], **attrs)
         return graph
 
     # -- networkx -------------------------------------------------------------------------
-    def to_networkx(self) -> nx.MultiDiGraph:
+    def to_networkx(self) -> "nx.MultiDiGraph":
         """A MultiDiGraph: node attrs `type`, `span`, attrs; edge key and attr `relation`."""
-        g = nx.MultiDiGraph(text=self.text, doc_id=self.doc_id)
-        for n in self.nodes.values():
+        import networkx as nx  # only for the conversions: reading and compiling never need it
+
+        g = nx.MultiDiGraph(text=self._text, doc_id=self.doc_id)
+        for n in self:
             g.add_node(n.id, type=n.type, span=n.span, **n.attrs)
         for e in self.edges:
             g.add_edge(e.src, e.dst, key=e.relation, relation=e.relation, **e.attrs)
         return g
 
     @classmethod
-    def from_networkx(cls, g: nx.Graph, text: str | None = None, doc_id: str | None = None) -> "DocGraph":
+    def from_networkx(cls, g: "nx.Graph", text: str | None = None, doc_id: str | None = None) -> "DocGraph":
         """Inverse of `to_networkx`; any networkx graph whose nodes carry a `type` attribute."""
         graph = cls(text if text is not None else g.graph.get("text", ""), doc_id or g.graph.get("doc_id"))
         for node_id, data in g.nodes(data=True):
@@ -192,7 +588,9 @@ class DocGraph:
             if "type" not in data:
                 raise GraphError("networkx node has no 'type' attribute", node=str(node_id))
             graph.add_node(str(node_id), data.pop("type"), data.pop("span", None), **data)
-        edge_iter: Iterable = g.edges(keys=True, data=True) if g.is_multigraph() else ((u, v, None, d) for u, v, d in g.edges(data=True))
+        edge_iter: Iterable = (
+            g.edges(keys=True, data=True) if g.is_multigraph() else ((u, v, None, d) for u, v, d in g.edges(data=True))
+        )
         for src, dst, key, data in edge_iter:
             data = dict(data)
             relation = data.pop("relation", key)
@@ -200,6 +598,21 @@ class DocGraph:
                 raise GraphError(f"networkx edge {src!r} -> {dst!r} has no 'relation'", node=str(src))
             graph.add_edge(str(src), relation, str(dst), **data)
         return graph
+
+
+def _checked_attrs(attrs: Any, source: str | None, node: str, path: tuple = ()) -> dict[str, Any]:
+    """Attrs are a mapping with string keys (they become keyword arguments and column names)."""
+    if not isinstance(attrs, Mapping):
+        raise GraphError(
+            f"attrs must be an object (a mapping of names to values), got {type(attrs).__name__}",
+            file=source,
+            path=path,
+            node=node,
+        )
+    bad = next((k for k in attrs if not isinstance(k, str)), None)
+    if bad is not None:
+        raise GraphError(f"attr names must be strings, got {bad!r}", file=source, path=path, node=node)
+    return dict(attrs)
 
 
 def _list_of_dicts(data: dict, key: str, source: str | None) -> list[dict]:

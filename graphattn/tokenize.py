@@ -27,11 +27,12 @@ Adapters:
 
 from __future__ import annotations
 
+import itertools
+import json
 import os
 import re
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Protocol, Sequence, runtime_checkable
+from typing import Any, Callable, Iterable, Protocol, Sequence, runtime_checkable
 
 import numpy as np
 
@@ -53,16 +54,29 @@ class TokenizerError(GraphattnError):
     """A tokenizer that cannot be loaded or used as asked (names the file where there is one)."""
 
 
-@dataclass(frozen=True)
 class Encoding:
-    """One encoded text: `ids` int32 [n], `offsets` int32 [n, 2] char [start, end), `tokens`."""
+    """One encoded text: `ids` int32 [n], `offsets` int32 [n, 2] char [start, end), `tokens`.
 
-    ids: np.ndarray
-    offsets: np.ndarray
-    tokens: list[str]
+    `tokens` may be given as a function that makes the list when first read: the compiler never
+    reads it, and making it costs a tenth of the encoding.
+    """
+
+    __slots__ = ("ids", "offsets", "_tokens")
+
+    def __init__(self, ids: np.ndarray, offsets: np.ndarray, tokens: list[str] | Callable[[], list[str]]):
+        self.ids, self.offsets, self._tokens = ids, offsets, tokens
+
+    @property
+    def tokens(self) -> list[str]:
+        if callable(self._tokens):
+            self._tokens = self._tokens()
+        return self._tokens
 
     def __len__(self) -> int:
         return int(self.ids.shape[0])
+
+    def __repr__(self) -> str:
+        return f"Encoding({len(self)} tokens)"
 
 
 @runtime_checkable
@@ -110,7 +124,7 @@ def _special_id_array(ids: Iterable[int | None], unk_id: int | None) -> np.ndarr
 
 
 def _offsets_array(offsets: list[tuple[int, int]]) -> np.ndarray:
-    return np.asarray(offsets, dtype=np.int32).reshape(-1, 2)
+    return np.fromiter(itertools.chain.from_iterable(offsets), dtype=np.int32, count=2 * len(offsets)).reshape(-1, 2)
 
 
 _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
@@ -177,6 +191,7 @@ class HFTokenizer:
         tokenizer.encode_special_tokens = True  # "[SEP]" in a document is text, not the separator
         self.tokenizer = tokenizer
         self.source = source
+        self._prefix_exact: bool | None = None
         model_unk = getattr(tokenizer.model, "unk_token", None)
         overrides = {"cls": cls_token, "sep": sep_token, "pad": pad_token, "mask": mask_token, "unk": unk_token or model_unk}
         special = _find_special_ids(tokenizer.token_to_id, overrides, source)
@@ -198,11 +213,21 @@ class HFTokenizer:
     def vocab_size(self) -> int:
         return self.tokenizer.get_vocab_size(with_added_tokens=True)
 
+    @property
+    def prefix_exact(self) -> bool:
+        """Whether the tokens of ``text[:p]``, p a space after a non-space, are exactly the whole
+        text's tokens that start before p: the normalizer works per character, the pre-tokenizer
+        splits at spaces, and no added token holds a space. The compiler may then stop
+        tokenizing a long text once nothing more of it can be kept (`compile.encode`)."""
+        if self._prefix_exact is None:
+            self._prefix_exact = _prefix_exact(json.loads(self.tokenizer.to_str()))
+        return self._prefix_exact
+
     def _wrap(self, encoding: Any, text: str) -> Encoding:
         offsets = _offsets_array(encoding.offsets)
         ids = np.asarray(encoding.ids, dtype=np.int32)
         ids = _without_special_ids(ids, self._special_ids, self.unk_id, text, offsets, self.source)
-        return Encoding(ids, offsets, encoding.tokens)
+        return Encoding(ids, offsets, lambda: encoding.tokens)
 
     def encode(self, text: str) -> Encoding:
         text = plain_text(text, "text")
@@ -326,6 +351,12 @@ class SpacyWordTokenizer:
             raise TokenizerError(f"token id {token_id} is outside the vocabulary of {self.vocab_size}", file=self.source)
         return self._tokens[int(token_id)]
 
+    @property
+    def prefix_exact(self) -> bool:
+        """spaCy splits at spaces first, so a prefix ending before a space tokenizes like the
+        whole text there; a growing vocabulary would still number words differently."""
+        return not self.grow
+
     def save_vocab(self, path: str | os.PathLike) -> None:
         """Write one token per line, in id order (readable back as a fixed vocabulary)."""
         Path(path).write_text("".join(f"{t}\n" for t in self._tokens), encoding="utf-8")
@@ -333,6 +364,39 @@ class SpacyWordTokenizer:
     def __repr__(self) -> str:
         mode = "growing" if self.grow else "fixed"
         return f"SpacyWordTokenizer(lang={self.nlp.lang!r}, vocab_size={self.vocab_size}, {mode})"
+
+
+# tokenizers' components that work per character (normalizers) or split at spaces (pre-tokenizers).
+_LOCAL_NORMALIZERS = {"BertNormalizer", "Lowercase", "NFC", "NFD", "NFKC", "NFKD", "StripAccents", "Strip", "Prepend"}
+_SPACE_SPLITTERS = {"BertPreTokenizer", "Whitespace", "WhitespaceSplit"}
+_SPLITTERS = _SPACE_SPLITTERS | {"Punctuation", "Digits", "UnicodeScripts", "ByteLevel", "Metaspace"}
+
+
+def _prefix_exact(config: dict) -> bool:
+    """`HFTokenizer.prefix_exact` from a tokenizer.json: see there."""
+    def parts(component: dict | None) -> list[dict]:
+        """A component, or the members of a Sequence (nested ones flattened)."""
+        if component is None:
+            return []
+        if component.get("type") != "Sequence":
+            return [component]
+        members = component.get("normalizers", component.get("pretokenizers", [])) or []
+        return [part for member in members for part in parts(member)]
+
+    normalizers = parts(config.get("normalizer"))
+    pre_tokenizers = parts(config.get("pre_tokenizer"))
+    if any(n.get("type") not in _LOCAL_NORMALIZERS for n in normalizers):
+        return False
+    if any(p.get("type") not in _SPLITTERS for p in pre_tokenizers):
+        return False
+    splits_at_spaces = any(
+        p.get("type") in _SPACE_SPLITTERS
+        or (p.get("type") == "ByteLevel" and p.get("use_regex", True))
+        or (p.get("type") == "Metaspace" and p.get("split", True))
+        for p in pre_tokenizers
+    )
+    no_spaced_added = not any(any(c.isspace() for c in t.get("content", "")) for t in config.get("added_tokens") or [])
+    return splits_at_spaces and no_spaced_added
 
 
 def _read_vocab_file(path: Path) -> list[str]:

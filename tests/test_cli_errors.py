@@ -103,7 +103,7 @@ CASES = [
     (
         ["compile", "{d}/notes.txt", "--schema", "etc-sentences", "--out", "{d}/o8", "--mapping", "{d}/bad.yaml"],
         2,
-        "bad.yaml:3: not valid YAML/JSON",
+        "bad.yaml:3: not valid YAML/JSON",  # mapping files are read like schema files (schema_io)
     ),
     (
         ["compile", "{d}/notes.txt", "--schema", "etc-sentences", "--out", "{d}/o9", "--max-rejected", "2"],

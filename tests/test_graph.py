@@ -80,7 +80,9 @@ def test_graph_errors():
         g.add_node("z", "sentence", (5, 2))
     with pytest.raises(GraphError, match="span must be a pair of ints"):
         g.add_node("z", "sentence", ("a", None))
-    with pytest.raises(GraphError, match=r"node 'nope': edge 's0' -\[mentions\]-> 'nope': target node 'nope' does not exist"):
+    with pytest.raises(
+        GraphError, match=r"node 'nope': edge 's0' -\[mentions\]-> 'nope': target node 'nope' does not exist"
+    ):
         g.add_edge("s0", "mentions", "nope")
     with pytest.raises(GraphError, match="no such node"):
         g.node("nope")
@@ -109,13 +111,183 @@ def test_extend_adds_in_bulk_checked_or_as_built():
     checked, trusted = DocGraph("abc def"), DocGraph("abc def")
     checked.extend(nodes, edges)
     trusted.extend(nodes, edges, validate=False)
-    assert checked.to_dict() == trusted.to_dict() == {
-        "doc_id": None, "text": "abc def",
-        "nodes": [{"id": "a", "type": "sentence", "span": [0, 3]}, {"id": "b", "type": "sentence", "span": [4, 7], "attrs": {"k": 1}}],
-        "edges": [{"src": "a", "relation": "next", "dst": "b"}],
-    }
-    assert trusted.nodes["b"] is nodes[1] and checked.nodes["b"] is not nodes[1]  # as built vs copied
+    assert (
+        checked.to_dict()
+        == trusted.to_dict()
+        == {
+            "doc_id": None,
+            "text": "abc def",
+            "nodes": [
+                {"id": "a", "type": "sentence", "span": [0, 3]},
+                {"id": "b", "type": "sentence", "span": [4, 7], "attrs": {"k": 1}},
+            ],
+            "edges": [{"src": "a", "relation": "next", "dst": "b"}],
+        }
+    )
+    nodes[1].attrs["k"] = 2  # the graph stores values in its columns, not the objects handed in
+    assert trusted.node("b").attrs["k"] == checked.node("b").attrs["k"] == 1
     with pytest.raises(GraphError, match=r"node 'c': span \[0, 99\) lies outside"):
         DocGraph("abc def").extend([Node("c", "sentence", (0, 99))])
     with pytest.raises(GraphError, match="target node 'zz' does not exist"):
         DocGraph("abc def").extend(nodes, [Edge("a", "next", "zz")])
+    with pytest.raises(GraphError, match="target node 'zz' does not exist"):
+        DocGraph("abc def").extend(nodes, [Edge("a", "next", "zz")], validate=False)  # edges join rows: ends must exist
+
+
+# -- columns, views and the checks that no path around the constructors escapes (#15 item 11) --
+@pytest.mark.parametrize(
+    "span",
+    [
+        [float("inf"), 2],
+        [0.2, 1.7],
+        [0.0, 2.0],
+        ["0", "2"],
+        [True, 2],
+        [0, False],
+        [1],
+        [0, 1, 2],
+        "02",
+        5,
+        0,
+        {"a": 0, "b": 1},
+    ],
+)
+def test_from_dict_refuses_spans_that_are_not_two_integers(span):
+    data = {"text": "abcdef", "nodes": [{"id": "n7", "type": "t", "span": span}]}
+    with pytest.raises(GraphError, match=r"node 'n7': span must be a pair of ints \[start, end\), got"):
+        DocGraph.from_dict(data, source="g.json")
+
+
+@pytest.mark.parametrize("attrs", [[1, 2], "x", 3, None])
+def test_from_dict_refuses_attrs_that_are_not_a_mapping(attrs):
+    data = {"text": "abc", "nodes": [{"id": "a", "type": "t", "attrs": attrs}]}
+    with pytest.raises(GraphError, match=r"^g.json: \$\.nodes\[0\]\.attrs: node 'a': attrs must be an object"):
+        DocGraph.from_dict(data, source="g.json")
+    data = {
+        "text": "abc",
+        "nodes": [{"id": "a", "type": "t"}],
+        "edges": [{"src": "a", "relation": "r", "dst": "a", "attrs": attrs}],
+    }
+    with pytest.raises(GraphError, match=r"\$\.edges\[0\]\.attrs: node 'a': attrs must be an object"):
+        DocGraph.from_dict(data, source="g.json")
+
+
+def test_a_span_or_text_set_later_is_checked_then():
+    g = sample()
+    node = g.node("s0")
+    with pytest.raises(
+        GraphError, match=r"d1.json: node 's0': span \[3, 40\) lies outside the document text of 24 characters"
+    ):
+        node.span = (3, 40)
+    with pytest.raises(GraphError, match=r"node 's0': span must be a pair of ints"):
+        node.span = (0.5, 2)
+    assert g.node("s0").span == (0, 13)  # a refused value leaves the graph as it was
+    node.span = (1, 5)
+    assert g.node("s0").span == (1, 5) and g.span_array()[1].tolist() == [1, 5]
+    node.span = None
+    assert g.node("s0").span is None
+    with pytest.raises(GraphError, match=r"node 'doc': span \[0, 24\) would lie outside the new text of 10 characters"):
+        g.text = "short text"
+    with pytest.raises(GraphError, match="document text must be a str"):
+        g.text = b"bytes"
+    g.text = "Paris is big. It is old. And more."
+    assert g.span_text("s1") == "It is old."
+    with pytest.raises(GraphError, match="node type must be a non-empty string"):
+        node.type = ""
+
+
+def test_views_write_through_to_the_columns():
+    g = sample()
+    g.node("s1").attrs["topic"] = "history"
+    g.node("paris").attrs["population"] = 2.1
+    del g.node("paris").attrs["lang"]
+    assert g.node("s1").attrs == {"topic": "history"} and g.node("paris").attrs == {"population": 2.1}
+    present, values = g.attr_column("population")
+    assert present.tolist() == [False, False, False, True] and values[3] == 2.1
+    g.node("s0").attrs = {"a": 1}
+    assert dict(g.node("s0").attrs) == {"a": 1}
+    with pytest.raises(KeyError):
+        del g.node("s0").attrs["nope"]
+    g.edges.append(g.edges[0])  # the same edge again, through the list view
+    assert len(g.edges) == 4 and g.edges[-1].dst == "s0"
+
+
+def test_bulk_nodes_are_columns_and_read_back_as_nodes():
+    import numpy as np
+
+    g = DocGraph("one two three")
+    g.add_node("doc", "document", (0, 13))
+    first = g.add_nodes(
+        ["w0", "w1", "w2"],
+        "word",
+        np.array([[0, 3], [4, 7], [8, 13]]),
+        {"length": np.array([3, 3, 5]), "stop": (np.array([True, False, False]), np.array([True, True, False]))},
+    )
+    g.add_edges(np.zeros(3, np.int64), CONTAINS, np.arange(first, first + 3))
+    assert first == 1 and [n.id for n in g.nodes_of_type("word")] == ["w0", "w1", "w2"]
+    assert g.node("w2").attrs == {"length": 5} and type(g.node("w2").attrs["length"]) is int
+    assert g.node("w1").attrs == {"length": 3, "stop": False}
+    assert [(e.src, e.dst) for e in g.edges_of(CONTAINS)] == [("doc", "w0"), ("doc", "w1"), ("doc", "w2")]
+    present, values = g.attr_column("length")
+    assert (
+        present.tolist() == [False, True, True, True] and values.dtype == np.int64 and values.tolist() == [0, 3, 3, 5]
+    )
+    checked = DocGraph(g.text)
+    checked.extend(g.nodes.values(), g.edges)
+    assert checked.to_dict() == g.to_dict()
+    g.node("w0").attrs["length"] = "three"  # an array column turns into a list column when it must
+    assert g.node("w0").attrs["length"] == "three" and g.node("w2").attrs["length"] == 5
+    with pytest.raises(GraphError, match=r"node 'x1': span \[4, 99\) lies outside"):
+        g.add_nodes(["x0", "x1"], "word", np.array([[0, 3], [4, 99]]))
+    with pytest.raises(GraphError, match=r"node 'w1': duplicate node id"):
+        g.add_nodes(["x0", "w1"], "word")
+    with pytest.raises(GraphError, match="outside the 4 nodes"):
+        g.add_edges([0], CONTAINS, [4])
+    assert len(g) == 4  # refused adds leave nothing behind
+
+
+def test_repr_is_one_line():
+    text = repr(sample())
+    assert (
+        text == "DocGraph(doc_id='d1', 24 chars, 4 nodes (sentence 2, document 1, entity 1), 3 edges, source='d1.json')"
+    )
+    assert repr(sample().node("s1")) == "Node(id='s1', type='sentence', span=(14, 24), attrs={'topic': 'age'})"
+
+
+def test_graphs_pickle_with_their_columns():
+    import pickle
+
+    import numpy as np
+
+    g = sample()
+    g.add_nodes(["w"], "word", np.array([[0, 5]]), {"stop": (np.array([True]), np.array([False]))})
+    back = pickle.loads(pickle.dumps(g))
+    assert back.to_dict() == g.to_dict() and "stop" not in back.node("w").attrs
+
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+_JSON_SCALARS = st.one_of(st.none(), st.booleans(), st.integers(-5, 30), st.floats(allow_nan=True), st.text(max_size=3))
+_JSON = st.recursive(
+    _JSON_SCALARS,
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=2), inner, max_size=2),
+    max_leaves=6,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(span=_JSON, attrs=_JSON)
+def test_from_dict_builds_a_checked_graph_or_names_the_node(span, attrs):
+    """Whatever JSON stands in a node's span and attrs: a graph whose spans are int pairs inside
+    the text, or a GraphError naming the node - never a TypeError, OverflowError or coercion."""
+    data = {"text": "0123456789", "nodes": [{"id": "n", "type": "t", "span": span, "attrs": attrs}]}
+    try:
+        graph = DocGraph.from_dict(data)
+    except GraphError as err:
+        assert "node 'n'" in str(err)
+        return
+    got = graph.node("n").span
+    assert got is None or (
+        type(got[0]) is int and type(got[1]) is int and 0 <= got[0] <= got[1] <= 10 and list(got) == span
+    )

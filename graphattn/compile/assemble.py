@@ -163,6 +163,14 @@ def _node_label(doc: _Doc, node: int, n_docs: int) -> str:
     return node_id if n_docs == 1 or doc.lay.graph.doc_id is None else f"{doc.lay.graph.doc_id}/{node_id}"
 
 
+def _node_labels(doc: _Doc, nodes: np.ndarray, n_docs: int) -> list[str]:
+    """`_node_label` of many nodes at once (a page past its cut drops thousands)."""
+    ids = np.asarray(doc.lay.node_ids, dtype=object)[nodes]
+    if n_docs > 1 and doc.lay.graph.doc_id is not None:
+        ids = f"{doc.lay.graph.doc_id}/" + ids
+    return ids.tolist()
+
+
 def _owners(doc: _Doc, schema: Schema, level: str, goffset: int) -> np.ndarray:
     """Global position (instance coordinates) owning each long position of `doc` at `level`."""
     lay = doc.lay
@@ -291,7 +299,7 @@ def _names(doc: _Doc, schema: Schema) -> tuple[list[str], list[str]]:
     ids = np.empty(kind.shape[0], dtype=object)
     types = np.empty(kind.shape[0], dtype=object)
     real = doc.g_node >= 0
-    ids[real] = np.asarray(lay.node_ids, dtype=object)[doc.g_node[real]]
+    ids[real] = [lay.node_ids[i] for i in doc.g_node[real].tolist()]  # a few globals of possibly many nodes
     types[real] = np.asarray(lay.type_names, dtype=object)[lay.node_type[doc.g_node[real]]]
     special = np.flatnonzero(kind == SPECIAL)
     ids[special] = [f"<{schema.global_prefix[i]}>" for i in doc.g_token[special]]
@@ -360,17 +368,19 @@ def _unique_last(a: np.ndarray, b: np.ndarray, label: np.ndarray, width: int):
 def _features(doc: _Doc, schema: Schema) -> dict[str, np.ndarray]:
     """`global:<name>` [Gd] from each global's node, `long:<name>` [Ld] from the innermost holder."""
     lay = doc.lay
-    nodes = list(lay.graph.nodes.values())
     out = {}
     for i, feat in enumerate(schema.features):
         dtype = np.float32 if feat.dtype == "float32" else np.int32
-        holders = np.array([i for i, n in enumerate(nodes) if feat.attr in n.attrs], dtype=np.int64)
+        alive = np.flatnonzero(doc.alive)  # globals and long tokens come from live nodes only
+        present, column = lay.graph.attr_column(feat.attr, alive)
+        holders = alive[present]
         values = np.full(lay.n_nodes + 1, feat.default, dtype=np.float64)
         if holders.size:
-            raw = [nodes[h].attrs[feat.attr] for h in holders]
+            raw = column[present]  # a bulk builder's numeric column stays an array: checked with numpy
+            raw = raw if raw.dtype != object else raw.tolist()
             values[holders] = _feature_values(raw, feat, lay, holders, schema, i)
         out[f"global:{feat.name}"] = np.where(doc.g_node >= 0, values[doc.g_node], feat.default).astype(dtype)
-        live = holders[doc.alive[holders]] if holders.size else holders
+        live = holders
         inner = doc.innermost_of(live)
         per_body = take_or(values[live], inner, feat.default)
         out[f"long:{feat.name}"] = doc.with_prefix(per_body.astype(dtype), feat.default)
@@ -378,18 +388,22 @@ def _features(doc: _Doc, schema: Schema) -> dict[str, np.ndarray]:
 
 
 def _feature_values(
-    raw: list, feat: Feature, lay: DocLayout, holders: np.ndarray, schema: Schema, index: int
+    raw: list | np.ndarray, feat: Feature, lay: DocLayout, holders: np.ndarray, schema: Schema, index: int
 ) -> np.ndarray:
     """The attr values of one feature as float64, each checked against the feature's dtype and range
     (`feature_value_problem`): a bad value is a CompileError naming the node and the attr."""
-    plain = all(type(v) in (int, float, bool) for v in raw)
-    values = np.array(raw, dtype=np.float64) if plain and all(abs(v) < 2**63 for v in raw) else None
+    if isinstance(raw, np.ndarray):  # a typed column: bool, int or float values need no check of their type
+        values = raw.astype(np.float64) if raw.dtype.kind in "biuf" else None
+    else:
+        plain = all(type(v) in (int, float, bool) for v in raw)
+        values = np.array(raw, dtype=np.float64) if plain and all(abs(v) < 2**63 for v in raw) else None
     if values is not None:
         ok = np.isfinite(values) & (values >= feat.minimum) & (values <= feat.maximum)
         if feat.dtype == "int32":
             ok &= values == np.round(values)
         if ok.all():
             return values
+    raw = raw.tolist() if isinstance(raw, np.ndarray) else raw
     for h, value in zip(holders, raw):  # only on failure (or unusual types): find the first bad value
         problem = feature_value_problem(value, feat.dtype, feat.minimum, feat.maximum)
         if problem:
@@ -430,6 +444,7 @@ def _doc_nodes(doc: _Doc, schema: Schema, loffset: int) -> DocNodes:
     first = np.where(has_kept, base + take_or(doc.kept_pos, np.where(has_kept, kept_from, -1), 0), -1)
     last = np.where(has_kept, base + take_or(doc.kept_pos, np.where(has_kept, kept_to - 1, -1), 0), -1)
     total = count_in_ranges(lay.is_long, lay.ranges[:, 0], lay.ranges[:, 1])
+    has_text = total > 0 if lay.long_past_cut is None else (total > 0) | lay.long_past_cut  # past the cut too
     long_tokens = np.flatnonzero(lay.is_long)
     first_long = take_or(long_tokens, np.where(total > 0, np.searchsorted(long_tokens, lay.ranges[:, 0]), -1), -1)
     holds_first = has_kept & (take_or(doc.kept, np.where(has_kept, kept_from, -1), -2) == first_long)
@@ -437,7 +452,8 @@ def _doc_nodes(doc: _Doc, schema: Schema, loffset: int) -> DocNodes:
     prefix = {name: i for i, name in enumerate(schema.global_prefix) if i < n_globals and doc.g_kind[i] == SPECIAL}
     return DocNodes(graph=lay.graph, node_ids=lay.node_ids, node_is=lay.of_types, rank=lay.rank, selected=lay.selected,
                     global_nodes=doc.g_node, prefix=prefix, first=first, last=last,
-                    complete=(total > 0) & (kept_to - kept_from == total), has_text=total > 0, holds_first=holds_first)
+                    complete=(total > 0) & (kept_to - kept_from == total), has_text=has_text,
+                    holds_first=holds_first)
 
 
 def assemble(
@@ -448,7 +464,7 @@ def assemble(
     report = TruncationReport()
     for sel in selections:
         report.messages.extend(sel.messages)
-    before = [doc_sizes(lay, schema, lay.is_long) for lay in layouts]
+    before = [doc_sizes(lay, schema, lay.is_long, whole=True) for lay in layouts]
     report.long_tokens_before = sum(b[0] for b in before)
     report.globals_before = sum(b[1] for b in before)
 
@@ -462,7 +478,7 @@ def assemble(
     for doc in docs:
         _global_part(doc, schema)
         dropped = np.flatnonzero(doc.lay.in_long & ~doc.alive)
-        report.dropped_nodes.extend(_node_label(doc, int(i), len(docs)) for i in dropped)
+        report.dropped_nodes.extend(_node_labels(doc, dropped, len(docs)))
     _cut_globals(docs, schema, report)
     for doc in docs:
         _index_globals(doc)

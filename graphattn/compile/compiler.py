@@ -2,6 +2,7 @@
 
     compile_instance(graph, schema, tokenizer)   one instance (a list of graphs packs them)
     compile_windows(graph, schema, tokenizer)    every window of a strided layout (NQ)
+    compile_many(graphs, schema, tokenizer)      compile_windows of many documents, tokenized in batches
     pack(graphs, schema, tokenizer)              greedy packing of many small documents
     pack_groups(graphs, schema, tokenizer)       the same, saying which inputs each instance holds
     load_schema_and_tokenizer(schema, tokenizer) load both and resolve special tokens, up front
@@ -20,7 +21,7 @@ from typing import Any, Callable, Iterable, Iterator, Sequence
 
 from graphattn.compile.assemble import assemble
 from graphattn.contract import EtcInstance
-from graphattn.compile.layout import DocLayout, build_layout
+from graphattn.compile.layout import DocLayout, build_layout, build_layouts
 from graphattn.compile.tokens import TokenTable, resolve_tokens
 from graphattn.compile.truncate import Selection, doc_sizes, select, window_selections
 from graphattn.errors import CompileError
@@ -102,7 +103,10 @@ def compile_windows(
     schema, tokenizer, table = _prepare(schema, tokenizer)
     if not isinstance(graph, DocGraph):
         raise CompileError(f"compile_windows takes one DocGraph, got {type(graph).__name__}")
-    layout = build_layout(graph, schema, tokenizer)
+    return _instances(build_layout(graph, schema, tokenizer), schema, table, compact)
+
+
+def _instances(layout: DocLayout, schema: Schema, table: TokenTable, compact: bool) -> list[EtcInstance]:
     if schema.truncation.policy != "windows":
         return [assemble([layout], select([layout], schema), schema, table, compact=compact)]
     return [assemble([layout], [sel], schema, table, compact=compact) for sel in window_selections(layout, schema)]
@@ -110,6 +114,42 @@ def compile_windows(
 
 OnError = Callable[[int, DocGraph, Exception], None]
 """`on_error(index, graph, error)`: the input at `index` failed and was left out."""
+
+BATCH_SIZE = 32  # documents tokenized per tokenizer call by `compile_many` and `pack_groups`
+
+
+def compile_many(
+    graphs: Sequence[DocGraph],
+    schema: Schema | str | Any,
+    tokenizer: Tokenizer | str | Any,
+    *,
+    compact: bool = False,
+    on_error: OnError | None = None,
+) -> list[list[EtcInstance]]:
+    """`compile_windows` of many documents in one call: the instances of each, in input order.
+
+    The texts are tokenized together (`Tokenizer.encode_batch`, one call per `BATCH_SIZE`
+    documents, and under `tail` only as far as anything can be kept); the result is the same as
+    compiling them one by one. Without `on_error` the first document that fails raises; with
+    it, ``on_error(index, graph, error)`` is called and that document gets no instances.
+    """
+    schema, tokenizer, table = _prepare(schema, tokenizer)
+    graphs = list(graphs)
+    out: list[list[EtcInstance]] = []
+    for first in range(0, len(graphs), BATCH_SIZE):
+        batch = graphs[first : first + BATCH_SIZE]
+        layouts = build_layouts(batch, schema, tokenizer)
+        for index, graph, layout in zip(range(first, first + len(batch)), batch, layouts):
+            try:
+                if isinstance(layout, Exception):
+                    raise layout
+                out.append(_instances(layout, schema, table, compact))
+            except Exception as err:  # noqa: BLE001 - reported per document when asked to
+                if on_error is None:
+                    raise
+                on_error(index, graph, err)
+                out.append([])
+    return out
 
 
 @dataclass(frozen=True)
@@ -161,15 +201,17 @@ def pack_groups(
     With `on_error`, a document that fails (any exception: its layout, or its compile) is
     reported as ``on_error(index, graph, error)`` and left out, and packing goes on: a pack
     that fails to assemble is compiled document by document, so only the document at fault is
-    lost. This is what corpus runs need (one bad record must not stop a shard).
+    lost. This is what corpus runs need (one bad record must not stop a shard). Documents are
+    tokenized `BATCH_SIZE` at a time, so `graphs` is read that far ahead.
     """
     schema, tokenizer, table = _prepare(schema, tokenizer)
     current: list[tuple[int, DocLayout]] = []
     used_long = used_global = 0
-    for index, graph in enumerate(graphs):
+    for index, graph, layout in _layouts_in_batches(graphs, schema, tokenizer):
         try:
-            layout = build_layout(graph, schema, tokenizer)
-            long_len, n_globals = doc_sizes(layout, schema, layout.is_long)
+            if isinstance(layout, Exception):
+                raise layout
+            long_len, n_globals = doc_sizes(layout, schema, layout.is_long, whole=True)
         except Exception as err:  # noqa: BLE001 - reported per document when asked to
             if on_error is None:
                 raise
@@ -185,6 +227,25 @@ def pack_groups(
         used_global += n_globals
     if current:
         yield from _assemble_group(current, schema, table, compact, on_error)
+
+
+def _layouts_in_batches(
+    graphs: Iterable[DocGraph], schema: Schema, tokenizer: Tokenizer
+) -> Iterator[tuple[int, Any, Any]]:
+    """(index, graph, layout or its exception), reading `BATCH_SIZE` graphs ahead for each tokenizer batch."""
+    batch: list[tuple[int, Any]] = []
+    for item in enumerate(graphs):
+        batch.append(item)
+        if len(batch) == BATCH_SIZE:
+            yield from _layout_batch(batch, schema, tokenizer)
+            batch = []
+    yield from _layout_batch(batch, schema, tokenizer)
+
+
+def _layout_batch(batch: list[tuple[int, Any]], schema: Schema, tokenizer: Tokenizer) -> Iterator[tuple[int, Any, Any]]:
+    layouts = build_layouts([graph for _, graph in batch], schema, tokenizer) if batch else []
+    for (index, graph), layout in zip(batch, layouts):
+        yield index, graph, layout
 
 
 def _assemble_group(
@@ -210,4 +271,13 @@ def _assemble_packed(layouts: list[DocLayout], schema: Schema, table: TokenTable
     return assemble(layouts, selections, schema, table, compact=compact)
 
 
-__all__ = ["OnError", "Packed", "compile_instance", "compile_windows", "load_schema_and_tokenizer", "pack", "pack_groups"]
+__all__ = [
+    "OnError",
+    "Packed",
+    "compile_instance",
+    "compile_many",
+    "compile_windows",
+    "load_schema_and_tokenizer",
+    "pack",
+    "pack_groups",
+]

@@ -2,12 +2,16 @@
 
 The result (`DocLayout`) is independent of truncation: every node as a token range, the
 containment forest, document order, which nodes become globals, which tokens are long text.
-Later passes choose which tokens to keep and assemble instances from it.
+Later passes choose which tokens to keep and assemble instances from it. One exception, for
+cost: under `tail` the text is tokenized only as far as anything can be kept (`encode`), and
+nodes past that point are known by their text, not their tokens (`long_past_cut`).
+`check_graph` does the tokenizer-free part, so that `build_layouts` can tokenize many
+documents in one batch.
 
 Checks made here, each naming the node and the files involved: undeclared node types and
-relations, dangling edges, spans past the text, crossing spans of one type, a node with two
-parents or a cycle in a hierarchy relation, a child span outside its parent's, an empty
-document.
+relations, spans past the text (the graph checks them when set; read here as they are),
+crossing spans of one type, a node with two parents or a cycle in a hierarchy relation, a child
+span outside its parent's, an empty document.
 """
 
 from __future__ import annotations
@@ -16,11 +20,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from graphattn.compile.encode import TextPlan, encode_documents, long_token_bound
 from graphattn.compile.ranges import coverage
 from graphattn.errors import CompileError, GraphError
 from graphattn.graph import DocGraph
 from graphattn.schema import Schema
-from graphattn.tokenize import Tokenizer, spans_to_token_ranges
+from graphattn.tokenize import Encoding, Tokenizer, spans_to_token_ranges
 
 
 @dataclass
@@ -28,7 +33,7 @@ class DocLayout:
     """One document over its tokens. Node arrays are indexed like `node_ids`."""
 
     graph: DocGraph
-    token_ids: np.ndarray  # [T] int32, the whole text tokenized once
+    token_ids: np.ndarray  # [T] int32, the text tokenized once (under tail: up to `tokenized_chars`)
     offsets: np.ndarray  # [T, 2] int32 char [start, end)
     node_ids: list[str]
     node_type: np.ndarray  # [N] index into schema type names (`type_names`)
@@ -41,8 +46,15 @@ class DocLayout:
     rank: np.ndarray  # [N] int64 document order (spanned nodes in pre-order, then the rest)
     selected: np.ndarray  # [N] bool: becomes a global (global type and `where` matches)
     is_long: np.ndarray  # [T] bool: token is long text
-    in_long: np.ndarray  # [N] bool: node covers at least one long token
+    in_long: np.ndarray  # [N] bool: node covers at least one long token (or long text past the cut)
     edges: dict[str, tuple[np.ndarray, np.ndarray]]  # relation -> (src, dst) node indices
+    tokenized_chars: int = -1  # the text was tokenized up to here (its length: all of it)
+    long_past_cut: np.ndarray | None = None  # [N] bool: long text past `tokenized_chars` (see encode)
+
+    @property
+    def cut_short(self) -> bool:
+        """Tokenizing stopped before the end of the text (nothing past it can be kept)."""
+        return 0 <= self.tokenized_chars < len(self.graph.text)
 
     @property
     def n_tokens(self) -> int:
@@ -54,8 +66,9 @@ class DocLayout:
 
     def of_types(self, names) -> np.ndarray:
         """bool [N]: node's type is one of `names`."""
-        wanted = [i for i, t in enumerate(self.type_names) if t in set(names)]
-        return np.isin(self.node_type, wanted)
+        names = set(names)
+        table = np.array([t in names for t in self.type_names] + [False])
+        return table[self.node_type]
 
     def type_flag(self, attr: str) -> np.ndarray:
         """bool [N]: the node's type has NodeType attribute `attr` true."""
@@ -84,39 +97,46 @@ def schema_ref(schema: Schema) -> str:
 
 
 def _read_nodes(graph: DocGraph, schema: Schema, text_len: int):
+    """The graph's node columns as the schema's arrays: type index per node, spans, ids."""
     type_names = tuple(schema.node_types)
     type_index = {name: i for i, name in enumerate(type_names)}
-    nodes = list(graph.nodes.values())
-    node_type = np.array([type_index.get(n.type, -1) for n in nodes], dtype=np.int64)
+    codes, graph_types = graph.type_codes()
+    to_schema = np.array([type_index.get(name, -1) for name in graph_types] + [-1], dtype=np.int64)
+    node_type = to_schema[codes]
+    node_ids = graph.node_ids
     if (node_type < 0).any():
-        node = nodes[int(np.argmax(node_type < 0))]
+        i = int(np.argmax(node_type < 0))
         declared = ", ".join(type_names) or "none"
-        _fail(graph, f"node type {node.type!r} is not declared in {schema_ref(schema)}; declared: {declared}", node.id)
-    has_span = np.array([n.span is not None for n in nodes], dtype=bool)
-    spans = np.array([n.span if n.span is not None else (-1, -1) for n in nodes], dtype=np.int64).reshape(-1, 2)
-    bad = has_span & ((spans[:, 0] > spans[:, 1]) | (spans[:, 1] > text_len) | (spans[:, 0] < 0))
+        message = f"node type {graph_types[codes[i]]!r} is not declared in {schema_ref(schema)}; declared: {declared}"
+        _fail(graph, message, node_ids[i])
+    spans = graph.span_array()
+    has_span = spans[:, 0] >= 0
+    # The graph checks spans when they are set; checked again here on exactly what is read.
+    bad = has_span & ((spans[:, 0] > spans[:, 1]) | (spans[:, 1] > text_len))
     if bad.any():
         i = int(np.argmax(bad))
         message = f"span [{spans[i, 0]}, {spans[i, 1]}) lies outside the document text of {text_len} characters"
-        _fail(graph, message, nodes[i].id, GraphError)
-    return [n.id for n in nodes], node_type, spans, has_span, type_names
+        _fail(graph, message, node_ids[i], GraphError)
+    return node_ids, node_type, spans, has_span, type_names
 
 
-def _read_edges(graph: DocGraph, schema: Schema, index: dict[str, int]) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-    grouped: dict[str, tuple[list[int], list[int]]] = {name: ([], []) for name in schema.relations}
-    for edge in graph.edges:
-        if edge.relation not in grouped:
-            declared = ", ".join(schema.relations) or "none"
-            where = f"edge {edge.src!r} -[{edge.relation}]-> {edge.dst!r}"
-            _fail(graph, f"{where}: relation {edge.relation!r} is not declared in {schema_ref(schema)}; declared: {declared}", edge.src)
-        for end, role in ((edge.src, "source"), (edge.dst, "target")):
-            if end not in index:
-                where = f"edge {edge.src!r} -[{edge.relation}]-> {edge.dst!r}"
-                _fail(graph, f"{where}: {role} node {end!r} does not exist (dangling edge)", end, GraphError)
-        src, dst = grouped[edge.relation]
-        src.append(index[edge.src])
-        dst.append(index[edge.dst])
-    return {name: (np.asarray(s, dtype=np.int64), np.asarray(d, dtype=np.int64)) for name, (s, d) in grouped.items()}
+def _read_edges(graph: DocGraph, schema: Schema, node_ids: list[str]) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """Edges grouped by relation as (source, target) node rows; every relation must be declared."""
+    src, dst, codes, relations = graph.edge_arrays()
+    undeclared = np.isin(codes, [code for code, name in enumerate(relations) if name not in schema.relations])
+    if undeclared.any():
+        e = int(np.argmax(undeclared))
+        declared = ", ".join(schema.relations) or "none"
+        name = relations[codes[e]]
+        where = f"edge {node_ids[src[e]]!r} -[{name}]-> {node_ids[dst[e]]!r}"
+        message = f"{where}: relation {name!r} is not declared in {schema_ref(schema)}; declared: {declared}"
+        _fail(graph, message, node_ids[src[e]])
+    code_of = {name: code for code, name in enumerate(relations)}
+    out = {}
+    for name in schema.relations:
+        mine = codes == code_of.get(name, -1)
+        out[name] = (src[mine], dst[mine])
+    return out
 
 
 def _hierarchy(graph, schema, node_ids, edges) -> tuple[np.ndarray, np.ndarray]:
@@ -125,23 +145,26 @@ def _hierarchy(graph, schema, node_ids, edges) -> tuple[np.ndarray, np.ndarray]:
     parent = np.full(n, -1, dtype=np.int64)
     pairs = [np.stack(edges[name], axis=1) for name in schema.hierarchy_relations]
     pairs = np.concatenate(pairs) if pairs else np.zeros((0, 2), np.int64)
-    if pairs.size:  # the same edge twice is one edge
+    if pairs.size and np.bincount(pairs[:, 1], minlength=n).max() > 1:  # the same edge twice is one edge
         _, first = np.unique(pairs[:, 0] * max(n, 1) + pairs[:, 1], return_index=True)
         pairs = pairs[np.sort(first)]
-    if pairs.size:
         children, counts = np.unique(pairs[:, 1], return_counts=True)
         if (counts > 1).any():
             child = int(children[np.argmax(counts > 1)])
             parents = ", ".join(repr(node_ids[p]) for p in pairs[pairs[:, 1] == child, 0])
             _fail(graph, f"node has more than one parent in the containment hierarchy: {parents}", node_ids[child])
+    if pairs.size:
         parent[pairs[:, 1]] = pairs[:, 0]
-    # Pointer jumping with a sentinel root n: after ceil(log2(n+1)) + 1 rounds every acyclic node points at it.
+    # Pointer jumping with a sentinel root n: after ceil(log2(n+1)) + 1 rounds every acyclic node
+    # points at it; a shallow forest gets there in log2(depth) rounds.
     jump = np.where(parent >= 0, parent, n)
     jump = np.append(jump, n)
     dist = np.append((parent >= 0).astype(np.int64), 0)
     for _ in range(int(np.ceil(np.log2(n + 2))) + 1):
         dist = dist + np.where(jump < n, dist[jump], 0)
         jump = jump[jump]
+        if (jump == n).all():
+            break
     on_cycle = np.flatnonzero(jump[:n] != n)
     if on_cycle.size:
         first = int(on_cycle[0])
@@ -216,9 +239,9 @@ def _check_crossing(graph, schema, node_ids, node_type, spans, own_span, type_na
             continue
         order = idx[np.lexsort((-spans[idx, 1], spans[idx, 0]))]
         s, e = spans[order, 0], spans[order, 1]
-        if np.all(s[1:] >= e[:-1]):
-            continue  # disjoint: the common case
-        open_ends: list[int] = []  # stack of enclosing nodes, only for nested types
+        if np.all(s[1:] >= e[:-1]) or _nested(s, e):
+            continue  # disjoint (the common case) or properly nested
+        open_ends: list[int] = []  # stack of enclosing nodes: finds the crossing pair to report
         for k, node in enumerate(order):
             while open_ends and e[open_ends[-1]] <= s[k]:
                 open_ends.pop()
@@ -233,75 +256,215 @@ def _check_crossing(graph, schema, node_ids, node_type, spans, own_span, type_na
             open_ends.append(k)
 
 
+def _nested(s: np.ndarray, e: np.ndarray) -> bool:
+    """Spans sorted by (start, -end) nest or are disjoint: every span starting inside span j
+    (the next ones, up to the last that starts before j's end) ends by j's end.
+
+    Range maxima by doubling (a sparse table built one level at a time, O(n) memory).
+    """
+    n = s.size
+    lo = np.arange(1, n + 1)
+    hi = np.searchsorted(s, e, side="left") - 1  # last span starting before j's end
+    asks = np.flatnonzero(hi >= lo)
+    if asks.size == 0:
+        return True
+    lo, hi, end = lo[asks], hi[asks], e[asks]
+    level_of = np.floor(np.log2(hi - lo + 1)).astype(np.int64)
+    maxima, width, level = e, 1, 0
+    while True:
+        at = level_of == level
+        if at.any() and (np.maximum(maxima[lo[at]], maxima[hi[at] - width + 1]) > end[at]).any():
+            return False
+        if 2 * width > n or not (level_of > level).any():
+            return True
+        maxima = np.maximum(maxima[:-width], maxima[width:])  # maxima[i] = max(e[i : i + 2 * width])
+        width, level = 2 * width, level + 1
+
+
 def _selected(graph: DocGraph, schema: Schema, node_type: np.ndarray, type_names) -> np.ndarray:
     is_global = np.array([schema.node_types[t].is_global for t in type_names] + [False], dtype=bool)
     selected = is_global[node_type] if node_type.size else np.zeros(0, bool)
-    filtered = [i for i, t in enumerate(type_names) if schema.node_types[t].where]
-    if filtered:
-        nodes = list(graph.nodes.values())
-        for i in np.flatnonzero(np.isin(node_type, filtered)):
-            selected[i] = schema.node_types[type_names[node_type[i]]].selects(nodes[i].attrs)
+    for t, name in enumerate(type_names):
+        where = schema.node_types[name].where
+        rows = np.flatnonzero(node_type == t) if where else ()
+        if not len(rows):
+            continue
+        for key, allowed in where.items():  # `selects`: attrs.get(key) in allowed, column by column
+            present, values = graph.attr_column(key)
+            selected[rows] &= _in_allowed(present[rows], values[rows], allowed)
     return selected
 
 
-def build_layout(graph: DocGraph, schema: Schema, tokenizer: Tokenizer) -> DocLayout:
-    """Check `graph` against `schema`, tokenize its text and map every node to tokens."""
+def _in_allowed(present: np.ndarray, values: np.ndarray, allowed: tuple) -> np.ndarray:
+    """bool per row: its value (None when absent) is in `allowed`, with Python's `in`.
+
+    Typed columns (what bulk builders give) are matched per distinct value; object columns
+    per row, still without a node object.
+    """
+    out = np.full(present.shape, None in allowed, dtype=bool)
+    rows = np.flatnonzero(present)
+    if rows.size == 0:
+        return out
+    if values.dtype != object:
+        distinct, inverse = np.unique(values[rows], return_inverse=True)
+        hit = np.array([v in allowed for v in distinct.tolist()], dtype=bool)
+        out[rows] = hit[inverse.reshape(-1)]
+    else:
+        out[rows] = np.fromiter((v in allowed for v in values[rows].tolist()), dtype=bool, count=rows.size)
+    return out
+
+
+@dataclass
+class CheckedGraph:
+    """A graph checked against the schema, in the schema's terms: everything layout needs but tokens."""
+
+    graph: DocGraph
+    node_ids: list[str]
+    node_type: np.ndarray
+    type_names: tuple[str, ...]
+    spans: np.ndarray  # effective spans (see DocLayout)
+    parent: np.ndarray
+    depth: np.ndarray
+    rank: np.ndarray
+    selected: np.ndarray
+    edges: dict[str, tuple[np.ndarray, np.ndarray]]
+    long_types: list[int]
+
+    @property
+    def has_span(self) -> np.ndarray:
+        return self.spans[:, 0] >= 0
+
+    def text_plan(self, schema: Schema) -> TextPlan:
+        """What to tokenize: the whole text, or under `tail` enough of it for what can be kept."""
+        long_spans = None
+        if self.long_types:
+            long_spans = self.spans[np.isin(self.node_type, self.long_types) & self.has_span]
+        per_token = [i for i, t in enumerate(self.type_names) if schema.node_types[t].global_mode == "per_token"]
+        whole = self.spans[self.selected & np.isin(self.node_type, per_token) & self.has_span]
+        return TextPlan(self.graph.text, long_token_bound(schema), long_spans, whole)
+
+
+def check_graph(graph: DocGraph, schema: Schema) -> CheckedGraph:
+    """Check `graph` against `schema` (every check of this module but the token-level ones)."""
     if not isinstance(graph, DocGraph):
         raise CompileError(f"compile takes DocGraph objects, got {type(graph).__name__}")
     if not graph.text.strip():
         _fail(graph, f"empty document {graph.doc_id!r}: the text has no characters to encode", graph.doc_id)
     node_ids, node_type, spans, own_span, type_names = _read_nodes(graph, schema, len(graph.text))
-    index = {node_id: i for i, node_id in enumerate(node_ids)}
-    edges = _read_edges(graph, schema, index)
+    edges = _read_edges(graph, schema, node_ids)
     parent, depth = _hierarchy(graph, schema, node_ids, edges)
     _check_crossing(graph, schema, node_ids, node_type, spans, own_span, type_names)
     spans = _effective_spans(graph, node_ids, spans, own_span, parent, depth)
     has_span = spans[:, 0] >= 0
-
-    encoding = tokenizer.encode(graph.text)
-    offsets = encoding.offsets
-    ranges = np.zeros((len(node_ids), 2), dtype=np.int64)
-    if has_span.any():
-        ranges[has_span] = spans_to_token_ranges(offsets, spans[has_span])
-
     n = len(node_ids)
     spanned = np.flatnonzero(has_span)
     order = spanned[np.lexsort((spanned, depth[spanned], -spans[spanned, 1], spans[spanned, 0]))]
     rank = np.empty(n, dtype=np.int64)
     rank[order] = np.arange(order.size)
     rank[~has_span] = order.size + np.arange(n - order.size)
-
-    T = int(encoding.ids.shape[0])
     long_types = [i for i, t in enumerate(type_names) if schema.node_types[t].long]
+    return CheckedGraph(graph, node_ids, node_type, type_names, spans, parent, depth, rank,
+                        _selected(graph, schema, node_type, type_names), edges, long_types)
+
+
+def layout_from(checked: CheckedGraph, encoding: Encoding, tokenized_chars: int, schema: Schema) -> DocLayout:
+    """Map every node of a checked graph to the tokens of its text (or of the prefix tokenized)."""
+    graph, spans, has_span, node_type = checked.graph, checked.spans, checked.has_span, checked.node_type
+    offsets = encoding.offsets
+    T = int(encoding.ids.shape[0])
+    ranges = np.zeros((len(checked.node_ids), 2), dtype=np.int64)
+    ranges[has_span & (spans[:, 0] >= tokenized_chars)] = T  # past the tokenized part: no token starts there
+    looked_up = has_span & (spans[:, 0] < tokenized_chars)
+    if looked_up.any():
+        ranges[looked_up] = spans_to_token_ranges(offsets, spans[looked_up])
+    long_types, type_names = checked.long_types, checked.type_names
+    is_long_node = np.isin(node_type, long_types) if long_types else None
     if long_types:
-        is_long_node = np.isin(node_type, long_types)
         is_long = coverage(T, ranges[is_long_node, 0], ranges[is_long_node, 1])
     else:
         is_long = np.ones(T, dtype=bool)
-    if not is_long.any():
+    long_past_cut = _long_text_past(checked, tokenized_chars, is_long_node)
+    if not is_long.any() and not long_past_cut.any():
         what = f"inside nodes of the long types ({', '.join(type_names[i] for i in long_types)})" if long_types else "in the text"
         _fail(graph, f"empty document {graph.doc_id!r}: no tokens {what}", graph.doc_id)
     cum = np.concatenate([[0], np.cumsum(is_long)])
-    in_long = cum[ranges[:, 1]] > cum[ranges[:, 0]]
+    in_long = (cum[ranges[:, 1]] > cum[ranges[:, 0]]) | long_past_cut
 
     layout = DocLayout(
         graph=graph,
         token_ids=np.asarray(encoding.ids, dtype=np.int32),
         offsets=np.asarray(offsets, dtype=np.int32).reshape(-1, 2),
-        node_ids=node_ids,
+        node_ids=checked.node_ids,
         node_type=node_type,
         type_names=type_names,
         spans=spans,
         has_span=has_span,
         ranges=ranges,
-        parent=parent,
-        depth=depth,
-        rank=rank,
-        selected=_selected(graph, schema, node_type, type_names),
+        parent=checked.parent,
+        depth=checked.depth,
+        rank=checked.rank,
+        selected=checked.selected,
         is_long=is_long,
         in_long=in_long,
-        edges=edges,
+        edges=checked.edges,
+        tokenized_chars=tokenized_chars,
+        long_past_cut=long_past_cut,
     )
     for attr in ("long", "segment", "sep_after", "ignore_hard_g2l", "ignore_hard_l2g", "is_global"):
         layout._type_table[attr] = np.array([bool(getattr(schema.node_types[t], attr)) for t in type_names] + [False])
     return layout
+
+
+def _long_text_past(checked: CheckedGraph, stop: int, is_long_node: np.ndarray | None) -> np.ndarray:
+    """bool [N]: the node's span has, past character `stop` (where tokenizing stopped), a
+    non-space character inside a long node: it would hold long tokens if all were tokenized."""
+    text, spans = checked.graph.text, checked.spans
+    reach = checked.has_span & (spans[:, 1] > stop)
+    out = np.zeros(len(checked.node_ids), dtype=bool)
+    if stop >= len(text) or not reach.any():
+        return out
+    points = np.frombuffer(text[stop:].encode("utf-32-le"), dtype="<u4")
+    text_here = ~np.isin(points, _WHITESPACE_POINTS, kind="table")
+    if is_long_node is not None:
+        long = np.flatnonzero(is_long_node & reach)
+        text_here &= coverage(points.size, np.maximum(spans[long, 0], stop) - stop, spans[long, 1] - stop)
+    cum = np.concatenate([[0], np.cumsum(text_here)])
+    rows = np.flatnonzero(reach)
+    out[rows] = cum[spans[rows, 1] - stop] > cum[np.maximum(spans[rows, 0], stop) - stop]
+    return out
+
+
+_WHITESPACE_POINTS = np.array([c for c in range(0x3001) if chr(c).isspace()], dtype=np.uint32)  # str.isspace
+
+
+def build_layout(graph: DocGraph, schema: Schema, tokenizer: Tokenizer) -> DocLayout:
+    """Check `graph` against `schema`, tokenize its text (as far as the schema can keep) and map
+    every node to tokens."""
+    checked = check_graph(graph, schema)
+    (encoding, stop), = encode_documents([checked.text_plan(schema)], tokenizer)
+    if isinstance(encoding, Exception):
+        raise encoding
+    return layout_from(checked, encoding, stop, schema)
+
+
+def build_layouts(graphs: list[DocGraph], schema: Schema, tokenizer: Tokenizer) -> list[DocLayout | Exception]:
+    """`build_layout` of many documents with one tokenizer batch per round; a document that fails
+    gets its exception in its place (any exception: the caller reports or raises it)."""
+    checked: list[CheckedGraph | Exception] = []
+    for graph in graphs:
+        try:
+            checked.append(check_graph(graph, schema))
+        except Exception as err:  # noqa: BLE001 - per document
+            checked.append(err)
+    ok = [i for i, c in enumerate(checked) if not isinstance(c, Exception)]
+    encoded = encode_documents([checked[i].text_plan(schema) for i in ok], tokenizer)  # type: ignore[union-attr]
+    out: list[DocLayout | Exception] = list(checked)  # type: ignore[arg-type]
+    for i, (encoding, stop) in zip(ok, encoded):
+        if isinstance(encoding, Exception):
+            out[i] = encoding
+            continue
+        try:
+            out[i] = layout_from(checked[i], encoding, stop, schema)  # type: ignore[arg-type]
+        except Exception as err:  # noqa: BLE001
+            out[i] = err
+    return out

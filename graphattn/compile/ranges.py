@@ -7,6 +7,8 @@ Python loop per token.
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 import numpy as np
 
 
@@ -23,9 +25,7 @@ def expand_ranges(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.
 
 def coverage(n: int, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
     """bool [n]: position covered by at least one range."""
-    delta = np.zeros(n + 1, dtype=np.int64)
-    np.add.at(delta, np.clip(starts, 0, n), 1)
-    np.add.at(delta, np.clip(ends, 0, n), -1)
+    delta = np.bincount(np.clip(starts, 0, n), minlength=n + 1) - np.bincount(np.clip(ends, 0, n), minlength=n + 1)
     return np.cumsum(delta[:n]) > 0
 
 
@@ -70,8 +70,16 @@ def count_in_ranges(mask: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> n
 def take_or(values: np.ndarray, index: np.ndarray, default) -> np.ndarray:
     """``values[index]`` where index >= 0, `default` elsewhere (safe for empty `values`)."""
     values = np.asarray(values)
-    dtype = np.result_type(values.dtype, np.min_scalar_type(default))
-    out = np.full((*index.shape, *values.shape[1:]), default, dtype=dtype)
+    dtype = _take_dtype(values.dtype, default)
+    if values.shape[0] == 0:
+        return np.full((*index.shape, *values.shape[1:]), default, dtype=dtype)
     ok = index >= 0
-    out[ok] = values[index[ok]]
+    out = values[np.where(ok, index, 0)].astype(dtype, copy=False)
+    if not ok.all():
+        out[~ok] = default
     return out
+
+
+@lru_cache(maxsize=256)
+def _take_dtype(dtype: np.dtype, default) -> np.dtype:
+    return np.result_type(dtype, np.min_scalar_type(default))

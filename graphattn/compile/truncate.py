@@ -32,11 +32,18 @@ class Selection:
     window: tuple[int, int] | None = None  # (first, stop) among the document's unpinned long tokens
 
 
-def doc_sizes(layout: DocLayout, schema: Schema, keep: np.ndarray) -> tuple[int, int]:
-    """(long length, global count) one document takes with these tokens kept."""
+def doc_sizes(layout: DocLayout, schema: Schema, keep: np.ndarray, *, whole: bool = False) -> tuple[int, int]:
+    """(long length, global count) one document takes with these tokens kept.
+
+    With `whole`, also the text past where tokenizing stopped (`DocLayout.cut_short`) counts as
+    kept: its nodes as present, its tokens not at all (they were never counted), so the sizes
+    are then lower bounds of the whole document's.
+    """
     kept = layout.is_long & keep
     counts = count_in_ranges(kept, layout.ranges[:, 0], layout.ranges[:, 1])
     has_kept = counts > 0
+    if whole and layout.long_past_cut is not None:
+        has_kept |= layout.long_past_cut
     alive = ~layout.in_long | has_kept
     seps = int(np.count_nonzero(layout.type_flag("sep_after") & has_kept))
     long_len = len(schema.long_prefix) + int(np.count_nonzero(kept)) + seps
@@ -50,8 +57,8 @@ def doc_sizes(layout: DocLayout, schema: Schema, keep: np.ndarray) -> tuple[int,
     return long_len, n_globals
 
 
-def _sizes(layouts: list[DocLayout], schema: Schema, keeps: list[np.ndarray]) -> tuple[int, int]:
-    sizes = [doc_sizes(lay, schema, keep) for lay, keep in zip(layouts, keeps)]
+def _sizes(layouts: list[DocLayout], schema: Schema, keeps: list[np.ndarray], whole: bool = False) -> tuple[int, int]:
+    sizes = [doc_sizes(lay, schema, keep, whole=whole) for lay, keep in zip(layouts, keeps)]
     return sum(s[0] for s in sizes), sum(s[1] for s in sizes)
 
 
@@ -80,7 +87,15 @@ def _tail(layouts: list[DocLayout], schema: Schema, keeps: list[np.ndarray], mes
         new[take] = True
         start += kept.size
         out.append(new)
-    messages.append(f"tail: kept the first {cut} of {offset} long tokens to fit max_long_length {schema.max_long_length}")
+    cut_short = [lay for lay in layouts if lay.cut_short]
+    if cut_short:
+        stopped = ", ".join(f"character {lay.tokenized_chars:,} of {len(lay.graph.text):,}" for lay in cut_short)
+        messages.append(f"tail: kept the first {cut} of at least {offset} long tokens to fit max_long_length "
+                        f"{schema.max_long_length}; tokenizing stopped at {stopped} (nothing past it can be kept), "
+                        "so the sizes before truncation count the tokens up to there only")
+    else:
+        limit = f"max_long_length {schema.max_long_length}"
+        messages.append(f"tail: kept the first {cut} of {offset} long tokens to fit {limit}")
     return out
 
 
@@ -156,7 +171,7 @@ def _drop_longest_first(layouts, schema: Schema, keeps, messages: list[str]) -> 
 def select(layouts: list[DocLayout], schema: Schema) -> list[Selection]:
     """One selection per document for a single instance (windows: the first window)."""
     keeps = [lay.is_long.copy() for lay in layouts]
-    long_len, n_globals = _sizes(layouts, schema, keeps)
+    long_len, n_globals = _sizes(layouts, schema, keeps, whole=True)
     policy = schema.truncation.policy
     messages: list[str] = []
     fits_long, fits_global = long_len <= schema.max_long_length, n_globals <= schema.max_global_length

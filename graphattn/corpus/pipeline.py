@@ -5,8 +5,9 @@
 
 The driver expands the inputs, numbers every document in input order and cuts the numbers into
 shards of `shard_size` documents (`plan`). Each shard is compiled by one worker (a local process
-pool by default, Ray Data with ``engine="ray"``) into Parquet bytes, which the driver writes
-atomically, followed by the shard's done-marker. Since shard contents follow from the document
+pool by default, Ray Data with ``engine="ray"``) into Parquet bytes, written atomically and
+followed by the shard's done-marker: by the driver for the local pool, by the Ray actors
+themselves on a cluster (the driver then only counts). Since shard contents follow from the document
 numbers alone, the bytes are the same for any number of workers and for either engine, and a
 killed run resumes (``resume=True``) by compiling only the shards without a valid marker.
 
@@ -32,7 +33,7 @@ from graphattn.corpus.output import RUN_FORMAT, OutputDir, documents_line, plura
 from graphattn.shards.format import COMPRESSION, COMPRESSION_LEVEL, FORMAT, ROWS_PER_GROUP, ShardColumns
 from graphattn.corpus.sources import (DEFAULT_MAX_REJECTED, DEFAULT_SHARD_SIZE, FORMATS, InputFile, expand_inputs,
                                      import_readers, plan_file, segment_of)
-from graphattn.corpus.worker import ShardResult, ShardTask, WorkerState, compile_shard
+from graphattn.corpus.worker import ShardResult, ShardTask, ShardWritten, WorkerState, compile_shard
 from graphattn.errors import GraphattnError
 
 THROTTLE_ENV = "GRAPHATTN_COMPILE_THROTTLE"  # seconds to sleep after each shard write (tests interrupt runs with it)
@@ -268,8 +269,17 @@ def _run_in_worker(task: ShardTask) -> ShardResult:
     return compile_shard(task, _WORKER["state"], lambda docs, tokens: progress_queue.put((docs, tokens)))
 
 
-def run_local(tasks: list[ShardTask], state: WorkerState, workers: int, progress: Callable[[int, int], None]) -> Iterator[ShardResult]:
-    """Compile shards in `workers` processes (in this process when 1); results as they finish."""
+def run_local(tasks: list[ShardTask], state: WorkerState, out: OutputDir, workers: int,
+              progress: Callable[[int, int], None]) -> Iterator[ShardWritten]:
+    """Compile shards in `workers` processes (in this process when 1), and write each as it finishes."""
+    for result in _compile_local(tasks, state, workers, progress):
+        out.write_shard(result.index, result.data, result.sha256, result.rejected, result.stats, result.warnings)
+        yield ShardWritten(result.index, result.stats)
+
+
+def _compile_local(
+    tasks: list[ShardTask], state: WorkerState, workers: int, progress: Callable[[int, int], None]
+) -> Iterator[ShardResult]:
     if workers == 1 or len(tasks) <= 1:
         for task in tasks:
             yield compile_shard(task, state, progress)
@@ -327,20 +337,26 @@ class _Progress:
         self.bar.close()
 
 
-def _engine(options: CompileOptions) -> Callable[..., Iterable[ShardResult]]:
+def _engine(options: CompileOptions) -> Callable[..., Iterable[ShardWritten]]:
     if options.engine == "local":
         if options.ray_address:
             raise GraphattnError("--ray-address applies to --engine ray only")
-        return lambda tasks, state, progress: run_local(tasks, state, options.workers or 1, progress)
+        return lambda tasks, state, out, progress: run_local(tasks, state, out, options.workers or 1, progress)
     if options.engine == "ray":
         from graphattn.corpus.ray_engine import run_ray
 
-        return lambda tasks, state, progress: run_ray(tasks, state, options.workers, options.ray_address, progress)
+        return lambda tasks, state, out, progress: run_ray(
+            tasks, state, out, options.workers, options.ray_address, progress
+        )
     raise GraphattnError(f"--engine must be local or ray, got {options.engine!r}")
 
 
-def run_compile(options: CompileOptions, print_fn: Callable[[str], None] | None = print) -> Summary:
-    """Compile (or finish compiling, with `resume`) a corpus; returns the closing summary."""
+def run_compile(options: CompileOptions, print_fn: Callable[[str], None] | None = print,
+                on_shard: Callable[[ShardWritten], None] | None = None) -> Summary:
+    """Compile (or finish compiling, with `resume`) a corpus; returns the closing summary.
+
+    `on_shard(written)` is called as each shard is on disk (its index, counts and where it was made).
+    """
     started = time.perf_counter()
     engine = _engine(options)
     run = plan_run(options)
@@ -353,10 +369,11 @@ def run_compile(options: CompileOptions, print_fn: Callable[[str], None] | None 
     summary = Summary(shards=len(run.tasks), shards_resumed=len(done), skipped_files=run.skipped, out=str(out.path),
                       max_rejected=options.max_rejected)
     try:
-        for result in engine(todo, run.state, progress):
-            out.write_shard(result.index, result.data, result.sha256, result.rejected, result.stats, result.warnings)
-            summary.compiled_documents += result.stats["documents"]
-            summary.compiled_tokens += result.stats["long_tokens"]
+        for written in engine(todo, run.state, out, progress):  # each shard is on disk by now
+            summary.compiled_documents += written.stats["documents"]
+            summary.compiled_tokens += written.stats["long_tokens"]
+            if on_shard is not None:
+                on_shard(written)
             if throttle:
                 time.sleep(throttle)
     finally:

@@ -5,19 +5,21 @@ which worker compiled it or when. Every document either yields its instances or 
 ``rejected.jsonl``; a failure is caught per document (any exception) and the shard goes on.
 
 Documents become instances the way the schema asks: one instance per document (every window
-under the `windows` policy, as `compile_windows`), or, when the schema packs several documents per
-instance (`packing.max_documents` > 1), `graphattn.compile.pack_groups` (greedy packing in input
-order, restarted at each shard), which reports a failing document and goes on: a pack that fails
-to assemble is compiled document by document, so one bad document never takes good ones down.
+under the `windows` policy, as `compile_windows`; `compile_many` tokenizes them in batches), or,
+when the schema packs several documents per instance (`packing.max_documents` > 1),
+`graphattn.compile.pack_groups` (greedy packing in input order, restarted at each shard), which
+reports a failing document and goes on: a pack that fails to assemble is compiled document by
+document, so one bad document never takes good ones down.
 """
 
 from __future__ import annotations
 
+import time
 import traceback
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from graphattn.compile.compiler import compile_windows, load_schema_and_tokenizer, pack_groups
+from graphattn.compile.compiler import BATCH_SIZE, compile_many, load_schema_and_tokenizer, pack_groups
 from graphattn.shards.format import ShardColumns, Provenance, encode_shard, instance_row, rows_to_table, sha256, shard_metadata
 from graphattn.corpus.sources import Document, ReadCache, Segment, iter_segment_graphs
 from graphattn.errors import GraphattnError
@@ -46,6 +48,16 @@ class ShardResult:
     rejected: list[dict]
     stats: dict[str, int]
     warnings: list[dict] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class ShardWritten:
+    """What the driver learns of a shard once it is on disk: its counts, and where it was made."""
+
+    index: int
+    stats: dict[str, int]
+    where: str = "local"  # the Ray node that wrote it, for a distributed run
+    cpu_seconds: float | None = None  # CPU time of the process that compiled it (Ray actors report it)
 
 
 @dataclass
@@ -131,15 +143,37 @@ def _rows(state: WorkerState, docs: list[Document], instances: list, window_of: 
     return [instance_row(inst, where(i), state.layout) for i, inst in enumerate(instances)]
 
 
-def _compile_one(state: WorkerState, builder: _ShardBuilder, doc: Document, graph: Any) -> None:
-    """One document on its own: all its windows, or the rejection."""
-    try:
-        instances = compile_windows(graph, state.schema, state.tokenizer, compact=True)
-        rows = _rows(state, [doc], instances, lambda i: (i, len(instances)))
-    except Exception as err:  # noqa: BLE001 - reported per document
-        builder.reject(doc, err, graph)
-        return
-    builder.add([doc], instances, rows)
+def _compile_each(state: WorkerState, builder: _ShardBuilder, items) -> None:
+    """Each document on its own (all its windows), `BATCH_SIZE` per `compile_many` call."""
+    batch: list[tuple[Document, Any]] = []
+    for doc, graph in items:
+        batch.append((doc, graph))
+        if len(batch) == BATCH_SIZE:
+            _compile_batch(state, builder, batch)
+            batch = []
+    _compile_batch(state, builder, batch)
+
+
+def _compile_batch(state: WorkerState, builder: _ShardBuilder, batch: list[tuple[Document, Any]]) -> None:
+    readable = [(doc, graph) for doc, graph in batch if not isinstance(graph, BaseException)]
+    failed: dict[int, Exception] = {}
+    compiled = compile_many([graph for _, graph in readable], state.schema, state.tokenizer, compact=True,
+                            on_error=lambda index, graph, err: failed.__setitem__(index, err))
+    results = iter(zip(range(len(readable)), compiled))
+    for doc, graph in batch:  # in document order: read failures, compile failures and instances
+        if isinstance(graph, BaseException):
+            builder.reject(doc, graph)
+            continue
+        index, instances = next(results)
+        if index in failed:
+            builder.reject(doc, failed[index], graph)
+            continue
+        try:
+            rows = _rows(state, [doc], instances, lambda i: (i, len(instances)))
+        except Exception as err:  # noqa: BLE001 - reported per document
+            builder.reject(doc, err, graph)
+            continue
+        builder.add([doc], instances, rows)
 
 
 def _pack(state: WorkerState, builder: _ShardBuilder, items) -> None:
@@ -187,12 +221,9 @@ def compile_shard(task: ShardTask, state: WorkerState, progress: Callable[[int, 
     if state.packs:
         _pack(state, builder, _documents(task, state))
     else:
-        for doc, graph in _documents(task, state):
-            if isinstance(graph, BaseException):
-                builder.reject(doc, graph)
-            else:
-                _compile_one(state, builder, doc, graph)
+        _compile_each(state, builder, _documents(task, state))
     builder.flush_progress()
+    builder.rejected.sort(key=lambda entry: entry["document"])  # document order, however far reading ran ahead
     if builder.stats["documents"] != task.documents:
         raise RuntimeError(f"shard {task.index}: read {builder.stats['documents']} documents, planned {task.documents}")
     info = {"index": task.index, "first_document": task.first_document, "documents": task.documents,
@@ -202,3 +233,12 @@ def compile_shard(task: ShardTask, state: WorkerState, progress: Callable[[int, 
     data = encode_shard(rows_to_table(builder.rows, state.layout), metadata)
     return ShardResult(task.index, data, sha256(data), builder.rejected, builder.stats, builder.warnings)
 
+
+def compile_and_write_shard(task: ShardTask, state: WorkerState, out: Any, where: str = "local",
+                            progress: Callable[[int, int], None] | None = None) -> ShardWritten:
+    """Compile a shard and write it into `out` (an `OutputDir`): shard file, then its done-marker,
+    each by atomic rename, exactly as the driver of the local engine writes them."""
+    cpu = time.process_time()
+    result = compile_shard(task, state, progress)
+    out.write_shard(result.index, result.data, result.sha256, result.rejected, result.stats, result.warnings)
+    return ShardWritten(result.index, result.stats, where, time.process_time() - cpu)

@@ -5,9 +5,6 @@ We do not render, so we compute the same properties from what the HTML itself fi
 user-agent defaults of each tag (HTML Living Standard, "Rendering") overridden by the element's
 inline ``style`` attribute and the legacy ``<font size>``. Style sheets and classes are not
 applied; that is the documented limit of the approximation.
-
-Also here: a small CSS-selector-to-XPath translator, used when the optional ``cssselect``
-package is not installed (it is not a dependency of graphattn).
 """
 
 from __future__ import annotations
@@ -147,87 +144,3 @@ def is_hidden(tag: str, element, style: dict[str, str]) -> bool:
         or (tag == "input" and (element.get("type") or "").lower() == "hidden")
         or (tag == "dialog" and element.get("open") is None)
     )
-
-
-# -- CSS selectors ---------------------------------------------------------------------------
-_SIMPLE = re.compile(
-    r"""(?P<tag>\*|[a-zA-Z][\w-]*)?(?P<rest>(?:\#[\w-]+|\.[\w-]+|\[\s*[\w-]+\s*(?:[~^$*|]?=\s*(?:"[^"]*"|'[^']*'|[^\]\s]+)\s*)?\])*)$"""
-)
-_PART = re.compile(r"""\#([\w-]+)|\.([\w-]+)|\[\s*([\w-]+)\s*(?:([~^$*|]?=)\s*("[^"]*"|'[^']*'|[^\]\s]+)\s*)?\]""")
-
-
-def css_to_xpath(selector: str) -> str:
-    """Translate a CSS selector into XPath 1.0 over an HTML tree.
-
-    Uses the `cssselect` package when it is installed (full CSS 3). Otherwise a built-in subset:
-    type and universal selectors, ``#id``, ``.class``, attribute selectors (``[a]``, ``=``,
-    ``~=``, ``^=``, ``$=``, ``*=``, ``|=``), descendant and ``>`` child combinators, and
-    comma-separated groups. Anything else raises `IngestError` naming the unsupported part.
-    """
-    try:
-        from cssselect import HTMLTranslator, SelectorError
-    except ImportError:
-        return " | ".join(_group_to_xpath(group.strip(), selector) for group in selector.split(","))
-    try:
-        return HTMLTranslator().css_to_xpath(selector)
-    except SelectorError as err:
-        raise IngestError(f"invalid CSS selector {selector!r}: {err}") from None
-
-
-def _group_to_xpath(group: str, selector: str) -> str:
-    if not group:
-        raise IngestError(f"invalid CSS selector {selector!r}: empty selector in a group")
-    tokens = re.sub(r"\s*>\s*", " > ", group).split()
-    steps, axis = [], "descendant-or-self::"
-    for token in tokens:
-        if token == ">":
-            if axis == "/":
-                raise IngestError(f"invalid CSS selector {selector!r}: two '>' in a row")
-            axis = "/"
-            continue
-        steps.append(axis + _compound_to_xpath(token, selector))
-        axis = "/descendant-or-self::*/"
-    if axis == "/":
-        raise IngestError(f"invalid CSS selector {selector!r}: '>' without a right-hand side")
-    return "".join(steps)
-
-
-def _compound_to_xpath(token: str, selector: str) -> str:
-    match = _SIMPLE.match(token)
-    if not match:
-        raise IngestError(
-            f"CSS selector {selector!r}: {token!r} uses syntax beyond the built-in subset "
-            "(type, #id, .class, [attr], descendant, '>'); install `cssselect` for full CSS"
-        )
-    tag = (match.group("tag") or "*").lower()
-    predicates = [_part_to_predicate(m) for m in _PART.finditer(match.group("rest"))]
-    return tag + "".join(f"[{p}]" for p in predicates)
-
-
-def _part_to_predicate(part: re.Match) -> str:
-    element_id, class_name, attr, operator, raw = part.groups()
-    if element_id is not None:
-        return f"@id={_xpath_literal(element_id)}"
-    if class_name is not None:
-        return f"contains(concat(' ', normalize-space(@class), ' '), {_xpath_literal(' ' + class_name + ' ')})"
-    attr = attr.lower()
-    if operator is None:
-        return f"@{attr}"
-    value = raw[1:-1] if raw[0] in "\"'" else raw
-    literal = _xpath_literal(value)
-    return {
-        "=": f"@{attr}={literal}",
-        "~=": f"contains(concat(' ', normalize-space(@{attr}), ' '), {_xpath_literal(' ' + value + ' ')})",
-        "^=": f"starts-with(@{attr}, {literal})",
-        "$=": f"substring(@{attr}, string-length(@{attr}) - {len(value) - 1}) = {literal}",
-        "*=": f"contains(@{attr}, {literal})",
-        "|=": f"(@{attr}={literal} or starts-with(@{attr}, {_xpath_literal(value + '-')}))",
-    }[operator]
-
-
-def _xpath_literal(value: str) -> str:
-    if "'" not in value:
-        return f"'{value}'"
-    if '"' not in value:
-        return f'"{value}"'
-    return "concat(" + ", \"'\", ".join(f"'{piece}'" for piece in value.split("'")) + ")"

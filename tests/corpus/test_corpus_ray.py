@@ -8,6 +8,7 @@ import sys
 import pytest
 
 from corpus_helpers import TOKENIZER, directory_bytes, make_corpus, small_schema
+from graphattn.corpus.output import OutputDir
 from graphattn.corpus.pipeline import CompileOptions, run_compile
 
 ray = pytest.importorskip("ray", reason="Ray is the optional graphattn[ray] extra")
@@ -28,6 +29,16 @@ def test_ray_engine_writes_the_local_engines_bytes(tmp_path):
     assert not ray.is_initialized(), "the engine stops the Ray instance it started"
     assert distributed.documents == local.documents == len(expected)
     assert distributed.shards == local.shards > 2
+    assert directory_bytes(tmp_path / "ray") == directory_bytes(tmp_path / "local")
+
+    # --resume on the Ray engine: the actors compile only the shards without a valid marker.
+    out = OutputDir(tmp_path / "ray")
+    out.marker_path(1).unlink()
+    shard = out.shard_path(2)
+    shard.write_bytes(shard.read_bytes()[:-10])  # a torn file: its marker no longer matches
+    options = CompileOptions(out=str(tmp_path / "ray"), engine="ray", workers=2, resume=True, **common)
+    resumed = run_compile(options, print_fn=None)
+    assert (resumed.shards_resumed, resumed.compiled_documents) == (local.shards - 2, 12)
     assert directory_bytes(tmp_path / "ray") == directory_bytes(tmp_path / "local")
 
 

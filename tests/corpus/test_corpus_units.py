@@ -105,14 +105,14 @@ def test_json_files_are_told_apart_by_their_keys(tmp_path):
 
 def test_an_unexpected_exception_rejects_one_document_and_names_the_code(tmp_path, monkeypatch):
     make_corpus(tmp_path / "docs", seed=5)
-    original = worker.compile_windows
+    original = compiler._instances  # a document's instances from its layout, inside compile_many
 
-    def failing(graph, *args, **kwargs):
-        if graph.doc_id == "j2":
+    def failing(layout, *args, **kwargs):
+        if layout.graph.doc_id == "j2":
             raise ZeroDivisionError("boom")
-        return original(graph, *args, **kwargs)
+        return original(layout, *args, **kwargs)
 
-    monkeypatch.setattr(worker, "compile_windows", failing)
+    monkeypatch.setattr(compiler, "_instances", failing)
     out = tmp_path / "out"
     unpacked = small_schema(tmp_path / "one-per-instance.yaml", packing={"max_documents": 1})
     run_compile(CompileOptions(inputs=[str(tmp_path / "docs")], schema=unpacked, out=str(out), tokenizer=TOKENIZER,

@@ -110,3 +110,16 @@ def test_real_page_parses_and_compiles(path, tokenizer, block_schema):
 def test_the_pages_have_tables_and_entities():
     raw = b"".join(p.read_bytes() for p in PAGES).lower()
     assert b"<table" in raw and re.search(rb"&(#x?[0-9a-f]+|[a-z]+);", raw)
+
+
+@pytest.mark.parametrize("path", PAGES, ids=[p.name for p in PAGES])
+def test_real_page_equals_the_sequential_reader(path):
+    """The columnar reader against the object-per-element reference on real pages (tests/ingest/html_reference.py)."""
+    from html_reference import reference_graph
+
+    graph = read_html(path)
+    reference = reference_graph(path.read_bytes().decode("utf-8"))
+    assert graph.text == reference.text
+    assert [(n.id, n.type, n.span, dict(n.attrs)) for n in graph if n.type != "document"] == \
+        [(n.id, n.type, n.span, dict(n.attrs)) for n in reference if n.type != "document"]
+    assert graph.to_dict()["edges"] == reference.to_dict()["edges"]
