@@ -14,7 +14,15 @@ with a^K and a label bias):
     longformer   HF transformers LongformerSelfAttention on G+L tokens (window 2*84, the first G
                  tokens global, no label bias). It includes its Q/K/V projections, counted in
                  its GFLOP/s.
-    triton       (CUDA only) graphattn's fused kernels in fp16 and bf16.
+    triton bf16  (CUDA only) graphattn's fused kernels on bf16 / fp16 copies of the inputs, labels
+    triton fp16  from the compact structure (the timed call includes the einsum of the label table)
+
+Then, for --mask-lengths (default 4K and 16K), the FlexAttention BlockMask built from the compact
+structure (graphattn.kernels.structure: document and owner ranges, the band, link tiles) beside
+torch's create_block_mask evaluating the mask_mod on every pair; and, for --encoder-lengths
+(default 4K), one forward of a 12-layer ETC-base encoder with backend="flex", before (every layer
+validated its side inputs and rebuilt the BlockMask with create_block_mask) and after (prepared
+once per forward, BlockMask from the structure).
 
 Time: median (and min) wall time of --repeats runs after one warm-up; the methods take turns
 so that load from other processes falls on all of them alike. Peak memory: each (method, L,
@@ -27,6 +35,7 @@ autograd state, compiled kernels' buffers) counts. GFLOP/s counts only the nonze
 4*d flops per allowed (query, key) pair and head (q.k and p.v), x3.5 for forward+backward.
 
 Usage: python benchmarks/attention.py [--quick] [--lengths 1024 4096] [--no-memory]
+                                      [--mask-lengths 4096 16384] [--encoder-lengths 4096]
 """
 
 from __future__ import annotations
@@ -48,9 +57,17 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from graphattn.compact import CompactBatch, CompactSideInputs  # noqa: E402
 from graphattn.contract import SideInputs  # noqa: E402
-from graphattn.compile.side_inputs import side_inputs  # noqa: E402
-from graphattn.kernels import blocked, dense, flex, global_local_attention, triton_available  # noqa: E402
+from graphattn.kernels import (  # noqa: E402
+    blocked,
+    dense,
+    flex,
+    global_local_attention,
+    prepare_attention,
+    triton_available,
+)
+from graphattn.kernels.structure import compact_to_side  # noqa: E402
 
 HEADS, DIM, RADIUS, MAX_DISTANCE, VOCAB, TOKENS_PER_GLOBAL = 12, 64, 84, 12, 32, 16
 DENSE_MAX_ELEMENTS = 12 * 4352 * 4352  # dense SDPA up to L = 4096 ([H, N, N] fp32 ~ 0.9 GB per copy)
@@ -60,24 +77,48 @@ DENSE_MAX_ELEMENTS = 12 * 4352 * 4352  # dense SDPA up to L = 4096 ([H, N, N] fp
 class Inputs:
     states: list[torch.Tensor]
     side: SideInputs
+    compact: CompactBatch
     key_table: torch.Tensor
     bias_table: torch.Tensor
     hidden: torch.Tensor  # [1, G+L, 768] for Longformer
 
 
+def make_compact(length: int, hard_g2l: bool, device: str = "cpu") -> CompactBatch:
+    """One document, one global per 16-token sentence (its owner), soft l2g: the structure of
+    etcmodel's side inputs with breakpoints at the ends (the same eight tensors)."""
+    num_global = length // TOKENS_PER_GLOBAL
+    zeros = lambda n: np.zeros(n, np.int32)  # noqa: E731
+    side = CompactSideInputs(
+        local_radius=RADIUS,
+        max_distance=MAX_DISTANCE,
+        levels=("sentence",),
+        owners=(np.arange(length) // TOKENS_PER_GLOBAL)[None].astype(np.int32),
+        long_doc=zeros(length),
+        long_segment=zeros(length),
+        global_doc=zeros(num_global),
+        global_segment=zeros(num_global),
+        global_blockable=np.zeros(num_global, bool),
+        long_hard_l2g=np.zeros(length, bool),
+        global_hard_g2l=np.full(num_global, hard_g2l),
+    )
+    return CompactBatch.from_instances([side], length, num_global).to_torch().map(lambda t: t.to(device))
+
+
 def make_inputs(length: int, hard_g2l: bool, device: str = "cpu", dtype=torch.float32, grad: bool = False) -> Inputs:
     num_global = length // TOKENS_PER_GLOBAL
-    long_bp = np.zeros((1, length), np.int32)
-    long_bp[0, -1] = 1
-    global_bp = np.zeros((1, num_global), np.int32)
-    global_bp[0, -1] = 1
-    owners = (np.arange(length) // TOKENS_PER_GLOBAL)[None].astype(np.int32)
-    side = side_inputs(torch.from_numpy(long_bp), torch.from_numpy(global_bp), torch.from_numpy(owners), RADIUS, MAX_DISTANCE, use_hard_g2l_mask=hard_g2l)
-    side = side.map(lambda t: t.to(device))
+    compact = make_compact(length, hard_g2l, device)
+    side = compact_to_side(compact)
     gen = torch.Generator().manual_seed(0)
     rand = lambda *s, std=1.0: (torch.randn(*s, generator=gen) * std).to(device, dtype).requires_grad_(grad)  # noqa: E731
     states = [rand(1, HEADS, n, DIM) for n in (num_global,) * 3 + (length,) * 3]
-    return Inputs(states, side, rand(VOCAB, HEADS, DIM, std=0.1), rand(VOCAB, HEADS, std=0.1), rand(1, num_global + length, HEADS * DIM))
+    return Inputs(
+        states,
+        side,
+        compact,
+        rand(VOCAB, HEADS, DIM, std=0.1),
+        rand(VOCAB, HEADS, std=0.1),
+        rand(1, num_global + length, HEADS * DIM),
+    )
 
 
 def nonzero_pairs(side: SideInputs) -> int:
@@ -96,44 +137,92 @@ def graphattn_method(backend: str):
             out = global_local_attention(*inp.states, inp.side, inp.key_table, inp.bias_table, backend=backend)
             if backward:
                 (out[0].sum() + out[1].sum()).backward()
+
         return run, nonzero_pairs(inp.side) * HEADS * 4 * DIM
+
     return build
 
 
 def blocked_intra_op(inp: Inputs, backward: bool):
     """The blocked backend on torch's intra-op threads instead of its own worker threads."""
+
     def run():
         out = blocked.attention(*inp.states, inp.side, inp.key_table, inp.bias_table, 1 / math.sqrt(DIM), workers=1)
         if backward:
             (out[0].sum() + out[1].sum()).backward()
+
     return run, nonzero_pairs(inp.side) * HEADS * 4 * DIM
 
 
+def triton_half(dtype: torch.dtype):
+    """The Triton kernels on half-precision copies of the inputs (tensor cores), prepared once."""
+
+    def build(inp: Inputs, backward: bool):
+        make = lambda t: t.detach().to(dtype).requires_grad_(backward)  # noqa: E731
+        states, key_table, bias_table = [make(t) for t in inp.states], make(inp.key_table), make(inp.bias_table)
+        attention = prepare_attention(
+            inp.compact,
+            num_heads=HEADS,
+            head_dim=DIM,
+            vocab_size=VOCAB,
+            backend="triton",
+            dtype=dtype,
+            device=states[0].device,
+        )
+
+        def run():
+            with torch.set_grad_enabled(backward):
+                out = attention.attend(*states, key_table, bias_table)
+                if backward:
+                    (out[0].float().sum() + out[1].float().sum()).backward()
+
+        return run, nonzero_pairs(inp.side) * HEADS * 4 * DIM
+
+    return build
+
+
+def flex_prepared(inp: Inputs):
+    """FlexAttention prepared from the compact structure (BlockMask built from it)."""
+    return prepare_attention(
+        inp.compact, num_heads=HEADS, head_dim=DIM, vocab_size=VOCAB, backend="flex", device=inp.hidden.device
+    )
+
+
 def flex_kernel(inp: Inputs, backward: bool):
-    plan = flex.prepare(inp.side, inp.states[0].shape[2], inp.states[3].shape[2])
+    attention = flex_prepared(inp)
+
     def run():
-        with torch.no_grad():
-            flex.attention(*inp.states, inp.side, inp.key_table, inp.bias_table, 1 / math.sqrt(DIM), plan=plan)
+        with torch.set_grad_enabled(backward):
+            out = attention.attend(*inp.states, inp.key_table, inp.bias_table)
+            if backward:
+                (out[0].sum() + out[1].sum()).backward()
+
     return run, nonzero_pairs(inp.side) * HEADS * 4 * DIM
 
 
 def flex_mask(inp: Inputs, backward: bool):
     def run():
-        flex.prepare(inp.side, inp.states[0].shape[2], inp.states[3].shape[2])
+        flex_prepared(inp)
+
     return run, 0
 
 
 def flex_total(inp: Inputs, backward: bool):
     def run():
-        with torch.no_grad():
-            flex.attention(*inp.states, inp.side, inp.key_table, inp.bias_table, 1 / math.sqrt(DIM))
+        with torch.set_grad_enabled(backward):
+            out = flex_prepared(inp).attend(*inp.states, inp.key_table, inp.bias_table)
+            if backward:
+                (out[0].sum() + out[1].sum()).backward()
+
     return run, nonzero_pairs(inp.side) * HEADS * 4 * DIM
 
 
 def dense_sdpa(inp: Inputs, backward: bool):
     from graphattn.kernels.blocked import label_tables
+
     num_global, length = inp.states[0].shape[2], inp.states[3].shape[2]
     scale = 1 / math.sqrt(DIM)
+
     def run():
         q, k, v = (torch.cat([inp.states[i], inp.states[i + 3]], 2) for i in range(3))
         labels, mask = dense.full_labels_and_mask(inp.side, num_global, length)
@@ -143,28 +232,42 @@ def dense_sdpa(inp: Inputs, backward: bool):
         out = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=bias, scale=scale)
         if backward:
             out.nan_to_num().sum().backward()
+
     return run, nonzero_pairs(inp.side) * HEADS * 4 * DIM
 
 
 def longformer(inp: Inputs, backward: bool):
     from transformers import LongformerConfig
     from transformers.models.longformer.modeling_longformer import LongformerSelfAttention
+
     window = 2 * RADIUS
-    config = LongformerConfig(hidden_size=HEADS * DIM, num_attention_heads=HEADS, attention_window=[window], attention_probs_dropout_prob=0.0)
-    module = LongformerSelfAttention(config, layer_id=0).to(inp.hidden.device).eval()
+    config = LongformerConfig(
+        hidden_size=HEADS * DIM, num_attention_heads=HEADS, attention_window=[window], attention_probs_dropout_prob=0.0
+    )
+    module = LongformerSelfAttention(config, layer_id=0).to(inp.hidden.device, inp.hidden.dtype).eval()
     num_global, tokens = inp.states[0].shape[2], inp.hidden.shape[1]
     padded = math.ceil(tokens / window) * window  # the module needs a multiple of its window
     hidden = torch.nn.functional.pad(inp.hidden.detach(), (0, 0, 0, padded - tokens)).requires_grad_(backward)
-    mask = torch.zeros(1, padded, device=hidden.device)
+    mask = torch.zeros(1, padded, device=hidden.device, dtype=hidden.dtype)
     mask[:, :num_global] = 10000.0  # global
     mask[:, tokens:] = -10000.0  # padding
     is_masked, is_global = mask < 0, mask > 0
+
     def run():
         with torch.set_grad_enabled(backward):
-            out = module(hidden, attention_mask=mask, is_index_masked=is_masked, is_index_global_attn=is_global, is_global_attn=True)[0]
+            out = module(
+                hidden,
+                attention_mask=mask,
+                is_index_masked=is_masked,
+                is_index_global_attn=is_global,
+                is_global_attn=True,
+            )[0]
             if backward:
                 out.sum().backward()
-    local = (tokens - num_global) * (window + 1) + (tokens - num_global) * num_global  # window (edges aside) + global keys
+
+    local = (tokens - num_global) * (window + 1) + (
+        tokens - num_global
+    ) * num_global  # window (edges aside) + global keys
     pairs = local + num_global * tokens
     projections = 2 * tokens * (HEADS * DIM) ** 2 * 3 + 2 * num_global * (HEADS * DIM) ** 2 * 3
     return run, pairs * HEADS * 4 * DIM + projections
@@ -195,7 +298,9 @@ def skip_reason(method: str, length: int, backward: bool, device: str) -> str | 
     return None
 
 
-def time_methods(builds: dict[str, Callable], inp: Inputs, backward: bool, repeats: int) -> dict[str, tuple[float, float, int]]:
+def time_methods(
+    builds: dict[str, Callable], inp: Inputs, backward: bool, repeats: int
+) -> dict[str, tuple[float, float, int]]:
     """{name: (median s, min s, flops)}. Methods take turns (round robin) so that load from other
     processes on a shared machine falls on all of them alike."""
     runs = {}
@@ -255,10 +360,15 @@ def peak_memory(method: str, length: int, backward: bool, hard_g2l: bool) -> flo
     key = ("flex" if method.startswith("flex") else method, length, backward, hard_g2l)
     if key not in _PEAKS:
         env = dict(os.environ, MALLOC_MMAP_THRESHOLD_="65536", MALLOC_TRIM_THRESHOLD_="0")
-        args = [sys.executable, __file__, "--child", key[0], str(length), "bwd" if backward else "fwd"] + (["--hard-g2l"] if hard_g2l else [])
+        args = [sys.executable, __file__, "--child", key[0], str(length), "bwd" if backward else "fwd"] + (
+            ["--hard-g2l"] if hard_g2l else []
+        )
         proc = subprocess.run(args, env=env, capture_output=True, text=True, timeout=3600)
         if proc.returncode != 0:
-            print(f"  [memory run of {method} L={length} failed: {proc.stderr.strip().splitlines()[-1:]}]", file=sys.stderr)
+            print(
+                f"  [memory run of {method} L={length} failed: {proc.stderr.strip().splitlines()[-1:]}]",
+                file=sys.stderr,
+            )
             _PEAKS[key] = {}
         else:
             _PEAKS[key] = json.loads(proc.stdout.strip().splitlines()[-1])
@@ -282,6 +392,87 @@ def fmt(value: float | None, width: int, spec: str, suffix: str = "") -> str:
     return text.rjust(width)
 
 
+def best_of(run: Callable[[], object], repeats: int, device: str) -> float:
+    """Fastest of `repeats` calls after one warm-up, in seconds."""
+    run()
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        run()
+        if device == "cuda":
+            torch.cuda.synchronize()
+        times.append(time.perf_counter() - start)
+    return min(times)
+
+
+def block_mask_rows(lengths: list[int], hard_g2l: bool, device: str, repeats: int) -> None:
+    """The BlockMask from the compact structure beside create_block_mask (mask_mod on every pair)."""
+    print(
+        f"\nFlexAttention BlockMask per batch (G = L/{TOKENS_PER_GLOBAL}, r = {RADIUS}, block {flex.BLOCK}): best of "
+        f"{repeats}"
+    )
+    print(f"{'L':>6} {'from structure ms':>18} {'create_block_mask ms':>21} {'ratio':>7}  same blocks")
+    for length in lengths:
+        compact = make_compact(length, hard_g2l, device)
+        side = compact_to_side(compact)
+        num_global = compact.global_length
+        structure = lambda: flex.block_mask_from_structure(compact, num_global, num_global, length)  # noqa: E731
+        by_pairs = lambda: flex.block_mask_from_mask_mod(side, num_global, length)  # noqa: E731
+        ours, theirs = best_of(structure, repeats, device), best_of(by_pairs, max(1, repeats // 2), device)
+        same = torch.equal(structure().to_dense().bool(), by_pairs().to_dense().bool())
+        print(f"{length:>6} {ours * 1e3:>18.1f} {theirs * 1e3:>21.1f} {theirs / ours:>6.0f}x  {same}", flush=True)
+
+
+def encoder_rows(lengths: list[int], hard_g2l: bool, device: str, repeats: int) -> None:
+    """A 12-layer ETC-base encoder's forward with backend="flex": per-layer preparation with
+    create_block_mask (what every layer did before) against one preparation per forward."""
+    from graphattn.nn import EtcConfig, EtcEncoder
+
+    print(f"\n12-layer encoder forward, backend='flex', inference: best of {repeats}")
+    print(f"{'L':>6} {'before ms':>10} {'after ms':>10} {'saved ms':>9} {'before/after':>12}")
+    config = EtcConfig(
+        local_radius=RADIUS,
+        relative_pos_max_distance=MAX_DISTANCE,
+        relative_vocab_size=VOCAB,
+        hidden_dropout_prob=0.0,
+        attention_backend="flex",
+    )
+    torch.manual_seed(0)
+    encoder = EtcEncoder(config).to(device).eval()
+    for length in lengths:
+        compact = make_compact(length, hard_g2l, device)
+        side = compact_to_side(compact)
+        num_global = compact.global_length
+        hidden = [torch.randn(1, n, config.hidden_size, device=device) for n in (num_global, length)]
+
+        def before():
+            global_hidden, long_hidden = hidden
+            for layer in encoder.layer:  # each layer validated and built its own BlockMask
+                attention = prepare_attention(
+                    side,
+                    num_heads=config.num_attention_heads,
+                    head_dim=config.head_dim,
+                    vocab_size=VOCAB,
+                    backend="flex",
+                    local_radius=RADIUS,
+                    block_mask="mask_mod",
+                )
+                global_hidden, long_hidden = layer(global_hidden, long_hidden, attention)
+            return long_hidden
+
+        def after():
+            attention = encoder.layer[0].attention.prepare(compact, torch.device(device))
+            return encoder.run_layers(*hidden, attention)[1]
+
+        with torch.no_grad():
+            torch.testing.assert_close(before(), after())
+            old, new = best_of(before, repeats, device), best_of(after, repeats, device)
+        print(
+            f"{length:>6} {old * 1e3:>10.0f} {new * 1e3:>10.0f} {(old - new) * 1e3:>9.0f} {old / new:>11.2f}x",
+            flush=True,
+        )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="L in 1024, 2048; 3 repeats")
@@ -289,7 +480,15 @@ def main() -> None:
     parser.add_argument("--repeats", type=int)
     parser.add_argument("--methods", nargs="+", default=list(METHODS))
     parser.add_argument("--no-memory", action="store_true")
-    parser.add_argument("--hard-g2l", action="store_true", help="global tokens see only the tokens they own (ETC pre-training)")
+    parser.add_argument(
+        "--hard-g2l", action="store_true", help="global tokens see only the tokens they own (ETC pre-training)"
+    )
+    parser.add_argument(
+        "--mask-lengths", type=int, nargs="*", help="L of the BlockMask comparison (default 4096 16384; none: skip)"
+    )
+    parser.add_argument(
+        "--encoder-lengths", type=int, nargs="*", help="L of the 12-layer flex encoder rows (default 4096; none: skip)"
+    )
     parser.add_argument("--child", nargs=3, metavar=("METHOD", "L", "MODE"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     hard_g2l = args.hard_g2l
@@ -302,21 +501,33 @@ def main() -> None:
     repeats = args.repeats or 5
     device = "cuda" if torch.cuda.is_available() else "cpu"
     peak = matmul_gflops(device)
-    print(f"device {device}, {torch.get_num_threads()} threads, torch {torch.__version__}; fp32 matmul {peak:.0f} GFLOP/s")
-    print(f"G = L/{TOKENS_PER_GLOBAL}, r = {RADIUS}, {HEADS} heads, d = {DIM}, B = 1, fp32, label bias, {'hard' if hard_g2l else 'soft'} g2l")
-    header = f"{'L':>6} {'mode':>7} {'method':>11} {'median ms':>10} {'min ms':>8} {'peak MB':>8} {'GFLOP/s':>8} {'% matmul':>8} {'time/blocked':>12} {'mem/blocked':>11}"
+    print(
+        f"device {device}, {torch.get_num_threads()} threads, torch {torch.__version__}; fp32 matmul {peak:.0f} GFLOP/s"
+    )
+    print(
+        f"G = L/{TOKENS_PER_GLOBAL}, r = {RADIUS}, {HEADS} heads, d = {DIM}, B = 1, fp32 (triton: bf16 and fp16 "
+        "copies, CUDA only), label bias, "
+        f"{'hard' if hard_g2l else 'soft'} g2l"
+    )
+    header = (
+        f"{'L':>6} {'mode':>7} {'method':>11} {'median ms':>10} {'min ms':>8} {'peak MB':>8} {'GFLOP/s':>8} "
+        f"{'% matmul':>8} {'time/blocked':>12} {'mem/blocked':>11}"
+    )
     print(header)
     print("-" * len(header))
     methods = {name: METHODS[name] for name in args.methods}
     if device == "cuda" and triton_available():
-        methods.update({"triton": graphattn_method("triton")})
+        methods.update({"triton bf16": triton_half(torch.bfloat16), "triton fp16": triton_half(torch.float16)})
     for length in lengths:
         for backward in (False, True):
             mode = "fwd+bwd" if backward else "fwd"
             skipped = {name: skip_reason(name, length, backward, device) for name in methods}
             builds = {name: build for name, build in methods.items() if not skipped[name]}
             timings = time_methods(builds, make_inputs(length, hard_g2l, device, grad=backward), backward, repeats)
-            memory = {name: None if args.no_memory or device != "cpu" else peak_memory(name, length, backward, hard_g2l) for name in builds}
+            memory = {
+                name: None if args.no_memory or device != "cpu" else peak_memory(name, length, backward, hard_g2l)
+                for name in builds
+            }
             base_time = timings.get("blocked", (None,))[0]
             base_memory = memory.get("blocked")
             for name in methods:
@@ -331,10 +542,23 @@ def main() -> None:
                 ratio_t = median / base_time if base_time else None
                 ratio_m = memory[name] / base_memory if base_memory and memory[name] else None
                 print(
-                    f"{length:>6} {mode:>7} {name:>11} {median * 1e3:>10.1f} {fastest * 1e3:>8.1f} {fmt(memory[name], 8, '.0f')} "
-                    f"{fmt(gflops, 8, '.1f')} {fmt(share, 8, '.0f', '%')} {fmt(ratio_t, 12, '.2f', 'x')} {fmt(ratio_m, 11, '.2f', 'x')}",
+                    f"{length:>6} {mode:>7} {name:>11} {median * 1e3:>10.1f} {fastest * 1e3:>8.1f} "
+                    f"{fmt(memory[name], 8, '.0f')} "
+                    f"{fmt(gflops, 8, '.1f')} {fmt(share, 8, '.0f', '%')} {fmt(ratio_t, 12, '.2f', 'x')} "
+                    f"{fmt(ratio_m, 11, '.2f', 'x')}",
                     flush=True,
                 )
+    if flex.available():
+        mask_lengths = (
+            args.mask_lengths if args.mask_lengths is not None else ([1024, 4096] if args.quick else [4096, 16384])
+        )
+        encoder_lengths = (
+            args.encoder_lengths if args.encoder_lengths is not None else ([1024] if args.quick else [4096])
+        )
+        if mask_lengths:
+            block_mask_rows(mask_lengths, hard_g2l, device, repeats)
+        if encoder_lengths:
+            encoder_rows(encoder_lengths, hard_g2l, device, max(1, repeats // 2))
 
 
 if __name__ == "__main__":

@@ -19,8 +19,10 @@ forward (and backward with --mode train, the default), at each L. Rows:
                         and one global per 32 tokens, PLUS its feed-forward block) streaming L
                         tokens as segments of 768 over full memories n_m = 768, n_cm = 1152,
                         c = 3 (Enwik8), backward per segment; its cost per token must not grow
-                        with L. Memory slots enter the ETC kernel as global keys with masked
-                        query rows, so ~2/3 of its attention work is on those empty rows.
+                        with L. Memory slots enter the ETC kernel as key-only global slots.
+  compressive (query rows)  the same, with the memory slots entering as fully masked global
+                        QUERY rows as well (how graphattn did it before key-only slots): the
+                        difference to the row above is the attention work the key-only slots save.
   + the Longformer-mode rows registered in the marked section below.
 
 Time is the best of --repeats steps (1 with --quick, which then includes first-call costs).
@@ -133,7 +135,9 @@ def build_hf_longformer(setup: Setup):
     mask[:, setup.length :] = -10000.0  # padding
     mask[:, 0] = 10000.0  # CLS attends globally, as in every Longformer task
     masked, is_global = mask < 0, mask > 0
-    return lambda: layer(x, attention_mask=mask, is_index_masked=masked, is_index_global_attn=is_global, is_global_attn=True)[0]
+    return lambda: layer(
+        x, attention_mask=mask, is_index_masked=masked, is_index_global_attn=is_global, is_global_attn=True
+    )[0]
 
 
 register(Pattern("dense SDPA", build_sdpa, exponent=2, peer=True))
@@ -146,8 +150,8 @@ register(Pattern("HF Longformer", build_hf_longformer, peer=True))
 
 
 def build_longnet(setup: Setup):
-    from graphattn.kernels.dilated import LONGNET_SCHEDULE, dilated_attention
-    from graphattn.kernels.dilated_parallel import dilated_attention_parallel
+    from graphattn.patterns.dilated import LONGNET_SCHEDULE, dilated_attention
+    from graphattn.patterns.dilated_parallel import dilated_attention_parallel
 
     torch.manual_seed(0)  # identical projections on every rank
     proj, x = QKV(setup).to(setup.device), hidden_states(setup)
@@ -167,48 +171,68 @@ def _segment_batch(setup: Setup, length: int, num_global: int, radius: int, max_
     side, layout = synthetic_side_inputs(setup.batch, length, num_global, radius, max_distance, seed=seed)
     ids = lambda n: torch.randint(1, 1000, (setup.batch, n))  # noqa: E731
     batch = EtcBatch(
-        long_token_ids=ids(length), long_type_ids=torch.zeros(setup.batch, length, dtype=torch.long),
-        global_token_ids=ids(num_global), global_type_ids=torch.zeros(setup.batch, num_global, dtype=torch.long),
+        long_token_ids=ids(length),
+        long_type_ids=torch.zeros(setup.batch, length, dtype=torch.long),
+        global_token_ids=ids(num_global),
+        global_type_ids=torch.zeros(setup.batch, num_global, dtype=torch.long),
         long_input_mask=torch.ones(setup.batch, length, dtype=torch.int32),
-        global_input_mask=torch.ones(setup.batch, num_global, dtype=torch.int32), side=side, vocab_size=layout.vocab_size,
+        global_input_mask=torch.ones(setup.batch, num_global, dtype=torch.int32),
+        side=side,
+        vocab_size=layout.vocab_size,
     )
     return batch.to(setup.device)
 
 
 def full_memory(setup: Setup, memory) -> "MemoryState":
     """A steady-state memory (n_m and n_cm slots full of activations), as after a long stream."""
-    from graphattn.nn.compressive import LayerMemory, MemoryState
+    from graphattn.patterns.compressive import LayerMemory, MemoryState
 
     gen = torch.Generator().manual_seed(2)
     n_m, n_cm, c = memory.memory_length, memory.compressed_length, memory.compression_rate
     start = c * n_cm + n_m
     rows = lambda n: torch.randn(setup.batch, n, setup.hidden, generator=gen).to(setup.device)  # noqa: E731
     positions = torch.arange(start - n_m, start, device=setup.device).expand(setup.batch, -1)
-    spans = torch.stack((torch.arange(n_cm) * c, torch.arange(n_cm) * c + c), dim=-1).to(setup.device).expand(setup.batch, -1, -1)
+    spans = (
+        torch.stack((torch.arange(n_cm) * c, torch.arange(n_cm) * c + c), dim=-1)
+        .to(setup.device)
+        .expand(setup.batch, -1, -1)
+    )
     ones = lambda n: torch.ones(setup.batch, n, dtype=torch.bool, device=setup.device)  # noqa: E731
-    return MemoryState([LayerMemory(rows(n_m), positions, ones(n_m), rows(n_cm), spans, ones(n_cm))], next_position=start)
+    return MemoryState(
+        [LayerMemory(rows(n_m), positions, ones(n_m), rows(n_cm), spans, ones(n_cm))], next_position=start
+    )
 
 
-def build_compressive(setup: Setup):
+def build_compressive(setup: Setup, encoder_class=None):
     """One compressive layer (ETC radius 84, one global per 32 tokens, Enwik8 memory sizes)
     streaming L tokens; memories are full before timing starts. Training backpropagates per
     segment (TransformerXL style), so the step does its own backward."""
     from graphattn.nn import EtcConfig
-    from graphattn.nn.compressive import CompressiveConfig, CompressiveEncoder
+    from graphattn.patterns.compressive import CompressiveConfig, CompressiveEncoder
+
+    encoder_class = encoder_class or CompressiveEncoder
 
     memory = CompressiveConfig.enwik8()
     n_s = memory.segment_length
     config = EtcConfig(
-        vocab_size=1000, hidden_size=setup.hidden, num_attention_heads=setup.heads, intermediate_size=4 * setup.hidden,
-        num_hidden_layers=1, hidden_dropout_prob=0.0,
+        vocab_size=1000,
+        hidden_size=setup.hidden,
+        num_attention_heads=setup.heads,
+        intermediate_size=4 * setup.hidden,
+        num_hidden_layers=1,
+        hidden_dropout_prob=0.0,
     )
-    encoder = CompressiveEncoder(config, memory).to(setup.device).train(setup.train)
+    encoder = encoder_class(config, memory).to(setup.device).train(setup.train)
     segment = _segment_batch(setup, n_s, n_s // 32, config.local_radius, config.relative_pos_max_distance, seed=0)
     state = full_memory(setup, memory)
     full, rest = divmod(setup.length, n_s)
     stream = [segment] * full
     if rest:
-        stream.append(_segment_batch(setup, rest, max(1, rest // 32), config.local_radius, config.relative_pos_max_distance, seed=1))
+        stream.append(
+            _segment_batch(
+                setup, rest, max(1, rest // 32), config.local_radius, config.relative_pos_max_distance, seed=1
+            )
+        )
 
     def step():
         current = state
@@ -222,12 +246,59 @@ def build_compressive(setup: Setup):
     return step
 
 
+class _QueryRowsPattern:
+    """The old way in: every memory slot is also a global query row, fully masked, whose output
+    is computed and dropped. Wraps the prepared attention of the square side inputs."""
+
+    def __init__(self, prepared, num_global: int):
+        self.prepared, self.num_global = prepared, num_global
+
+    def attend(
+        self, global_q, global_k, global_v, long_q, long_k, long_v, rel_key_table, rel_bias_table=None, scale=None
+    ):
+        batch, heads, _, dim = global_q.shape
+        extra = global_k.shape[2] - global_q.shape[2]
+        global_q = torch.cat((global_q, global_q.new_zeros(batch, heads, extra, dim)), dim=2)
+        global_out, long_out = self.prepared.attend(
+            global_q, global_k, global_v, long_q, long_k, long_v, rel_key_table, rel_bias_table, scale
+        )
+        return global_out[:, :, : self.num_global], long_out
+
+
+def _square_side(side):
+    """Key-only side inputs (g2g [B, G, G+M], g2l [B, G, L]) with the M masked query rows added."""
+    from graphattn.contract import SideInputs
+
+    batch, num_global, num_keys = side.g2g_att_mask.shape
+    extra = num_keys - num_global
+    rows = lambda t, width: torch.cat((t, t.new_zeros(batch, extra, width)), dim=1)  # noqa: E731
+    values = side.as_dict()
+    for name in ("g2g_att_mask", "g2g_relative_att_ids"):
+        values[name] = rows(values[name], num_keys)
+    for name in ("g2l_att_mask", "g2l_relative_att_ids"):
+        values[name] = rows(values[name], side.long_length)
+    return SideInputs(**values), num_global
+
+
+def build_compressive_query_rows(setup: Setup):
+    """`build_compressive` with the memory slots as masked global query rows (the old design)."""
+    from graphattn.patterns.compressive import CompressiveEncoder
+
+    class QueryRowsEncoder(CompressiveEncoder):
+        def _prepare(self, side, device):
+            square, num_global = _square_side(side)
+            return _QueryRowsPattern(super()._prepare(square, device), num_global)
+
+    return build_compressive(setup, QueryRowsEncoder)
+
+
 register(Pattern("compressive memory", build_compressive, owns_backward=True))
+register(Pattern("compressive (query rows)", build_compressive_query_rows, owns_backward=True))
 
 # ---------------------------------------------------------------------------------------------
 # Longformer mode (graphattn): the same layer as the HF Longformer row (Q/K/V and global
 # Q/K/V projections, window 512, CLS global, no output projection), on the ETC kernels through
-# graphattn.kernels.sliding (backend auto: triton on CUDA, blocked on CPU).
+# graphattn.patterns.sliding (backend auto: triton on CUDA, blocked on CPU).
 #   Longformer mode      every head undilated: HF's computation exactly
 #   Longformer dilated   the paper's top layers: 2 heads with stride 4 (Table 12's "dilation 3"),
 #                        run as a second kernel call on the sequence folded into 4 subsequences
@@ -235,11 +306,16 @@ register(Pattern("compressive memory", build_compressive, owns_backward=True))
 
 
 def build_longformer_mode(setup: Setup, dilated_heads: int = 0, stride: int = 4):
-    from graphattn.nn.longformer import LongformerAttention, LongformerConfig
+    from graphattn.patterns.longformer import LongformerAttention, LongformerConfig
 
     dilations = [1] * (setup.heads - dilated_heads) + [stride] * dilated_heads
-    config = LongformerConfig(hidden_size=setup.hidden, num_attention_heads=setup.heads, num_hidden_layers=1,
-                              attention_window=HF_WINDOW, attention_dilation=[dilations])
+    config = LongformerConfig(
+        hidden_size=setup.hidden,
+        num_attention_heads=setup.heads,
+        num_hidden_layers=1,
+        attention_window=HF_WINDOW,
+        attention_dilation=[dilations],
+    )
     attention = LongformerAttention(config).to(setup.device)
     x = hidden_states(setup)
     cls = torch.zeros(setup.batch, 1, dtype=torch.long, device=setup.device)  # CLS is global, as in the HF row
@@ -333,15 +409,23 @@ def measure(name: str, setup: Setup, repeats: int) -> dict:
 
 def run_child(name: str, setup: Setup, repeats: int, timeout: float) -> dict:
     """Measure in a fresh interpreter: its peak memory is its own, and a crash or OOM is a row."""
-    spec = json.dumps({"name": name, "repeats": repeats, **{k: (str(v) if k == "device" else v) for k, v in setup.__dict__.items()}})
+    spec = json.dumps(
+        {"name": name, "repeats": repeats, **{k: (str(v) if k == "device" else v) for k, v in setup.__dict__.items()}}
+    )
     try:
-        done = subprocess.run([sys.executable, __file__, "--child", spec], capture_output=True, text=True, timeout=timeout)
+        done = subprocess.run(
+            [sys.executable, __file__, "--child", spec], capture_output=True, text=True, timeout=timeout
+        )
     except subprocess.TimeoutExpired:
         return {"skipped": f"over the {timeout:.0f} s limit"}
     lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
     if done.returncode != 0 or not lines:
         tail = (done.stderr.strip().splitlines() or ["no output"])[-1]
-        return {"skipped": "out of memory" if "out of memory" in done.stderr.lower() or done.returncode == -9 else f"failed: {tail[:80]}"}
+        return {
+            "skipped": "out of memory"
+            if "out of memory" in done.stderr.lower() or done.returncode == -9
+            else f"failed: {tail[:80]}"
+        }
     return json.loads(lines[-1])
 
 
@@ -389,8 +473,11 @@ def print_table(rows: list[tuple[str, int, dict]], setup: Setup) -> None:
             other = by_key.get((peer, length))
             line += f"{_ratio(result, other, 'seconds'):>13}{_ratio(result, other, 'peak_bytes'):>13}"
         print(line)
-    print(f"\nbatch {setup.batch}, {setup.heads} heads x {setup.head_dim}, {'forward+backward' if setup.train else 'forward'} "
-          f"on {setup.device}; t/ and m/ are time and memory relative to that peer at the same L (< 1 is better).")
+    print(
+        f"\nbatch {setup.batch}, {setup.heads} heads x {setup.head_dim}, "
+        f"{'forward+backward' if setup.train else 'forward'} "
+        f"on {setup.device}; t/ and m/ are time and memory relative to that peer at the same L (< 1 is better)."
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -401,8 +488,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch", type=int, default=1)
     parser.add_argument("--heads", type=int, default=8)
     parser.add_argument("--head-dim", type=int, default=64)
-    parser.add_argument("--mode", choices=("train", "forward"), default=None, help="default: train (forward with --quick)")
-    parser.add_argument("--budget", type=float, default=None, help="seconds one measurement may take (default 120, quick 60)")
+    parser.add_argument(
+        "--mode", choices=("train", "forward"), default=None, help="default: train (forward with --quick)"
+    )
+    parser.add_argument(
+        "--budget", type=float, default=None, help="seconds one measurement may take (default 120, quick 60)"
+    )
     parser.add_argument("--repeats", type=int, default=None)
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--child", help=argparse.SUPPRESS)
@@ -426,14 +517,19 @@ def main(argv: list[str] | None = None) -> int:
         for name in names:
             predicted = _predicted_seconds(history, name, length)
             if predicted is not None and predicted * (repeats + 1) > budget:
-                result = {"skipped": f"predicted {predicted:.0f} s per step from L={history[name][0]}, x{repeats + 1} runs > budget {budget:.0f} s"}
+                why = f"predicted {predicted:.0f} s per step from L={history[name][0]}"
+                result = {"skipped": f"{why}, x{repeats + 1} runs > budget {budget:.0f} s"}
             else:
                 run_setup = Setup(**{**setup.__dict__, "length": length})
                 result = run_child(name, run_setup, repeats, timeout=budget * (repeats + 1) + 120)
                 if "skipped" not in result:
                     history[name] = (length, result["seconds"])
             rows.append((name, length, result))
-            print(f"  {name} L={length}: {result.get('skipped') or format(result['seconds'], '.3f') + ' s'}", file=sys.stderr, flush=True)
+            print(
+                f"  {name} L={length}: {result.get('skipped') or format(result['seconds'], '.3f') + ' s'}",
+                file=sys.stderr,
+                flush=True,
+            )
     print_table(rows, setup)
     return 0
 

@@ -380,3 +380,146 @@ def _rows_by_key(row_doc: np.ndarray, row_hard: np.ndarray, col_doc: np.ndarray,
     table = (col_doc[None, :] == (distinct // 2)[:, None]) & (distinct % 2 == 0)[:, None]
     if out.size:
         np.take(table.astype(np.int32), index.reshape(-1), axis=0, out=out, mode="clip")
+
+
+# -- the batched compact form -------------------------------------------------------------------
+
+
+@dataclass
+class CompactBatch:
+    """`CompactSideInputs` of a padded batch, stacked: what the kernels read instead of the eight
+    dense tensors (O(B (L + G) + E) memory, where the dense form is O(B L G)).
+
+    Per-token arrays gain a batch dim ([B, L], [B, G], owners [B, n_levels, L]); instances are
+    padded as `collate` pads them (one more document). Links and g2g edges of all rows are flat
+    lists in CSR order: the links of long token i of row b are entries
+    ``link_offsets[b, i] .. link_offsets[b, i + 1]`` (sorted by global within a token), the edges
+    of global g are ``edge_offsets[b, g] .. edge_offsets[b, g + 1]`` (sorted by destination).
+    `link_batch` / `edge_batch` repeat each entry's row for vectorized consumers. Arrays are numpy
+    as built by `from_instances`, torch after `to_torch()`; `map` applies a function to all.
+    """
+
+    local_radius: int
+    max_distance: int
+    levels: tuple[str, ...]
+    cross_segment_label: int
+    owners: Any  # [B, n_levels, L] int32, -1: none
+    long_doc: Any  # [B, L] int32
+    long_segment: Any  # [B, L] int32
+    long_hard_l2g: Any  # [B, L] bool
+    global_doc: Any  # [B, G] int32
+    global_segment: Any  # [B, G] int32
+    global_blockable: Any  # [B, G] bool
+    global_hard_g2l: Any  # [B, G] bool
+    link_offsets: Any  # [B, L + 1] int32, absolute positions in the flat link lists
+    link_batch: Any  # [E] int32
+    link_long: Any  # [E] int32
+    link_global: Any  # [E] int32
+    link_label: Any  # [E] int32
+    edge_offsets: Any  # [B, G + 1] int32
+    edge_batch: Any  # [E2] int32
+    edge_src: Any  # [E2] int32
+    edge_dst: Any  # [E2] int32
+    edge_label: Any  # [E2] int32
+
+    ARRAYS = (
+        "owners", "long_doc", "long_segment", "long_hard_l2g", "global_doc", "global_segment", "global_blockable",
+        "global_hard_g2l", "link_offsets", "link_batch", "link_long", "link_global", "link_label",
+        "edge_offsets", "edge_batch", "edge_src", "edge_dst", "edge_label",
+    )
+
+    @property
+    def batch_size(self) -> int:
+        return int(self.long_doc.shape[0])
+
+    @property
+    def long_length(self) -> int:
+        return int(self.long_doc.shape[1])
+
+    @property
+    def global_length(self) -> int:
+        return int(self.global_doc.shape[1])
+
+    @property
+    def does_not_belong(self) -> int:
+        return does_not_belong_id(self.max_distance)
+
+    @property
+    def belongs(self) -> int:
+        return belongs_id(self.max_distance)
+
+    @property
+    def nbytes(self) -> int:
+        return sum(int(getattr(self, name).nbytes) for name in self.ARRAYS)
+
+    def map(self, fn) -> "CompactBatch":
+        """Apply `fn` to every array (e.g. `torch.from_numpy`, `lambda t: t.to(device)`)."""
+        return _replace_arrays(self, {name: fn(getattr(self, name)) for name in self.ARRAYS})
+
+    def to_torch(self) -> "CompactBatch":
+        import torch
+
+        return self.map(lambda a: a if isinstance(a, torch.Tensor) else torch.from_numpy(np.ascontiguousarray(a)))
+
+    @classmethod
+    def from_instances(cls, sides: "list[CompactSideInputs]", long_length: int, global_length: int) -> "CompactBatch":
+        """Pad each instance to (long_length, global_length) as `collate` does and stack them."""
+        if not sides:
+            raise BatchError("a compact batch needs at least one instance")
+        first = sides[0]
+        settings = lambda side: (side.local_radius, side.max_distance, side.cross_segment_label)  # noqa: E731
+        for i, side in enumerate(sides):
+            if settings(side) != settings(first):
+                raise BatchError(
+                    f"instance {i} has (local_radius, max_distance, cross_segment_label) = {settings(side)}, "
+                    f"instance 0 has {settings(first)}; compile them with one schema"
+                )
+        padded = [side.padded(long_length, global_length) for side in sides]
+        levels = tuple(dict.fromkeys(level for side in padded for level in side.levels))
+        owners = np.full((len(padded), len(levels), long_length), -1, np.int32)
+        for b, side in enumerate(padded):
+            for row, level in enumerate(side.levels):
+                owners[b, levels.index(level)] = side.owners[row]
+
+        def stack(name: str, dtype) -> np.ndarray:
+            return np.stack([np.asarray(getattr(side, name), dtype=dtype) for side in padded])
+
+        links = _csr([(s.link_long, s.link_global, s.link_label) for s in padded], long_length)
+        edges = _csr([(s.g2g_src, s.g2g_dst, s.g2g_label) for s in padded], global_length)
+        return cls(
+            local_radius=first.local_radius, max_distance=first.max_distance, levels=levels,
+            cross_segment_label=first.cross_segment_label, owners=owners,
+            long_doc=stack("long_doc", np.int32), long_segment=stack("long_segment", np.int32),
+            long_hard_l2g=stack("long_hard_l2g", bool), global_doc=stack("global_doc", np.int32),
+            global_segment=stack("global_segment", np.int32), global_blockable=stack("global_blockable", bool),
+            global_hard_g2l=stack("global_hard_g2l", bool),
+            link_offsets=links[0], link_batch=links[1], link_long=links[2], link_global=links[3], link_label=links[4],
+            edge_offsets=edges[0], edge_batch=edges[1], edge_src=edges[2], edge_dst=edges[3], edge_label=edges[4],
+        )
+
+
+def _replace_arrays(batch: CompactBatch, arrays: dict) -> CompactBatch:
+    scalars = {f.name: getattr(batch, f.name) for f in fields(batch) if f.name not in CompactBatch.ARRAYS}
+    return CompactBatch(**scalars, **arrays)
+
+
+def _csr(rows: list[tuple[np.ndarray, np.ndarray, np.ndarray]], length: int) -> tuple[np.ndarray, ...]:
+    """Flat (offsets [B, length + 1], batch, source, target, label) of per-row (source, target,
+    label) lists, sorted by (row, source, target). A (source, target) pair listed twice keeps its
+    last label, as the dense derivation's fancy assignment does."""
+    offsets = np.zeros((len(rows), length + 1), np.int64)
+    parts, start = [], 0
+    for b, (source, target, label) in enumerate(rows):
+        source, target, label = (np.asarray(a, np.int64).reshape(-1) for a in (source, target, label))
+        key = source * (int(target.max(initial=0)) + 1) + target
+        last = len(key) - 1 - np.unique(key[::-1], return_index=True)[1]  # last occurrence of each pair
+        keep = last[np.argsort(key[last], kind="stable")]
+        source, target, label = source[keep], target[keep], label[keep]
+        counts = np.bincount(source, minlength=length)
+        offsets[b, 1:] = np.cumsum(counts) + start
+        offsets[b, 0] = start
+        parts.append((np.full(len(source), b), source, target, label))
+        start += len(source)
+    flat = [np.concatenate([p[i] for p in parts]).astype(np.int32) if parts else np.zeros(0, np.int32)
+            for i in range(4)]
+    return (offsets.astype(np.int32), *flat)

@@ -36,6 +36,7 @@ import numpy as np
 if TYPE_CHECKING:
     import torch
 
+    from graphattn.compact import CompactBatch
     from graphattn.labels import LabelVocab
 
 TARGET_IGNORE = -100  # "no label here" in every target array (torch cross-entropy's ignore_index)
@@ -188,6 +189,9 @@ class EtcBatch:
     inputs let padding attend to padding (as the reference does), and the model ignores padded
     rows. `features` carries optional per-token arrays such as OpenKP's visual features
     (name -> [B, L, ...] or [B, G, ...]). `vocab_size` is the number of relative labels used.
+    `compact` is the batch's `CompactBatch` when its instances were compiled compact: the encoder
+    then hands the kernels that instead of the dense tensors, and `side` may be None
+    (`collate(..., dense_side=False)`) so that nothing O(L G) is ever built.
     `targets` are the instances' task labels as int64 tensors ([B, G] padded with TARGET_IGNORE,
     [B] for scalars, [B, k, 2] for span rows), what task heads train on.
     """
@@ -198,9 +202,10 @@ class EtcBatch:
     global_type_ids: "torch.Tensor"  # [B, G]
     long_input_mask: "torch.Tensor"  # [B, L]
     global_input_mask: "torch.Tensor"  # [B, G]
-    side: SideInputs
+    side: SideInputs | None
     vocab_size: int
     features: dict[str, "torch.Tensor"] = field(default_factory=dict)
+    compact: "CompactBatch | None" = None
     targets: dict[str, "torch.Tensor"] = field(default_factory=dict)
 
     # -- methods (after every field) ------------------------------------------------------
@@ -220,7 +225,8 @@ class EtcBatch:
         return replace(
             self,
             **tensors,
-            side=self.side.map(move),
+            side=None if self.side is None else self.side.map(move),
             features={k: move(v) for k, v in self.features.items()},
+            compact=None if self.compact is None else self.compact.to_torch().map(move),
             targets={k: move(v) for k, v in self.targets.items()},
         )

@@ -5,6 +5,9 @@ padding tokens (l2l within the radius, g2g, l2g, g2l) and nothing real attends p
 ids of padding are the plain distance pattern (l2l, g2g) and does_not_belong (l2g, g2l).
 `long_input_mask` / `global_input_mask` tell the model which rows are real. Task targets are
 padded with TARGET_IGNORE along their per-global axis and stacked otherwise (`_targets`).
+
+Instances compiled compact also give the batch's `CompactBatch` (`EtcBatch.compact`), which the
+kernels read directly; `dense_side=False` then skips the eight dense tensors altogether.
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ from typing import Sequence
 import numpy as np
 import torch
 
-from graphattn.compact import CompactSideInputs, allocate_side_inputs, l2l_window
+from graphattn.compact import CompactBatch, CompactSideInputs, allocate_side_inputs, l2l_window
 from graphattn.contract import TARGET_IGNORE, EtcBatch, EtcInstance, SideInputs
 from graphattn.errors import BatchError
 from graphattn.labels import does_not_belong_id, full_relative_ids
@@ -88,14 +91,7 @@ def _targets(instances: list[EtcInstance], G: int) -> dict[str, torch.Tensor]:
     return out
 
 
-def collate(instances: Sequence[EtcInstance], pad_to_long: int | None = None, pad_to_global: int | None = None) -> EtcBatch:
-    """Pad instances to the longest (or the given) lengths and stack them into an EtcBatch."""
-    instances = list(instances)
-    if not instances:
-        raise BatchError("collate needs at least one instance")
-    radius, k = _geometry(instances)
-    L = _target([i.long_length for i in instances], pad_to_long, "long")
-    G = _target([i.global_length for i in instances], pad_to_global, "global")
+def _dense_side(instances: list[EtcInstance], L: int, G: int, radius: int, k: int) -> SideInputs:
     dnb = does_not_belong_id(k)
     out = allocate_side_inputs(len(instances), L, G, radius)
     for b, inst in enumerate(instances):
@@ -103,6 +99,32 @@ def collate(instances: Sequence[EtcInstance], pad_to_long: int | None = None, pa
             inst.side.padded(L, G).write_dense(out.map(lambda a: a[b]))
         else:
             _pad_dense(out, b, inst.side, L, G, radius, k, dnb)
+    return out.to_torch()
+
+
+def collate(
+    instances: Sequence[EtcInstance],
+    pad_to_long: int | None = None,
+    pad_to_global: int | None = None,
+    *,
+    dense_side: bool = True,
+) -> EtcBatch:
+    """Pad instances to the longest (or the given) lengths and stack them into an EtcBatch.
+
+    When every instance is compact the batch also carries their `CompactBatch`; `dense_side=False`
+    (compact instances only) leaves `side` None, so that memory stays O(B (L + G) + E)."""
+    instances = list(instances)
+    if not instances:
+        raise BatchError("collate needs at least one instance")
+    radius, k = _geometry(instances)
+    L = _target([i.long_length for i in instances], pad_to_long, "long")
+    G = _target([i.global_length for i in instances], pad_to_global, "global")
+    all_compact = all(isinstance(inst.side, CompactSideInputs) for inst in instances)
+    if not dense_side and not all_compact:
+        raise BatchError(
+            "dense_side=False needs instances compiled with compact=True (the others carry only dense side inputs)"
+        )
+    compact = CompactBatch.from_instances([inst.side for inst in instances], L, G).to_torch() if all_compact else None
     features: dict[str, torch.Tensor] = {}
     for name in instances[0].features:
         if any(name not in inst.features for inst in instances):
@@ -117,8 +139,9 @@ def collate(instances: Sequence[EtcInstance], pad_to_long: int | None = None, pa
         global_type_ids=_stack([i.global_type_ids for i in instances], G),
         long_input_mask=_stack([ones(i.long_length) for i in instances], L),
         global_input_mask=_stack([ones(i.global_length) for i in instances], G),
-        side=out.to_torch(),
+        side=_dense_side(instances, L, G, radius, k) if dense_side else None,
         vocab_size=len(instances[0].label_vocab),
         features=features,
+        compact=compact,
         targets=_targets(instances, G),
     )

@@ -27,6 +27,7 @@ Statistics and matmuls run in fp32 (fp64 stays fp64); outputs take the input dty
 
 from __future__ import annotations
 
+from dataclasses import replace
 from functools import partial
 
 import torch
@@ -34,45 +35,63 @@ import torch
 from graphattn.contract import SideInputs
 from graphattn.kernels.blocked_tiles import (
     TILE_ELEMENTS,
-    GlobalChunk,
+    BlockedPlan,
     CallTensors,
+    GlobalChunk,
     LongChunk,
     Scratch,
     Scratches,
     geometry,
     global_chunks,
     long_chunks,
+    make_plan,
     pad_dim,
     run_tasks,
 )
+from graphattn.kernels.blocked_sources import source_of
+from graphattn.kernels.request import PlanRequest, direct_request
 
-__all__ = ["attention", "label_tables", "TILE_ELEMENTS"]
+__all__ = ["attention", "plan", "run", "label_tables", "TILE_ELEMENTS"]
 
-# Floor for row maxima and sums: a fully masked row keeps a finite max (so exp(-inf - max) = 0,
-# never NaN), divides its zero output by a tiny sum, and gets lse ~ -1e30, which backward's
-# exp(-inf - lse) again turns into 0. Real scores never come near -1e30.
-_FLOOR_MAX, _FLOOR_SUM = -1e30, 1e-30
+NATIVE_COMPACT = True  # chunks derive their masks and labels from a CompactBatch (blocked_sources.py)
+
+# Rows with nothing to attend to have a -inf maximum: it is replaced by 0 (so exp(-inf - 0) = 0,
+# never NaN), their zero sum by a tiny floor (so out = 0 / floor = 0 and log-sum ~ -69, which
+# backward's exp(-inf - 0 + 69) again turns into 0). Any row with an allowed key keeps its true
+# maximum, however negative (scores below -1e30 from huge |q|, |k| or a bias of finfo.min), and a
+# sum >= 1: its softmax is the dense oracle's. The statistics are kept as (max, log sum) rather
+# than their sum, the log-sum-exp, which cannot hold log(sum) next to a max of -3e38: backward
+# recomputes p = exp(s - max - log sum) in that order.
+_FLOOR_SUM = 1e-30
 
 
 def _row_max(*maxima: torch.Tensor) -> torch.Tensor:
-    """Row maximum over several tiles, floored (fully masked rows give -inf maxima)."""
+    """Row maximum over several tiles; 0 for fully masked rows (whose maxima are -inf)."""
     row_max = maxima[0]
     for other in maxima[1:]:
         row_max = torch.maximum(row_max, other)
-    return row_max.clamp_min_(_FLOOR_MAX)
+    return row_max.masked_fill_(row_max == float("-inf"), 0.0)
 
 
-def _finish(out: torch.Tensor, row_sum: torch.Tensor, row_max: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Normalize in place and return (out, log-sum-exp); empty rows stay 0."""
+def _finish(
+    out: torch.Tensor, row_sum: torch.Tensor, row_max: torch.Tensor, stats: torch.Tensor, rows: slice
+) -> torch.Tensor:
+    """Normalize `out` in place (empty rows stay 0) and write (max, log sum) into stats[:, :, rows]."""
     row_sum.clamp_min_(_FLOOR_SUM)
-    return out.div_(row_sum.unsqueeze(-1)), row_sum.log_().add_(row_max)
+    stats[0, :, rows], stats[1, :, rows] = row_max, row_sum.log()
+    return out.div_(row_sum.unsqueeze(-1))
+
+
+def _probs(scores: torch.Tensor, stats: torch.Tensor) -> torch.Tensor:
+    """p = exp(s - max - log sum) in place, with stats [2, BH, rows]: the forward's softmax."""
+    return scores.sub_(stats[0].unsqueeze(-1)).sub_(stats[1].unsqueeze(-1)).exp_()
 
 
 def _forward(lay: CallTensors, workers: int):
     geo = lay.geo
     bh, d = geo.bh, lay.dim
-    long_out, long_lse = lay.lq.new_empty(bh, geo.num_long, d), lay.lq.new_empty(bh, geo.padded_long)
-    global_out, global_lse = lay.gq.new_empty(bh, geo.num_global, d), lay.gq.new_empty(bh, geo.num_global)
+    long_out, long_stats = lay.lq.new_empty(bh, geo.num_long, d), lay.lq.new_empty(2, bh, geo.padded_long)
+    global_out, global_stats = lay.gq.new_empty(bh, geo.num_global, d), lay.gq.new_empty(2, bh, geo.num_global)
 
     def long_task(first: int, last: int, scratch: Scratches) -> None:
         tile = LongChunk(lay, first, last, scratch)
@@ -85,7 +104,7 @@ def _forward(lay: CallTensors, workers: int):
         if tile.glob is not None:
             row_sum += tile.glob.sub_(row_max.unsqueeze(-1)).exp_().sum(-1)
             out.baddbmm_(tile.glob, lay.gv[:, tile.keys])
-        out, long_lse[:, tile.row_slice] = _finish(out, row_sum, row_max)
+        out = _finish(out, row_sum, row_max, long_stats, tile.row_slice)
         long_out[:, tile.row_slice] = out[:, : geo.num_long - tile.row_slice.start]
 
     def global_task(start: int, stop: int, scratch: Scratches) -> None:
@@ -97,14 +116,16 @@ def _forward(lay: CallTensors, workers: int):
         if tile.g2l is not None:
             row_sum += tile.g2l.sub_(row_max.unsqueeze(-1)).exp_().sum(-1)
             out.baddbmm_(tile.g2l, lay.lv[:, tile.keys])
-        global_out[:, tile.rows], global_lse[:, tile.rows] = _finish(out, row_sum, row_max)
+        global_out[:, tile.rows] = _finish(out, row_sum, row_max, global_stats, tile.rows)
 
     tasks = [partial(long_task, *c) for c in long_chunks(geo)] + [partial(global_task, *c) for c in global_chunks(geo)]
     run_tasks(tasks, lambda: Scratches(lay.lq), workers)
-    return global_out, global_lse, long_out, long_lse
+    return global_out, global_stats, long_out, long_stats
 
 
-def _score_grad(probs: torch.Tensor, grad_out: torch.Tensor, values: torch.Tensor, delta: torch.Tensor, scratch: Scratch) -> torch.Tensor:
+def _score_grad(
+    probs: torch.Tensor, grad_out: torch.Tensor, values: torch.Tensor, delta: torch.Tensor, scratch: Scratch
+) -> torch.Tensor:
     """dS = P * (dO . V^T - delta), written over a scratch tile."""
     d_scores = scratch.take(*probs.shape)
     torch.bmm(grad_out, values.transpose(1, 2), out=d_scores)
@@ -147,7 +168,7 @@ class _KeyGrads:
 def _backward(lay: CallTensors, outputs, grad_global, grad_long, workers: int):
     geo = lay.geo
     bh, d, w = geo.bh, lay.dim, geo.block
-    global_out, global_lse, long_out, long_lse = outputs
+    global_out, global_stats, long_out, long_stats = outputs
     grad_long = grad_long.reshape(bh, geo.num_long, d)
     long_delta = pad_dim((grad_long * long_out).sum(-1), geo.padded_long, -1)
     grad_global = grad_global.reshape(bh, geo.num_global, d)
@@ -159,9 +180,9 @@ def _backward(lay: CallTensors, outputs, grad_global, grad_long, workers: int):
     def long_task(first: int, last: int, acc: _KeyGrads) -> None:
         tile = LongChunk(lay, first, last, acc.scratch)
         rows, nbc = tile.row_slice, tile.nbc
-        lse, delta = long_lse[:, rows], long_delta[:, rows]
+        stats, delta = long_stats[:, :, rows], long_delta[:, rows]
         g_rows = lay.rows(grad_long, first, last)  # [BH*nbc, w, d]
-        probs = tile.local.view(bh, -1, 3 * w).sub_(lse.unsqueeze(-1)).exp_().view(bh * nbc, w, 3 * w)
+        probs = _probs(tile.local.view(bh, -1, 3 * w), stats).view(bh * nbc, w, 3 * w)
         windows = acc.scratch.d_windows.take(bh * nbc, 3 * w, d)
         acc.add_windows(acc.d_lv, torch.bmm(probs.transpose(1, 2), g_rows, out=windows), first, last)
         d_scores = _score_grad(probs, g_rows, tile.v_windows, delta.reshape(bh * nbc, w), acc.scratch.d_local)
@@ -171,7 +192,7 @@ def _backward(lay: CallTensors, outputs, grad_global, grad_long, workers: int):
         acc.add_windows(acc.d_lk, torch.bmm(d_scores.transpose(1, 2), tile.q, out=windows), first, last)
         if tile.glob is not None:
             g_flat = g_rows.view(bh, -1, d)
-            probs = tile.glob.sub_(lse.unsqueeze(-1)).exp_()
+            probs = _probs(tile.glob, stats)
             _add_product(acc.d_gv[:, tile.keys], probs.transpose(1, 2), g_flat)
             d_scores = _score_grad(probs, g_flat, lay.gv[:, tile.keys], delta, acc.scratch.d_glob)
             _scatter_table_grad(table_grad, tile.glob_index, d_scores)
@@ -182,13 +203,23 @@ def _backward(lay: CallTensors, outputs, grad_global, grad_long, workers: int):
     def global_task(start: int, stop: int, acc: _KeyGrads) -> None:
         tile = GlobalChunk(lay, start, stop, acc.scratch)
         rows = tile.rows
-        lse, delta, g_rows = global_lse[:, rows].unsqueeze(-1), global_delta[:, rows], grad_global[:, rows]
+        stats, delta, g_rows = global_stats[:, :, rows], global_delta[:, rows], grad_global[:, rows]
         parts = [(tile.g2g, tile.g2g_index, lay.gk, lay.gv, acc.d_gk, acc.d_gv, acc.scratch.d_g2g)]
         if tile.g2l is not None:
             keys, padded = tile.keys, slice(tile.keys.start + w, tile.keys.stop + w)
-            parts.append((tile.g2l, tile.g2l_index, lay.lk[:, keys], lay.lv[:, keys], acc.d_lk[:, padded], acc.d_lv[:, padded], acc.scratch.d_g2l))
+            parts.append(
+                (
+                    tile.g2l,
+                    tile.g2l_index,
+                    lay.lk[:, keys],
+                    lay.lv[:, keys],
+                    acc.d_lk[:, padded],
+                    acc.d_lv[:, padded],
+                    acc.scratch.d_g2l,
+                )
+            )
         for scores, index, k, v, d_k, d_v, buffer in parts:
-            probs = scores.sub_(lse).exp_()
+            probs = _probs(scores, stats)
             _add_product(d_v, probs.transpose(1, 2), g_rows)
             d_scores = _score_grad(probs, g_rows, v, delta, buffer)
             _scatter_table_grad(d_t_global[:, :, rows], index, d_scores)
@@ -211,28 +242,79 @@ def _backward(lay: CallTensors, outputs, grad_global, grad_long, workers: int):
 
 class _BlockedAttention(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, gq, gk, gv, lq, lk, lv, t_global, t_long, side, geo, workers):
-        outputs = _forward(CallTensors(geo, side, gq, gk, gv, lq, lk, lv, t_global, t_long), workers)
+    def forward(ctx, gq, gk, gv, lq, lk, lv, t_global, t_long, plan, geo):
+        outputs = _forward(CallTensors(geo, plan, gq, gk, gv, lq, lk, lv, t_global, t_long), plan.workers)
         ctx.save_for_backward(gq, gk, gv, lq, lk, lv, t_global, t_long, *outputs)
-        ctx.side, ctx.geo, ctx.workers = side, geo, workers
+        ctx.plan, ctx.geo = plan, geo
         shape = lambda n: (geo.batch, geo.heads, n, lq.shape[-1])  # noqa: E731
         return outputs[0].view(shape(geo.num_global)), outputs[2].view(shape(geo.num_long))
 
     @staticmethod
     def backward(ctx, grad_global, grad_long):
         gq, gk, gv, lq, lk, lv, t_global, t_long, *outputs = ctx.saved_tensors
-        lay = CallTensors(ctx.geo, ctx.side, gq, gk, gv, lq, lk, lv, t_global, t_long)
-        grads = _backward(lay, outputs, grad_global.contiguous(), grad_long.contiguous(), ctx.workers)
+        lay = CallTensors(ctx.geo, ctx.plan, gq, gk, gv, lq, lk, lv, t_global, t_long)
+        grads = _backward(lay, outputs, grad_global.contiguous(), grad_long.contiguous(), ctx.plan.workers)
         inputs = (gq, gk, gv, lq, lk, lv, t_global, t_long)
-        return (*(g.reshape(x.shape) for g, x in zip(grads, inputs)), None, None, None)
+        return (*(g.reshape(x.shape) for g, x in zip(grads, inputs)), None, None)
 
 
-def label_tables(q: torch.Tensor, rel_key_table: torch.Tensor, rel_bias_table: torch.Tensor | None, scale: float) -> torch.Tensor:
+def label_tables(
+    q: torch.Tensor, rel_key_table: torch.Tensor, rel_bias_table: torch.Tensor | None, scale: float
+) -> torch.Tensor:
     """T[b, h, i, v] = scale * q_i . a^K[v, h] + b[v, h]: every label's score term, once per query."""
     table = torch.einsum("bhnd,vhd->bhnv", q, rel_key_table) * scale
     if rel_bias_table is not None:
         table = table + rel_bias_table.t()[None, :, None, :]
     return table
+
+
+def plan(request: PlanRequest) -> BlockedPlan:
+    """Chunk geometry, skewed l2l labels and key spans of a batch, for every layer.
+
+    Options: `block_size` (>= r, default r) and `tile_elements` (shared by the workers) size the
+    tiles; `workers` Python threads, one intra-op thread each, run the chunks (default:
+    torch.get_num_threads() on CPU, 1 elsewhere); workers=1 uses torch's intra-op threads
+    instead, which is 10-40% faster on an otherwise idle machine and many times slower on a
+    busy one (see blocked_tiles.run_tasks)."""
+    options = dict(request.options)
+    workers = options.pop("workers", None)
+    block_size = options.pop("block_size", None)
+    tile_elements = options.pop("tile_elements", TILE_ELEMENTS)
+    if options:
+        raise TypeError(f"unknown blocked-backend options: {', '.join(sorted(options))}")
+    if workers is None:
+        workers = torch.get_num_threads() if request.device.type == "cpu" else 1
+    tile_elements = max(1, tile_elements // max(workers, 1))  # same scratch memory in total
+    s = request.shape
+    source = source_of(request.compact if request.side is None else request.side)
+    geo = geometry(
+        s.batch,
+        request.num_heads,
+        s.num_global,
+        s.num_long,
+        s.local_radius,
+        request.vocab_size,
+        1.0,
+        block_size,
+        tile_elements,
+        s.num_global_keys,
+    )
+    return make_plan(geo, source, workers)
+
+
+def run(plan: BlockedPlan, states, rel_key_table: torch.Tensor, rel_bias_table: torch.Tensor | None, scale: float):
+    """One layer's attention over a planned batch: (global_out [B,H,G,d], long_out [B,H,L,d])."""
+    global_q, long_q = states[0], states[3]
+    out_dtype = long_q.dtype
+    compute = torch.promote_types(long_q.dtype, torch.float32)  # fp32 statistics; fp64 stays fp64
+    states = [t.to(compute).contiguous() for t in states]
+    key_table = rel_key_table.to(compute)
+    bias_table = rel_bias_table.to(compute) if rel_bias_table is not None else None
+    t_global = label_tables(states[0], key_table, bias_table, scale)
+    t_long = label_tables(states[3], key_table, bias_table, scale)
+    geo = replace(plan.geo, scale=scale)
+    global_out, long_out = _BlockedAttention.apply(*states, t_global, t_long, plan, geo)
+    return global_out.to(out_dtype), long_out.to(out_dtype)
 
 
 def attention(
@@ -251,25 +333,17 @@ def attention(
     tile_elements: int = TILE_ELEMENTS,
     workers: int | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Global-local attention in blocks; returns (global_out [B,H,G,d], long_out [B,H,L,d]).
-
-    `block_size` (>= r, default r) and `tile_elements` (shared by the workers) size the tiles.
-    `workers` Python threads, one intra-op thread each, run the chunks (default:
-    torch.get_num_threads() on CPU, 1 elsewhere); workers=1 uses torch's intra-op threads
-    instead, which is 10-40% faster on an otherwise idle machine and many times slower on a
-    busy one (see blocked_tiles.run_tasks).
-    """
-    out_dtype = long_q.dtype
-    compute = torch.promote_types(long_q.dtype, torch.float32)  # fp32 statistics; fp64 stays fp64
-    states = [t.to(compute).contiguous() for t in (global_q, global_k, global_v, long_q, long_k, long_v)]
-    key_table = rel_key_table.to(compute)
-    bias_table = rel_bias_table.to(compute) if rel_bias_table is not None else None
-    t_global = label_tables(states[0], key_table, bias_table, scale)
-    t_long = label_tables(states[3], key_table, bias_table, scale)
-    batch, heads, num_long, _ = long_q.shape
-    if workers is None:
-        workers = torch.get_num_threads() if long_q.device.type == "cpu" else 1
-    tile_elements = max(1, tile_elements // max(workers, 1))  # same scratch memory in total
-    geo = geometry(batch, heads, global_q.shape[2], num_long, side.local_radius, rel_key_table.shape[0], scale, block_size, tile_elements)
-    global_out, long_out = _BlockedAttention.apply(*states, t_global, t_long, side, geo, workers)
-    return global_out.to(out_dtype), long_out.to(out_dtype)
+    """Global-local attention in blocks, planned and run in one call (see `plan` for the options);
+    returns (global_out [B,H,G,d], long_out [B,H,L,d])."""
+    request = direct_request(
+        side,
+        global_q,
+        global_k,
+        long_q,
+        rel_key_table,
+        block_size=block_size,
+        tile_elements=tile_elements,
+        workers=workers,
+    )
+    states = (global_q, global_k, global_v, long_q, long_k, long_v)
+    return run(plan(request), states, rel_key_table, rel_bias_table, scale)

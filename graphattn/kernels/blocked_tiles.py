@@ -1,7 +1,8 @@
 """Tiles of the blocked backend: geometry, per-call layouts, score tiles, and the chunk runner.
 
-Kept apart from the softmax arithmetic in blocked.py. A chunk's tiles are built from the inputs
-(never cached across calls), so forward and backward rebuild exactly the same ones.
+Kept apart from the softmax arithmetic in blocked.py. What depends only on the side inputs (the
+skewed l2l label index, each chunk's key span) is built once per batch (`BlockedPlan`); a chunk's
+score tiles are built from the inputs on every call, so forward and backward rebuild the same ones.
 """
 
 from __future__ import annotations
@@ -13,7 +14,6 @@ from typing import Any, Callable
 
 import torch
 
-from graphattn.contract import SideInputs
 
 # Elements of one score tile (all heads of a chunk): bounds memory, keeps tiles cache-friendly.
 TILE_ELEMENTS = 1 << 21
@@ -30,7 +30,8 @@ def default_block_size(radius: int) -> int:
 class Geometry:
     batch: int
     heads: int
-    num_global: int
+    num_global: int  # global queries
+    num_global_keys: int  # global keys (>= num_global: the rest are keys only)
     num_long: int
     radius: int
     block: int
@@ -49,19 +50,43 @@ class Geometry:
         return self.num_blocks * self.block
 
 
-def geometry(batch: int, heads: int, num_global: int, num_long: int, radius: int, vocab: int, scale: float,
-             block_size: int | None, tile_elements: int) -> Geometry:
+def geometry(
+    batch: int,
+    heads: int,
+    num_global: int,
+    num_long: int,
+    radius: int,
+    vocab: int,
+    scale: float,
+    block_size: int | None,
+    tile_elements: int,
+    num_global_keys: int | None = None,
+) -> Geometry:
     """Block size and chunk sizes for one call: a chunk's score tiles (all heads) hold at most
     `tile_elements` values, whatever L is, so memory stays linear in L."""
+    num_keys = num_global if num_global_keys is None else num_global_keys
     # Keys farther than L-1 away never exist, so a huge radius (BERT-style r >= L) costs nothing.
     radius = min(radius, max(num_long - 1, 0))
     block = max(block_size or default_block_size(radius), radius, 1)
     num_blocks = max(1, math.ceil(num_long / block))
     per_block = batch * heads * block * 3 * block
     blocks_per_chunk = max(1, min(num_blocks, tile_elements // per_block))
-    per_global_row = batch * heads * max(num_global, num_long)
+    per_global_row = batch * heads * max(num_keys, num_long)
     global_rows = max(16, tile_elements // per_global_row)
-    return Geometry(batch, heads, num_global, num_long, radius, block, num_blocks, vocab, scale, blocks_per_chunk, global_rows)
+    return Geometry(
+        batch,
+        heads,
+        num_global,
+        num_keys,
+        num_long,
+        radius,
+        block,
+        num_blocks,
+        vocab,
+        scale,
+        blocks_per_chunk,
+        global_rows,
+    )
 
 
 class Scratch:
@@ -98,21 +123,35 @@ def _extend_table(table: torch.Tensor, rows: int) -> torch.Tensor:
     return out
 
 
-def _spans(mask: torch.Tensor, rows_per_chunk: int) -> list[tuple[int, int]]:
-    """Per chunk of `rows_per_chunk` query rows of a [B, n, m] mask: the [lo, hi) of the key
-    columns any of them may attend to ((0, 0) if none). One pass over the mask per call."""
-    batch, rows, cols = mask.shape
-    full = rows // rows_per_chunk
-    groups = [mask[:, : full * rows_per_chunk].reshape(batch, full, rows_per_chunk, cols).any(2).any(0)]
-    if rows > full * rows_per_chunk:
-        groups.append(mask[:, full * rows_per_chunk :].any(1).any(0, keepdim=True))
-    allowed = torch.cat(groups)  # [chunks, m]
-    if cols == 0:
-        return [(0, 0)] * allowed.shape[0]
-    first = allowed.int().argmax(1)
-    last = cols - allowed.flip(1).int().argmax(1)
-    some = allowed.any(1)
-    return [(lo, hi) if ok else (0, 0) for lo, hi, ok in zip(first.tolist(), last.tolist(), some.tolist())]
+@dataclass
+class BlockedPlan:
+    """What the blocked backend reuses across a batch's layers: the chunk geometry (the softmax
+    scale is set per call), where masks and labels come from (dense slices or the compact
+    structure, see blocked_sources.py), the skewed l2l label index and every chunk's key span."""
+
+    geo: Geometry
+    source: Any  # DenseSource | CompactSource
+    local_index: torch.Tensor  # [B, 1, nb, w, 3w] int64
+    long_spans: list[tuple[int, int]]  # per long chunk: the global keys its rows may see
+    global_spans: list[tuple[int, int]]  # per global chunk: the long keys its rows may see
+    workers: int
+
+
+def make_plan(geo: Geometry, source, workers: int) -> BlockedPlan:
+    """Side-input work done once per batch, not per chunk or per layer (fewer, larger ops)."""
+    long_rows = geo.blocks_per_chunk * geo.block
+    long_spans = source.long_spans(long_rows) if geo.num_global_keys > 0 else []
+    global_spans = source.global_spans(geo.global_rows_per_chunk) if geo.num_global > 0 else []
+    long_blocks = [
+        (slice(first * geo.block, min(last * geo.block, geo.num_long)), slice(*span))
+        for (first, last), span in zip(long_chunks(geo), long_spans)
+        if span[1] > span[0]
+    ]
+    global_blocks = [
+        (slice(start, stop), slice(*span)) for (start, stop), span in zip(global_chunks(geo), global_spans)
+    ]
+    source.plan_chunks(long_blocks, global_blocks)
+    return BlockedPlan(geo, source, _local_index(geo, source), long_spans, global_spans, workers)
 
 
 class CallTensors:
@@ -120,18 +159,16 @@ class CallTensors:
     ([B*H, rows, ...]), so a chunk's window tiles ([BH*nbc, w, 3w]) and l2g tiles
     ([BH, nbc*w, G]) share one row order and their statistics merge without copies."""
 
-    def __init__(self, geo: Geometry, side: SideInputs, gq, gk, gv, lq, lk, lv, t_global, t_long):
+    def __init__(self, geo: Geometry, plan: BlockedPlan, gq, gk, gv, lq, lk, lv, t_global, t_long):
         bh, d = geo.bh, lq.shape[-1]
-        self.geo, self.dim, self.side = geo, d, side
-        self.gq, self.gk, self.gv = (x.reshape(bh, geo.num_global, d) for x in (gq, gk, gv))
+        self.geo, self.dim, self.source = geo, d, plan.source
+        self.gq = gq.reshape(bh, geo.num_global, d)
+        self.gk, self.gv = (x.reshape(bh, geo.num_global_keys, d) for x in (gk, gv))
         self.lq, self.lk, self.lv = (x.reshape(bh, geo.num_long, d) for x in (lq, lk, lv))
         self.t_global = _extend_table(t_global, geo.num_global)  # [B, H, G, V+1]
         self.t_long = _extend_table(t_long, geo.padded_long)  # [B, H, Lp, V+1]
-        # Side-input work done once per call, not per chunk (fewer, larger ops).
-        self.local_index = _local_index(geo, side)  # [B, 1, nb, w, 3w]
-        has_global = geo.num_global > 0
-        self.long_spans = _spans(side.l2g_att_mask, geo.blocks_per_chunk * geo.block) if has_global else []
-        self.global_spans = _spans(side.g2l_att_mask, geo.global_rows_per_chunk) if has_global else []
+        self.local_index = plan.local_index
+        self.long_spans, self.global_spans = plan.long_spans, plan.global_spans
 
     def rows(self, x: torch.Tensor, first: int, last: int) -> torch.Tensor:
         """Rows of blocks first..last-1 of x [BH, L, d] as a contiguous [BH*nbc, w, d], zeros past L."""
@@ -157,18 +194,19 @@ class CallTensors:
         return out.view(bh * nbc, 3 * w, self.dim)
 
 
-def _local_index(geo: Geometry, side: SideInputs) -> torch.Tensor:
+def _local_index(geo: Geometry, source) -> torch.Tensor:
     """Gather index [B, 1, nb, w, 3w] of the l2l labels of every block, built once per call.
 
     Query a of a block needs window columns w-r+a .. w+r+a: the side-input row (2r+1 columns)
     padded to 3w+1 columns and reshaped to rows of 3w lands each row a places to the right.
     """
     w, r, big_l, nb = geo.block, geo.radius, geo.num_long, geo.num_blocks
-    columns = slice(side.local_radius - r, side.local_radius + r + 1)  # radius clipped to L-1
-    rows = torch.arange(big_l, device=side.l2l_att_mask.device)
+    l2l_mask, l2l_ids = source.l2l()
+    columns = slice(source.radius - r, source.radius + r + 1)  # radius clipped to L-1
+    rows = torch.arange(big_l, device=l2l_mask.device)
     keys = rows[:, None] + torch.arange(-r, r + 1, device=rows.device)[None, :]
-    allowed = (side.l2l_att_mask[:, :, columns] != 0) & (keys >= 0) & (keys < big_l)
-    index = _label_index(allowed, side.l2l_relative_att_ids[:, :, columns], geo.vocab)
+    allowed = (l2l_mask[:, :, columns] != 0) & (keys >= 0) & (keys < big_l)
+    index = _label_index(allowed, l2l_ids[:, :, columns], geo.vocab)
     index = pad_dim(index, nb * w, -2, geo.vocab).view(geo.batch, nb, w, 2 * r + 1)
     index = torch.nn.functional.pad(index, (w - r, 2 * w - r), value=geo.vocab)  # [B, nb, w, 3w+1]
     return index.flatten(2)[:, :, : w * 3 * w].view(geo.batch, 1, nb, w, 3 * w)
@@ -193,7 +231,7 @@ class LongChunk:
     l2g tile [BH, R, span] (R = nbc*w rows, the same row order)."""
 
     def __init__(self, lay: CallTensors, first: int, last: int, scratch: Scratches):
-        geo, side = lay.geo, lay.side
+        geo = lay.geo
         bh, w, nbc = geo.bh, geo.block, last - first
         self.first, self.last, self.nbc = first, last, nbc
         self.row_slice = slice(first * w, last * w)
@@ -208,14 +246,16 @@ class LongChunk:
         self.local = local.view(bh * nbc, w, 3 * w).baddbmm_(self.q, self.k_windows.transpose(1, 2), alpha=geo.scale)
 
         self.glob = None
-        lo, hi = lay.long_spans[first // geo.blocks_per_chunk] if geo.num_global else (0, 0)
+        lo, hi = lay.long_spans[first // geo.blocks_per_chunk] if geo.num_global_keys else (0, 0)
         if hi > lo:
             self.keys = slice(lo, hi)
             real = slice(self.row_slice.start, min(self.row_slice.stop, geo.num_long))
-            index = _label_index(side.l2g_att_mask[:, real, lo:hi], side.l2g_relative_att_ids[:, real, lo:hi], geo.vocab)
+            index = _label_index(*lay.source.l2g(real, slice(lo, hi)), geo.vocab)
             self.glob_index = pad_dim(index, rows, -2, geo.vocab).unsqueeze(1)  # [B, 1, R, span]
             glob = _gather_into(scratch.glob.take(geo.batch, geo.heads, rows, hi - lo), self.table, self.glob_index)
-            self.glob = glob.view(bh, rows, hi - lo).baddbmm_(self.q_rows, lay.gk[:, lo:hi].transpose(1, 2), alpha=geo.scale)
+            self.glob = glob.view(bh, rows, hi - lo).baddbmm_(
+                self.q_rows, lay.gk[:, lo:hi].transpose(1, 2), alpha=geo.scale
+            )
 
     @property
     def q_rows(self) -> torch.Tensor:
@@ -223,23 +263,22 @@ class LongChunk:
 
 
 class GlobalChunk:
-    """Score tiles of global query rows start..stop-1: g2g [BH, c, G] and g2l [BH, c, span]."""
+    """Score tiles of global query rows start..stop-1: g2g [BH, c, G_keys] and g2l [BH, c, span]."""
 
     def __init__(self, lay: CallTensors, start: int, stop: int, scratch: Scratches):
-        geo, side = lay.geo, lay.side
+        geo = lay.geo
         bh, rows = geo.bh, stop - start
         self.rows = slice(start, stop)
         self.q = lay.gq[:, start:stop]
         table = lay.t_global[:, :, start:stop]
-        self.g2g_index = _label_index(side.g2g_att_mask[:, start:stop], side.g2g_relative_att_ids[:, start:stop], geo.vocab).unsqueeze(1)
-        g2g = _gather_into(scratch.g2g.take(geo.batch, geo.heads, rows, geo.num_global), table, self.g2g_index)
-        self.g2g = g2g.view(bh, rows, geo.num_global).baddbmm_(self.q, lay.gk.transpose(1, 2), alpha=geo.scale)
+        self.g2g_index = _label_index(*lay.source.g2g(slice(start, stop)), geo.vocab).unsqueeze(1)
+        g2g = _gather_into(scratch.g2g.take(geo.batch, geo.heads, rows, geo.num_global_keys), table, self.g2g_index)
+        self.g2g = g2g.view(bh, rows, geo.num_global_keys).baddbmm_(self.q, lay.gk.transpose(1, 2), alpha=geo.scale)
         self.g2l = None
         lo, hi = lay.global_spans[start // geo.global_rows_per_chunk]
         if hi > lo:
             self.keys = slice(lo, hi)
-            mask, ids = side.g2l_att_mask[:, start:stop, lo:hi], side.g2l_relative_att_ids[:, start:stop, lo:hi]
-            self.g2l_index = _label_index(mask, ids, geo.vocab).unsqueeze(1)
+            self.g2l_index = _label_index(*lay.source.g2l(slice(start, stop), slice(lo, hi)), geo.vocab).unsqueeze(1)
             g2l = _gather_into(scratch.g2l.take(geo.batch, geo.heads, rows, hi - lo), table, self.g2l_index)
             self.g2l = g2l.view(bh, rows, hi - lo).baddbmm_(self.q, lay.lk[:, lo:hi].transpose(1, 2), alpha=geo.scale)
 

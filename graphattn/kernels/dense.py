@@ -15,28 +15,31 @@ from __future__ import annotations
 import torch
 
 from graphattn.contract import SideInputs
+from graphattn.kernels.request import PlanRequest, direct_request
 
 
 def full_labels_and_mask(side: SideInputs, num_global: int, num_long: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Scatter the four side-input blocks into one [B, G+L, G+L] label map and a bool mask.
+    """Scatter the four side-input blocks into one [B, G+L, G_keys+L] label map and a bool mask
+    (G_keys = G unless the side inputs carry key-only global slots).
 
     l2l column c of long query i is key i - r + c; keys outside [0, L) do not exist and stay
     masked whatever the side input says.
     """
     l2l_mask, l2l_ids = side.l2l_att_mask, side.l2l_relative_att_ids
     batch, radius = l2l_mask.shape[0], side.local_radius
-    size = num_global + num_long
+    num_keys = side.g2g_att_mask.shape[-1]
     device = l2l_mask.device
-    labels = torch.zeros(batch, size, size, dtype=torch.long, device=device)
-    mask = torch.zeros(batch, size, size, dtype=torch.bool, device=device)
-    glob, long = slice(0, num_global), slice(num_global, size)
+    labels = torch.zeros(batch, num_global + num_long, num_keys + num_long, dtype=torch.long, device=device)
+    mask = torch.zeros(batch, num_global + num_long, num_keys + num_long, dtype=torch.bool, device=device)
+    glob, long = slice(0, num_global), slice(num_global, num_global + num_long)
+    glob_keys, long_keys = slice(0, num_keys), slice(num_keys, num_keys + num_long)
 
-    labels[:, glob, glob] = side.g2g_relative_att_ids.long()
-    labels[:, glob, long] = side.g2l_relative_att_ids.long()
-    labels[:, long, glob] = side.l2g_relative_att_ids.long()
-    mask[:, glob, glob] = side.g2g_att_mask != 0
-    mask[:, glob, long] = side.g2l_att_mask != 0
-    mask[:, long, glob] = side.l2g_att_mask != 0
+    labels[:, glob, glob_keys] = side.g2g_relative_att_ids.long()
+    labels[:, glob, long_keys] = side.g2l_relative_att_ids.long()
+    labels[:, long, glob_keys] = side.l2g_relative_att_ids.long()
+    mask[:, glob, glob_keys] = side.g2g_att_mask != 0
+    mask[:, glob, long_keys] = side.g2l_att_mask != 0
+    mask[:, long, glob_keys] = side.l2g_att_mask != 0
 
     query = torch.arange(num_long, device=device)[:, None]
     key = query + torch.arange(-radius, radius + 1, device=device)[None, :]  # [L, 2r+1]
@@ -48,9 +51,14 @@ def full_labels_and_mask(side: SideInputs, num_global: int, num_long: int) -> tu
     local_mask = torch.zeros(batch, num_long, num_long, dtype=torch.bool, device=device)
     local_labels[:, rows, cols] = l2l_ids.long()[:, inside]
     local_mask[:, rows, cols] = window_mask[:, inside]
-    labels[:, long, long] = local_labels
-    mask[:, long, long] = local_mask
+    labels[:, long, long_keys] = local_labels
+    mask[:, long, long_keys] = local_mask
     return labels, mask
+
+
+def plan(request: PlanRequest) -> tuple[torch.Tensor, torch.Tensor]:
+    """The [B, G+L, G_keys+L] label map and mask, built once per batch."""
+    return full_labels_and_mask(request.dense_side(), request.shape.num_global, request.shape.num_long)
 
 
 def attention(
@@ -66,13 +74,25 @@ def attention(
     scale: float,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Global-local attention by brute force; returns (global_out [B,H,G,d], long_out [B,H,L,d])."""
+    states = (global_q, global_k, global_v, long_q, long_k, long_v)
+    return run(
+        plan(direct_request(side, global_q, global_k, long_q, rel_key_table)),
+        states,
+        rel_key_table,
+        rel_bias_table,
+        scale,
+    )
+
+
+def run(labels_and_mask, states, rel_key_table: torch.Tensor, rel_bias_table: torch.Tensor | None, scale: float):
+    global_q, global_k, global_v, long_q, long_k, long_v = states
+    labels, mask = labels_and_mask  # [B, N_q, N_k]
     out_dtype = long_q.dtype
-    num_global, num_long = global_q.shape[2], long_q.shape[2]
+    num_global = global_q.shape[2]
     f32 = torch.promote_types(long_q.dtype, torch.float32)  # fp32 statistics; fp64 stays fp64
     q = torch.cat([global_q, long_q], dim=2).to(f32)
     k = torch.cat([global_k, long_k], dim=2).to(f32)
     v = torch.cat([global_v, long_v], dim=2).to(f32)
-    labels, mask = full_labels_and_mask(side, num_global, num_long)  # [B, N, N]
 
     heads = q.shape[1]
     label_index = labels[:, None].expand(-1, heads, -1, -1)  # [B, H, N, N]

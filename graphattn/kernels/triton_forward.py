@@ -2,18 +2,21 @@
 
 One program owns a tile of queries of one kind (long or global) for one (batch, head) and
 streams two key phases through ONE online softmax (fp32 max, sum and accumulator, base-2
-exponentials as in Triton's fused-attention tutorial):
+exponentials as in Triton's fused-attention tutorial, of (score - max) * log2(e): scores stay in
+natural units, so a score near finfo.min, e.g. from a bias of finfo.min, never overflows):
 
-    long queries:   global keys (l2g labels, tiles listed per query tile) then the local window
-                    (l2l band: key i-r..i+r, only the key tiles that overlap the band)
-    global queries: global keys (g2g labels, all tiles) then long keys (g2l labels, only the
-                    key tiles that the g2l mask leaves non-empty: hard g2l skips most)
+    long queries:   global keys (l2g, the key tiles listed for this query tile) then the local
+                    window (the l2l band: only the key tiles that overlap i-r..i+r)
+    global queries: global keys (g2g, every tile) then long keys (g2l, the listed tiles: hard
+                    g2l and packed documents leave most of them out)
 
-One launch covers both kinds, global tiles first (see `_forward_kernel`). How a phase walks its
-key tiles is a compile-time switch (`WALK_ALL`, `WALK_LIST`, `WALK_BAND`)
-rather than a copy of the loop. Labels arrive pre-masked: `label = -1` where the mask is 0, so
-one gather gives both. The label term is gathered from a per-query table `qab[i, v] = scale *
-q_i . a^K_v + b_v` (computed once per label in PyTorch), never built per pair.
+One launch covers both kinds, global tiles first; the heads of one tile are neighbouring
+programs, so they share the structure and label reads in L2. How a phase walks its key tiles is
+a compile-time switch (`WALK_ALL`, `WALK_LIST`, `WALK_BAND`), where labels come from is another
+(`STRUCTURED`: derived in registers from the compact structure, or read from dense tables, see
+triton_labels.py). The label term is gathered from a per-query table `qab[i, v] = scale *
+q_i . a^K_v + b_v` (computed once per label in PyTorch), never built per pair. Query tiles
+(BLOCK_LM long, BLOCK_GM global rows) and key tiles (BLOCK_LN, BLOCK_GN) are sized apart.
 """
 
 from __future__ import annotations
@@ -22,7 +25,16 @@ import torch
 import triton
 import triton.language as tl
 
-from graphattn.kernels.triton_blocks import AttentionPlan
+from graphattn.kernels.triton_labels import (
+    REGION_G2G,
+    REGION_G2L,
+    REGION_L2G,
+    REGION_L2L,
+    batch_structure,
+    qab_rows,
+    row_terms,
+    tile_terms,
+)
 
 LOG2E = 1.4426950408889634
 
@@ -52,7 +64,9 @@ def _load_rows(ptr, rows, n_rows, D: tl.constexpr):
 
 
 @triton.jit
-def _walk_bounds(WALK: tl.constexpr, own_start, n_other, radius, count_ptr, BLOCK_OWN: tl.constexpr, BLOCK_WALK: tl.constexpr):
+def _walk_bounds(
+    WALK: tl.constexpr, own_start, n_other, radius, count_ptr, BLOCK_OWN: tl.constexpr, BLOCK_WALK: tl.constexpr
+):
     """(first token, number of tiles) of the other side's tiles a program visits."""
     if WALK == WALK_LIST:
         first = 0
@@ -78,52 +92,116 @@ def _walk_start(WALK: tl.constexpr, step, first, index_ptr, BLOCK_WALK: tl.const
 
 
 @triton.jit
-def _tile_labels(label_ptr, qi, kj, n_q, n_k, label_row_stride, radius, BAND: tl.constexpr):
-    """Label id of each (query qi, key kj) pair, -1 where it may not attend.
-
-    `qi` and `kj` are broadcastable 2D index tensors, so one helper serves [queries, keys] tiles
-    (forward, dq) and [keys, queries] tiles (dk/dv). BAND reads an l2l [L, 2r+1] table, column
-    kj - qi + r; otherwise a dense [n_q, n_k] table.
-    """
-    inside = (qi >= 0) & (qi < n_q) & (kj >= 0) & (kj < n_k)
-    if BAND:
-        column = kj - qi + radius
-        inside = inside & (column >= 0) & (column <= 2 * radius)
-        offsets = qi * label_row_stride + column
-    else:
-        offsets = qi * label_row_stride + kj
-    return tl.load(label_ptr + offsets, mask=inside, other=-1).to(tl.int32)
+def _program(pid, n_tiles, n_heads):
+    """(batch, tile, batch x head) of a program; the heads of one (batch, tile) are neighbours."""
+    head = pid % n_heads
+    tile = (pid // n_heads) % n_tiles
+    b = pid // (n_heads * n_tiles)
+    return b, tile, (b * n_heads + head).to(tl.int64)
 
 
 @triton.jit
-def _tile_scores(qk, labels, qab_ptr, qi, n_labels, qk_scale):
-    """Scores in base-2 units, (q.k * scale + qab[qi, label]) * log2(e), and where they count."""
-    valid = labels >= 0
-    label_term = tl.load(qab_ptr + qi * n_labels + labels, mask=valid, other=0.0)
-    scores = qk * qk_scale + label_term * 1.4426950408889634
-    return tl.where(valid, scores, float("-inf")), valid
-
-
-@triton.jit
-def _attend(acc, m_i, l_i, q, qi, q_start, K, Vals, LAB, QAB, COUNT, INDEX,
-            n_q, n_k, n_labels, label_row_stride, radius, qk_scale,
-            BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, D: tl.constexpr, WALK: tl.constexpr,
-            UPCAST: tl.constexpr, PRECISION: tl.constexpr):
+def _attend(
+    acc,
+    m_i,
+    l_i,
+    q,
+    qab,
+    belongs_term,
+    other_term,
+    right_term,
+    left_term,
+    qi,
+    q_lo,
+    q_hi,
+    K,
+    Vals,
+    QAB,
+    COUNT,
+    INDEX,
+    TABLE,
+    row_stride,
+    LONG,
+    OWN,
+    GLOB,
+    LINK_OFF,
+    LINK,
+    EDGE_OFF,
+    EDGE,
+    n_q,
+    n_k,
+    n_long,
+    n_global,
+    n_levels,
+    n_links,
+    n_edges,
+    max_distance,
+    cross_label,
+    n_labels,
+    radius,
+    scale,
+    REGION: tl.constexpr,
+    STRUCTURED: tl.constexpr,
+    WALK: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    D: tl.constexpr,
+    UPCAST: tl.constexpr,
+    PRECISION: tl.constexpr,
+):
     """Fold one key phase into the running softmax (m_i, l_i) and accumulator of a query tile.
 
     Fully masked tiles keep m_i = -inf; exponentials are taken against 0 then, so no NaN.
     """
-    first, count = _walk_bounds(WALK, q_start, n_k, radius, COUNT, BLOCK_M, BLOCK_N)
+    first, count = _walk_bounds(WALK, q_lo, n_k, radius, COUNT, BLOCK_M, BLOCK_N)
     for step in range(count):
-        kj = _walk_start(WALK, step, first, INDEX, BLOCK_N) + tl.arange(0, BLOCK_N)
+        k_lo = _walk_start(WALK, step, first, INDEX, BLOCK_N)
+        kj = k_lo + tl.arange(0, BLOCK_N)
         k = _load_rows(K, kj, n_k, D)
         v = _load_rows(Vals, kj, n_k, D)
-        labels = _tile_labels(LAB, qi[:, None], kj[None, :], n_q, n_k, label_row_stride, radius, WALK == WALK_BAND)
-        s, valid = _tile_scores(_dot(q, tl.trans(k), None, UPCAST, PRECISION), labels, QAB, qi[:, None], n_labels, qk_scale)
+        labels, term = tile_terms(
+            REGION,
+            STRUCTURED,
+            False,
+            qi[:, None],
+            kj[None, :],
+            q_lo,
+            q_hi,
+            k_lo,
+            tl.minimum(k_lo + BLOCK_N, n_k),
+            n_q,
+            n_k,
+            radius,
+            TABLE,
+            row_stride,
+            QAB,
+            qab,
+            n_labels,
+            belongs_term,
+            other_term,
+            right_term,
+            left_term,
+            LONG,
+            OWN,
+            GLOB,
+            LINK_OFF,
+            LINK,
+            EDGE_OFF,
+            EDGE,
+            n_long,
+            n_global,
+            n_levels,
+            n_links,
+            n_edges,
+            max_distance,
+            cross_label,
+        )
+        valid = labels >= 0
+        s = tl.where(valid, _dot(q, tl.trans(k), None, UPCAST, PRECISION) * scale + term, float("-inf"))
         m_new = tl.maximum(m_i, tl.max(s, 1))
         m_ref = tl.where(m_new == float("-inf"), 0.0, m_new)
-        p = tl.exp2(s - m_ref[:, None])
-        alpha = tl.exp2(m_i - m_ref)
+        p = tl.exp2((s - m_ref[:, None]) * 1.4426950408889634)
+        alpha = tl.exp2((m_i - m_ref) * 1.4426950408889634)
         l_i = l_i * alpha + tl.sum(p, 1)
         acc = _dot(p.to(v.dtype), v, acc * alpha[:, None], UPCAST, PRECISION)
         m_i = m_new
@@ -131,82 +209,364 @@ def _attend(acc, m_i, l_i, q, qi, q_start, K, Vals, LAB, QAB, COUNT, INDEX,
 
 
 @triton.jit
-def _forward_tile(tile, bh, Q, O, LSE, QAB, KG, VG, KL, VL,
-                  LAB_G, LAB_L, COUNT_G, INDEX_G, COUNT_L, INDEX_L,
-                  n_q, n_g, n_l, n_heads, n_labels, radius, qk_scale, label_l_row_stride,
-                  BLOCK_M: tl.constexpr, BLOCK_G: tl.constexpr, BLOCK_L: tl.constexpr, D: tl.constexpr,
-                  WALK_G: tl.constexpr, WALK_L: tl.constexpr,
-                  UPCAST: tl.constexpr, PRECISION: tl.constexpr):
-    """Output rows and log-sum-exp of query tile `tile` of (batch x head) `bh`."""
-    b = bh // n_heads
+def _forward_tile(
+    b,
+    tile,
+    bh,
+    Q,
+    O,
+    STATS,
+    QAB,
+    KG,
+    VG,
+    KL,
+    VL,
+    TABLE_G,
+    TABLE_L,
+    COUNT_G,
+    INDEX_G,
+    COUNT_L,
+    INDEX_L,
+    LONG,
+    OWN,
+    GLOB,
+    LINK_OFF,
+    LINK,
+    EDGE_OFF,
+    EDGE,
+    n_q,
+    n_g,
+    n_l,
+    n_levels,
+    n_links,
+    n_edges,
+    max_distance,
+    cross_label,
+    n_labels,
+    radius,
+    scale,
+    REGION_G: tl.constexpr,
+    REGION_L: tl.constexpr,
+    WALK_G: tl.constexpr,
+    WALK_L: tl.constexpr,
+    STRUCTURED: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_GN: tl.constexpr,
+    BLOCK_LN: tl.constexpr,
+    D: tl.constexpr,
+    V_PAD: tl.constexpr,
+    UPCAST: tl.constexpr,
+    PRECISION: tl.constexpr,
+):
+    """Output rows and softmax statistics of query tile `tile` of (batch x head) `bh`: phase G
+    over the global keys, phase L over the long keys."""
     row = b * tl.cdiv(n_q, BLOCK_M) + tile  # this tile's row of the key-block tables
-    Q += bh * n_q * D
-    O += bh * n_q * D
-    LSE += bh * n_q
+    q_stride = bh * n_q * D
+    Q += q_stride
+    O += q_stride
+    STATS += bh * n_q * 2
     QAB += bh * n_q * n_labels
     KG += bh * n_g * D
     VG += bh * n_g * D
     KL += bh * n_l * D
     VL += bh * n_l * D
-    LAB_G += b * n_q * n_g
-    LAB_L += b * n_q * label_l_row_stride
+    LONG, OWN, GLOB, LINK_OFF, EDGE_OFF = batch_structure(b, LONG, OWN, GLOB, LINK_OFF, EDGE_OFF, n_l, n_g, n_levels)
+    if REGION_L == REGION_L2L:
+        l_stride = 2 * radius + 1  # the band [L, 2r+1]
+    else:
+        l_stride = n_l
+    TABLE_G += b * n_q * n_g
+    TABLE_L += b * n_q * l_stride
 
-    q_start = tile * BLOCK_M
-    qi = q_start + tl.arange(0, BLOCK_M)
+    q_lo = tile * BLOCK_M
+    q_hi = tl.minimum(q_lo + BLOCK_M, n_q)
+    qi = q_lo + tl.arange(0, BLOCK_M)
     q = _load_rows(Q, qi, n_q, D)
+    qab = qab_rows(QAB, qi, n_q, n_labels, V_PAD, False)
+    belongs, other, right, left = row_terms(QAB, qi, n_q, n_labels, max_distance)
     m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
     acc = tl.zeros([BLOCK_M, D], dtype=tl.float32)
-    acc, m_i, l_i = _attend(acc, m_i, l_i, q, qi, q_start, KG, VG, LAB_G, QAB,
-                            COUNT_G + row, INDEX_G + row * tl.cdiv(n_g, BLOCK_G),
-                            n_q, n_g, n_labels, n_g, radius, qk_scale,
-                            BLOCK_M, BLOCK_G, D, WALK_G, UPCAST, PRECISION)
-    acc, m_i, l_i = _attend(acc, m_i, l_i, q, qi, q_start, KL, VL, LAB_L, QAB,
-                            COUNT_L + row, INDEX_L + row * tl.cdiv(n_l, BLOCK_L),
-                            n_q, n_l, n_labels, label_l_row_stride, radius, qk_scale,
-                            BLOCK_M, BLOCK_L, D, WALK_L, UPCAST, PRECISION)
+    acc, m_i, l_i = _attend(
+        acc,
+        m_i,
+        l_i,
+        q,
+        qab,
+        belongs[:, None],
+        other[:, None],
+        right[:, None],
+        left[:, None],
+        qi,
+        q_lo,
+        q_hi,
+        KG,
+        VG,
+        QAB,
+        COUNT_G + row,
+        INDEX_G + row * tl.cdiv(n_g, BLOCK_GN),
+        TABLE_G,
+        n_g,
+        LONG,
+        OWN,
+        GLOB,
+        LINK_OFF,
+        LINK,
+        EDGE_OFF,
+        EDGE,
+        n_q,
+        n_g,
+        n_l,
+        n_g,
+        n_levels,
+        n_links,
+        n_edges,
+        max_distance,
+        cross_label,
+        n_labels,
+        radius,
+        scale,
+        REGION_G,
+        STRUCTURED,
+        WALK_G,
+        BLOCK_M,
+        BLOCK_GN,
+        D,
+        UPCAST,
+        PRECISION,
+    )
+    acc, m_i, l_i = _attend(
+        acc,
+        m_i,
+        l_i,
+        q,
+        qab,
+        belongs[:, None],
+        other[:, None],
+        right[:, None],
+        left[:, None],
+        qi,
+        q_lo,
+        q_hi,
+        KL,
+        VL,
+        QAB,
+        COUNT_L + row,
+        INDEX_L + row * tl.cdiv(n_l, BLOCK_LN),
+        TABLE_L,
+        l_stride,
+        LONG,
+        OWN,
+        GLOB,
+        LINK_OFF,
+        LINK,
+        EDGE_OFF,
+        EDGE,
+        n_q,
+        n_l,
+        n_l,
+        n_g,
+        n_levels,
+        n_links,
+        n_edges,
+        max_distance,
+        cross_label,
+        n_labels,
+        radius,
+        scale,
+        REGION_L,
+        STRUCTURED,
+        WALK_L,
+        BLOCK_M,
+        BLOCK_LN,
+        D,
+        UPCAST,
+        PRECISION,
+    )
 
     alive = l_i > 0.0
     l_safe = tl.where(alive, l_i, 1.0)
-    out = acc / l_safe[:, None]
     in_q = qi < n_q
-    tl.store(O + qi[:, None] * D + tl.arange(0, D)[None, :], out.to(O.dtype.element_ty), mask=in_q[:, None])
-    tl.store(LSE + qi, tl.where(alive, m_i + tl.log2(l_safe), 0.0), mask=in_q)
+    tl.store(
+        O + qi[:, None] * D + tl.arange(0, D)[None, :],
+        (acc / l_safe[:, None]).to(O.dtype.element_ty),
+        mask=in_q[:, None],
+    )
+    # (max, log2 sum), not their sum: next to a max near finfo.min the log-sum-exp drops log(sum)
+    tl.store(STATS + 2 * qi, tl.where(alive, m_i, 0.0), mask=in_q)
+    tl.store(STATS + 2 * qi + 1, tl.where(alive, tl.log2(l_safe), float("inf")), mask=in_q)
 
 
 @triton.jit
-def _forward_kernel(QG, OG, LSEG, QABG, QL, OL, LSEL, QABL, KG, VG, KL, VL,
-                    LAB_GG, LAB_GL, LAB_LG, LAB_LL, COUNT_GL, INDEX_GL, COUNT_LG, INDEX_LG,
-                    n_g, n_l, n_batch_heads, n_heads, n_labels, radius, qk_scale,
-                    BLOCK_G: tl.constexpr, BLOCK_L: tl.constexpr, D: tl.constexpr,
-                    UPCAST: tl.constexpr, PRECISION: tl.constexpr):
-    """One launch for both query kinds, global tiles first.
+def _forward_kernel(
+    QG,
+    OG,
+    STATSG,
+    QABG,
+    QL,
+    OL,
+    STATSL,
+    QABL,
+    KG,
+    VG,
+    KL,
+    VL,
+    TABLE_GG,
+    TABLE_GL,
+    TABLE_LG,
+    TABLE_LL,
+    COUNT_GL,
+    INDEX_GL,
+    COUNT_LG,
+    INDEX_LG,
+    LONG,
+    OWN,
+    GLOB,
+    LINK_OFF,
+    LINK,
+    EDGE_OFF,
+    EDGE,
+    n_gq,
+    n_g,
+    n_l,
+    n_batch,
+    n_heads,
+    n_levels,
+    n_links,
+    n_edges,
+    max_distance,
+    cross_label,
+    n_labels,
+    radius,
+    scale,
+    STRUCTURED: tl.constexpr,
+    BLOCK_LM: tl.constexpr,
+    BLOCK_GM: tl.constexpr,
+    BLOCK_LN: tl.constexpr,
+    BLOCK_GN: tl.constexpr,
+    D: tl.constexpr,
+    V_PAD: tl.constexpr,
+    UPCAST: tl.constexpr,
+    PRECISION: tl.constexpr,
+):
+    """One launch for both query kinds, global tiles first (n_gq global queries, n_g global keys:
+    the slots past n_gq are keys only).
 
     A global tile streams far more keys (its whole g2l row) than a long tile (a few global
     tiles and its window), and there are few of them: started first, they overlap with the
     many short long-query programs instead of trailing a second launch on an idle GPU.
     """
     pid = tl.program_id(0)
-    global_tiles = tl.cdiv(n_g, BLOCK_G)
-    if pid < global_tiles * n_batch_heads:
-        bh = (pid // global_tiles).to(tl.int64)
-        _forward_tile(pid % global_tiles, bh, QG, OG, LSEG, QABG, KG, VG, KL, VL,
-                      LAB_GG, LAB_GL, COUNT_GL, INDEX_GL, COUNT_GL, INDEX_GL,
-                      n_g, n_g, n_l, n_heads, n_labels, radius, qk_scale, n_l,
-                      BLOCK_G, BLOCK_G, BLOCK_L, D, WALK_ALL, WALK_LIST, UPCAST, PRECISION)
+    global_tiles = tl.cdiv(n_gq, BLOCK_GM)
+    if pid < global_tiles * n_batch * n_heads:
+        b, tile, bh = _program(pid, global_tiles, n_heads)
+        _forward_tile(
+            b,
+            tile,
+            bh,
+            QG,
+            OG,
+            STATSG,
+            QABG,
+            KG,
+            VG,
+            KL,
+            VL,
+            TABLE_GG,
+            TABLE_GL,
+            COUNT_GL,
+            INDEX_GL,
+            COUNT_GL,
+            INDEX_GL,
+            LONG,
+            OWN,
+            GLOB,
+            LINK_OFF,
+            LINK,
+            EDGE_OFF,
+            EDGE,
+            n_gq,
+            n_g,
+            n_l,
+            n_levels,
+            n_links,
+            n_edges,
+            max_distance,
+            cross_label,
+            n_labels,
+            radius,
+            scale,
+            REGION_G2G,
+            REGION_G2L,
+            WALK_ALL,
+            WALK_LIST,
+            STRUCTURED,
+            BLOCK_GM,
+            BLOCK_GN,
+            BLOCK_LN,
+            D,
+            V_PAD,
+            UPCAST,
+            PRECISION,
+        )
     else:
-        pid -= global_tiles * n_batch_heads
-        long_tiles = tl.cdiv(n_l, BLOCK_L)
-        bh = (pid // long_tiles).to(tl.int64)
-        _forward_tile(pid % long_tiles, bh, QL, OL, LSEL, QABL, KG, VG, KL, VL,
-                      LAB_LG, LAB_LL, COUNT_LG, INDEX_LG, COUNT_LG, INDEX_LG,
-                      n_l, n_g, n_l, n_heads, n_labels, radius, qk_scale, 2 * radius + 1,
-                      BLOCK_L, BLOCK_G, BLOCK_L, D, WALK_LIST, WALK_BAND, UPCAST, PRECISION)
+        b, tile, bh = _program(pid - global_tiles * n_batch * n_heads, tl.cdiv(n_l, BLOCK_LM), n_heads)
+        _forward_tile(
+            b,
+            tile,
+            bh,
+            QL,
+            OL,
+            STATSL,
+            QABL,
+            KG,
+            VG,
+            KL,
+            VL,
+            TABLE_LG,
+            TABLE_LL,
+            COUNT_LG,
+            INDEX_LG,
+            COUNT_LG,
+            INDEX_LG,
+            LONG,
+            OWN,
+            GLOB,
+            LINK_OFF,
+            LINK,
+            EDGE_OFF,
+            EDGE,
+            n_l,
+            n_g,
+            n_l,
+            n_levels,
+            n_links,
+            n_edges,
+            max_distance,
+            cross_label,
+            n_labels,
+            radius,
+            scale,
+            REGION_L2G,
+            REGION_L2L,
+            WALK_LIST,
+            WALK_BAND,
+            STRUCTURED,
+            BLOCK_LM,
+            BLOCK_GN,
+            BLOCK_LN,
+            D,
+            V_PAD,
+            UPCAST,
+            PRECISION,
+        )
 
 
 def dot_options(dtype: torch.dtype) -> dict:
-    """Compile-time switches for `_dot`: fp32 stays IEEE fp32 (like torch's default matmul)
-    unless the user allowed TF32; bf16 is upcast under the interpreter only."""
+    """Compile-time switches for `_dot`: fp32 runs on TF32 tensor cores when the user allowed
+    TF32 (torch.backends.cuda.matmul.allow_tf32), else as IEEE fp32 on the FMA units (the
+    smaller tiles of `triton_config` keep that variant free of spills); bf16 is upcast under the
+    interpreter only."""
     from graphattn.kernels.triton_blocks import interpreter_active
 
     allow_tf32 = torch.backends.cuda.matmul.allow_tf32
@@ -214,42 +574,67 @@ def dot_options(dtype: torch.dtype) -> dict:
     return {"UPCAST": interpreter_active() and dtype == torch.bfloat16, "PRECISION": precision}
 
 
-def launch_options(head_dim: int, dtype: torch.dtype) -> dict:
-    """Warps and pipeline stages. 8 warps: the 64 x 64 label and score gathers of a tile need
-    about 250 registers a thread at 4 warps and spill at d <= 32 on sm_90 (ptxas, by
-    `python -m graphattn.kernels.triton_aot`); at 8 none spill for d <= 64 in fp16/bf16. Two
-    stages overlap the next key tile's loads with this tile's products, except fp32 at
-    d = 128, whose two-stage buffers pass the 163 KB of shared memory an A100 has."""
-    stages = 1 if head_dim >= 128 and dtype == torch.float32 else 2
-    return {"num_warps": 8, "num_stages": stages}
-
-
-def program_count(n_global: int, n_long: int, batch_heads: int, sizes) -> int:
+def program_count(n_global_tiles: int, n_long_tiles: int, batch_heads: int) -> int:
     """Programs of a launch that covers every global tile and every long tile of every head."""
-    return (triton.cdiv(n_global, sizes.global_) + triton.cdiv(n_long, sizes.long)) * batch_heads
+    return (n_global_tiles + n_long_tiles) * batch_heads
 
 
-def forward(states: dict[str, torch.Tensor], plan: AttentionPlan, scale: float) -> dict[str, torch.Tensor]:
-    """Outputs o_g, o_l ([B, H, n, d]) and base-2 log-sum-exp lse_g, lse_l ([B, H, n]).
+def forward_launch(t: dict, plan, scale: float, batch: int, heads: int, head_dim: int, dtype: torch.dtype):
+    """(kernel, grid, args, constants) of the forward launch. `t` maps q_g, o_g, stats_g, qab_g,
+    q_l, o_l, stats_l, qab_l, k_g, v_g, k_l, v_l to tensors (or, for a compile-only check, to
+    their dtypes)."""
+    tiles = plan.tiles.forward
+    grid = (
+        program_count(
+            triton.cdiv(plan.n_global, tiles.global_rows), triton.cdiv(plan.n_long, tiles.long_rows), batch * heads
+        ),
+    )
+    lists = plan.forward_lists
+    args = (
+        t["q_g"],
+        t["o_g"],
+        t["stats_g"],
+        t["qab_g"],
+        t["q_l"],
+        t["o_l"],
+        t["stats_l"],
+        t["qab_l"],
+        t["k_g"],
+        t["v_g"],
+        t["k_l"],
+        t["v_l"],
+        *plan.tables,
+        lists["g2l"].counts,
+        lists["g2l"].indices,
+        lists["l2g"].counts,
+        lists["l2g"].indices,
+        *plan.structure_tensors,
+        plan.n_global,
+        plan.n_global_keys,
+        plan.n_long,
+        batch,
+        heads,
+        *plan.structure_sizes,
+        plan.n_labels,
+        plan.radius,
+        scale,
+    )
+    return _forward_kernel, grid, args, {**plan.kernel_constants("forward", head_dim, dtype), **dot_options(dtype)}
+
+
+def forward(states: dict[str, torch.Tensor], plan, scale: float) -> dict[str, torch.Tensor]:
+    """Outputs o_g, o_l ([B, H, n, d]) and softmax statistics stats_g, stats_l ([B, H, n, 2]: each
+    row's max score and log2 of its sum of exp(score - max); +inf for rows with no key).
 
     `states` maps q_g, k_g, v_g, q_l, k_l, v_l (contiguous [B, H, n, d]) and qab_g, qab_l
-    ([B, H, n, V] fp32) to tensors; g = global, l = long.
+    ([B, H, n, V] fp32) to tensors; g = global, l = long; `plan` is the batch's AttentionPlan.
     """
+    from graphattn.kernels.triton_config import launch
+
     q_g, q_l = states["q_g"], states["q_l"]
     batch, heads, _, head_dim = q_l.shape
     out = {"o_g": torch.empty_like(q_g), "o_l": torch.empty_like(q_l)}
     for kind, q in (("g", q_g), ("l", q_l)):
-        out[f"lse_{kind}"] = torch.empty(q.shape[:3], dtype=torch.float32, device=q.device)
-    grid = (program_count(plan.n_global, plan.n_long, batch * heads, plan.sizes),)
-    if grid[0] == 0:
-        return out
-    _forward_kernel[grid](
-        q_g, out["o_g"], out["lse_g"], states["qab_g"], q_l, out["o_l"], out["lse_l"], states["qab_l"],
-        states["k_g"], states["v_g"], states["k_l"], states["v_l"],
-        plan.g2g, plan.g2l, plan.l2g, plan.l2l,
-        plan.g2l_blocks.counts, plan.g2l_blocks.indices, plan.l2g_blocks.counts, plan.l2g_blocks.indices,
-        plan.n_global, plan.n_long, batch * heads, heads, plan.n_labels, plan.radius, scale * LOG2E,
-        BLOCK_G=plan.sizes.global_, BLOCK_L=plan.sizes.long, D=head_dim,
-        **dot_options(q_l.dtype), **launch_options(head_dim, q_l.dtype),
-    )
+        out[f"stats_{kind}"] = torch.empty((*q.shape[:3], 2), dtype=torch.float32, device=q.device)
+    launch(*forward_launch({**states, **out}, plan, scale, batch, heads, head_dim, q_l.dtype))
     return out

@@ -6,9 +6,11 @@ import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
+from graphattn.compact import CompactBatch
 from graphattn.contract import EtcBatch, SideInputs
 from graphattn.errors import BatchError
-from graphattn.nn.attention import GlobalLocalAttention
+from graphattn.kernels import PreparedAttention
+from graphattn.nn.attention import AttentionPattern, GlobalLocalAttention
 from graphattn.nn.config import EtcConfig
 
 _ACTIVATIONS = {"gelu": lambda: nn.GELU(), "gelu_tanh": lambda: nn.GELU(approximate="tanh"), "relu": lambda: nn.ReLU()}
@@ -17,11 +19,14 @@ _ACTIVATIONS = {"gelu": lambda: nn.GELU(), "gelu_tanh": lambda: nn.GELU(approxim
 class EtcLayer(nn.Module):
     """Post-LN: x = LN(x + attn(x)); x = LN(x + FFN(x)), FFN = Linear -> act -> Linear.
 
-    Global and long states share every weight here (etcmodel's share_feed_forward_params)."""
+    Global and long states share every weight here (etcmodel's share_feed_forward_params). The
+    attention runs through the pattern it is given (a batch's PreparedAttention, or another
+    pattern of graphattn.patterns), optionally over extra key/value `memory` rows; a pattern
+    with its own attention module passes it in and reuses `residual_block`."""
 
-    def __init__(self, config: EtcConfig):
+    def __init__(self, config: EtcConfig, attention: nn.Module | None = None):
         super().__init__()
-        self.attention = GlobalLocalAttention(config)
+        self.attention = attention if attention is not None else GlobalLocalAttention(config)
         self.attention_norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
         self.intermediate = nn.Linear(config.hidden_size, config.intermediate_size)
         self.activation = _ACTIVATIONS[config.hidden_act]()
@@ -32,11 +37,19 @@ class EtcLayer(nn.Module):
     def _feed_forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.output_norm(x + self.dropout(self.output(self.activation(self.intermediate(x)))))
 
-    def forward(self, global_hidden: torch.Tensor, long_hidden: torch.Tensor, side: SideInputs) -> tuple[torch.Tensor, torch.Tensor]:
-        global_att, long_att = self.attention(global_hidden, long_hidden, side)
-        global_hidden = self.attention_norm(global_hidden + self.dropout(global_att))
-        long_hidden = self.attention_norm(long_hidden + self.dropout(long_att))
-        return self._feed_forward(global_hidden), self._feed_forward(long_hidden)
+    def residual_block(self, hidden: torch.Tensor, attended: torch.Tensor) -> torch.Tensor:
+        """Everything after attention: x = LN(x + dropout(attended)); x = LN(x + FFN(x))."""
+        return self._feed_forward(self.attention_norm(hidden + self.dropout(attended)))
+
+    def forward(
+        self,
+        global_hidden: torch.Tensor,
+        long_hidden: torch.Tensor,
+        attention: AttentionPattern | SideInputs | CompactBatch,
+        memory: torch.Tensor | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        global_att, long_att = self.attention(global_hidden, long_hidden, attention, memory)
+        return self.residual_block(global_hidden, global_att), self.residual_block(long_hidden, long_att)
 
 
 class EtcEmbeddings(nn.Module):
@@ -62,8 +75,15 @@ class EtcEmbeddings(nn.Module):
         return self.dropout(norm(x))
 
     def forward(self, batch: EtcBatch) -> tuple[torch.Tensor, torch.Tensor]:
-        global_x = self._embed(batch.global_token_ids.long(), batch.global_type_ids.long(), self.global_position_embeddings, self.global_layer_norm)
-        long_x = self._embed(batch.long_token_ids.long(), batch.long_type_ids.long(), self.position_embeddings, self.layer_norm)
+        global_x = self._embed(
+            batch.global_token_ids.long(),
+            batch.global_type_ids.long(),
+            self.global_position_embeddings,
+            self.global_layer_norm,
+        )
+        long_x = self._embed(
+            batch.long_token_ids.long(), batch.long_type_ids.long(), self.position_embeddings, self.layer_norm
+        )
         return global_x, long_x
 
 
@@ -96,26 +116,60 @@ class EtcEncoder(nn.Module):
         """Errors a user can act on, before embedding lookups fail with an index error."""
         cfg = self.config
         if batch.vocab_size > cfg.relative_vocab_size:
-            raise BatchError(f"the batch uses {batch.vocab_size} relative labels but the model's relative_vocab_size is {cfg.relative_vocab_size}", path=("vocab_size",))
-        if batch.side.local_radius != cfg.local_radius:
-            raise BatchError(f"the batch was compiled with local radius {batch.side.local_radius} but the model's local_radius is {cfg.local_radius}", path=("side", "l2l_att_mask"))
-        for name, limit, field in (("long_token_ids", cfg.vocab_size, "vocab_size"), ("global_token_ids", cfg.vocab_size, "vocab_size"),
-                                   ("long_type_ids", cfg.type_vocab_size, "type_vocab_size"), ("global_type_ids", cfg.type_vocab_size, "type_vocab_size")):
+            raise BatchError(
+                f"the batch uses {batch.vocab_size} relative labels but the model's relative_vocab_size is "
+                f"{cfg.relative_vocab_size}",
+                path=("vocab_size",),
+            )
+        if batch.side is None and batch.compact is None:
+            raise BatchError("the batch has neither dense side inputs nor a compact structure", path=("side",))
+        radius = batch.compact.local_radius if batch.compact is not None else batch.side.local_radius
+        if radius != cfg.local_radius:
+            raise BatchError(
+                f"the batch was compiled with local radius {radius} but the model's local_radius is {cfg.local_radius}",
+                path=("side", "l2l_att_mask"),
+            )
+        for name, limit, field in (
+            ("long_token_ids", cfg.vocab_size, "vocab_size"),
+            ("global_token_ids", cfg.vocab_size, "vocab_size"),
+            ("long_type_ids", cfg.type_vocab_size, "type_vocab_size"),
+            ("global_type_ids", cfg.type_vocab_size, "type_vocab_size"),
+        ):
             ids = getattr(batch, name)
             if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= limit):
-                raise BatchError(f"ids must lie in [0, {limit}) (the model's {field}); found {int(ids.min())}..{int(ids.max())}", path=(name,))
+                raise BatchError(
+                    f"ids must lie in [0, {limit}) (the model's {field}); found {int(ids.min())}..{int(ids.max())}",
+                    path=(name,),
+                )
         positions = cfg.max_absolute_position_embeddings
         longest = max(batch.long_token_ids.shape[1], batch.global_token_ids.shape[1])
         if positions and longest > positions:
-            raise BatchError(f"sequence length {longest} exceeds max_absolute_position_embeddings={positions}", path=("long_token_ids",))
+            raise BatchError(
+                f"sequence length {longest} exceeds max_absolute_position_embeddings={positions}",
+                path=("long_token_ids",),
+            )
+
+    def prepare(self, batch: EtcBatch) -> PreparedAttention:
+        """The batch's attention, validated and planned once for all layers (they share the
+        configuration). The compact structure is used when the batch has one."""
+        structure = batch.compact if batch.compact is not None else batch.side.to_torch()
+        return self.layer[0].attention.prepare(structure, batch.long_token_ids.device)
 
     def forward(self, batch: EtcBatch) -> tuple[torch.Tensor, torch.Tensor]:
         self.check_batch(batch)
-        side = batch.side.to_torch()
+        attention = self.prepare(batch)
         global_hidden, long_hidden = self.embeddings(batch)
+        return self.run_layers(global_hidden, long_hidden, attention)
+
+    def run_layers(
+        self, global_hidden: torch.Tensor, long_hidden: torch.Tensor, attention: AttentionPattern
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Every layer over one prepared attention (no host-device synchronisation in here)."""
         for layer in self.layer:
             if self.config.gradient_checkpointing and self.training and torch.is_grad_enabled():
-                global_hidden, long_hidden = checkpoint(layer, global_hidden, long_hidden, side, use_reentrant=False)
+                global_hidden, long_hidden = checkpoint(
+                    layer, global_hidden, long_hidden, attention, use_reentrant=False
+                )
             else:
-                global_hidden, long_hidden = layer(global_hidden, long_hidden, side)
+                global_hidden, long_hidden = layer(global_hidden, long_hidden, attention)
         return global_hidden, long_hidden

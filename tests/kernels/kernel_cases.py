@@ -103,13 +103,14 @@ def document_graph(doc_id: str, candidate: str, sentences: list[str]) -> DocGrap
     return graph
 
 
-def graph_batch() -> EtcBatch:
-    """Two documents of different lengths compiled and collated (so row 1 is padded)."""
+def graph_batch(*, compact: bool = False) -> EtcBatch:
+    """Two documents of different lengths compiled and collated (so row 1 is padded); with
+    `compact` the instances are compiled compact and the batch carries its CompactBatch too."""
     graphs = [
         document_graph("a", "blue whale", ["the blue whale is big .", "it eats krill and swims far away .", "blue whale songs travel ."]),
         document_graph("b", "red fox", ["a red fox runs .", "foxes hunt at night ."]),
     ]
-    return collate([compile_graph(g, GRAPH_SCHEMA, "spacy:en") for g in graphs])
+    return collate([compile_graph(g, GRAPH_SCHEMA, "spacy:en", compact=compact) for g in graphs])
 
 
 def graph_case(*, heads=2, dim=8, dtype=torch.float64, bias=True, seed=0) -> Case:

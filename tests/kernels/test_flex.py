@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import warnings
+from pathlib import Path
+
 import pytest
 import torch
 from kernel_cases import RESULT_NAMES, assert_all_close, compiler_case, graph_case, run, synthetic_case
@@ -36,6 +39,20 @@ def test_compiled_kernel_with_a_prebuilt_block_mask_and_no_globals() -> None:
         actual = flex.attention(*case.states, case.side, case.key_table, None, 0.4, plan=plan)
         expected = dense.attention(*case.states, case.side, case.key_table, None, 0.4)
     assert_all_close(list(actual), list(expected), 1e-5)
+
+
+@pytest.mark.slow
+def test_compiled_create_block_mask_builds_the_same_mask_without_a_warning() -> None:
+    """torch 2.13 deprecates create_block_mask(_compile=True): the compiled build goes through
+    torch.compile(create_block_mask), and neither it nor a fallback warns from our code."""
+    case = synthetic_case(dtype=torch.float32, dim=16, num_global=4, num_long=40, radius=4)
+    package = str(Path(flex.__file__).parents[1])
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        compiled = flex.block_mask_from_mask_mod(case.side, 4, 40).to_dense()
+    ours = [f"{w.category.__name__}: {w.message}" for w in caught if w.filename.startswith(package)]
+    assert ours == [] and not any("_compile" in str(w.message) for w in caught), ours
+    assert torch.equal(compiled, flex.block_mask_from_mask_mod(case.side, 4, 40, compiled=False).to_dense())
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the CPU-only limitation")

@@ -12,10 +12,16 @@ from graphattn.contract import EtcBatch
 from graphattn.errors import BatchError, GraphattnError
 from graphattn.kernels.synthetic import synthetic_side_inputs
 from graphattn.nn import EtcConfig, EtcEncoder
-from graphattn.nn import compressive as compressive_module
-from graphattn.nn.compression import Compressor, attention_reconstruction_loss
-from graphattn.nn.compressive import CompressiveConfig, CompressiveEncoder, LayerMemory, append_compressed, push_segment
-from graphattn.nn.segments import clipped_distance_ids, split_segments, widen_with_memory
+from graphattn.kernels import PreparedAttention
+from graphattn.patterns.compression import Compressor, attention_reconstruction_loss
+from graphattn.patterns.compressive import (
+    CompressiveConfig,
+    CompressiveEncoder,
+    LayerMemory,
+    append_compressed,
+    push_segment,
+)
+from graphattn.patterns.segments import clipped_distance_ids, split_segments, widen_with_memory
 
 RADIUS, MAX_DISTANCE = 2, 2
 
@@ -263,14 +269,17 @@ def test_training_on_the_reconstruction_loss_lowers_it() -> None:
 
 
 def test_key_set_per_segment_does_not_grow_with_the_stream(monkeypatch) -> None:
+    """Memories are key-only slots: one global query row per segment, 1 + n_cm + n_m keys."""
     seen = []
-    real = compressive_module.global_local_attention
+    real = PreparedAttention.attend
 
-    def spy(gq, gk, gv, lq, lk, lv, side, *args, **kwargs):
-        seen.append((tuple(gk.shape), tuple(lk.shape), tuple(side.l2g_att_mask.shape), tuple(side.g2g_att_mask.shape)))
-        return real(gq, gk, gv, lq, lk, lv, side, *args, **kwargs)
+    def spy(self, gq, gk, gv, lq, lk, lv, *args, **kwargs):
+        side = self.side
+        shapes = (gq.shape, gk.shape, lk.shape, side.l2g_att_mask.shape, side.g2g_att_mask.shape)
+        seen.append(tuple(tuple(s) for s in shapes))
+        return real(self, gq, gk, gv, lq, lk, lv, *args, **kwargs)
 
-    monkeypatch.setattr(compressive_module, "global_local_attention", spy)
+    monkeypatch.setattr(PreparedAttention, "attend", spy)
     encoder = make_encoder(layers=1)
     batch = make_batch(batch=1, long_length=64, global_length=1)  # one global: every segment keeps it
     counts = []
@@ -281,7 +290,7 @@ def test_key_set_per_segment_does_not_grow_with_the_stream(monkeypatch) -> None:
             state, _ = out.state, counts.append(out.key_counts)
     assert len(seen) == 16
     keys = 1 + 3 + 6  # one global + n_cm + n_m, from the fourth segment on
-    assert seen[3:] == [((1, 2, keys, 8), (1, 2, 4, 8), (1, 4, keys), (1, keys, keys))] * 13
+    assert seen[3:] == [((1, 2, 1, 8), (1, 2, keys, 8), (1, 2, 4, 8), (1, 4, keys), (1, 1, keys))] * 13
     assert [c["memory"] + c["compressed"] for c in counts] == [0, 4, 7, 9] + [9] * 12
 
 
@@ -317,9 +326,10 @@ def test_widened_side_inputs_by_hand() -> None:
     assert out.l2g_att_mask[0, :, 1:].tolist() == [[1, 0, 1]] * 3
     # key 8 from query 10 is 2 to the left (id 4), key 9 from 10: 1 left (3), from 12: 3 -> clipped 4
     assert out.l2g_relative_att_ids[0, :, 1:].tolist() == [[9, 4, 3], [9, 4, 4], [9, 4, 4]]
-    assert out.g2g_att_mask[0].tolist() == [[side.g2g_att_mask[0, 0, 0].item(), 1, 0, 1], [0] * 4, [0] * 4, [0] * 4]
+    # key-only slots: the one global query row sees them, no rows are added for them
+    assert out.g2g_att_mask[0].tolist() == [[side.g2g_att_mask[0, 0, 0].item(), 1, 0, 1]]
     assert out.g2g_relative_att_ids[0, 0, 1:].tolist() == [9, 8, 8]
-    assert out.g2l_att_mask.shape == (1, 4, 3) and out.g2l_att_mask[0, 1:].sum() == 0
+    assert out.g2l_att_mask.shape == (1, 1, 3)
     assert clipped_distance_ids(torch.tensor([0, 1, 5, -1, -5]), 2).tolist() == [0, 1, 2, 3, 4]
 
 

@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from graphattn.errors import GraphattnError
-from graphattn.kernels.dilated import dilated_attention_reference
-from graphattn.nn.longnet import LongNetAttention
+from graphattn.patterns.dilated import dilated_attention_reference
+from graphattn.patterns.longnet import LongNetAttention
 
 PAIRS = ((4, 1), (8, 2), (16, 4))
 

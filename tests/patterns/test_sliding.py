@@ -1,4 +1,4 @@
-"""Dilated sliding windows folded onto the global-local kernels (graphattn.kernels.sliding).
+"""Dilated sliding windows folded onto the global-local kernels (graphattn.patterns.sliding).
 
 The reference is written straight from the definition: query i attends keys j with
 |i - j| <= d*r and (i - j) divisible by d (where the key is allowed), plus every allowed global
@@ -16,7 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from graphattn.errors import BatchError
-from graphattn.kernels.sliding import (
+from graphattn.patterns.sliding import (
     dilated_window_attention,
     fold_states,
     fold_tokens,

@@ -1,6 +1,6 @@
 """Dense attention inside many small independent segments, returning the log-sum-exp too.
 
-LongNet's dilated attention (kernels/dilated.py) turns one long sequence into a batch of short
+LongNet's dilated attention (patterns/dilated.py) turns one long sequence into a batch of short
 sparse segments and mixes several such batches by their softmax denominators. Mixing needs each
 row's log-sum-exp AND its gradient (the mixing weights depend on it), which torch's fused SDPA
 kernels do not give, so this is a small flash-style autograd Function in PyTorch:

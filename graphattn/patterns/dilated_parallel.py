@@ -13,7 +13,7 @@ per rank, the same n on every rank). For each (w, r) pair:
   reduce-scatter: every rank's gradient for the gathered rows is summed and each owner receives
   the part for the rows it sent.
 
-Outputs of the pairs are mixed by their softmax denominators as in kernels/dilated.py, so the
+Outputs of the pairs are mixed by their softmax denominators as in patterns/dilated.py, so the
 result on P ranks equals `dilated_attention` on the concatenated sequence (tests check forward
 and backward on 2 gloo processes). Works with any backend that has all-gather and
 reduce-scatter (gloo on CPU, NCCL on GPU).
@@ -28,7 +28,7 @@ import torch
 import torch.distributed as dist
 
 from graphattn.errors import BatchError
-from graphattn.kernels.dilated import (
+from graphattn.patterns.dilated import (
     LONGNET_SCHEDULE,
     SparseLayout,
     attend_segments,

@@ -15,8 +15,8 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from graphattn.errors import BatchError
-from graphattn.kernels.dilated import dilated_attention
-from graphattn.kernels.dilated_parallel import all_gather_rows, dilated_attention_parallel, split_sequence
+from graphattn.patterns.dilated import dilated_attention
+from graphattn.patterns.dilated_parallel import all_gather_rows, dilated_attention_parallel, split_sequence
 
 WORLD = 2
 # (pairs, causal, length): 32 tokens = 16 per rank puts (4,1), (8,2), (16,1) on the local path

@@ -6,8 +6,9 @@ one of them (for every row of the batch: the union, so that the batch stays rect
 windows are cut at the segment edges: what lies before the segment is reached through memory.
 
 Memory keys enter a segment as extra global KEY slots after its own global tokens, ordered
-[globals; compressed memory; memory]. Their query rows are fully masked (they produce nothing
-and are dropped), so the ETC kernels need no change. Labels:
+[globals; compressed memory; memory]. They are keys only: the side inputs keep G query rows
+(g2g [B, G, G+C+M], g2g/g2l rows for the segment's own globals), and every ETC backend computes
+nothing for the memory slots' queries. Labels:
   long query -> memory key       the relative-distance id of (key position - query position) in
                                  the stream, clipped at k like l2l ids: the last tokens of the
                                  previous segment keep their exact distances, older ones read
@@ -54,13 +55,19 @@ def _cut_features(features: dict, rows: slice, keep: torch.Tensor, long_length: 
     out = {}
     for name, value in features.items():
         if long_length == global_length:
-            raise BatchError(f"cannot tell whether feature {name!r} is per long or per global token (L = G = {long_length})", path=("features", name))
+            raise BatchError(
+                f"cannot tell whether feature {name!r} is per long or per global token (L = G = {long_length})",
+                path=("features", name),
+            )
         if value.shape[1] == long_length:
             out[name] = value[:, rows]
         elif value.shape[1] == global_length:
             out[name] = value[:, keep]
         else:
-            raise BatchError(f"feature {name!r} has length {value.shape[1]}, neither L = {long_length} nor G = {global_length}", path=("features", name))
+            raise BatchError(
+                f"feature {name!r} has length {value.shape[1]}, neither L = {long_length} nor G = {global_length}",
+                path=("features", name),
+            )
     return out
 
 
@@ -111,10 +118,11 @@ def widen_with_memory(
     memory_label: int,
     compressed_label: int,
 ) -> SideInputs:
-    """Side inputs of a segment with [compressed; memory] appended as global key slots.
+    """Side inputs of a segment with [compressed; memory] appended as key-only global slots.
 
     query_positions [B, L]: stream positions of the segment's long tokens; compressed_valid
-    [B, C]; memory_positions / memory_valid [B, M]. Returns side inputs with G' = G + C + M.
+    [B, C]; memory_positions / memory_valid [B, M]. Returns side inputs with G query rows and
+    G + C + M global keys: g2g [B, G, G+C+M], l2g [B, L, G+C+M], g2l unchanged [B, G, L].
     """
     batch, num_global = side.g2g_att_mask.shape[0], side.g2g_att_mask.shape[-1]
     num_long = side.l2l_att_mask.shape[1]
@@ -124,32 +132,28 @@ def widen_with_memory(
         return side
     device, itype = side.g2g_att_mask.device, side.g2g_att_mask.dtype
     key_valid = torch.cat((compressed_valid, memory_valid), dim=1).to(itype)  # [B, C+M]
-    key_label = torch.cat((
-        torch.full((batch, num_compressed), compressed_label, dtype=torch.int32, device=device),
-        torch.full((batch, num_memory), memory_label, dtype=torch.int32, device=device),
-    ), dim=1)
-    width = num_global + extra
-
-    def widen(square_mask, square_ids):
-        mask = torch.zeros(batch, width, width, dtype=itype, device=device)
-        ids = torch.zeros(batch, width, width, dtype=torch.int32, device=device)
-        mask[:, :num_global, :num_global] = square_mask
-        ids[:, :num_global, :num_global] = square_ids
-        mask[:, :num_global, num_global:] = key_valid[:, None, :]
-        ids[:, :num_global, num_global:] = key_label[:, None, :]
-        return mask, ids
-
-    g2g_mask, g2g_ids = widen(side.g2g_att_mask, side.g2g_relative_att_ids)
-    no_rows = torch.zeros(batch, extra, num_long, dtype=itype, device=device)
-    memory_ids = clipped_distance_ids(memory_positions[:, None, :] - query_positions[:, :, None], max_distance)  # [B, L, M]
+    key_label = torch.cat(
+        (
+            torch.full((batch, num_compressed), compressed_label, dtype=torch.int32, device=device),
+            torch.full((batch, num_memory), memory_label, dtype=torch.int32, device=device),
+        ),
+        dim=1,
+    )
+    g2g_mask = torch.cat((side.g2g_att_mask, key_valid[:, None, :].expand(-1, num_global, -1)), dim=2)
+    g2g_ids = torch.cat(
+        (side.g2g_relative_att_ids.to(torch.int32), key_label[:, None, :].expand(-1, num_global, -1)), dim=2
+    )
+    memory_ids = clipped_distance_ids(
+        memory_positions[:, None, :] - query_positions[:, :, None], max_distance
+    )  # [B, L, M]
     compressed_ids = torch.full((batch, num_long, num_compressed), compressed_label, dtype=torch.int32, device=device)
     return SideInputs(
         l2l_att_mask=side.l2l_att_mask,
         g2g_att_mask=g2g_mask,
         l2g_att_mask=torch.cat((side.l2g_att_mask, key_valid[:, None, :].expand(-1, num_long, -1)), dim=2),
-        g2l_att_mask=torch.cat((side.g2l_att_mask, no_rows), dim=1),
+        g2l_att_mask=side.g2l_att_mask,
         l2l_relative_att_ids=side.l2l_relative_att_ids,
         g2g_relative_att_ids=g2g_ids,
         l2g_relative_att_ids=torch.cat((side.l2g_relative_att_ids.to(torch.int32), compressed_ids, memory_ids), dim=2),
-        g2l_relative_att_ids=torch.cat((side.g2l_relative_att_ids.to(torch.int32), no_rows.to(torch.int32)), dim=1),
+        g2l_relative_att_ids=side.g2l_relative_att_ids,
     )

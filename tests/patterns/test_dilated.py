@@ -11,15 +11,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from graphattn.errors import BatchError
-from graphattn.kernels.dilated import (
+from graphattn.patterns.dilated import (
     LONGNET_SCHEDULE,
     dilated_attention,
     dilated_attention_reference,
     full_layout,
     pair_multiplicity,
 )
-from graphattn.kernels import segment_attention as segment_module
-from graphattn.kernels.segment_attention import _tiles, segment_attention
+from graphattn.patterns import segment_attention as segment_module
+from graphattn.patterns.segment_attention import _tiles, segment_attention
 
 # The paper's schedule scaled down 128x: same dilations, w/r not always an integer.
 SMALL_LONGNET = tuple((w // 128, r) for w, r in LONGNET_SCHEDULE)  # (16,1) (32,2) (64,4) (128,6) (256,12)

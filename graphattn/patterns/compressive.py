@@ -9,12 +9,13 @@ TransformerXL) and a compressed memory of n_cm older ones. After each segment (A
 
 Both hold detached tensors: no gradient flows across segments, so one segment's cost never
 depends on how much of the stream came before (tests assert the key shapes). Attention of the
-current segment runs over [compressed; memory; current], built on the ETC layer and kernels of
-graphattn.nn: long tokens keep their local window and global keys, and BOTH long and global
-tokens see every memory, which enters as extra global key slots (nn/segments.py says how, and
-which labels they carry). Memories are keyed and valued with the layer's long-token projections.
+current segment runs over [compressed; memory; current] through the unchanged ETC layer of
+graphattn.nn (`EtcLayer.forward(..., memory=...)`): long tokens keep their local window and
+global keys, and BOTH long and global tokens see every memory, which enters as key-only global
+slots (patterns/segments.py says how, and which labels they carry): no query rows are computed
+for them. Memories are keyed and valued with the layer's long-token projections.
 
-The compression network f_c (nn/compression.py) is trained by the attention-reconstruction loss
+The compression network f_c (patterns/compression.py) is trained by the attention-reconstruction loss
 returned with every segment, computed with the main network frozen: add it to the task loss;
 its gradients reach the compressors only, and the task loss never reaches them.
 """
@@ -31,11 +32,11 @@ from tqdm.auto import tqdm
 
 from graphattn.contract import EtcBatch, SideInputs
 from graphattn.errors import BatchError, GraphattnError
-from graphattn.kernels import global_local_attention
-from graphattn.nn.compression import COMPRESSIONS, Compressor, attention_reconstruction_loss, attention_usage
+from graphattn.kernels import PreparedAttention
 from graphattn.nn.config import EtcConfig
 from graphattn.nn.encoder import EtcEncoder, EtcLayer
-from graphattn.nn.segments import split_segments, widen_with_memory
+from graphattn.patterns.compression import COMPRESSIONS, Compressor, attention_reconstruction_loss, attention_usage
+from graphattn.patterns.segments import split_segments, widen_with_memory
 
 
 @dataclass
@@ -60,12 +61,17 @@ class CompressiveConfig:
             if getattr(self, name) < 0:
                 raise GraphattnError(f"must be >= 0, got {getattr(self, name)}", path=("CompressiveConfig", name))
         if self.compression not in COMPRESSIONS:
-            raise GraphattnError(f"{self.compression!r} is not one of {', '.join(COMPRESSIONS)}", path=("CompressiveConfig", "compression"))
+            raise GraphattnError(
+                f"{self.compression!r} is not one of {', '.join(COMPRESSIONS)}",
+                path=("CompressiveConfig", "compression"),
+            )
 
     @classmethod
     def enwik8(cls, **overrides) -> "CompressiveConfig":
         """The paper's Enwik8 setting: n_s = n_m = 768, n_cm = 1152, c = 3 (conv compression)."""
-        return cls(**{**dict(segment_length=768, memory_length=768, compressed_length=1152, compression_rate=3), **overrides})
+        return cls(
+            **{**dict(segment_length=768, memory_length=768, compressed_length=1152, compression_rate=3), **overrides}
+        )
 
     def label_ids(self, relative_vocab_size: int) -> tuple[int, int]:
         memory = relative_vocab_size - 2 if self.memory_label is None else self.memory_label
@@ -88,8 +94,14 @@ class LayerMemory:
     @classmethod
     def empty(cls, batch: int, hidden: int, device=None, dtype=None) -> "LayerMemory":
         rows = lambda *shape, **kw: torch.zeros(batch, 0, *shape, device=device, **kw)  # noqa: E731
-        return cls(rows(hidden, dtype=dtype), rows(dtype=torch.long), rows(dtype=torch.bool),
-                   rows(hidden, dtype=dtype), rows(2, dtype=torch.long), rows(dtype=torch.bool))
+        return cls(
+            rows(hidden, dtype=dtype),
+            rows(dtype=torch.long),
+            rows(dtype=torch.bool),
+            rows(hidden, dtype=dtype),
+            rows(2, dtype=torch.long),
+            rows(dtype=torch.bool),
+        )
 
 
 @dataclass
@@ -101,7 +113,14 @@ class Evicted:
 
 def push_segment(memory: LayerMemory, hidden, positions, valid, memory_length: int) -> tuple[LayerMemory, Evicted]:
     """memory <- concat(memory, h)[-n_m:]; returns the new memory and the rows pushed out."""
-    joined = [torch.cat(pair, dim=1) for pair in ((memory.memory, hidden.detach()), (memory.memory_positions, positions), (memory.memory_valid, valid))]
+    joined = [
+        torch.cat(pair, dim=1)
+        for pair in (
+            (memory.memory, hidden.detach()),
+            (memory.memory_positions, positions),
+            (memory.memory_valid, valid),
+        )
+    ]
     overflow = max(joined[0].shape[1] - memory_length, 0)
     kept = [x[:, overflow:] for x in joined]
     evicted = Evicted(*(x[:, :overflow] for x in joined))
@@ -110,7 +129,14 @@ def push_segment(memory: LayerMemory, hidden, positions, valid, memory_length: i
 
 def append_compressed(memory: LayerMemory, compressed, spans, valid, compressed_length: int) -> LayerMemory:
     """compressed <- concat(compressed, new)[-n_cm:]."""
-    joined = [torch.cat(pair, dim=1) for pair in ((memory.compressed, compressed.detach()), (memory.compressed_spans, spans), (memory.compressed_valid, valid))]
+    joined = [
+        torch.cat(pair, dim=1)
+        for pair in (
+            (memory.compressed, compressed.detach()),
+            (memory.compressed_spans, spans),
+            (memory.compressed_valid, valid),
+        )
+    ]
     start = max(joined[0].shape[1] - compressed_length, 0)
     return LayerMemory(memory.memory, memory.memory_positions, memory.memory_valid, *(x[:, start:] for x in joined))
 
@@ -147,12 +173,16 @@ class CompressiveEncoder(nn.Module):
         self.encoder = encoder if encoder is not None else EtcEncoder(config)
         mc = self.memory_config
         self.compressors = nn.ModuleList(
-            Compressor(mc.compression, config.hidden_size, mc.compression_rate, mc.conv_dilation) for _ in range(config.num_hidden_layers)
+            Compressor(mc.compression, config.hidden_size, mc.compression_rate, mc.conv_dilation)
+            for _ in range(config.num_hidden_layers)
         )
         self.memory_label, self.compressed_label = mc.label_ids(config.relative_vocab_size)
         for name, label in (("memory_label", self.memory_label), ("compressed_label", self.compressed_label)):
             if not 0 <= label < config.relative_vocab_size:
-                raise GraphattnError(f"label id {label} is outside the relative vocabulary of {config.relative_vocab_size}", path=("CompressiveConfig", name))
+                raise GraphattnError(
+                    f"label id {label} is outside the relative vocabulary of {config.relative_vocab_size}",
+                    path=("CompressiveConfig", name),
+                )
 
     def initial_state(self, batch_size: int, device=None, dtype=None) -> MemoryState:
         hidden = self.config.hidden_size
@@ -163,11 +193,17 @@ class CompressiveEncoder(nn.Module):
         lowest = min(self.memory_label, self.compressed_label)
         if segment.vocab_size > lowest:
             raise BatchError(
-                f"the batch uses relative labels up to {segment.vocab_size - 1}, but ids {self.memory_label} and {self.compressed_label} "
-                f"are reserved for memory keys; raise relative_vocab_size or set CompressiveConfig.memory_label/compressed_label",
-                path=("vocab_size",))
+                f"the batch uses relative labels up to {segment.vocab_size - 1}, but ids {self.memory_label} and "
+                f"{self.compressed_label} "
+                "are reserved for memory keys; raise relative_vocab_size or set "
+                "CompressiveConfig.memory_label/compressed_label",
+                path=("vocab_size",),
+            )
         if state.layers and state.layers[0].memory.shape[0] != segment.batch_size:
-            raise BatchError(f"the memory holds batch size {state.layers[0].memory.shape[0]}, the segment has {segment.batch_size}", path=("long_token_ids",))
+            raise BatchError(
+                f"the memory holds batch size {state.layers[0].memory.shape[0]}, the segment has {segment.batch_size}",
+                path=("long_token_ids",),
+            )
 
     def forward(self, segment: EtcBatch, state: MemoryState | None = None) -> CompressiveOutput:
         """Encode one segment over the memories in `state` (None: start of a stream)."""
@@ -180,31 +216,52 @@ class CompressiveEncoder(nn.Module):
         valid = segment.long_input_mask != 0
         first = state.layers[0]
         side = self._widen(segment.side.to_torch(), positions, first)
+        prepared = self._prepare(side, long_hidden.device)  # once per segment, for every layer with the same slots
 
         layer_inputs = []
         for layer, memory in zip(self.encoder.layer, state.layers):
             layer_inputs.append(long_hidden)
-            layer_side = side if _same_slots(memory, first) else self._widen(segment.side.to_torch(), positions, memory)
+            attention = (
+                prepared
+                if _same_slots(memory, first)
+                else self._prepare(self._widen(segment.side.to_torch(), positions, memory), long_hidden.device)
+            )
             keys = torch.cat((memory.compressed, memory.memory), dim=1).to(long_hidden.dtype)
             if self.config.gradient_checkpointing and self.training and torch.is_grad_enabled():
-                global_hidden, long_hidden = checkpoint(layer_with_memory, layer, global_hidden, long_hidden, keys, layer_side, use_reentrant=False)
+                global_hidden, long_hidden = checkpoint(
+                    layer, global_hidden, long_hidden, attention, keys, use_reentrant=False
+                )
             else:
-                global_hidden, long_hidden = layer_with_memory(layer, global_hidden, long_hidden, keys, layer_side)
+                global_hidden, long_hidden = layer(global_hidden, long_hidden, attention, keys)
 
         new_layers, losses = [], []
         for layer, compressor, memory, h in zip(self.encoder.layer, self.compressors, state.layers, layer_inputs):
             updated, loss = self._update_memory(layer, compressor, memory, h, positions, valid)
             new_layers.append(updated)
             losses.append(loss)
-        counts = {"global": global_hidden.shape[1], "compressed": first.compressed.shape[1], "memory": first.memory.shape[1],
-                  "local_window": side.l2l_att_mask.shape[-1]}
+        counts = {
+            "global": global_hidden.shape[1],
+            "compressed": first.compressed.shape[1],
+            "memory": first.memory.shape[1],
+            "local_window": side.l2l_att_mask.shape[-1],
+        }
         next_state = MemoryState(new_layers, state.next_position + num_long)
         return CompressiveOutput(global_hidden, long_hidden, next_state, torch.stack(losses).sum(), counts)
 
+    def _prepare(self, side: SideInputs, device: torch.device) -> PreparedAttention:
+        return self.encoder.layer[0].attention.prepare(side, device)
+
     def _widen(self, side: SideInputs, positions: torch.Tensor, memory: LayerMemory) -> SideInputs:
         return widen_with_memory(
-            side, positions, memory.compressed_valid, memory.memory_positions, memory.memory_valid,
-            max_distance=self.config.relative_pos_max_distance, memory_label=self.memory_label, compressed_label=self.compressed_label)
+            side,
+            positions,
+            memory.compressed_valid,
+            memory.memory_positions,
+            memory.memory_valid,
+            max_distance=self.config.relative_pos_max_distance,
+            memory_label=self.memory_label,
+            compressed_label=self.compressed_label,
+        )
 
     def _update_memory(self, layer: EtcLayer, compressor: Compressor, memory: LayerMemory, h, positions, valid):
         mc = self.memory_config
@@ -212,14 +269,24 @@ class CompressiveEncoder(nn.Module):
         zero = h.new_zeros(())
         if evicted.hidden.shape[1] == 0 or mc.compressed_length == 0:
             return memory, zero
-        usage = attention_usage(layer.attention, h.detach(), valid, evicted.hidden, evicted.valid) if compressor.needs_usage else None
+        usage = (
+            attention_usage(layer.attention, h.detach(), valid, evicted.hidden, evicted.valid)
+            if compressor.needs_usage
+            else None
+        )
         compressed, compressed_valid, spans = compressor(evicted.hidden, evicted.valid, usage)
         # Also computed for parameter-free compressions: there it measures their loss, untrained.
-        loss = attention_reconstruction_loss(layer.attention, h, valid, evicted.hidden, evicted.valid, compressed, compressed_valid)
-        memory = append_compressed(memory, compressed, _stream_spans(evicted.positions, spans), compressed_valid, mc.compressed_length)
+        loss = attention_reconstruction_loss(
+            layer.attention, h, valid, evicted.hidden, evicted.valid, compressed, compressed_valid
+        )
+        memory = append_compressed(
+            memory, compressed, _stream_spans(evicted.positions, spans), compressed_valid, mc.compressed_length
+        )
         return memory, loss
 
-    def encode_document(self, batch: EtcBatch, *, progress: bool = False) -> tuple[torch.Tensor, torch.Tensor, list[CompressiveOutput]]:
+    def encode_document(
+        self, batch: EtcBatch, *, progress: bool = False
+    ) -> tuple[torch.Tensor, torch.Tensor, list[CompressiveOutput]]:
         """Read a whole compiled batch as a stream of segment_length segments.
 
         Returns (global_hidden [B, G, D] from the last segment that kept each global token,
@@ -245,34 +312,9 @@ def _same_slots(a: LayerMemory, b: LayerMemory) -> bool:
     return torch.equal(a.compressed_valid, b.compressed_valid) and torch.equal(a.memory_valid, b.memory_valid)
 
 
-def layer_with_memory(layer: EtcLayer, global_hidden: torch.Tensor, long_hidden: torch.Tensor, memory: torch.Tensor, side: SideInputs):
-    """EtcLayer.forward with M memory rows appended to the global KEYS (side already widened).
-
-    Same weights and the same post-LN sequence as EtcLayer; the memory rows get keys and values
-    (long-token projections) but no queries, outputs or feed-forward."""
-    att = layer.attention
-    cfg = att.config
-    shared = cfg.share_qkv_projections
-    projections = (att.query, att.key, att.value) if shared else (att.global_query, att.global_key, att.global_value)
-    global_q, global_k, global_v = (att._heads(proj(global_hidden)) for proj in projections)
-    long_q, long_k, long_v = (att._heads(proj(long_hidden)) for proj in (att.query, att.key, att.value))
-    num_global = global_q.shape[2]
-    if memory.shape[1]:
-        memory_k, memory_v = att._heads(att.key(memory)), att._heads(att.value(memory))
-        global_q = torch.cat((global_q, torch.zeros_like(memory_k)), dim=2)  # masked rows: no output
-        global_k = torch.cat((global_k, memory_k), dim=2)
-        global_v = torch.cat((global_v, memory_v), dim=2)
-    global_out, long_out = global_local_attention(
-        global_q, global_k, global_v, long_q, long_k, long_v, side, att.relative_key_table, att.relative_bias_table,
-        backend=cfg.attention_backend, local_radius=cfg.local_radius)
-    global_att = att.output(att._merge(global_out[:, :, :num_global]))
-    long_att = att.output(att._merge(long_out))
-    global_hidden = layer.attention_norm(global_hidden + layer.dropout(global_att))
-    long_hidden = layer.attention_norm(long_hidden + layer.dropout(long_att))
-    return layer._feed_forward(global_hidden), layer._feed_forward(long_hidden)
-
-
-def stream_segments(encoder: CompressiveEncoder, segments: Iterable[EtcBatch], *, progress: bool = False) -> list[CompressiveOutput]:
+def stream_segments(
+    encoder: CompressiveEncoder, segments: Iterable[EtcBatch], *, progress: bool = False
+) -> list[CompressiveOutput]:
     """Encode already-cut segments one after another, carrying the memory."""
     state, outputs = None, []
     for segment in tqdm(segments, desc="segments", disable=not progress):

@@ -12,7 +12,7 @@ import torch
 from graphattn.compile import compile_instance
 from graphattn.errors import BatchError, CompileError, GraphattnError
 from graphattn.graph import DocGraph
-from graphattn.nn.longformer import (
+from graphattn.patterns.longformer import (
     LongformerAttention,
     LongformerConfig,
     LongformerEncoder,
@@ -20,7 +20,7 @@ from graphattn.nn.longformer import (
     lm_schedule,
     load_hf_self_attention,
 )
-from graphattn.nn.longformer_inputs import collate_longformer, global_copy_positions, global_positions_from_mask
+from graphattn.patterns.longformer_inputs import collate_longformer, global_copy_positions, global_positions_from_mask
 from graphattn.schema import load_schema
 from graphattn.tokenize import SpacyWordTokenizer
 

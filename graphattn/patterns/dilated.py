@@ -40,7 +40,7 @@ from typing import Sequence
 import torch
 
 from graphattn.errors import BatchError
-from graphattn.kernels.segment_attention import segment_attention
+from graphattn.patterns.segment_attention import segment_attention
 
 # The paper's language-model schedule (section 4): w doubles, r grows with it.
 LONGNET_SCHEDULE: tuple[tuple[int, int], ...] = ((2048, 1), (4096, 2), (8192, 4), (16384, 6), (32768, 12))

@@ -1,0 +1,126 @@
+"""Where the blocked backend's chunks read their masks and labels: dense side inputs (slices) or
+the batch's compact structure (derived per chunk, so a 128K-token batch never holds an [L, G]
+tensor: a chunk's block is what the tile budget allows, and the compact form is O(L + G + E)).
+
+Both sources answer the same questions, in [B, rows, columns] int32 (mask, ids) blocks:
+
+    l2l()                     the band [B, L, 2r+1], once per batch
+    l2g(rows, cols)           long queries `rows` x global keys `cols`
+    g2l(rows, cols)           global queries x long keys
+    g2g(rows)                 global queries x every global key
+    long_spans / global_spans per chunk of query rows, the [lo, hi) of the keys any of them may see
+
+and `plan_chunks` is told the chunks a batch will use, once, so that the compact source selects
+each chunk's links and edges when the batch is planned, not inside a layer.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from graphattn.compact import CompactBatch
+from graphattn.contract import SideInputs
+from graphattn.kernels import structure
+
+
+class DenseSource:
+    """Slices of the eight dense side inputs (torch, batched)."""
+
+    def __init__(self, side: SideInputs):
+        self.side = side
+        self.radius = side.local_radius
+
+    def l2l(self) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.side.l2l_att_mask, self.side.l2l_relative_att_ids
+
+    def l2g(self, rows: slice, cols: slice) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.side.l2g_att_mask[:, rows, cols], self.side.l2g_relative_att_ids[:, rows, cols]
+
+    def g2l(self, rows: slice, cols: slice) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.side.g2l_att_mask[:, rows, cols], self.side.g2l_relative_att_ids[:, rows, cols]
+
+    def g2g(self, rows: slice) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.side.g2g_att_mask[:, rows], self.side.g2g_relative_att_ids[:, rows]
+
+    def long_spans(self, rows_per_chunk: int) -> list[tuple[int, int]]:
+        return _mask_spans(self.side.l2g_att_mask, rows_per_chunk)
+
+    def global_spans(self, rows_per_chunk: int) -> list[tuple[int, int]]:
+        return _mask_spans(self.side.g2l_att_mask, rows_per_chunk)
+
+    def plan_chunks(self, long_blocks: list[tuple[slice, slice]], global_blocks: list[tuple[slice, slice]]) -> None:
+        """Nothing to select: slices are cheap."""
+
+
+class CompactSource:
+    """The rules of graphattn.kernels.structure applied to one block at a time."""
+
+    def __init__(self, compact: CompactBatch):
+        self.compact = compact
+        self.radius = compact.local_radius
+        self._links: dict[tuple, structure.Links] = {}
+
+    def l2l(self) -> tuple[torch.Tensor, torch.Tensor]:
+        return structure.dense_l2l(self.compact)
+
+    def l2g(self, rows: slice, cols: slice) -> tuple[torch.Tensor, torch.Tensor]:
+        return structure.dense_l2g(
+            self.compact, rows, cols, self._links.get(("l2g", rows.start, rows.stop, cols.start, cols.stop))
+        )
+
+    def g2l(self, rows: slice, cols: slice) -> tuple[torch.Tensor, torch.Tensor]:
+        return structure.dense_g2l(
+            self.compact, rows, cols, self._links.get(("g2l", rows.start, rows.stop, cols.start, cols.stop))
+        )
+
+    def g2g(self, rows: slice) -> tuple[torch.Tensor, torch.Tensor]:
+        return structure.dense_g2g(self.compact, rows, self._links.get(("g2g", rows.start, rows.stop)))
+
+    def long_spans(self, rows_per_chunk: int) -> list[tuple[int, int]]:
+        return _range_spans(*structure.allowed_key_range(self.compact, "l2g"), rows_per_chunk)
+
+    def global_spans(self, rows_per_chunk: int) -> list[tuple[int, int]]:
+        return _range_spans(*structure.allowed_key_range(self.compact, "g2l"), rows_per_chunk)
+
+    def plan_chunks(self, long_blocks: list[tuple[slice, slice]], global_blocks: list[tuple[slice, slice]]) -> None:
+        """Select every block's links and edges now (boolean selections read sizes back)."""
+        c = self.compact
+        for rows, cols in long_blocks:
+            self._links[("l2g", rows.start, rows.stop, cols.start, cols.stop)] = structure.links_in(c, rows, cols)
+        for rows, cols in global_blocks:
+            self._links[("g2l", rows.start, rows.stop, cols.start, cols.stop)] = structure.links_in(
+                c, cols, rows, global_major=True
+            )
+            self._links[("g2g", rows.start, rows.stop)] = structure.edges_in(c, rows)
+
+
+def source_of(structure_or_side: SideInputs | CompactBatch) -> DenseSource | CompactSource:
+    return (
+        CompactSource(structure_or_side)
+        if isinstance(structure_or_side, CompactBatch)
+        else DenseSource(structure_or_side)
+    )
+
+
+def _mask_spans(mask: torch.Tensor, rows_per_chunk: int) -> list[tuple[int, int]]:
+    """Per chunk of `rows_per_chunk` query rows of a [B, n, m] mask: the [lo, hi) of the key
+    columns any of them may attend to ((0, 0) if none). One pass over the mask per batch."""
+    batch, rows, cols = mask.shape
+    full = rows // rows_per_chunk
+    groups = [mask[:, : full * rows_per_chunk].reshape(batch, full, rows_per_chunk, cols).any(2).any(0)]
+    if rows > full * rows_per_chunk:
+        groups.append(mask[:, full * rows_per_chunk :].any(1).any(0, keepdim=True))
+    allowed = torch.cat(groups)  # [chunks, m]
+    if cols == 0:
+        return [(0, 0)] * allowed.shape[0]
+    first = allowed.int().argmax(1)
+    last = cols - allowed.flip(1).int().argmax(1)
+    some = allowed.any(1)
+    return [(lo, hi) if ok else (0, 0) for lo, hi, ok in zip(first.tolist(), last.tolist(), some.tolist())]
+
+
+def _range_spans(lo: torch.Tensor, hi: torch.Tensor, rows_per_chunk: int) -> list[tuple[int, int]]:
+    """Per chunk of query rows, the union [min lo, max hi) over its rows and the batch."""
+    first = structure.tile_min(lo.amin(0, keepdim=True), rows_per_chunk)[0]
+    last = structure.tile_max(hi.amax(0, keepdim=True), rows_per_chunk)[0]
+    return [(a, b) if b > a else (0, 0) for a, b in zip(first.tolist(), last.tolist())]
