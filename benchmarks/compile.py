@@ -96,15 +96,30 @@ def one_document(schema, tokenizer, repeat: int) -> list[tuple[str, float]]:
     print(f"document: {L} long tokens, {G} globals, r={schema.local_radius}, k={schema.relative_pos_max_distance}")
     return [
         ("HF tokenizers encode (peer)", median_ms(lambda: raw.encode(text, add_special_tokens=False), repeat)),
-        ("compile -> 8 dense tensors, end to end", median_ms(lambda: compile_instance(graph, schema, tokenizer), repeat)),
-        ("compile -> compact, end to end", median_ms(lambda: compile_instance(graph, schema, tokenizer, compact=True), repeat)),
-        ("  compile after tokenizing (layout w/o encode + dense)", _sum(
-            median_ms(lambda: assemble([layout], selection, schema, table), repeat), _layout_without_encode(graph, schema, tokenizer, repeat))),
+        (
+            "compile -> 8 dense tensors, end to end",
+            median_ms(lambda: compile_instance(graph, schema, tokenizer), repeat),
+        ),
+        (
+            "compile -> compact, end to end",
+            median_ms(lambda: compile_instance(graph, schema, tokenizer, compact=True), repeat),
+        ),
+        (
+            "  compile after tokenizing (layout w/o encode + dense)",
+            _sum(
+                median_ms(lambda: assemble([layout], selection, schema, table), repeat),
+                _layout_without_encode(graph, schema, tokenizer, repeat),
+            ),
+        ),
         ("  8 dense tensors from compact (to_dense)", median_ms(lambda: compact.side.to_dense(), repeat)),
-        (f"  8 tensors padded to L={pad_long}, G={pad_global} (collate)", median_ms(
-            lambda: collate([compact], pad_to_long=pad_long, pad_to_global=pad_global), repeat)),
-        (f"  etcmodel-compatible side_inputs, L={pad_long}, G={pad_global} (peer)", median_ms(
-            lambda: etc_primitive(long_bp, global_bp, owners), repeat)),
+        (
+            f"  8 tensors padded to L={pad_long}, G={pad_global} (collate)",
+            median_ms(lambda: collate([compact], pad_to_long=pad_long, pad_to_global=pad_global), repeat),
+        ),
+        (
+            f"  etcmodel-compatible side_inputs, L={pad_long}, G={pad_global} (peer)",
+            median_ms(lambda: etc_primitive(long_bp, global_bp, owners), repeat),
+        ),
     ]
 
 
@@ -141,7 +156,10 @@ def throughput(schema, tokenizer, n_docs: int) -> list[tuple[str, float]]:
     for i in range(n_docs):
         compile_instance(graphs[i % len(graphs)], schema, tokenizer)
     compile_s = time.perf_counter() - start
-    return [(f"tokenize {n_docs} docs (docs/s)", n_docs / tokenize_s), (f"compile {n_docs} docs, dense (docs/s)", n_docs / compile_s)]
+    return [
+        (f"tokenize {n_docs} docs (docs/s)", n_docs / tokenize_s),
+        (f"compile {n_docs} docs, dense (docs/s)", n_docs / compile_s),
+    ]
 
 
 def million(schema_raw: dict, tokenizer, n_tokens: int, n_sentences: int) -> list[tuple[str, float]]:
@@ -160,8 +178,10 @@ def million(schema_raw: dict, tokenizer, n_tokens: int, n_sentences: int) -> lis
     _, peak = tracemalloc.get_traced_memory()
     tracemalloc.stop()
     rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    print(f"1M case: {inst.long_length} long tokens, {inst.global_length} globals; compact side inputs {inst.side.nbytes / 2**20:.1f} MiB; "
-          f"dense would need {8 * inst.long_length * inst.global_length / 2**30:.0f} GiB for l2g+g2l")
+    print(
+        f"1M case: {inst.long_length} long tokens, {inst.global_length} globals; compact side inputs {inst.side.nbytes / 2**20:.1f} MiB; "
+        f"dense would need {8 * inst.long_length * inst.global_length / 2**30:.0f} GiB for l2g+g2l"
+    )
     return [
         ("1M doc: build the DocGraph (s)", build_s),
         ("1M doc: compile -> compact, incl. tokenizing (s)", seconds),

@@ -44,8 +44,8 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import torch
 
@@ -183,7 +183,7 @@ def _segment_batch(setup: Setup, length: int, num_global: int, radius: int, max_
     return batch.to(setup.device)
 
 
-def full_memory(setup: Setup, memory) -> "MemoryState":
+def full_memory(setup: Setup, memory) -> MemoryState:
     """A steady-state memory (n_m and n_cm slots full of activations), as after a long stream."""
     from graphattn.patterns.compressive import LayerMemory, MemoryState
 

@@ -53,9 +53,16 @@ def numpy_broadcast(long_bp, global_bp, owner, r, k):
     g2l_mask = np.ascontiguousarray(l2g_mask.transpose(0, 2, 1))
     l2g_ids = (owner[:, :, None] == positions[None, None, :]).astype(np.int32) + 2 * k + 1
     g2l_ids = np.ascontiguousarray(l2g_ids.transpose(0, 2, 1))
-    return dict(l2l_att_mask=l2l_mask, g2g_att_mask=g2g_mask, l2g_att_mask=l2g_mask, g2l_att_mask=g2l_mask,
-                l2l_relative_att_ids=l2l_ids, g2g_relative_att_ids=g2g_ids, l2g_relative_att_ids=l2g_ids,
-                g2l_relative_att_ids=g2l_ids)
+    return dict(
+        l2l_att_mask=l2l_mask,
+        g2g_att_mask=g2g_mask,
+        l2g_att_mask=l2g_mask,
+        g2l_att_mask=g2l_mask,
+        l2l_relative_att_ids=l2l_ids,
+        g2g_relative_att_ids=g2g_ids,
+        l2g_relative_att_ids=l2g_ids,
+        g2l_relative_att_ids=g2l_ids,
+    )
 
 
 def torch_broadcast(long_bp, global_bp, owner, r, k):
@@ -77,9 +84,16 @@ def torch_broadcast(long_bp, global_bp, owner, r, k):
     g2l_mask = l2g_mask.transpose(1, 2).contiguous()
     l2g_ids = (owner[:, :, None] == positions[None, None, :]).int() + 2 * k + 1
     g2l_ids = l2g_ids.transpose(1, 2).contiguous()
-    return dict(l2l_att_mask=l2l_mask, g2g_att_mask=g2g_mask, l2g_att_mask=l2g_mask, g2l_att_mask=g2l_mask,
-                l2l_relative_att_ids=l2l_ids, g2g_relative_att_ids=g2g_ids, l2g_relative_att_ids=l2g_ids,
-                g2l_relative_att_ids=g2l_ids)
+    return dict(
+        l2l_att_mask=l2l_mask,
+        g2g_att_mask=g2g_mask,
+        l2g_att_mask=l2g_mask,
+        g2l_att_mask=g2l_mask,
+        l2l_relative_att_ids=l2l_ids,
+        g2g_relative_att_ids=g2g_ids,
+        l2g_relative_att_ids=l2g_ids,
+        g2l_relative_att_ids=g2l_ids,
+    )
 
 
 def best_ms(fn, number: int, repeat: int) -> float:

@@ -85,8 +85,22 @@ def compile_corpus(records: int, root: Path) -> Path:
 
 def train_from_shards(shards: Path, steps: int, root: Path, buffer: int) -> dict:
     run = root / f"run-{shards.name}"
-    command = ["graphattn", "train", "--data", str(shards), "--out", str(run), "--steps", str(steps), *MODEL,
-               "--buffer-size", str(buffer), "--no-progress", "--seed", "0"]
+    command = [
+        "graphattn",
+        "train",
+        "--data",
+        str(shards),
+        "--out",
+        str(run),
+        "--steps",
+        str(steps),
+        *MODEL,
+        "--buffer-size",
+        str(buffer),
+        "--no-progress",
+        "--seed",
+        "0",
+    ]
     rss, out = measured(command)
     rate = float(out.rsplit(", ", 1)[-1].split(" steps/s")[0])
     return {"rss_mb": rss, "steps_per_s": rate}
@@ -158,15 +172,19 @@ def main() -> int:
     print("|---|---|---|---|---|")
     for n in (small, large):
         row = rows[n]
-        print(f"| `graphattn train --data SHARDS` (streamed) | {n:,} | {row['rss_mb']:.0f} | "
-              f"{row['steps_per_s']:.2f} | none |")
+        print(
+            f"| `graphattn train --data SHARDS` (streamed) | {n:,} | {row['rss_mb']:.0f} | "
+            f"{row['steps_per_s']:.2f} | none |"
+        )
     print(
         f"| raw records compiled in memory (the path it replaces) | {small:,} | {memory['rss_mb']:.0f} | "
         f"{memory['steps_per_s']:.2f} | {memory['compile_s']:.1f} s for {memory['instances']:,} instances |"
     )
     verdict = "meets" if growth < 0.10 else "misses"
-    print(f"\npeak RSS grows {growth:+.1%} for {large // small}x the records when streaming from shards "
-          f"({verdict} the < 10% target)")
+    print(
+        f"\npeak RSS grows {growth:+.1%} for {large // small}x the records when streaming from shards "
+        f"({verdict} the < 10% target)"
+    )
     return 0
 
 

@@ -164,7 +164,11 @@ def main() -> None:
         zoom = AxisRange(G + L // 2, G + L // 2 + min(256, L // 2))
         cases = [
             ("block summary (whole)", lambda: block_summary(Pattern(instance)), None),
-            ("PNG, blocks (whole)", lambda: render(instance).save(out / "whole.png"), lambda: dense_imshow(instance, out / "peer.png")),
+            (
+                "PNG, blocks (whole)",
+                lambda: render(instance).save(out / "whole.png"),
+                lambda: dense_imshow(instance, out / "peer.png"),
+            ),
             ("PNG, tokens (256 x 256 zoom)", lambda: render(instance, zoom, zoom).save(out / "zoom.png"), None),
             ("HTML viewer", lambda: write_viewer(instance, out / "viewer.html"), None),
             ("terminal (blocks)", lambda: terminal_view(instance, style="plain"), None),
@@ -183,8 +187,9 @@ def main() -> None:
         print(f"{kind:8} {size:10} {name:30} {ours_s:8.3f} {peer_text} {ratio}")
     print(f"(files in {out}; python and matplotlib import time not included)")
     if args.long_tokens:
-        print(f"\nlong input: {args.long_tokens:,} long tokens, {args.long_globals:,} globals "
-              "(one process per command)")
+        print(
+            f"\nlong input: {args.long_tokens:,} long tokens, {args.long_globals:,} globals (one process per command)"
+        )
         print(f"{'command':30} {'wall s':>8} {'peak RSS MB':>12}")
         for name, seconds, rss in long_input(out, args.long_tokens, args.long_globals):
             print(f"{name:30} {seconds:8.1f} {rss:12.0f}")

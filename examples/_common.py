@@ -49,13 +49,17 @@ def summarize(title: str, instance: EtcInstance, top_labels: int = 8) -> None:
     """Print lengths, globals by type, truncation and the most used labels of one instance."""
     report = instance.truncation
     print(f"== {title}")
-    print(f"   long tokens {instance.long_length:5d}   global tokens {instance.global_length:4d}   "
-          f"documents {len(instance.doc_ids)}   label vocabulary {len(instance.label_vocab)}")
+    print(
+        f"   long tokens {instance.long_length:5d}   global tokens {instance.global_length:4d}   "
+        f"documents {len(instance.doc_ids)}   label vocabulary {len(instance.label_vocab)}"
+    )
     by_type = Counter(instance.global_node_types)
     print("   globals by type: " + ", ".join(f"{t} {n}" for t, n in by_type.items()))
     if report.truncated:
-        print(f"   truncated: long {report.long_tokens_before} -> {report.long_tokens_after}, "
-              f"globals {report.globals_before} -> {report.globals_after}, {len(report.dropped_nodes)} node(s) dropped")
+        print(
+            f"   truncated: long {report.long_tokens_before} -> {report.long_tokens_after}, "
+            f"globals {report.globals_before} -> {report.globals_after}, {len(report.dropped_nodes)} node(s) dropped"
+        )
         for message in report.messages:
             print(f"     - {message}")
     else:
@@ -67,5 +71,8 @@ def summarize(title: str, instance: EtcInstance, top_labels: int = 8) -> None:
     if extra:
         print("   schema labels: " + ", ".join(f"{name} {histogram[name]}" for name in extra))
     if instance.features:
-        print("   feature arrays: " + ", ".join(f"{k} {tuple(v.shape)}" for k, v in sorted(instance.features.items())[:4])
-              + (f", ... ({len(instance.features)} in all)" if len(instance.features) > 4 else ""))
+        print(
+            "   feature arrays: "
+            + ", ".join(f"{k} {tuple(v.shape)}" for k, v in sorted(instance.features.items())[:4])
+            + (f", ... ({len(instance.features)} in all)" if len(instance.features) > 4 else "")
+        )

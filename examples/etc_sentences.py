@@ -16,13 +16,23 @@ from graphattn.ingest.text import text_to_graph
 
 def main() -> None:
     tok = tokenizer()
-    article = text_to_graph((DATA / "article.txt").read_text(encoding="utf-8"), doc_id="article", source=str(DATA / "article.txt"))
+    article = text_to_graph(
+        (DATA / "article.txt").read_text(encoding="utf-8"), doc_id="article", source=str(DATA / "article.txt")
+    )
     summarize("etc-sentences: article.txt", compile_instance(article, schema_path("etc-sentences"), tok))
-    notes = [text_to_graph(text, doc_id=f"note{i}") for i, text in enumerate([
-        "Neap tides have the smallest range. They happen at the quarter moons.",
-        "A tide gauge records the water level. Long records reveal sea-level rise.",
-    ])]
-    summarize("etc-sentences: article + 2 notes packed", compile_instance([article, *notes], schema_path("etc-sentences"), tok))
+    notes = [
+        text_to_graph(text, doc_id=f"note{i}")
+        for i, text in enumerate(
+            [
+                "Neap tides have the smallest range. They happen at the quarter moons.",
+                "A tide gauge records the water level. Long records reveal sea-level rise.",
+            ]
+        )
+    ]
+    summarize(
+        "etc-sentences: article + 2 notes packed",
+        compile_instance([article, *notes], schema_path("etc-sentences"), tok),
+    )
 
 
 if __name__ == "__main__":

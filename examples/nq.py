@@ -10,7 +10,6 @@ Run: python examples/nq.py
 from __future__ import annotations
 
 import yaml
-
 from _common import DATA, schema_path, summarize, tokenizer
 
 from graphattn.compile import compile_windows

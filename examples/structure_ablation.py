@@ -64,7 +64,6 @@ from pathlib import Path
 import numpy as np
 import torch
 import yaml
-
 from _common import ROOT  # noqa: F401  (puts the checkout on sys.path)
 
 from graphattn.compile import compile_instance
@@ -110,9 +109,15 @@ def generate_records(count: int, seed: int, filler_probability: float = 0.0, con
             supports.append(fact)
         order = rng.permutation(len(supports))
         query = f"{QUERY_RELATION} {countries[0]}" if control else f"{QUERY_RELATION} {p1} {p2}"
-        records.append({"id": f"synthetic-{seed}-{index}", "query": query,
-                        "candidates": [countries[i] for i in rng.permutation(CANDIDATES)],
-                        "supports": [supports[i] for i in order], "answer": countries[0]})
+        records.append(
+            {
+                "id": f"synthetic-{seed}-{index}",
+                "query": query,
+                "candidates": [countries[i] for i in rng.permutation(CANDIDATES)],
+                "supports": [supports[i] for i in order],
+                "answer": countries[0],
+            }
+        )
     return records
 
 
@@ -148,7 +153,9 @@ def record_graph(record: dict) -> DocGraph:
         graph.add_node(f"d{d}", "document", span, index=d)
     for d, (start, end) in enumerate(document_spans):
         for j, sentence in enumerate(re.finditer(r"\S[^.]*\.", text[start:end])):
-            graph.add_child(f"d{d}", f"d{d}.s{j}", "sentence", (start + sentence.start(), start + sentence.end()), index=j)
+            graph.add_child(
+                f"d{d}", f"d{d}.s{j}", "sentence", (start + sentence.start(), start + sentence.end()), index=j
+            )
         position = start
         for word in text[start:end].split(" "):
             if word in candidate_of:
@@ -162,7 +169,9 @@ def record_graph(record: dict) -> DocGraph:
 
 def tokenizer() -> SpacyWordTokenizer:
     """A fixed word vocabulary: every word the generator uses is one token."""
-    words = sorted({w for text in (*PEOPLE, *COUNTRIES, *FACTS, *FILLERS, QUERY_RELATION) for w in text.split()} - {"{p}", "{k}"})
+    words = sorted(
+        {w for text in (*PEOPLE, *COUNTRIES, *FACTS, *FILLERS, QUERY_RELATION) for w in text.split()} - {"{p}", "{k}"}
+    )
     return SpacyWordTokenizer(words, special_tokens=SPECIAL)
 
 
@@ -170,9 +179,16 @@ def tokenizer() -> SpacyWordTokenizer:
 
 
 def _common(name: str, radius: int) -> dict:
-    return {"name": name, "local_radius": radius, "relative_pos_max_distance": 4, "relative_vocab_size": 16,
-            "max_long_length": 256, "max_global_length": 64, "special_tokens": {"global": "[SENT]"},
-            "targets": {"answer": {"kind": "choice", "node_types": "candidate", "attr": "is_answer"}}}
+    return {
+        "name": name,
+        "local_radius": radius,
+        "relative_pos_max_distance": 4,
+        "relative_vocab_size": 16,
+        "max_long_length": 256,
+        "max_global_length": 64,
+        "special_tokens": {"global": "[SENT]"},
+        "targets": {"answer": {"kind": "choice", "node_types": "candidate", "attr": "is_answer"}},
+    }
 
 
 def _candidate(exempt: bool, **extra) -> dict:
@@ -180,7 +196,13 @@ def _candidate(exempt: bool, **extra) -> dict:
     are one word) rather than ETC's shared [CAND] id: trained from scratch, identical inputs leave
     the candidate globals indistinguishable for thousands of steps. `exempt`: ETC's exemption
     from hard g2l (the candidate global then reads the whole long input)."""
-    return {"global": "per_token", "long": True, "type_id": 1, **({"ignore_hard_masks": True} if exempt else {}), **extra}
+    return {
+        "global": "per_token",
+        "long": True,
+        "type_id": 1,
+        **({"ignore_hard_masks": True} if exempt else {}),
+        **extra,
+    }
 
 
 def structured_schema(radius: int, candidates_exempt: bool = False) -> dict:
@@ -227,8 +249,9 @@ def compile_shards(records: list[dict], schema: dict, tok, out: Path) -> Path:
     """The records compiled with `schema` and written as shards under `out` (the task label included)."""
     loaded = load_schema(schema)
     instances = (compile_instance(record_graph(record), loaded, tok, compact=True) for record in records)
-    write_shards(instances, out, loaded, vocab_size=tok.vocab_size, schema_text=yaml.safe_dump(schema),
-                 rows_per_shard=512)
+    write_shards(
+        instances, out, loaded, vocab_size=tok.vocab_size, schema_text=yaml.safe_dump(schema), rows_per_shard=512
+    )
     return out
 
 
@@ -257,19 +280,43 @@ class Settings:
 def train_and_test(train: Path, test: Path, schema: dict, vocab_size: int, seed: int, steps: int, s: Settings) -> dict:
     """Train one encoder + candidate head from scratch on the `train` shards; accuracy on `test`'s."""
     torch.manual_seed(seed)
-    encoder = EtcEncoder(EtcConfig(
-        vocab_size=vocab_size, hidden_size=s.hidden, num_hidden_layers=s.layers, num_attention_heads=4,
-        intermediate_size=2 * s.hidden, local_radius=s.radius, relative_pos_max_distance=4, relative_vocab_size=16,
-        hidden_dropout_prob=0.0, attention_backend="blocked", initializer_range=s.init_std))
-    config = TrainConfig(max_steps=steps, learning_rate=s.lr, warmup_ratio=0.05, log_every=max(1, min(100, steps // 10)),
-                         progress=False, device="cpu", seed=seed, precision="fp32")
+    encoder = EtcEncoder(
+        EtcConfig(
+            vocab_size=vocab_size,
+            hidden_size=s.hidden,
+            num_hidden_layers=s.layers,
+            num_attention_heads=4,
+            intermediate_size=2 * s.hidden,
+            local_radius=s.radius,
+            relative_pos_max_distance=4,
+            relative_vocab_size=16,
+            hidden_dropout_prob=0.0,
+            attention_backend="blocked",
+            initializer_range=s.init_std,
+        )
+    )
+    config = TrainConfig(
+        max_steps=steps,
+        learning_rate=s.lr,
+        warmup_ratio=0.05,
+        log_every=max(1, min(100, steps // 10)),
+        progress=False,
+        device="cpu",
+        seed=seed,
+        precision="fp32",
+    )
     trainer = Trainer(TaskModel(encoder, load_schema(schema)), config)
     history = trainer.fit(shard_loader(train, s.batch, shuffle=True, seed=seed, compact=True)).history
     metrics = trainer.evaluate(shard_loader(test, 64, shuffle=False, compact=True))
-    tail = history[-max(1, len(history) // 10):]  # the last 10% of the logged steps
+    tail = history[-max(1, len(history) // 10) :]  # the last 10% of the logged steps
     learned = next((int(h["step"]) for h in history if h["loss"] < PLATEAU_EXIT_LOSS), None)
-    return {"accuracy": metrics["accuracy/answer"], "test_loss": metrics["loss"], "train_loss": tail[-1]["loss"],
-            "train_accuracy": statistics.mean(h["accuracy/answer"] for h in tail), "plateau_exit_step": learned}
+    return {
+        "accuracy": metrics["accuracy/answer"],
+        "test_loss": metrics["loss"],
+        "train_loss": tail[-1]["loss"],
+        "train_accuracy": statistics.mean(h["accuracy/answer"] for h in tail),
+        "plateau_exit_step": learned,
+    }
 
 
 def run_setting(setting: str, seeds: list[int], s: Settings) -> list[dict]:
@@ -294,8 +341,15 @@ def run_setting(setting: str, seeds: list[int], s: Settings) -> list[dict]:
             for seed in seeds:
                 started = time.time()
                 result = train_and_test(train, test, schema, tok.vocab_size, seed, steps, s)
-                result.update(task=task, setting=setting, seed=seed, seconds=time.time() - started,
-                              compile_seconds=compiled, long=sizes[0], globals=sizes[1])
+                result.update(
+                    task=task,
+                    setting=setting,
+                    seed=seed,
+                    seconds=time.time() - started,
+                    compile_seconds=compiled,
+                    long=sizes[0],
+                    globals=sizes[1],
+                )
                 results.append(result)
                 _report(result)
     return results
@@ -304,8 +358,11 @@ def run_setting(setting: str, seeds: list[int], s: Settings) -> list[dict]:
 def summarize(results: list[dict]) -> str:
     """The markdown table: held-out accuracy mean and spread (sample std, min - max) per task and
     schema, and the training accuracy (a gap to held-out accuracy is memorisation)."""
-    lines = ["| task | schema | seeds | held-out accuracy % (mean) | std | min - max | per seed | train accuracy % (last 10% of steps) "
-             "| left the plateau at step |", "|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "| task | schema | seeds | held-out accuracy % (mean) | std | min - max | per seed | train accuracy % (last 10% of steps) "
+        "| left the plateau at step |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
     for task in TASKS:
         for setting in SCHEMAS:
             rows = [r for r in results if r["setting"] == setting and r["task"] == task]
@@ -315,8 +372,11 @@ def summarize(results: list[dict]) -> str:
             std = statistics.stdev(acc) if len(acc) > 1 else 0.0
             train = statistics.mean(r["train_accuracy"] * 100 for r in rows)
             exits = ", ".join(str(r.get("plateau_exit_step") or "-") for r in rows)
-            lines.append(f"| {task} | {setting} | {len(acc)} | {statistics.mean(acc):.1f} | {std:.1f} | {min(acc):.1f} - {max(acc):.1f} | "
-                         + ", ".join(f"{a:.1f}" for a in acc) + f" | {train:.1f} | {exits} |")
+            lines.append(
+                f"| {task} | {setting} | {len(acc)} | {statistics.mean(acc):.1f} | {std:.1f} | {min(acc):.1f} - {max(acc):.1f} | "
+                + ", ".join(f"{a:.1f}" for a in acc)
+                + f" | {train:.1f} | {exits} |"
+            )
     return "\n".join(lines)
 
 
@@ -330,8 +390,10 @@ def verdict(results: list[dict]) -> str:
     spread = max(max(a) - min(a) for a in acc.values())
     if margin > spread:
         return f"structured beats flat by {margin:.1f} points, more than the largest seed spread ({spread:.1f})."
-    return (f"structured does NOT beat flat by more than the seed spread: margin {margin:+.1f} points, "
-            f"largest spread {spread:.1f}.")
+    return (
+        f"structured does NOT beat flat by more than the seed spread: margin {margin:+.1f} points, "
+        f"largest spread {spread:.1f}."
+    )
 
 
 def main() -> None:
@@ -341,29 +403,62 @@ def main() -> None:
     parser.add_argument("--train", type=int, default=6000, help="training records")
     parser.add_argument("--test", type=int, default=1000, help="held-out records")
     parser.add_argument("--steps", type=int, default=16000)
-    parser.add_argument("--control-steps", type=int, default=400, help="steps of the control task (the answer named in the query)")
+    parser.add_argument(
+        "--control-steps", type=int, default=400, help="steps of the control task (the answer named in the query)"
+    )
     parser.add_argument("--batch", type=int, default=16)
     parser.add_argument("--hidden", type=int, default=64)
     parser.add_argument("--layers", type=int, default=3)
     parser.add_argument("--radius", type=int, default=4, help="local radius (long tokens see +-radius)")
     parser.add_argument("--lr", type=float, default=1e-3)
-    parser.add_argument("--init-std", type=float, default=0.1,
-                        help="initializer_range; BERT's 0.02 suits width 768, at width 64 it leaves attention outputs ~1e-3 of the residual")
+    parser.add_argument(
+        "--init-std",
+        type=float,
+        default=0.1,
+        help="initializer_range; BERT's 0.02 suits width 768, at width 64 it leaves attention outputs ~1e-3 of the residual",
+    )
     parser.add_argument("--fillers", type=float, default=0.0, help="probability of a filler sentence after each fact")
-    parser.add_argument("--candidates-exempt", action="store_true", help="candidate globals ignore hard g2l (ETC's choice)")
+    parser.add_argument(
+        "--candidates-exempt", action="store_true", help="candidate globals ignore hard g2l (ETC's choice)"
+    )
     parser.add_argument("--data-seed", type=int, default=1234)
     parser.add_argument("--workers", type=int, default=2, help="processes (one per schema), one thread each")
     parser.add_argument("--json", help="also write every run's numbers to this file")
     args = parser.parse_args()
     if args.quick:
-        args.seeds, args.train, args.test, args.steps, args.control_steps, args.batch, args.hidden, args.layers = 1, 32, 16, 4, 4, 8, 16, 1
+        args.seeds, args.train, args.test, args.steps, args.control_steps, args.batch, args.hidden, args.layers = (
+            1,
+            32,
+            16,
+            4,
+            4,
+            8,
+            16,
+            1,
+        )
 
-    settings = Settings(args.train, args.test, args.steps, args.batch, args.hidden, args.layers, args.radius, args.lr, args.init_std,
-                        args.fillers, args.candidates_exempt, args.data_seed, args.control_steps)
+    settings = Settings(
+        args.train,
+        args.test,
+        args.steps,
+        args.batch,
+        args.hidden,
+        args.layers,
+        args.radius,
+        args.lr,
+        args.init_std,
+        args.fillers,
+        args.candidates_exempt,
+        args.data_seed,
+        args.control_steps,
+    )
     seeds = list(range(args.seeds))
-    print(f"{len(seeds)} seeds x {len(SCHEMAS)} schemas: {args.train} training / {args.test} held-out records, {args.steps} steps "
-          f"of {args.batch}, encoder {args.layers} x {args.hidden}, radius {args.radius}, candidate globals "
-          f"{'exempt from' if args.candidates_exempt else 'under'} hard g2l; {args.workers} process(es)", flush=True)
+    print(
+        f"{len(seeds)} seeds x {len(SCHEMAS)} schemas: {args.train} training / {args.test} held-out records, {args.steps} steps "
+        f"of {args.batch}, encoder {args.layers} x {args.hidden}, radius {args.radius}, candidate globals "
+        f"{'exempt from' if args.candidates_exempt else 'under'} hard g2l; {args.workers} process(es)",
+        flush=True,
+    )
     start = time.time()
     if args.workers > 1:
         with ProcessPoolExecutor(min(args.workers, len(SCHEMAS))) as pool:
@@ -377,9 +472,12 @@ def main() -> None:
 
 
 def _report(result: dict) -> None:
-    print(f"  {result['task']:8s} {result['setting']:10s} seed {result['seed']}: held-out accuracy {result['accuracy'] * 100:5.1f}%  (train loss "
-          f"{result['train_loss']:.3f}, left the plateau at step {result['plateau_exit_step'] or '-'}, "
-          f"mean long {result['long']:.0f} / globals {result['globals']:.0f}, {result['seconds']:.0f} s)", flush=True)
+    print(
+        f"  {result['task']:8s} {result['setting']:10s} seed {result['seed']}: held-out accuracy {result['accuracy'] * 100:5.1f}%  (train loss "
+        f"{result['train_loss']:.3f}, left the plateau at step {result['plateau_exit_step'] or '-'}, "
+        f"mean long {result['long']:.0f} / globals {result['globals']:.0f}, {result['seconds']:.0f} s)",
+        flush=True,
+    )
 
 
 if __name__ == "__main__":

@@ -22,8 +22,10 @@ from graphattn import __version__
 from graphattn.errors import GraphattnError
 
 EXIT_OK, EXIT_INCOMPLETE, EXIT_ERROR, EXIT_INTERRUPTED = 0, 1, 2, 130
-DESCRIPTION = ("graphattn: compile structured documents (typed graphs + a relation schema) into ETC global-local "
-               "inputs, inspect and draw them, train on them.")
+DESCRIPTION = (
+    "graphattn: compile structured documents (typed graphs + a relation schema) into ETC global-local "
+    "inputs, inspect and draw them, train on them."
+)
 
 
 @dataclass(frozen=True)
@@ -34,20 +36,37 @@ class Command:
 
 
 COMMANDS = {
-    "compile": Command("graphattn.corpus.cli", "compile documents or a corpus into Parquet shards",
-                       "graphattn compile examples/data/hotpotqa_sample.json --schema hotpotqa --out shards/"),
-    "inspect": Command("graphattn.shards.inspect", "summarize compiled shards and print an instance",
-                       "graphattn inspect shards/ --instance 0"),
-    "viz": Command("graphattn.viz.cli", "draw the attention pattern of a compiled instance",
-                   "graphattn viz shards/shard-00000.parquet --out mask.png    "
-                   "(or a document: viz story.txt --schema etc-sentences --out mask.html)"),
-    "train": Command("graphattn.train.cli",
-                     "fine-tune the schema's task heads on compiled shards (checkpoints, resume, DDP)",
-                     "graphattn train --data shards/ --out runs/hotpotqa --steps 20"),
-    "evaluate": Command("graphattn.train.evaluate", "score a trained model on shards: each task's standard metric",
-                        "graphattn evaluate --model runs/hotpotqa --data shards/"),
-    "tokenizer": Command("graphattn.tokenizer_cli", "train a WordPiece tokenizer.json on your own text",
-                         "graphattn tokenizer train corpus.txt --vocab-size 8000 --out tokenizer.json"),
+    "compile": Command(
+        "graphattn.corpus.cli",
+        "compile documents or a corpus into Parquet shards",
+        "graphattn compile examples/data/hotpotqa_sample.json --schema hotpotqa --out shards/",
+    ),
+    "inspect": Command(
+        "graphattn.shards.inspect",
+        "summarize compiled shards and print an instance",
+        "graphattn inspect shards/ --instance 0",
+    ),
+    "viz": Command(
+        "graphattn.viz.cli",
+        "draw the attention pattern of a compiled instance",
+        "graphattn viz shards/shard-00000.parquet --out mask.png    "
+        "(or a document: viz story.txt --schema etc-sentences --out mask.html)",
+    ),
+    "train": Command(
+        "graphattn.train.cli",
+        "fine-tune the schema's task heads on compiled shards (checkpoints, resume, DDP)",
+        "graphattn train --data shards/ --out runs/hotpotqa --steps 20",
+    ),
+    "evaluate": Command(
+        "graphattn.train.evaluate",
+        "score a trained model on shards: each task's standard metric",
+        "graphattn evaluate --model runs/hotpotqa --data shards/",
+    ),
+    "tokenizer": Command(
+        "graphattn.tokenizer_cli",
+        "train a WordPiece tokenizer.json on your own text",
+        "graphattn tokenizer train corpus.txt --vocab-size 8000 --out tokenizer.json",
+    ),
 }
 
 
@@ -66,11 +85,21 @@ class HelpFormatter(argparse.RawDescriptionHelpFormatter):
 def add_verbosity_arguments(parser: argparse.ArgumentParser, *quiet_aliases: str) -> None:
     """-q/--quiet and -v/--verbose, the same on every sub-command (read them with `verbosity`)."""
     group = parser.add_argument_group("output").add_mutually_exclusive_group()
-    group.add_argument("-q", "--quiet", *quiet_aliases, action="store_true",
-                       help="no progress bars or notes: results, warnings and errors only")
-    group.add_argument("-v", "--verbose", action="count", default=0,
-                       help="say more where there is more to say (compile: the reason of every rejected document); "
-                            "-vv also shows the traceback of an error")
+    group.add_argument(
+        "-q",
+        "--quiet",
+        *quiet_aliases,
+        action="store_true",
+        help="no progress bars or notes: results, warnings and errors only",
+    )
+    group.add_argument(
+        "-v",
+        "--verbose",
+        action="count",
+        default=0,
+        help="say more where there is more to say (compile: the reason of every rejected document); "
+        "-vv also shows the traceback of an error",
+    )
 
 
 def verbosity(args: argparse.Namespace) -> int:
@@ -79,9 +108,14 @@ def verbosity(args: argparse.Namespace) -> int:
 
 
 def _subparser(name: str, sub, command: Command) -> argparse.ArgumentParser:
-    return sub.add_parser(name, help=command.help, description=command.help, formatter_class=HelpFormatter,
-                          epilog=f"example:\n  {command.example}\n\nexit status: 0 done, 1 incomplete result, "
-                                 "2 bad usage or input, 130 interrupted")
+    return sub.add_parser(
+        name,
+        help=command.help,
+        description=command.help,
+        formatter_class=HelpFormatter,
+        epilog=f"example:\n  {command.example}\n\nexit status: 0 done, 1 incomplete result, "
+        "2 bad usage or input, 130 interrupted",
+    )
 
 
 def build_parser(only: str | None = None) -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParser]]:
@@ -89,8 +123,9 @@ def build_parser(only: str | None = None) -> tuple[argparse.ArgumentParser, dict
     imported): the top-level --help lists commands without importing any of them."""
     examples = "\n".join(f"  {c.example}" for c in COMMANDS.values())
     epilog = f"examples:\n{examples}\n\n`graphattn COMMAND --help` shows a command's options."
-    parser = argparse.ArgumentParser(prog="graphattn", description=DESCRIPTION,
-                                     formatter_class=HelpFormatter, epilog=epilog)
+    parser = argparse.ArgumentParser(
+        prog="graphattn", description=DESCRIPTION, formatter_class=HelpFormatter, epilog=epilog
+    )
     parser.add_argument("--version", action="version", version=f"graphattn {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     parsers = {}

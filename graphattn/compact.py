@@ -30,14 +30,25 @@ import numpy as np
 
 from graphattn.contract import SIDE_INPUT_NAMES, SideInputs
 from graphattn.errors import BatchError
-from graphattn.labels import (SideInputError, belongs_id, does_not_belong_id, full_relative_ids, local_relative_ids,
-                              relative_position_ids)
+from graphattn.labels import (
+    SideInputError,
+    belongs_id,
+    does_not_belong_id,
+    full_relative_ids,
+    local_relative_ids,
+    relative_position_ids,
+)
 
 
 # -- numpy building blocks shared with compile/side_inputs.py ----------------------------------
 def _flat_view(out: np.ndarray, shape: tuple[int, ...], name: str) -> np.ndarray:
     """`out` reshaped without a copy, so that writes land in it; int32, C-contiguous."""
-    if not isinstance(out, np.ndarray) or out.dtype != np.int32 or not out.flags.c_contiguous or not out.flags.writeable:
+    if (
+        not isinstance(out, np.ndarray)
+        or out.dtype != np.int32
+        or not out.flags.c_contiguous
+        or not out.flags.writeable
+    ):
         raise SideInputError(f"{name} must be a writable C-contiguous int32 numpy array")
     if out.size != int(np.prod(shape)):
         raise SideInputError(f"{name} has {out.size} elements; expected shape {list(shape)}")
@@ -147,7 +158,6 @@ def allocate_side_inputs(
         arrays[name] = buffer[start : start + sizes[name]].reshape(shape)
         start += sizes[name]
     return SideInputs(**arrays)
-
 
 
 # -- the compact form ---------------------------------------------------------------------------
@@ -291,8 +301,9 @@ class CompactSideInputs:
         mask[glob[own] - start, tok[own] - first] = 1
         mask[lglob - start, ltok - first] = 1
 
-    def _piece_rows(self, name: str, rows: slice, cols: slice, n_rows: int, n_cols: int
-                    ) -> tuple[np.ndarray, np.ndarray]:
+    def _piece_rows(
+        self, name: str, rows: slice, cols: slice, n_rows: int, n_cols: int
+    ) -> tuple[np.ndarray, np.ndarray]:
         """`name`'s mask and ids for a rows x cols range, allocated."""
         (r0, r1), (c0, c1) = _span(rows, n_rows), _span(cols, n_cols)
         mask, ids = (np.empty((r1 - r0, c1 - c0), np.int32) for _ in range(2))
@@ -325,7 +336,7 @@ class CompactSideInputs:
         self.g2l_into(out.g2l_att_mask, out.g2l_relative_att_ids)
 
     # -- padding --------------------------------------------------------------------------
-    def padded(self, long_length: int, global_length: int) -> "CompactSideInputs":
+    def padded(self, long_length: int, global_length: int) -> CompactSideInputs:
         """Pad with one more document (the reference's convention): padding attends padding."""
         L, G = self.long_length, self.global_length
         if long_length < L or global_length < G:
@@ -423,9 +434,24 @@ class CompactBatch:
     edge_label: Any  # [E2] int32
 
     ARRAYS = (
-        "owners", "long_doc", "long_segment", "long_hard_l2g", "global_doc", "global_segment", "global_blockable",
-        "global_hard_g2l", "link_offsets", "link_batch", "link_long", "link_global", "link_label",
-        "edge_offsets", "edge_batch", "edge_src", "edge_dst", "edge_label",
+        "owners",
+        "long_doc",
+        "long_segment",
+        "long_hard_l2g",
+        "global_doc",
+        "global_segment",
+        "global_blockable",
+        "global_hard_g2l",
+        "link_offsets",
+        "link_batch",
+        "link_long",
+        "link_global",
+        "link_label",
+        "edge_offsets",
+        "edge_batch",
+        "edge_src",
+        "edge_dst",
+        "edge_label",
     )
 
     @property
@@ -452,17 +478,17 @@ class CompactBatch:
     def nbytes(self) -> int:
         return sum(int(getattr(self, name).nbytes) for name in self.ARRAYS)
 
-    def map(self, fn) -> "CompactBatch":
+    def map(self, fn) -> CompactBatch:
         """Apply `fn` to every array (e.g. `torch.from_numpy`, `lambda t: t.to(device)`)."""
         return _replace_arrays(self, {name: fn(getattr(self, name)) for name in self.ARRAYS})
 
-    def to_torch(self) -> "CompactBatch":
+    def to_torch(self) -> CompactBatch:
         import torch
 
         return self.map(lambda a: a if isinstance(a, torch.Tensor) else torch.from_numpy(np.ascontiguousarray(a)))
 
     @classmethod
-    def from_instances(cls, sides: "list[CompactSideInputs]", long_length: int, global_length: int) -> "CompactBatch":
+    def from_instances(cls, sides: list[CompactSideInputs], long_length: int, global_length: int) -> CompactBatch:
         """Pad each instance to (long_length, global_length) as `collate` does and stack them."""
         if not sides:
             raise BatchError("a compact batch needs at least one instance")
@@ -487,14 +513,28 @@ class CompactBatch:
         links = _csr([(s.link_long, s.link_global, s.link_label) for s in padded], long_length)
         edges = _csr([(s.g2g_src, s.g2g_dst, s.g2g_label) for s in padded], global_length)
         return cls(
-            local_radius=first.local_radius, max_distance=first.max_distance, levels=levels,
-            cross_segment_label=first.cross_segment_label, owners=owners,
-            long_doc=stack("long_doc", np.int32), long_segment=stack("long_segment", np.int32),
-            long_hard_l2g=stack("long_hard_l2g", bool), global_doc=stack("global_doc", np.int32),
-            global_segment=stack("global_segment", np.int32), global_blockable=stack("global_blockable", bool),
+            local_radius=first.local_radius,
+            max_distance=first.max_distance,
+            levels=levels,
+            cross_segment_label=first.cross_segment_label,
+            owners=owners,
+            long_doc=stack("long_doc", np.int32),
+            long_segment=stack("long_segment", np.int32),
+            long_hard_l2g=stack("long_hard_l2g", bool),
+            global_doc=stack("global_doc", np.int32),
+            global_segment=stack("global_segment", np.int32),
+            global_blockable=stack("global_blockable", bool),
             global_hard_g2l=stack("global_hard_g2l", bool),
-            link_offsets=links[0], link_batch=links[1], link_long=links[2], link_global=links[3], link_label=links[4],
-            edge_offsets=edges[0], edge_batch=edges[1], edge_src=edges[2], edge_dst=edges[3], edge_label=edges[4],
+            link_offsets=links[0],
+            link_batch=links[1],
+            link_long=links[2],
+            link_global=links[3],
+            link_label=links[4],
+            edge_offsets=edges[0],
+            edge_batch=edges[1],
+            edge_src=edges[2],
+            edge_dst=edges[3],
+            edge_label=edges[4],
         )
 
 
@@ -520,6 +560,7 @@ def _csr(rows: list[tuple[np.ndarray, np.ndarray, np.ndarray]], length: int) -> 
         offsets[b, 0] = start
         parts.append((np.full(len(source), b), source, target, label))
         start += len(source)
-    flat = [np.concatenate([p[i] for p in parts]).astype(np.int32) if parts else np.zeros(0, np.int32)
-            for i in range(4)]
+    flat = [
+        np.concatenate([p[i] for p in parts]).astype(np.int32) if parts else np.zeros(0, np.int32) for i in range(4)
+    ]
     return (offsets.astype(np.int32), *flat)

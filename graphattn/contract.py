@@ -53,7 +53,7 @@ SIDE_INPUT_NAMES = (
 )
 
 
-def _as_torch(x: Any) -> "torch.Tensor":
+def _as_torch(x: Any) -> torch.Tensor:
     import torch
 
     return x if isinstance(x, torch.Tensor) else torch.from_numpy(np.ascontiguousarray(x))
@@ -93,17 +93,19 @@ class SideInputs:
         """The eight arrays by their etcmodel names, in SIDE_INPUT_NAMES order."""
         return {name: getattr(self, name) for name in SIDE_INPUT_NAMES}
 
-    def map(self, fn) -> "SideInputs":
+    def map(self, fn) -> SideInputs:
         """Apply `fn` to each of the eight arrays (e.g. `lambda t: t.to(device)`)."""
         return SideInputs(**{name: fn(value) for name, value in self.as_dict().items()})
 
-    def to_torch(self) -> "SideInputs":
+    def to_torch(self) -> SideInputs:
         """The same arrays as torch tensors (numpy ones shared, not copied, where contiguous)."""
         return self.map(_as_torch)
 
-    def to_numpy(self) -> "SideInputs":
+    def to_numpy(self) -> SideInputs:
         """The same arrays as numpy (torch tensors moved to the CPU first)."""
-        return self.map(lambda x: x if isinstance(x, np.ndarray) else x.cpu().numpy() if hasattr(x, "cpu") else np.asarray(x))
+        return self.map(
+            lambda x: x if isinstance(x, np.ndarray) else x.cpu().numpy() if hasattr(x, "cpu") else np.asarray(x)
+        )
 
 
 @dataclass
@@ -143,7 +145,7 @@ class EtcInstance:
     global_token_ids: np.ndarray  # [G] int32
     global_type_ids: np.ndarray  # [G] int32
     side: Any  # SideInputs (numpy, no batch dim) or CompactSideInputs
-    label_vocab: "LabelVocab"
+    label_vocab: LabelVocab
     global_node_ids: list[str]
     global_node_types: list[str]
     long_char_spans: np.ndarray  # [L, 2] int32
@@ -196,17 +198,17 @@ class EtcBatch:
     [B] for scalars, [B, k, 2] for span rows), what task heads train on.
     """
 
-    long_token_ids: "torch.Tensor"  # [B, L]
-    long_type_ids: "torch.Tensor"  # [B, L]
-    global_token_ids: "torch.Tensor"  # [B, G]
-    global_type_ids: "torch.Tensor"  # [B, G]
-    long_input_mask: "torch.Tensor"  # [B, L]
-    global_input_mask: "torch.Tensor"  # [B, G]
+    long_token_ids: torch.Tensor  # [B, L]
+    long_type_ids: torch.Tensor  # [B, L]
+    global_token_ids: torch.Tensor  # [B, G]
+    global_type_ids: torch.Tensor  # [B, G]
+    long_input_mask: torch.Tensor  # [B, L]
+    global_input_mask: torch.Tensor  # [B, G]
     side: SideInputs | None
     vocab_size: int
-    features: dict[str, "torch.Tensor"] = field(default_factory=dict)
-    compact: "CompactBatch | None" = None
-    targets: dict[str, "torch.Tensor"] = field(default_factory=dict)
+    features: dict[str, torch.Tensor] = field(default_factory=dict)
+    compact: CompactBatch | None = None
+    targets: dict[str, torch.Tensor] = field(default_factory=dict)
 
     # -- methods (after every field) ------------------------------------------------------
     @property
@@ -218,7 +220,7 @@ class EtcBatch:
         batch, long = self.long_token_ids.shape
         return f"EtcBatch(B={batch}, L={long}, G={self.global_token_ids.shape[1]}, labels={self.vocab_size}, device={self.long_token_ids.device})"
 
-    def to(self, device: "torch.device | str") -> "EtcBatch":
+    def to(self, device: torch.device | str) -> EtcBatch:
         """The batch with every tensor (ids, masks, side inputs, features) on `device`."""
         move = lambda t: t.to(device)  # noqa: E731
         tensors = {f.name: move(getattr(self, f.name)) for f in fields(self) if f.name.endswith(("ids", "mask"))}

@@ -8,8 +8,8 @@ pasted into an editor's "go to" box.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Sequence
 
 
 def format_path(path: Sequence[str | int]) -> str:

@@ -23,9 +23,9 @@ from __future__ import annotations
 
 import numbers
 from array import array
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Iterable, Iterator
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -61,7 +61,7 @@ class Edge:
 class _NodeView(Node):
     """Row `row` of a graph, read (and written, with the graph's checks) through its columns."""
 
-    def __init__(self, graph: "DocGraph", row: int):  # noqa: D107 - no dataclass fields of its own
+    def __init__(self, graph: DocGraph, row: int):  # noqa: D107 - no dataclass fields of its own
         self._graph, self._row = graph, row
 
     @property
@@ -102,7 +102,7 @@ class _NodeView(Node):
 
 
 class _EdgeView(Edge):
-    def __init__(self, graph: "DocGraph", row: int):  # noqa: D107
+    def __init__(self, graph: DocGraph, row: int):  # noqa: D107
         self._graph, self._row = graph, row
 
     @property
@@ -128,7 +128,7 @@ class _EdgeView(Edge):
 class _Nodes(Mapping):
     """`graph.nodes`: node id -> Node view, in insertion order."""
 
-    def __init__(self, graph: "DocGraph"):
+    def __init__(self, graph: DocGraph):
         self._graph = graph
 
     def __getitem__(self, node_id: str) -> Node:
@@ -150,7 +150,7 @@ class _Nodes(Mapping):
 class _Edges(Sequence):
     """`graph.edges`: Edge views in insertion order; `append` adds an edge (checked)."""
 
-    def __init__(self, graph: "DocGraph"):
+    def __init__(self, graph: DocGraph):
         self._graph = graph
 
     def __getitem__(self, i):  # type: ignore[override]
@@ -545,7 +545,7 @@ class DocGraph:
         return {"doc_id": self.doc_id, "text": self._text, "nodes": nodes, "edges": edges}
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any], source: str | None = None) -> "DocGraph":
+    def from_dict(cls, data: dict[str, Any], source: str | None = None) -> DocGraph:
         """Build from ``{"text", "doc_id"?, "nodes": [{id, type, span?, attrs?}], "edges": [{src, relation, dst,
         attrs?}]}``; every value is checked (spans are pairs of ints, attrs mappings), naming the node."""
         if not isinstance(data, dict):
@@ -568,7 +568,7 @@ class DocGraph:
         return graph
 
     # -- networkx -------------------------------------------------------------------------
-    def to_networkx(self) -> "nx.MultiDiGraph":
+    def to_networkx(self) -> nx.MultiDiGraph:
         """A MultiDiGraph: node attrs `type`, `span`, attrs; edge key and attr `relation`."""
         import networkx as nx  # only for the conversions: reading and compiling never need it
 
@@ -580,7 +580,7 @@ class DocGraph:
         return g
 
     @classmethod
-    def from_networkx(cls, g: "nx.Graph", text: str | None = None, doc_id: str | None = None) -> "DocGraph":
+    def from_networkx(cls, g: nx.Graph, text: str | None = None, doc_id: str | None = None) -> DocGraph:
         """Inverse of `to_networkx`; any networkx graph whose nodes carry a `type` attribute."""
         graph = cls(text if text is not None else g.graph.get("text", ""), doc_id or g.graph.get("doc_id"))
         for node_id, data in g.nodes(data=True):

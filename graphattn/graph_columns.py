@@ -12,8 +12,8 @@ per node).
 
 from __future__ import annotations
 
-from collections.abc import MutableMapping
-from typing import Any, Callable, Iterator
+from collections.abc import Callable, Iterator, MutableMapping
+from typing import Any
 
 import numpy as np
 

@@ -24,6 +24,7 @@ import numpy as np
 
 from graphattn.errors import CompileError
 
+
 class SideInputError(CompileError):
     """Arguments to the label and side-input builders that disagree or are out of range."""
 
@@ -138,7 +139,7 @@ class LabelVocab:
         return {"max_distance": self.max_distance, "extra": list(self.extra), "names": list(self.names)}
 
     @classmethod
-    def from_dict(cls, data: dict) -> "LabelVocab":
+    def from_dict(cls, data: dict) -> LabelVocab:
         vocab = cls(int(data["max_distance"]), list(data.get("extra", [])))
         if "names" in data and list(data["names"]) != vocab.names:
             raise CompileError("serialized label names disagree with max_distance/extra")

@@ -14,9 +14,10 @@ import difflib
 import math
 import numbers
 import os
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Iterator, Mapping
+from typing import Any
 
 import numpy as np
 
@@ -208,9 +209,13 @@ def _node_type(name: str, raw: Mapping, check: _Checker) -> NodeType:
     where = {k: tuple(v) if isinstance(v, list) else (v,) for k, v in raw.get("where", {}).items()}
     mode = raw.get("global", "none")
     if where and mode == "none":
-        check.fail("`where` selects which nodes become globals, but this type has global: none", "node_types", name, "where")
+        check.fail(
+            "`where` selects which nodes become globals, but this type has global: none", "node_types", name, "where"
+        )
     if mode == "per_token" and "global_token" in raw:
-        check.fail("per_token globals use their wordpiece ids; global_token does not apply", "node_types", name, "global_token")
+        check.fail(
+            "per_token globals use their wordpiece ids; global_token does not apply", "node_types", name, "global_token"
+        )
     type_id = raw.get("type_id")
     return NodeType(
         name=name,
@@ -230,7 +235,9 @@ def _node_type(name: str, raw: Mapping, check: _Checker) -> NodeType:
 def _relation(name: str, raw: Mapping, check: _Checker) -> Relation:
     link, label, reverse = raw.get("link"), raw.get("label"), raw.get("reverse_label")
     if label is not None and link is None:
-        check.fail("a label needs `link: l2g | g2l | g2g` to say which attention pieces it labels", "relations", name, "label")
+        check.fail(
+            "a label needs `link: l2g | g2l | g2g` to say which attention pieces it labels", "relations", name, "label"
+        )
     if link == "g2g" and label is None:
         check.fail("a g2g link needs a `label` (without one it would change nothing)", "relations", name, "link")
     if reverse is not None and link != "g2g":
@@ -318,7 +325,12 @@ def _build(data: Mapping, lines: Mapping, source: str | None) -> Schema:
     if "fixed_blocks" in data:
         raw = data["fixed_blocks"]
         blocks = FixedBlocks(
-            raw["tokens_per_block"], raw.get("name", "block"), raw.get("global_token"), raw.get("type_id", 0), raw.get("hard_g2l"), raw.get("hard_l2g")
+            raw["tokens_per_block"],
+            raw.get("name", "block"),
+            raw.get("global_token"),
+            raw.get("type_id", 0),
+            raw.get("hard_g2l"),
+            raw.get("hard_l2g"),
         )
         if blocks.name in node_types:
             check.fail(f"block level name {blocks.name!r} clashes with a declared node type", "fixed_blocks", "name")
@@ -328,7 +340,8 @@ def _build(data: Mapping, lines: Mapping, source: str | None) -> Schema:
             check.fail(
                 "hard l2g restricts long query tokens, whichever global they look at (etcmodel's rule per row), so a "
                 f"block-only value cannot apply beside node globals: set masks.hard_l2g: {str(blocks.hard_l2g).lower()} instead",
-                "fixed_blocks", "hard_l2g",
+                "fixed_blocks",
+                "hard_l2g",
             )
     if needs_global_token and "global" not in special:
         message = "global nodes without their own global_token need special_tokens.global (a token string or id)"
@@ -340,14 +353,20 @@ def _build(data: Mapping, lines: Mapping, source: str | None) -> Schema:
     block_g2g = segments_raw.get("block_g2g", False)
     if isinstance(block_g2g, list):
         for i, name in enumerate(block_g2g):
-            check.known(name, [n for n, t in node_types.items() if t.is_global], "global node type", "segments", "block_g2g", i)
+            check.known(
+                name, [n for n, t in node_types.items() if t.is_global], "global node type", "segments", "block_g2g", i
+            )
         block_g2g = tuple(block_g2g)
     if segments_raw and not any(t.segment for t in node_types.values()):
         check.fail("segments are configured but no node type has `segment: true`", "segments")
 
     trunc_raw = data.get("truncation", {})
     truncation = Truncation(
-        trunc_raw.get("policy", "tail"), trunc_raw.get("unit"), trunc_raw.get("context"), trunc_raw.get("stride"), tuple(trunc_raw.get("pin", []))
+        trunc_raw.get("policy", "tail"),
+        trunc_raw.get("unit"),
+        trunc_raw.get("context"),
+        trunc_raw.get("stride"),
+        tuple(trunc_raw.get("pin", [])),
     )
     _check_truncation(truncation, node_types, data, check)
 
@@ -377,10 +396,14 @@ def _build(data: Mapping, lines: Mapping, source: str | None) -> Schema:
     _check_labels(schema, check)
     if len(schema.long_prefix) >= schema.max_long_length:
         n = len(schema.long_prefix)
-        check.fail(f"long_prefix ({n} tokens) leaves no room in max_long_length {schema.max_long_length}", "max_long_length")
+        check.fail(
+            f"long_prefix ({n} tokens) leaves no room in max_long_length {schema.max_long_length}", "max_long_length"
+        )
     if len(schema.global_prefix) > schema.max_global_length:
         n = len(schema.global_prefix)
-        check.fail(f"global_prefix ({n} tokens) exceeds max_global_length {schema.max_global_length}", "max_global_length")
+        check.fail(
+            f"global_prefix ({n} tokens) exceeds max_global_length {schema.max_global_length}", "max_global_length"
+        )
     return _with_targets(schema, data, check)
 
 

@@ -20,9 +20,10 @@ import json
 import numbers
 import os
 import re
+from collections.abc import Mapping
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 import yaml
 
@@ -125,8 +126,13 @@ def _walk_lines(
                 size += _walk_lines(value_node, path, lines, source, sizes, error)
                 continue
             if not isinstance(key_node, yaml.ScalarNode) or key_node.tag != _STR_TAG:
-                raise fail(key_error(key_node.value if isinstance(key_node, yaml.ScalarNode) else "a collection",
-                                     key_node.tag.rsplit(":", 1)[-1]), key_node)
+                raise fail(
+                    key_error(
+                        key_node.value if isinstance(key_node, yaml.ScalarNode) else "a collection",
+                        key_node.tag.rsplit(":", 1)[-1],
+                    ),
+                    key_node,
+                )
             key = key_node.value
             if key in seen:
                 raise fail(f"duplicate key {key!r} (first on line {seen[key]})", key_node)
@@ -308,7 +314,15 @@ def _validator():
     return jsonschema.Draft202012Validator(schema)
 
 
-_JSON_TYPE = {dict: "object", list: "array", str: "string", bool: "boolean", int: "integer", float: "number", type(None): "null"}
+_JSON_TYPE = {
+    dict: "object",
+    list: "array",
+    str: "string",
+    bool: "boolean",
+    int: "integer",
+    float: "number",
+    type(None): "null",
+}
 
 
 def _json_type(value: Any) -> str:
@@ -354,7 +368,9 @@ def _describe(error) -> tuple[str, Path_]:
 
 def validate(data: Any, lines: Mapping, source: str | None) -> None:
     if not isinstance(data, dict):
-        raise SchemaError(f"a relation schema must be a mapping at the top level, got {_json_type(data)}", file=source, line=1)
+        raise SchemaError(
+            f"a relation schema must be a mapping at the top level, got {_json_type(data)}", file=source, line=1
+        )
     problems = []
     for error in _validator().iter_errors(data):
         message, path = _describe(error)

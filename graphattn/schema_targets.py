@@ -28,8 +28,9 @@ truncation and windows is `graphattn.compile.targets`; the module there has the 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from graphattn.schema import NodeType
@@ -96,7 +97,7 @@ def target_arrays(targets: Mapping[str, TargetSpec]) -> tuple[TargetArray, ...]:
 
 def build_targets(
     raw: Mapping[str, Mapping],
-    node_types: Mapping[str, "NodeType"],
+    node_types: Mapping[str, NodeType],
     global_prefix: tuple[str, ...],
     max_documents: int,
     check,
@@ -121,7 +122,7 @@ def build_targets(
 def _target(
     name: str,
     entry: Mapping,
-    node_types: Mapping[str, "NodeType"],
+    node_types: Mapping[str, NodeType],
     global_prefix: tuple[str, ...],
     max_documents: int,
     check,

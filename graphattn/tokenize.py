@@ -31,8 +31,9 @@ import itertools
 import json
 import os
 import re
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import Any, Callable, Iterable, Protocol, Sequence, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -152,9 +153,10 @@ def _without_special_ids(
     if unk_id is None:
         at = int(offsets[int(np.argmax(forged)), 0])
         raise TokenizerError(
-            f"the text at character {at} ({text[at:at + 12]!r}) encodes to a special token's id and the vocabulary has "
+            f"the text at character {at} ({text[at : at + 12]!r}) encodes to a special token's id and the vocabulary has "
             "no unk token to read it as plain text instead",
-            file=source, path=("text",),
+            file=source,
+            path=("text",),
         )
     return np.where(forged, np.int32(unk_id), ids).astype(np.int32)
 
@@ -181,7 +183,9 @@ class HFTokenizer:
         from tokenizers import Tokenizer as RawTokenizer
 
         if not isinstance(tokenizer, RawTokenizer):
-            raise TokenizerError(f"HFTokenizer wraps a tokenizers.Tokenizer, got {type(tokenizer).__name__}", file=source)
+            raise TokenizerError(
+                f"HFTokenizer wraps a tokenizers.Tokenizer, got {type(tokenizer).__name__}", file=source
+            )
         try:
             tokenizer = RawTokenizer.from_str(tokenizer.to_str())
         except Exception:  # custom (unserializable) components: use the object itself
@@ -193,7 +197,13 @@ class HFTokenizer:
         self.source = source
         self._prefix_exact: bool | None = None
         model_unk = getattr(tokenizer.model, "unk_token", None)
-        overrides = {"cls": cls_token, "sep": sep_token, "pad": pad_token, "mask": mask_token, "unk": unk_token or model_unk}
+        overrides = {
+            "cls": cls_token,
+            "sep": sep_token,
+            "pad": pad_token,
+            "mask": mask_token,
+            "unk": unk_token or model_unk,
+        }
         special = _find_special_ids(tokenizer.token_to_id, overrides, source)
         self.cls_id, self.sep_id, self.pad_id = special["cls"], special["sep"], special["pad"]
         self.mask_id, self.unk_id = special["mask"], special["unk"]
@@ -202,7 +212,7 @@ class HFTokenizer:
         self._special_ids = _special_id_array([*added, *roles], self.unk_id)
 
     @classmethod
-    def from_file(cls, path: str | os.PathLike, **special_tokens: str) -> "HFTokenizer":
+    def from_file(cls, path: str | os.PathLike, **special_tokens: str) -> HFTokenizer:
         """A tokenizer.json, a Hugging Face model directory or ``"default"`` (see `graphattn.tokenizer_files`)."""
         from graphattn.tokenizer_files import raw_tokenizer
 
@@ -244,7 +254,9 @@ class HFTokenizer:
     def id_to_token(self, token_id: int) -> str:
         token = self.tokenizer.id_to_token(int(token_id))
         if token is None:
-            raise TokenizerError(f"token id {token_id} is outside the vocabulary of {self.vocab_size}", file=self.source)
+            raise TokenizerError(
+                f"token id {token_id} is outside the vocabulary of {self.vocab_size}", file=self.source
+            )
         return token
 
     def save(self, path: str | os.PathLike) -> None:
@@ -295,7 +307,9 @@ class SpacyWordTokenizer:
         self.cls_id, self.sep_id, self.pad_id = special["cls"], special["sep"], special["pad"]
         self.mask_id, self.unk_id = special["mask"], special["unk"]
         if not self.grow and self.unk_id is None:
-            raise TokenizerError("a fixed vocabulary needs an unk token ([UNK] or <unk>) for unknown words", file=self.source)
+            raise TokenizerError(
+                "a fixed vocabulary needs an unk token ([UNK] or <unk>) for unknown words", file=self.source
+            )
         self._special_ids = _special_id_array((self._id_of[t] for t in special_tokens), self.unk_id)
 
     def _add(self, token: str) -> int:
@@ -348,7 +362,9 @@ class SpacyWordTokenizer:
 
     def id_to_token(self, token_id: int) -> str:
         if not 0 <= int(token_id) < len(self._tokens):
-            raise TokenizerError(f"token id {token_id} is outside the vocabulary of {self.vocab_size}", file=self.source)
+            raise TokenizerError(
+                f"token id {token_id} is outside the vocabulary of {self.vocab_size}", file=self.source
+            )
         return self._tokens[int(token_id)]
 
     @property
@@ -374,6 +390,7 @@ _SPLITTERS = _SPACE_SPLITTERS | {"Punctuation", "Digits", "UnicodeScripts", "Byt
 
 def _prefix_exact(config: dict) -> bool:
     """`HFTokenizer.prefix_exact` from a tokenizer.json: see there."""
+
     def parts(component: dict | None) -> list[dict]:
         """A component, or the members of a Sequence (nested ones flattened)."""
         if component is None:
@@ -405,7 +422,9 @@ def _read_vocab_file(path: Path) -> list[str]:
     try:
         lines = path.read_text(encoding="utf-8").splitlines()
     except UnicodeDecodeError as exc:
-        raise TokenizerError(f"vocabulary file is not UTF-8 ({exc.reason} at byte {exc.start})", file=str(path)) from None
+        raise TokenizerError(
+            f"vocabulary file is not UTF-8 ({exc.reason} at byte {exc.start})", file=str(path)
+        ) from None
     return [line for line in (raw.strip() for raw in lines) if line]
 
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import argparse
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 from graphattn.cli import add_verbosity_arguments, verbosity
 from graphattn.tokenize import TokenizerError

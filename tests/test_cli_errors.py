@@ -41,8 +41,12 @@ def files(tmp_path_factory) -> Path:
     (root / "emptydir").mkdir()
     from graphattn.corpus.pipeline import CompileOptions, run_compile
 
-    run_compile(CompileOptions(inputs=[str(root / "notes.txt")], schema="etc-sentences", out=str(root / "good"),
-                               progress=False), print_fn=None)
+    run_compile(
+        CompileOptions(
+            inputs=[str(root / "notes.txt")], schema="etc-sentences", out=str(root / "good"), progress=False
+        ),
+        print_fn=None,
+    )
     shard = bytearray((root / "good" / "shard-00000.parquet").read_bytes())
     shard[100:2000] = bytes((b * 7 + 3) % 256 for b in shard[100:2000])  # pages garbled, footer intact
     (root / "damaged.parquet").write_bytes(bytes(shard))
@@ -485,8 +489,9 @@ def test_api_papercuts_say_what_was_expected():
     with pytest.raises(CompileError, match="expected a DocGraph or a list of DocGraphs, got dict; DocGraph.from_dict"):
         graphattn.compile_instance({"text": "a", "nodes": [], "edges": []}, "etc-sentences", "default")
     with pytest.raises(GraphError, match=r"node 's': span \[5, 2\) ends before it starts"):
-        graphattn.DocGraph.from_dict({"text": "hello world", "nodes": [{"id": "s", "type": "sentence", "span": [5, 2]}],
-                                      "edges": []})
+        graphattn.DocGraph.from_dict(
+            {"text": "hello world", "nodes": [{"id": "s", "type": "sentence", "span": [5, 2]}], "edges": []}
+        )
     sentence = {"id": "s", "type": "sentence", "span": [0, 11]}
     graph = graphattn.DocGraph.from_dict({"text": "A sentence.", "nodes": [sentence], "edges": []})
     instance = graphattn.compile_instance(graph, "etc-sentences", "default")

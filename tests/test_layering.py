@@ -20,7 +20,10 @@ def _loaded_after(statement: str) -> set[str]:
 @pytest.mark.parametrize(
     "statement, forbidden",
     [
-        ("import graphattn.kernels", {"graphattn.schema", "graphattn.tokenize", "graphattn.compile", "yaml", "networkx"}),
+        (
+            "import graphattn.kernels",
+            {"graphattn.schema", "graphattn.tokenize", "graphattn.compile", "yaml", "networkx"},
+        ),
         ("import graphattn.contract, graphattn.labels, graphattn.compact", {"torch", "graphattn.compile", "yaml"}),
         ("import graphattn.shards.format", {"torch", "graphattn.compile", "graphattn.corpus", "yaml", "networkx"}),
     ],

@@ -9,11 +9,11 @@ import os
 import shutil
 import subprocess
 import sys
-import tomllib
 import zipfile
 from pathlib import Path
 
 import pytest
+import tomllib
 
 REPO = Path(__file__).resolve().parents[1]
 TEXT = "The river runs past old mills. People trade grain and wool in quiet towns.\n\nStorms pass over the bridges."

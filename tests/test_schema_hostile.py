@@ -158,15 +158,19 @@ def test_the_top_level_of_a_dict_that_contains_itself_is_refused():
 
 
 BOMB = "lol0: &l0 [a, a, a, a, a, a, a, a, a, a]\n" + "".join(
-    f"lol{i}: &l{i} [{', '.join([f'*l{i - 1}'] * 10)}]\n" for i in range(1, 10))
+    f"lol{i}: &l{i} [{', '.join([f'*l{i - 1}'] * 10)}]\n" for i in range(1, 10)
+)
 
 HOSTILE = [  # (file text, message part, line)
     (MINIMAL + "x:\n" + textwrap.indent(BOMB, "  "), f"holds more than {MAX_VALUES} values", 9),
     (MINIMAL + "x: &a [*a]\n", "alias *a refers to a value that contains it", 5),
     (MINIMAL + "x: &a {y: {z: *a}}\n", "alias *a refers to a value that contains it", 5),
     (MINIMAL + "description: " + "[" * 5000 + "]" * 5000 + "\n", f"nested more than {MAX_DEPTH} levels deep", 5),
-    (MINIMAL + "x:\n" + "".join("  " * (i + 1) + f"k{i}:\n" for i in range(200)) + "  " * 201 + "1\n",
-     f"nested more than {MAX_DEPTH} levels deep", 4 + MAX_DEPTH),
+    (
+        MINIMAL + "x:\n" + "".join("  " * (i + 1) + f"k{i}:\n" for i in range(200)) + "  " * 201 + "1\n",
+        f"nested more than {MAX_DEPTH} levels deep",
+        4 + MAX_DEPTH,
+    ),
     (MINIMAL + "local_radius: " + "9" * 5000 + "\n", "a number of 5000 characters is too long", 5),
     (MINIMAL + "local_radius: " + "9" * 30 + "\n", "integer out of range", 5),
     (MINIMAL + "local_radius: !!int abc\n", "cannot read this int value", 5),
@@ -186,14 +190,24 @@ def test_hostile_yaml_is_a_schema_error_with_file_and_line(tmp_path, text, messa
     assert _peak_bytes(lambda: load_schema(file)) < 32 << 20
 
 
-@pytest.mark.parametrize("text, message, line", [
-    ('{"name": "x",\n "description": ' + "[" * 5000 + "]" * 5000 + "}", "nested more than", 2),
-    ('{"name": "x",\n\t"description": ' + "[" * 5000 + "]" * 5000 + "}", "nested more than", 2),  # YAML rejects the tab
-    ('{"name": "x",\n "local_radius": ' + "9" * 5000 + "}", "a number of 5000 characters is too long", 2),
-    ('{"name": "x",\n\t"local_radius": ' + "9" * 5000 + "}", "a number of 5000 characters is too long", 2),
-    ('{"name": "x", "local_radius": 3.0, "special_tokens": {"global": 1},\n "node_types": {"s": {"global": "node"}}}',
-     None, None),
-])
+@pytest.mark.parametrize(
+    "text, message, line",
+    [
+        ('{"name": "x",\n "description": ' + "[" * 5000 + "]" * 5000 + "}", "nested more than", 2),
+        (
+            '{"name": "x",\n\t"description": ' + "[" * 5000 + "]" * 5000 + "}",
+            "nested more than",
+            2,
+        ),  # YAML rejects the tab
+        ('{"name": "x",\n "local_radius": ' + "9" * 5000 + "}", "a number of 5000 characters is too long", 2),
+        ('{"name": "x",\n\t"local_radius": ' + "9" * 5000 + "}", "a number of 5000 characters is too long", 2),
+        (
+            '{"name": "x", "local_radius": 3.0, "special_tokens": {"global": 1},\n "node_types": {"s": {"global": "node"}}}',
+            None,
+            None,
+        ),
+    ],
+)
 def test_hostile_json_is_a_schema_error_with_file_and_line(tmp_path, text, message, line):
     file = write(tmp_path, text, "s.json")
     if message is None:
@@ -246,8 +260,9 @@ def _yaml_documents(draw):
     return "\n".join(lines) + "\n"
 
 
-@settings(max_examples=150, deadline=None,
-          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture]
+)
 @given(_yaml_documents())
 def test_random_yaml_loads_or_is_a_schema_error_with_file_and_line(tmp_path, text):
     file = write(tmp_path, text)

@@ -119,7 +119,9 @@ def test_explicit_special_token_names_must_exist(small_wordpiece):
 
 
 def test_tokenizer_without_specials_reports_none():
-    raw = RawTokenizer.from_str(train_wordpiece(["abc abd"], vocab_size=30, special_tokens=["<unk>"]).tokenizer.to_str())
+    raw = RawTokenizer.from_str(
+        train_wordpiece(["abc abd"], vocab_size=30, special_tokens=["<unk>"]).tokenizer.to_str()
+    )
     adapter = HFTokenizer(raw)
     assert adapter.unk_id == 0
     assert (adapter.cls_id, adapter.sep_id, adapter.pad_id, adapter.mask_id) == (None, None, None, None)
@@ -270,7 +272,9 @@ def test_spans_to_token_ranges_rejects_bad_input():
 def offsets_and_spans(draw):
     widths = draw(st.lists(st.integers(0, 4), max_size=20))
     gaps = draw(st.lists(st.integers(0, 2), min_size=len(widths), max_size=len(widths)))
-    starts = np.cumsum(np.array(gaps, dtype=np.int64) + np.r_[0, widths[:-1]].astype(np.int64)) if widths else np.zeros(0)
+    starts = (
+        np.cumsum(np.array(gaps, dtype=np.int64) + np.r_[0, widths[:-1]].astype(np.int64)) if widths else np.zeros(0)
+    )
     offsets = np.stack([starts, starts + np.array(widths, dtype=np.int64)], axis=1).reshape(-1, 2)
     limit = int(offsets.max(initial=0)) + 3
     pairs = draw(st.lists(st.tuples(st.integers(0, limit), st.integers(0, limit)), min_size=1, max_size=8))

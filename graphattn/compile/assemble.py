@@ -15,12 +15,12 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from graphattn.compact import CompactSideInputs
-from graphattn.contract import EtcInstance, TruncationReport
 from graphattn.compile.layout import DocLayout, document_error, schema_ref
 from graphattn.compile.ranges import count_in_ranges, coverage, expand_ranges, innermost, take_or
 from graphattn.compile.targets import DocNodes, lower_targets
 from graphattn.compile.tokens import TokenTable
 from graphattn.compile.truncate import Selection, _nearest_of_type, doc_sizes
+from graphattn.contract import EtcInstance, TruncationReport
 from graphattn.errors import CompileError, format_path
 from graphattn.schema import Feature, Schema, feature_value_problem
 from graphattn.tokenize import plain_text
@@ -113,7 +113,9 @@ def _global_part(doc: _Doc, schema: Schema) -> None:
     for group in schema.global_order:
         members = np.flatnonzero(candidates & lay.of_types(group))
         members = members[np.argsort(lay.rank[members], kind="stable")]
-        per_token = lay.of_types([t for t in group if t in schema.node_types and schema.node_types[t].global_mode == "per_token"])[members]
+        per_token = lay.of_types(
+            [t for t in group if t in schema.node_types and schema.node_types[t].global_mode == "per_token"]
+        )[members]
         counts = np.where(per_token, lay.ranges[members, 1] - lay.ranges[members, 0], 1)
         positions, which = expand_ranges(np.zeros_like(counts), counts)
         kinds.append(np.where(per_token[which], PER_TOKEN, NODE))
@@ -214,7 +216,7 @@ def _segment_boundaries(doc: _Doc) -> tuple[np.ndarray, np.ndarray]:
     boundary = np.zeros(doc.long_length, dtype=bool)
     boundary[:1] = True  # a document starts a run (an empty one has no positions at all)
     any_segment = np.flatnonzero(lay.type_flag("segment") & doc.alive)
-    for t, name in enumerate(lay.type_names):
+    for t, _name in enumerate(lay.type_names):
         nodes = np.flatnonzero((lay.node_type == t) & lay.type_flag("segment") & doc.alive)
         if nodes.size == 0:
             continue
@@ -272,7 +274,9 @@ def _global_flags(doc: _Doc, schema: Schema) -> dict[str, np.ndarray]:
 
     block_hard_g2l = masks.hard_g2l if blocks is None or blocks.hard_g2l is None else blocks.hard_g2l
     return {
-        "blockable": by_type(lambda t: schema.segments.blocks(t.name, t.name), False, schema.segments.block_g2g is True).astype(bool),
+        "blockable": by_type(
+            lambda t: schema.segments.blocks(t.name, t.name), False, schema.segments.block_g2g is True
+        ).astype(bool),
         "hard_g2l": by_type(lambda t: masks.hard_g2l and not t.ignore_hard_g2l, False, block_hard_g2l).astype(bool),
         "type_ids": by_type(lambda t: t.global_type_id, 0, blocks.type_id if blocks else 0).astype(np.int32),
     }
@@ -410,7 +414,8 @@ def _feature_values(
             raise CompileError(
                 f"attr {feat.attr!r}: {problem} "
                 f"(feature {feat.name!r} of {schema_ref(schema)}, {format_path(('features', index))})",
-                file=lay.graph.source, node=lay.node_ids[h],
+                file=lay.graph.source,
+                node=lay.node_ids[h],
             )
     return np.array([float(v) for v in raw], dtype=np.float64)
 
@@ -450,10 +455,20 @@ def _doc_nodes(doc: _Doc, schema: Schema, loffset: int) -> DocNodes:
     holds_first = has_kept & (take_or(doc.kept, np.where(has_kept, kept_from, -1), -2) == first_long)
     n_globals = doc.g_kind.shape[0]
     prefix = {name: i for i, name in enumerate(schema.global_prefix) if i < n_globals and doc.g_kind[i] == SPECIAL}
-    return DocNodes(graph=lay.graph, node_ids=lay.node_ids, node_is=lay.of_types, rank=lay.rank, selected=lay.selected,
-                    global_nodes=doc.g_node, prefix=prefix, first=first, last=last,
-                    complete=(total > 0) & (kept_to - kept_from == total), has_text=has_text,
-                    holds_first=holds_first)
+    return DocNodes(
+        graph=lay.graph,
+        node_ids=lay.node_ids,
+        node_is=lay.of_types,
+        rank=lay.rank,
+        selected=lay.selected,
+        global_nodes=doc.g_node,
+        prefix=prefix,
+        first=first,
+        last=last,
+        complete=(total > 0) & (kept_to - kept_from == total),
+        has_text=has_text,
+        holds_first=holds_first,
+    )
 
 
 def assemble(
@@ -531,7 +546,9 @@ def assemble(
     gcat = {k: np.concatenate(v) for k, v in global_parts.items()}
     L, G = cat["ids"].shape[0], gcat["ids"].shape[0]
     if L > schema.max_long_length:
-        report.messages.append(f"long length {L} still exceeds max_long_length {schema.max_long_length} (nothing left to drop)")
+        report.messages.append(
+            f"long length {L} still exceeds max_long_length {schema.max_long_length} (nothing left to drop)"
+        )
     report.long_tokens_after, report.globals_after = L, G
     empty3 = (np.zeros(0, np.int64),) * 3
     la, lb, lc = (np.concatenate(x) for x in zip(*long_links)) if long_links else empty3
@@ -540,7 +557,9 @@ def assemble(
         local_radius=schema.local_radius,
         max_distance=schema.relative_pos_max_distance,
         levels=levels,
-        owners=np.stack([np.concatenate(owners[lv]) for lv in levels]).astype(np.int32) if levels else np.zeros((0, L), np.int32),
+        owners=np.stack([np.concatenate(owners[lv]) for lv in levels]).astype(np.int32)
+        if levels
+        else np.zeros((0, L), np.int32),
         long_doc=cat["doc"],
         long_segment=(np.cumsum(cat["boundary"]) - 1).astype(np.int32),
         global_doc=gcat["doc"],
@@ -548,7 +567,9 @@ def assemble(
         global_blockable=gcat["blockable"],
         long_hard_l2g=cat["hard_l2g"],
         global_hard_g2l=gcat["hard_g2l"],
-        cross_segment_label=vocab.id(schema.segments.cross_segment_label) if schema.segments.cross_segment_label else -1,
+        cross_segment_label=vocab.id(schema.segments.cross_segment_label)
+        if schema.segments.cross_segment_label
+        else -1,
     )
     if not compact:
         _check_dense_size(L, G, schema)

@@ -12,7 +12,7 @@ kernels read directly; `dense_side=False` then skips the eight dense tensors alt
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 import torch
@@ -39,7 +39,9 @@ def _geometry(instances: Sequence[EtcInstance]) -> tuple[int, int]:
         radii.add((side.local_radius, inst.label_vocab.max_distance))
         vocabs.add(tuple(inst.label_vocab.names))
     if len(radii) > 1:
-        raise BatchError(f"instances disagree on (local_radius, relative_pos_max_distance): {sorted(radii)}; compile them with one schema")
+        raise BatchError(
+            f"instances disagree on (local_radius, relative_pos_max_distance): {sorted(radii)}; compile them with one schema"
+        )
     if len(vocabs) > 1:
         raise BatchError("instances carry different label vocabularies; compile them with one schema")
     return radii.pop()

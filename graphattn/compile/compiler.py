@@ -15,15 +15,16 @@ the eight dense tensors unless `compact=True`).
 from __future__ import annotations
 
 import os
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator, Sequence
+from typing import Any
 
 from graphattn.compile.assemble import assemble
-from graphattn.contract import EtcInstance
 from graphattn.compile.layout import DocLayout, build_layout, build_layouts
 from graphattn.compile.tokens import TokenTable, resolve_tokens
 from graphattn.compile.truncate import Selection, doc_sizes, select, window_selections
+from graphattn.contract import EtcInstance
 from graphattn.errors import CompileError
 from graphattn.graph import DocGraph
 from graphattn.schema import Schema, load_schema
@@ -267,7 +268,9 @@ def _assemble_group(
 
 
 def _assemble_packed(layouts: list[DocLayout], schema: Schema, table: TokenTable, compact: bool) -> EtcInstance:
-    selections: list[Selection] = select(layouts, schema) if len(layouts) == 1 else [Selection(lay.is_long.copy()) for lay in layouts]
+    selections: list[Selection] = (
+        select(layouts, schema) if len(layouts) == 1 else [Selection(lay.is_long.copy()) for lay in layouts]
+    )
     return assemble(layouts, selections, schema, table, compact=compact)
 
 

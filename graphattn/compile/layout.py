@@ -168,7 +168,11 @@ def _hierarchy(graph, schema, node_ids, edges) -> tuple[np.ndarray, np.ndarray]:
     on_cycle = np.flatnonzero(jump[:n] != n)
     if on_cycle.size:
         first = int(on_cycle[0])
-        _fail(graph, "cycle in the containment hierarchy: " + _cycle_path(first, parent, node_ids), _cycle_start(first, parent, node_ids))
+        _fail(
+            graph,
+            "cycle in the containment hierarchy: " + _cycle_path(first, parent, node_ids),
+            _cycle_start(first, parent, node_ids),
+        )
     return parent, dist[:n]
 
 
@@ -363,8 +367,19 @@ def check_graph(graph: DocGraph, schema: Schema) -> CheckedGraph:
     rank[order] = np.arange(order.size)
     rank[~has_span] = order.size + np.arange(n - order.size)
     long_types = [i for i, t in enumerate(type_names) if schema.node_types[t].long]
-    return CheckedGraph(graph, node_ids, node_type, type_names, spans, parent, depth, rank,
-                        _selected(graph, schema, node_type, type_names), edges, long_types)
+    return CheckedGraph(
+        graph,
+        node_ids,
+        node_type,
+        type_names,
+        spans,
+        parent,
+        depth,
+        rank,
+        _selected(graph, schema, node_type, type_names),
+        edges,
+        long_types,
+    )
 
 
 def layout_from(checked: CheckedGraph, encoding: Encoding, tokenized_chars: int, schema: Schema) -> DocLayout:
@@ -385,7 +400,11 @@ def layout_from(checked: CheckedGraph, encoding: Encoding, tokenized_chars: int,
         is_long = np.ones(T, dtype=bool)
     long_past_cut = _long_text_past(checked, tokenized_chars, is_long_node)
     if not is_long.any() and not long_past_cut.any():
-        what = f"inside nodes of the long types ({', '.join(type_names[i] for i in long_types)})" if long_types else "in the text"
+        what = (
+            f"inside nodes of the long types ({', '.join(type_names[i] for i in long_types)})"
+            if long_types
+            else "in the text"
+        )
         _fail(graph, f"empty document {graph.doc_id!r}: no tokens {what}", graph.doc_id)
     cum = np.concatenate([[0], np.cumsum(is_long)])
     in_long = (cum[ranges[:, 1]] > cum[ranges[:, 0]]) | long_past_cut
@@ -441,7 +460,7 @@ def build_layout(graph: DocGraph, schema: Schema, tokenizer: Tokenizer) -> DocLa
     """Check `graph` against `schema`, tokenize its text (as far as the schema can keep) and map
     every node to tokens."""
     checked = check_graph(graph, schema)
-    (encoding, stop), = encode_documents([checked.text_plan(schema)], tokenizer)
+    ((encoding, stop),) = encode_documents([checked.text_plan(schema)], tokenizer)
     if isinstance(encoding, Exception):
         raise encoding
     return layout_from(checked, encoding, stop, schema)

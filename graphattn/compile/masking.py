@@ -28,15 +28,16 @@ Everything per token is numpy; the Python loops run per CPC sentence and per ins
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 import torch
 
 from graphattn.compile.batching import collate
-from graphattn.contract import EtcBatch, EtcInstance, TruncationReport
 from graphattn.compile.side_inputs import side_inputs
+from graphattn.contract import EtcBatch, EtcInstance, TruncationReport
 from graphattn.errors import BatchError, CompileError
 from graphattn.tokenize import Tokenizer
 
@@ -76,7 +77,7 @@ class TokenInfo:
     random_ids: np.ndarray  # [n] int32
 
     @classmethod
-    def from_tokenizer(cls, tokenizer: Tokenizer, continuation_prefix: str | None = "auto") -> "TokenInfo":
+    def from_tokenizer(cls, tokenizer: Tokenizer, continuation_prefix: str | None = "auto") -> TokenInfo:
         """`continuation_prefix`: "auto" (the tokenizer model's own, e.g. WordPiece "##"; none for
         BPE and word tokenizers), a string, or None to decide words by adjacency only."""
         if tokenizer.mask_id is None:
@@ -178,7 +179,9 @@ def apply_mlm_mask(
     token_ids = np.asarray(token_ids)
     positions = np.flatnonzero(np.isin(words, chosen_words) & (words >= 0))
     if actions.shape[0] != positions.shape[0] or random_tokens.shape[0] != positions.shape[0]:
-        raise CompileError(f"{positions.shape[0]} tokens chosen but {actions.shape[0]} actions and {random_tokens.shape[0]} random tokens given")
+        raise CompileError(
+            f"{positions.shape[0]} tokens chosen but {actions.shape[0]} actions and {random_tokens.shape[0]} random tokens given"
+        )
     masked = token_ids.copy()
     labels = np.full(token_ids.shape[0], IGNORE_INDEX, dtype=np.int64)
     labels[positions] = token_ids[positions]
@@ -193,8 +196,10 @@ def sentence_globals(instance: EtcInstance, sentence_type: str = "sentence") -> 
     owners = instance.long_owners.get(sentence_type)
     if owners is None:
         levels = ", ".join(instance.long_owners) or "none"
-        raise CompileError(f"the instance has no {sentence_type!r} level in long_owners (levels: {levels}); CPC needs one global "
-                           "per sentence (MaskingConfig(sentence_type=...) names the level; cpc_probability=0 masks for MLM only)")
+        raise CompileError(
+            f"the instance has no {sentence_type!r} level in long_owners (levels: {levels}); CPC needs one global "
+            "per sentence (MaskingConfig(sentence_type=...) names the level; cpc_probability=0 masks for MLM only)"
+        )
     return np.unique(owners[owners >= 0]).astype(np.int64)
 
 
@@ -218,12 +223,19 @@ def sentence_instance(instance: EtcInstance, global_position: int, sentence_type
     owners = instance.long_owners[sentence_type]
     positions = np.flatnonzero(owners == global_position)
     if positions.size == 0:
-        raise CompileError(f"global {global_position} ({instance.global_node_ids[global_position]!r}) owns no long token at level {sentence_type!r}")
+        raise CompileError(
+            f"global {global_position} ({instance.global_node_ids[global_position]!r}) owns no long token at level {sentence_type!r}"
+        )
     length = positions.size
     breakpoints = np.zeros(length, dtype=np.int32)
     breakpoints[-1] = 1
-    side = side_inputs(breakpoints, np.ones(1, np.int32), np.zeros(length, np.int32),
-                       instance.side.local_radius, instance.label_vocab.max_distance)
+    side = side_inputs(
+        breakpoints,
+        np.ones(1, np.int32),
+        np.zeros(length, np.int32),
+        instance.side.local_radius,
+        instance.label_vocab.max_distance,
+    )
     doc = int(instance.long_doc_index[positions[0]])
     return EtcInstance(
         long_token_ids=np.asarray(instance.long_token_ids)[positions].astype(np.int32),
@@ -239,7 +251,9 @@ def sentence_instance(instance: EtcInstance, global_position: int, sentence_type
         long_owners={sentence_type: np.zeros(length, dtype=np.int32)},
         doc_ids=[instance.doc_ids[doc]],
         texts=[instance.texts[doc]],
-        truncation=TruncationReport(long_tokens_before=length, long_tokens_after=length, globals_before=1, globals_after=1),
+        truncation=TruncationReport(
+            long_tokens_before=length, long_tokens_after=length, globals_before=1, globals_after=1
+        ),
     )
 
 
@@ -254,7 +268,9 @@ class PretrainingExample:
     cpc_sentences: list[EtcInstance] = field(default_factory=list)  # one per cpc_globals entry
 
 
-def mask_instance(instance: EtcInstance, tokens: TokenInfo, rng: np.random.Generator, config: MaskingConfig = MaskingConfig()) -> PretrainingExample:
+def mask_instance(
+    instance: EtcInstance, tokens: TokenInfo, rng: np.random.Generator, config: MaskingConfig = MaskingConfig()
+) -> PretrainingExample:
     """Draw one dynamic mask for `instance`: CPC sentences first, then MLM words outside them."""
     ids = np.asarray(instance.long_token_ids)
     cpc_globals = np.zeros(0, dtype=np.int64)
@@ -316,10 +332,13 @@ class PretrainingBatch:
     def num_cpc(self) -> int:
         return int(self.cpc_index.shape[0])
 
-    def to(self, device: torch.device | str) -> "PretrainingBatch":
+    def to(self, device: torch.device | str) -> PretrainingBatch:
         return PretrainingBatch(
-            self.batch.to(device), self.mlm_labels.to(device), self.cpc_index.to(device),
-            None if self.sentences is None else self.sentences.to(device), self.cpc_duplicates.to(device),
+            self.batch.to(device),
+            self.mlm_labels.to(device),
+            self.cpc_index.to(device),
+            None if self.sentences is None else self.sentences.to(device),
+            self.cpc_duplicates.to(device),
         )
 
 
@@ -332,7 +351,9 @@ def _duplicates(sentences: list[EtcInstance]) -> np.ndarray:
     return same
 
 
-def collate_pretraining(examples: Sequence[PretrainingExample], pad_to_long: int | None = None, pad_to_global: int | None = None) -> PretrainingBatch:
+def collate_pretraining(
+    examples: Sequence[PretrainingExample], pad_to_long: int | None = None, pad_to_global: int | None = None
+) -> PretrainingBatch:
     """Collate masked examples (a DataLoader collate_fn): the main batch, MLM labels padded with
     IGNORE_INDEX, and every CPC sentence of the batch in one sentence batch."""
     examples = list(examples)

@@ -33,10 +33,13 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from graphattn.compact import SideInputError, _flat_view, allocate_side_inputs, l2l_window, same_segment, window_view
-from graphattn.contract import SIDE_INPUT_NAMES, SideInputs
-from graphattn.errors import CompileError
-from graphattn.labels import belongs_id, does_not_belong_id, full_relative_ids, local_relative_ids, relative_position_ids
+from graphattn.compact import SideInputError, _flat_view, allocate_side_inputs, l2l_window, same_segment
+from graphattn.contract import SideInputs
+from graphattn.labels import (
+    belongs_id,
+    does_not_belong_id,
+    full_relative_ids,
+)
 
 
 # -- building blocks --------------------------------------------------------------------------
@@ -178,7 +181,9 @@ def _build(
     batch_size, long_length = long_example_ids.shape
     global_length = global_example_ids.shape[-1]
     out = allocate_side_inputs(batch_size, long_length, global_length, local_radius, with_ids=max_distance > 0)
-    l2l_window(long_example_ids, local_radius, max_distance, out_mask=out.l2l_att_mask, out_ids=out.l2l_relative_att_ids)
+    l2l_window(
+        long_example_ids, local_radius, max_distance, out_mask=out.l2l_att_mask, out_ids=out.l2l_relative_att_ids
+    )
     same_segment(global_example_ids, global_example_ids, out=out.g2g_att_mask)
     same_segment(long_example_ids, global_example_ids, out=out.l2g_att_mask)
     same_segment(global_example_ids, long_example_ids, out=out.g2l_att_mask)
@@ -208,7 +213,9 @@ def _prepare(
     global_ids = _as_int32(global_ids, global_name)
     sentence_ids = _as_int32(sentence_ids, "sentence_ids")
     if long_ids.ndim not in (1, 2):
-        raise SideInputError(f"{long_name} must be [batch, long_length] or [long_length], got shape {list(long_ids.shape)}")
+        raise SideInputError(
+            f"{long_name} must be [batch, long_length] or [long_length], got shape {list(long_ids.shape)}"
+        )
     _check_shape(sentence_ids, "sentence_ids", long_ids.shape, long_name)
     if global_ids.ndim != long_ids.ndim or global_ids.shape[:-1] != long_ids.shape[:-1]:
         raise SideInputError(
@@ -230,14 +237,24 @@ def _prepare(
     return long_ids, global_ids, sentence_ids, ignore_g2l, ignore_l2g, squeeze
 
 
-def _entry(kind: str, long_values: Any, global_values: Any, sentence_ids: Any, local_radius: Any, max_distance: Any, hard: tuple) -> SideInputs:
+def _entry(
+    kind: str,
+    long_values: Any,
+    global_values: Any,
+    sentence_ids: Any,
+    local_radius: Any,
+    max_distance: Any,
+    hard: tuple,
+) -> SideInputs:
     """The body of both entry points: `kind` says whether the values are breakpoints or example ids."""
     local_radius = _check_int(local_radius, "local_radius", 1)
     max_distance = _check_int(max_distance, "relative_pos_max_distance", 0)
     use_g2l, ignore_g2l, use_l2g, ignore_l2g = hard
     device = _torch_device(long_values, global_values, sentence_ids)
     names = (f"long_{kind}", f"global_{kind}")
-    long_ids, global_ids, owners, ignore_g2l, ignore_l2g, squeeze = _prepare(long_values, global_values, sentence_ids, ignore_g2l, ignore_l2g, names)
+    long_ids, global_ids, owners, ignore_g2l, ignore_l2g, squeeze = _prepare(
+        long_values, global_values, sentence_ids, ignore_g2l, ignore_l2g, names
+    )
     if kind == "breakpoints":
         _check_zero_one(long_ids, names[0])
         _check_zero_one(global_ids, names[1])
@@ -269,7 +286,9 @@ def side_inputs_from_example_ids(
     global / long tokens from the hard mask; they matter only when that hard mask is on.
     """
     hard = (use_hard_g2l_mask, ignore_hard_g2l_mask, use_hard_l2g_mask, ignore_hard_l2g_mask)
-    return _entry("example_ids", long_example_ids, global_example_ids, sentence_ids, local_radius, relative_pos_max_distance, hard)
+    return _entry(
+        "example_ids", long_example_ids, global_example_ids, sentence_ids, local_radius, relative_pos_max_distance, hard
+    )
 
 
 def side_inputs(
@@ -291,7 +310,9 @@ def side_inputs(
     l2l [B, L, 2r+1], g2g [B, G, G], l2g [B, L, G], g2l [B, G, L], all int32.
     """
     hard = (use_hard_g2l_mask, ignore_hard_g2l_mask, use_hard_l2g_mask, ignore_hard_l2g_mask)
-    return _entry("breakpoints", long_breakpoints, global_breakpoints, sentence_ids, local_radius, relative_pos_max_distance, hard)
+    return _entry(
+        "breakpoints", long_breakpoints, global_breakpoints, sentence_ids, local_radius, relative_pos_max_distance, hard
+    )
 
 
 def fixed_block_layout(input_mask: np.ndarray, num_tokens_per_block: int) -> tuple[np.ndarray, np.ndarray]:
@@ -346,6 +367,8 @@ def fixed_block_side_inputs(
     if squeeze:
         mask = mask[None]
     owners, global_mask = fixed_block_layout(mask, blocks)
-    side = _build(mask, global_mask, owners, local_radius, max_distance, use_hard_g2l_mask, None, use_hard_l2g_mask, None)
+    side = _build(
+        mask, global_mask, owners, local_radius, max_distance, use_hard_g2l_mask, None, use_hard_l2g_mask, None
+    )
     global_token_ids = (global_mask * np.int32(token_id)).astype(np.int32)
     return FixedBlockSideInputs(_finish(side, device, squeeze), _restore(global_token_ids, device, squeeze))

@@ -24,7 +24,10 @@ def _resolve(value, tokenizer: Tokenizer, schema: Schema, role: str | None, *pat
     """A token string or id -> id; [CLS]/[SEP] defaults fall back to the tokenizer's own."""
     if isinstance(value, int):
         if not 0 <= value < tokenizer.vocab_size:
-            raise CompileError(f"token id {value} is outside the tokenizer's vocabulary of {tokenizer.vocab_size}", **schema.where(*path))
+            raise CompileError(
+                f"token id {value} is outside the tokenizer's vocabulary of {tokenizer.vocab_size}",
+                **schema.where(*path),
+            )
         return value
     token_id = tokenizer.token_to_id(value)
     if token_id is None and role in ("cls", "sep") and value == DEFAULT_ROLE_TOKENS[role]:
@@ -55,7 +58,9 @@ def resolve_tokens(schema: Schema, tokenizer: Tokenizer) -> TokenTable:
         if node_type.global_mode != "node":
             continue
         if node_type.global_token is not None:
-            node_global[name] = _resolve(node_type.global_token, tokenizer, schema, None, "node_types", name, "global_token")
+            node_global[name] = _resolve(
+                node_type.global_token, tokenizer, schema, None, "node_types", name, "global_token"
+            )
         else:
             default_global = named("global", "special_tokens") if default_global is None else default_global
             node_global[name] = default_global

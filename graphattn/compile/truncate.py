@@ -90,9 +90,11 @@ def _tail(layouts: list[DocLayout], schema: Schema, keeps: list[np.ndarray], mes
     cut_short = [lay for lay in layouts if lay.cut_short]
     if cut_short:
         stopped = ", ".join(f"character {lay.tokenized_chars:,} of {len(lay.graph.text):,}" for lay in cut_short)
-        messages.append(f"tail: kept the first {cut} of at least {offset} long tokens to fit max_long_length "
-                        f"{schema.max_long_length}; tokenizing stopped at {stopped} (nothing past it can be kept), "
-                        "so the sizes before truncation count the tokens up to there only")
+        messages.append(
+            f"tail: kept the first {cut} of at least {offset} long tokens to fit max_long_length "
+            f"{schema.max_long_length}; tokenizing stopped at {stopped} (nothing past it can be kept), "
+            "so the sizes before truncation count the tokens up to there only"
+        )
     else:
         limit = f"max_long_length {schema.max_long_length}"
         messages.append(f"tail: kept the first {cut} of {offset} long tokens to fit {limit}")
@@ -223,7 +225,8 @@ def window_selections(layout: DocLayout, schema: Schema) -> list[Selection]:
         width = lo
         if width == 0 and (rest.size > start or not fits(start, 0)):  # pinned text alone must fit too
             raise document_error(
-                layout.graph, f"the pinned nodes ({', '.join(trunc.pin)}) leave no room for a window in max_long_length {schema.max_long_length}"
+                layout.graph,
+                f"the pinned nodes ({', '.join(trunc.pin)}) leave no room for a window in max_long_length {schema.max_long_length}",
             )
         selections.append(Selection(keep_for(start, width), window=(start, start + width)))
         if start + width >= rest.size:

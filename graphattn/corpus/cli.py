@@ -22,43 +22,89 @@ REASONS_SHOWN = 3  # rejection reasons printed on stderr (all of them with -v)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("inputs", nargs="+", metavar="INPUT",
-                        help="document files (.html, .txt, .json, .jsonl, .gz), directories or glob patterns")
-    parser.add_argument("--schema", required=True, help="relation schema: a YAML/JSON file or a shipped name (e.g. hotpotqa)")
-    parser.add_argument("--out", required=True, metavar="DIR", help="output directory for shards, run.json and rejected.jsonl")
+    parser.add_argument(
+        "inputs",
+        nargs="+",
+        metavar="INPUT",
+        help="document files (.html, .txt, .json, .jsonl, .gz), directories or glob patterns",
+    )
+    parser.add_argument(
+        "--schema", required=True, help="relation schema: a YAML/JSON file or a shipped name (e.g. hotpotqa)"
+    )
+    parser.add_argument(
+        "--out", required=True, metavar="DIR", help="output directory for shards, run.json and rejected.jsonl"
+    )
     parser.add_argument("--tokenizer", metavar="T", help=TOKENIZER_HELP + "; ids must not depend on input order")
-    parser.add_argument("--max-rejected", type=float, default=DEFAULT_MAX_REJECTED, metavar="FRACTION",
-                        help="fail (exit 1) when more than this share of the documents is rejected; "
-                             "0: any rejection fails, 1: never (a run that compiles nothing always fails)")
-    parser.add_argument("--workers", type=int, metavar="N",
-                        help="parallel workers: processes (default 1), or Ray actors (default: every CPU Ray has)")
-    parser.add_argument("--engine", choices=("local", "ray"), default="local",
-                        help="local process pool, or Ray Data (needs the graphattn[ray] extra)")
-    parser.add_argument("--ray-address", metavar="A", help="join this Ray cluster instead of starting a local Ray instance")
-    parser.add_argument("--resume", action="store_true", help="finish a killed run in DIR: compile only the shards not yet done")
-    parser.add_argument("--shard-size", type=int, default=DEFAULT_SHARD_SIZE, metavar="N",
-                        help="documents per shard; packing never crosses a shard")
-    parser.add_argument("--format", choices=FORMATS, default="auto",
-                        help="how to read the inputs (auto: by suffix, and JSON records by their keys)")
-    parser.add_argument("--mapping", metavar="FILE",
-                        help="read JSON records with this generic ingest mapping (YAML/JSON; see docs/FORMATS.md)")
-    parser.add_argument("--strict", action="store_true",
-                        help="reject a document whose task labels match nothing (default: compile it without "
-                             "them and list each such label in DIR/warnings.jsonl)")
+    parser.add_argument(
+        "--max-rejected",
+        type=float,
+        default=DEFAULT_MAX_REJECTED,
+        metavar="FRACTION",
+        help="fail (exit 1) when more than this share of the documents is rejected; "
+        "0: any rejection fails, 1: never (a run that compiles nothing always fails)",
+    )
+    parser.add_argument(
+        "--workers",
+        type=int,
+        metavar="N",
+        help="parallel workers: processes (default 1), or Ray actors (default: every CPU Ray has)",
+    )
+    parser.add_argument(
+        "--engine",
+        choices=("local", "ray"),
+        default="local",
+        help="local process pool, or Ray Data (needs the graphattn[ray] extra)",
+    )
+    parser.add_argument(
+        "--ray-address", metavar="A", help="join this Ray cluster instead of starting a local Ray instance"
+    )
+    parser.add_argument(
+        "--resume", action="store_true", help="finish a killed run in DIR: compile only the shards not yet done"
+    )
+    parser.add_argument(
+        "--shard-size",
+        type=int,
+        default=DEFAULT_SHARD_SIZE,
+        metavar="N",
+        help="documents per shard; packing never crosses a shard",
+    )
+    parser.add_argument(
+        "--format",
+        choices=FORMATS,
+        default="auto",
+        help="how to read the inputs (auto: by suffix, and JSON records by their keys)",
+    )
+    parser.add_argument(
+        "--mapping",
+        metavar="FILE",
+        help="read JSON records with this generic ingest mapping (YAML/JSON; see docs/FORMATS.md)",
+    )
+    parser.add_argument(
+        "--strict",
+        action="store_true",
+        help="reject a document whose task labels match nothing (default: compile it without "
+        "them and list each such label in DIR/warnings.jsonl)",
+    )
     add_html_arguments(parser)
     add_verbosity_arguments(parser)
 
 
 def add_html_arguments(parser: argparse.ArgumentParser) -> None:
     """--encoding / --errors for HTML inputs (shared by compile and viz; `graphattn.ingest.html.read_html`)."""
-    parser.add_argument("--encoding", metavar="LABEL",
-                        help="HTML: read every page in this encoding (a WHATWG label: utf-8, windows-1252, "
-                             "shift_jis, ...), as a server's Content-Type would say it; it overrides <meta charset> "
-                             "but not a byte-order mark (default: sniff as browsers do: BOM, <meta charset>, else "
-                             "UTF-8 if valid, else windows-1252)")
-    parser.add_argument("--errors", choices=("strict", "replace"),
-                        help="HTML: bytes invalid in the page's encoding reject the page (strict) or read as U+FFFD "
-                             "(replace) (default: strict)")
+    parser.add_argument(
+        "--encoding",
+        metavar="LABEL",
+        help="HTML: read every page in this encoding (a WHATWG label: utf-8, windows-1252, "
+        "shift_jis, ...), as a server's Content-Type would say it; it overrides <meta charset> "
+        "but not a byte-order mark (default: sniff as browsers do: BOM, <meta charset>, else "
+        "UTF-8 if valid, else windows-1252)",
+    )
+    parser.add_argument(
+        "--errors",
+        choices=("strict", "replace"),
+        help="HTML: bytes invalid in the page's encoding reject the page (strict) or read as U+FFFD "
+        "(replace) (default: strict)",
+    )
 
 
 def html_options(args: argparse.Namespace) -> dict:
@@ -71,16 +117,30 @@ def run(args: argparse.Namespace) -> int:
 
     level = verbosity(args)
     options = CompileOptions(
-        inputs=args.inputs, schema=args.schema, out=args.out, tokenizer=args.tokenizer, workers=args.workers,
-        engine=args.engine, ray_address=args.ray_address, resume=args.resume, shard_size=args.shard_size,
-        format=args.format, mapping=args.mapping, progress=level >= 0, max_rejected=args.max_rejected,
-        html_options=html_options(args), strict=args.strict,
+        inputs=args.inputs,
+        schema=args.schema,
+        out=args.out,
+        tokenizer=args.tokenizer,
+        workers=args.workers,
+        engine=args.engine,
+        ray_address=args.ray_address,
+        resume=args.resume,
+        shard_size=args.shard_size,
+        format=args.format,
+        mapping=args.mapping,
+        progress=level >= 0,
+        max_rejected=args.max_rejected,
+        html_options=html_options(args),
+        strict=args.strict,
     )
     try:
         summary = run_compile(options)
     except KeyboardInterrupt:
-        print(f"graphattn compile: interrupted; finished shards are kept in {args.out}: rerun the same command "
-              "with --resume to compile the rest", file=sys.stderr)
+        print(
+            f"graphattn compile: interrupted; finished shards are kept in {args.out}: rerun the same command "
+            "with --resume to compile the rest",
+            file=sys.stderr,
+        )
         return EXIT_INTERRUPTED
     for line in summary.problem_lines(REASONS_SHOWN if level < 1 else None):
         print(line, file=sys.stderr)

@@ -20,13 +20,14 @@ import errno
 import hashlib
 import json
 import shutil
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
-from graphattn.shards.format import write_atomic
 from graphattn.errors import GraphattnError
+from graphattn.shards.format import write_atomic
 
 RUN_FORMAT = "graphattn-run/1"
 
@@ -62,13 +63,19 @@ def writing(path: Path, size: int = 0, expected: str = "--out must name a direct
             except OSError:
                 free = 0
             needs = f"writing it needs {_megabytes(size)}, " if size else ""
-            raise OutputError(f"disk full: {needs}{_megabytes(free)} free there; free some space or choose another "
-                              "--out, then run again (compile: --resume keeps the shards already done)",
-                              file=str(path)) from None
-        why = {errno.EROFS: "the file system is read-only", errno.EACCES: "permission denied",
-               errno.EPERM: "permission denied", errno.ENOTDIR: "a part of the path is a file, not a directory",
-               errno.EEXIST: "a part of the path is a file, not a directory",
-               errno.ENOENT: "this file system lets nobody create files there"}.get(err.errno, err.strerror or str(err))
+            raise OutputError(
+                f"disk full: {needs}{_megabytes(free)} free there; free some space or choose another "
+                "--out, then run again (compile: --resume keeps the shards already done)",
+                file=str(path),
+            ) from None
+        why = {
+            errno.EROFS: "the file system is read-only",
+            errno.EACCES: "permission denied",
+            errno.EPERM: "permission denied",
+            errno.ENOTDIR: "a part of the path is a file, not a directory",
+            errno.EEXIST: "a part of the path is a file, not a directory",
+            errno.ENOENT: "this file system lets nobody create files there",
+        }.get(err.errno, err.strerror or str(err))
         raise OutputError(f"cannot write the output here: {why} ({expected})", file=str(path)) from None
 
 
@@ -121,7 +128,9 @@ class OutputDir:
         if self.run_file.exists() or any(self.path.glob("shard-*.parquet")):
             raise GraphattnError(
                 "this directory already holds compiled shards; pass --resume to finish that run, "
-                "or choose an empty directory", file=str(self.path))
+                "or choose an empty directory",
+                file=str(self.path),
+            )
         self._write(self.run_file, _dump(run))
         return set()
 
@@ -140,9 +149,13 @@ class OutputDir:
         try:
             data = json.loads(self.run_file.read_text(encoding="utf-8"))
         except (json.JSONDecodeError, UnicodeDecodeError) as err:
-            raise GraphattnError(f"run.json is damaged ({err}); start a new run in an empty directory", file=str(self.run_file)) from None
+            raise GraphattnError(
+                f"run.json is damaged ({err}); start a new run in an empty directory", file=str(self.run_file)
+            ) from None
         if data.get("format") != RUN_FORMAT:
-            raise GraphattnError(f"run.json has format {data.get('format')!r}, expected {RUN_FORMAT!r}", file=str(self.run_file))
+            raise GraphattnError(
+                f"run.json has format {data.get('format')!r}, expected {RUN_FORMAT!r}", file=str(self.run_file)
+            )
         return data
 
     # -- shards ------------------------------------------------------------------------------
@@ -160,12 +173,20 @@ class OutputDir:
         except (OSError, json.JSONDecodeError, UnicodeDecodeError):
             return None
 
-    def write_shard(self, index: int, data: bytes, digest: str, rejected: list[dict], stats: dict,
-                    warnings: list[dict] = ()) -> None:
+    def write_shard(
+        self, index: int, data: bytes, digest: str, rejected: list[dict], stats: dict, warnings: list[dict] = ()
+    ) -> None:
         """Shard file first (atomic), marker second: a marker always describes a complete file."""
         self._write(self.shard_path(index), data)
-        marker = {"shard": index, "file": shard_name(index), "bytes": len(data), "sha256": digest,
-                  "stats": stats, "rejected": rejected, "warnings": list(warnings)}
+        marker = {
+            "shard": index,
+            "file": shard_name(index),
+            "bytes": len(data),
+            "sha256": digest,
+            "stats": stats,
+            "rejected": rejected,
+            "warnings": list(warnings),
+        }
         try:
             self._write(self.marker_path(index), _dump(marker))
         except BaseException:  # a shard without its marker would look complete to a reader of DIR
@@ -185,8 +206,11 @@ class OutputDir:
         return self._write_entries(shards, "rejected", self.rejected_file)
 
     def _write_entries(self, shards: int, key: str, path: Path) -> int:
-        lines = [json.dumps(entry, sort_keys=True, ensure_ascii=False) + "\n"
-                 for marker in self.markers(shards) for entry in marker.get(key, [])]
+        lines = [
+            json.dumps(entry, sort_keys=True, ensure_ascii=False) + "\n"
+            for marker in self.markers(shards)
+            for entry in marker.get(key, [])
+        ]
         self._write(path, "".join(lines).encode())
         return len(lines)
 
@@ -202,13 +226,19 @@ def _check_same_run(previous: dict, run: dict, where: str) -> None:
     differ = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))
     if differ:
         detail = "; ".join(f"{k}: was {_short(old.get(k))}, now {_short(new.get(k))}" for k in differ[:5])
-        raise GraphattnError(f"--resume refused: the settings differ from the run being resumed ({detail}); "
-                             "use the same command, or start a new run in an empty directory", file=where)
+        raise GraphattnError(
+            f"--resume refused: the settings differ from the run being resumed ({detail}); "
+            "use the same command, or start a new run in an empty directory",
+            file=where,
+        )
     old_inputs = {f["path"]: f for f in previous.get("inputs", [])}
     for now in run["inputs"]:
         before = old_inputs.get(now["path"])
         if before != now:
-            raise GraphattnError(f"--resume refused: input {now['path']} changed since the run started "
-                                 f"(was {before}, now {now}); start a new run", file=where)
+            raise GraphattnError(
+                f"--resume refused: input {now['path']} changed since the run started "
+                f"(was {before}, now {now}); start a new run",
+                file=where,
+            )
     if previous.get("documents") != run["documents"] or previous.get("shards") != run["shards"]:
         raise GraphattnError("--resume refused: the inputs now hold a different number of documents", file=where)

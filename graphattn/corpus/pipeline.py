@@ -23,18 +23,27 @@ import queue
 import signal
 import sys
 import time
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any
 
 import graphattn
 from graphattn.corpus.output import RUN_FORMAT, OutputDir, documents_line, plural
-from graphattn.shards.format import COMPRESSION, COMPRESSION_LEVEL, FORMAT, ROWS_PER_GROUP, ShardColumns
-from graphattn.corpus.sources import (DEFAULT_MAX_REJECTED, DEFAULT_SHARD_SIZE, FORMATS, InputFile, expand_inputs,
-                                     import_readers, plan_file, segment_of)
+from graphattn.corpus.sources import (
+    DEFAULT_MAX_REJECTED,
+    DEFAULT_SHARD_SIZE,
+    FORMATS,
+    InputFile,
+    expand_inputs,
+    import_readers,
+    plan_file,
+    segment_of,
+)
 from graphattn.corpus.worker import ShardResult, ShardTask, ShardWritten, WorkerState, compile_shard
 from graphattn.errors import GraphattnError
+from graphattn.shards.format import COMPRESSION, COMPRESSION_LEVEL, FORMAT, ROWS_PER_GROUP, ShardColumns
 
 THROTTLE_ENV = "GRAPHATTN_COMPILE_THROTTLE"  # seconds to sleep after each shard write (tests interrupt runs with it)
 
@@ -104,7 +113,8 @@ class Summary:
             f"  {plural(self.warnings, 'label')} matched nothing"
             + (f" (see {Path(self.out) / 'warnings.jsonl'})" if self.warnings else ""),
             f"  {self.long_tokens:,} long and {self.global_tokens:,} global tokens; "
-            f"{self.bytes / 1e6:.2f} MB" + (f", {self.bytes / self.long_tokens:.2f} bytes per long token" if self.long_tokens else ""),
+            f"{self.bytes / 1e6:.2f} MB"
+            + (f", {self.bytes / self.long_tokens:.2f} bytes per long token" if self.long_tokens else ""),
             f"  this run: {plural(self.compiled_documents, 'document')} in {self.seconds:.1f} s, "
             f"{rate(self.compiled_documents):,.1f} docs/s, {rate(self.compiled_tokens):,.0f} tokens/s",
         ]
@@ -129,8 +139,10 @@ class Summary:
             hint = "check --schema and --format against the data" if self.documents else "the inputs hold no document"
             out.append(f"error: no instance was compiled from {plural(self.documents, 'document')}; {hint}")
         elif self.too_many_rejected:
-            out.append(f"error: rejected {self.rejected / self.documents:.0%} of the documents, "
-                       f"more than --max-rejected {self.max_rejected:g} allows")
+            out.append(
+                f"error: rejected {self.rejected / self.documents:.0%} of the documents, "
+                f"more than --max-rejected {self.max_rejected:g} allows"
+            )
         return out
 
 
@@ -152,11 +164,13 @@ def _load_fixed_tokenizer(spec: str | None):
     if spec is not None and spec.startswith("spacy:"):
         raise GraphattnError(
             f"--tokenizer {spec}: a growing spaCy vocabulary numbers words in the order it meets them, which differs "
-            "between workers and resumed runs; give a fixed tokenizer (a tokenizer.json or a model directory) instead")
+            "between workers and resumed runs; give a fixed tokenizer (a tokenizer.json or a model directory) instead"
+        )
     tokenizer = load_tokenizer(DEFAULT_TOKENIZER if spec is None else spec)
     if not isinstance(tokenizer, HFTokenizer):
-        raise GraphattnError(f"--tokenizer {spec}: compile needs a fixed vocabulary "
-                             "(a tokenizer.json or a model directory)")
+        raise GraphattnError(
+            f"--tokenizer {spec}: compile needs a fixed vocabulary (a tokenizer.json or a model directory)"
+        )
     return tokenizer, hashlib.sha256(tokenizer.tokenizer.to_str().encode()).hexdigest()
 
 
@@ -171,8 +185,13 @@ class Run:
     documents: int
 
     def manifest(self) -> dict[str, Any]:
-        return {"format": RUN_FORMAT, "settings": self.state.settings, "inputs": [f.fingerprint() for f in self.files],
-                "documents": self.documents, "shards": len(self.tasks)}
+        return {
+            "format": RUN_FORMAT,
+            "settings": self.state.settings,
+            "inputs": [f.fingerprint() for f in self.files],
+            "documents": self.documents,
+            "shards": len(self.tasks),
+        }
 
 
 def plan_run(options: CompileOptions) -> Run:
@@ -226,9 +245,16 @@ def plan_run(options: CompileOptions) -> Run:
         "rows_per_row_group": ROWS_PER_GROUP,
         "compression": f"{COMPRESSION}:{COMPRESSION_LEVEL}",
     }
-    state = WorkerState(schema=schema, tokenizer=tokenizer, schema_text=schema_text, settings=settings,
-                        layout=ShardColumns.for_run(schema, tokenizer.vocab_size), mapping=mapping,
-                        html_options=dict(options.html_options), strict=options.strict)
+    state = WorkerState(
+        schema=schema,
+        tokenizer=tokenizer,
+        schema_text=schema_text,
+        settings=settings,
+        layout=ShardColumns.for_run(schema, tokenizer.vocab_size),
+        mapping=mapping,
+        html_options=dict(options.html_options),
+        strict=options.strict,
+    )
     tasks = plan(planned, options.shard_size)
     return Run(state, tasks, planned, skipped, sum(f.documents for f in planned))
 
@@ -269,8 +295,9 @@ def _run_in_worker(task: ShardTask) -> ShardResult:
     return compile_shard(task, _WORKER["state"], lambda docs, tokens: progress_queue.put((docs, tokens)))
 
 
-def run_local(tasks: list[ShardTask], state: WorkerState, out: OutputDir, workers: int,
-              progress: Callable[[int, int], None]) -> Iterator[ShardWritten]:
+def run_local(
+    tasks: list[ShardTask], state: WorkerState, out: OutputDir, workers: int, progress: Callable[[int, int], None]
+) -> Iterator[ShardWritten]:
     """Compile shards in `workers` processes (in this process when 1), and write each as it finishes."""
     for result in _compile_local(tasks, state, workers, progress):
         out.write_shard(result.index, result.data, result.sha256, result.rejected, result.stats, result.warnings)
@@ -288,8 +315,9 @@ def _compile_local(
     progress_queue = ctx.Queue()
     pending: set[Future] = set()
     todo = iter(tasks)
-    with ProcessPoolExecutor(max_workers=min(workers, len(tasks)), mp_context=ctx, initializer=_init_worker,
-                             initargs=(state, progress_queue)) as pool:
+    with ProcessPoolExecutor(
+        max_workers=min(workers, len(tasks)), mp_context=ctx, initializer=_init_worker, initargs=(state, progress_queue)
+    ) as pool:
         try:
             while True:
                 while len(pending) < 2 * workers and (task := next(todo, None)) is not None:
@@ -322,8 +350,16 @@ class _Progress:
     def __init__(self, total: int, done: int, enabled: bool):
         from tqdm import tqdm
 
-        self.bar = tqdm(total=total, initial=done, unit="doc", desc="compile", disable=not enabled,
-                        dynamic_ncols=True, file=sys.stderr, smoothing=0.1)
+        self.bar = tqdm(
+            total=total,
+            initial=done,
+            unit="doc",
+            desc="compile",
+            disable=not enabled,
+            dynamic_ncols=True,
+            file=sys.stderr,
+            smoothing=0.1,
+        )
         self.tokens = 0
         self.start = time.perf_counter()
 
@@ -351,8 +387,11 @@ def _engine(options: CompileOptions) -> Callable[..., Iterable[ShardWritten]]:
     raise GraphattnError(f"--engine must be local or ray, got {options.engine!r}")
 
 
-def run_compile(options: CompileOptions, print_fn: Callable[[str], None] | None = print,
-                on_shard: Callable[[ShardWritten], None] | None = None) -> Summary:
+def run_compile(
+    options: CompileOptions,
+    print_fn: Callable[[str], None] | None = print,
+    on_shard: Callable[[ShardWritten], None] | None = None,
+) -> Summary:
     """Compile (or finish compiling, with `resume`) a corpus; returns the closing summary.
 
     `on_shard(written)` is called as each shard is on disk (its index, counts and where it was made).
@@ -366,8 +405,13 @@ def run_compile(options: CompileOptions, print_fn: Callable[[str], None] | None 
     done_documents = sum(task.documents for task in run.tasks if task.index in done)
     throttle = float(os.environ.get(THROTTLE_ENV, "0") or 0)
     progress = _Progress(run.documents, done_documents, options.progress)
-    summary = Summary(shards=len(run.tasks), shards_resumed=len(done), skipped_files=run.skipped, out=str(out.path),
-                      max_rejected=options.max_rejected)
+    summary = Summary(
+        shards=len(run.tasks),
+        shards_resumed=len(done),
+        skipped_files=run.skipped,
+        out=str(out.path),
+        max_rejected=options.max_rejected,
+    )
     try:
         for written in engine(todo, run.state, out, progress):  # each shard is on disk by now
             summary.compiled_documents += written.stats["documents"]

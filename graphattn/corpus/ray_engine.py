@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 import logging
 import pickle
-from typing import Callable, Iterator
+from collections.abc import Callable, Iterator
 
 import numpy as np
 

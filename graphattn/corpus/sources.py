@@ -25,16 +25,25 @@ from __future__ import annotations
 import glob
 import os
 import warnings
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator
+from typing import Any
 
 import numpy as np
 
 from graphattn.errors import GraphattnError, GraphError, IngestError, LabelError, LabelWarning
 from graphattn.ingest.formats import FORMATS as DOCUMENT_FORMATS
 from graphattn.ingest.formats import (
-    SNIFF_RECORDS, import_readers, is_document_file, is_json_file, known_suffixes, per_file_format, read_graph,
-    resolve_json_format, sniff_format, unknown_suffix_error,
+    SNIFF_RECORDS,
+    import_readers,
+    is_document_file,
+    is_json_file,
+    known_suffixes,
+    per_file_format,
+    read_graph,
+    resolve_json_format,
+    sniff_format,
+    unknown_suffix_error,
 )
 from graphattn.ingest.records import RecordRef, is_json_lines, iter_records, scan_json_lines
 
@@ -42,9 +51,24 @@ FORMATS = ("auto", *DOCUMENT_FORMATS)
 DEFAULT_SHARD_SIZE = 1000  # documents per shard
 DEFAULT_MAX_REJECTED = 0.25  # share of rejected documents a run tolerates: a few bad records pass, a wrong schema fails
 
-__all__ = ["DEFAULT_MAX_REJECTED", "DEFAULT_SHARD_SIZE", "FORMATS", "Document", "InputFile", "ReadCache", "Segment",
-           "expand_inputs", "import_readers", "is_document_file", "iter_segment_graphs", "plan_file", "read_segment",
-           "segment_of", "sniff_format", "to_graph"]
+__all__ = [
+    "DEFAULT_MAX_REJECTED",
+    "DEFAULT_SHARD_SIZE",
+    "FORMATS",
+    "Document",
+    "InputFile",
+    "ReadCache",
+    "Segment",
+    "expand_inputs",
+    "import_readers",
+    "is_document_file",
+    "iter_segment_graphs",
+    "plan_file",
+    "read_segment",
+    "segment_of",
+    "sniff_format",
+    "to_graph",
+]
 
 
 # -- expanding the command line --------------------------------------------------------------
@@ -82,8 +106,10 @@ def expand_inputs(inputs: list[str]) -> tuple[list[str], list[str]]:
         else:
             raise GraphattnError("no such file or directory", file=arg)
     if not files:
-        raise GraphattnError(f"no document files found in {', '.join(inputs)} (known suffixes: "
-                             f"{', '.join(known_suffixes())}, optionally .gz)")
+        raise GraphattnError(
+            f"no document files found in {', '.join(inputs)} (known suffixes: "
+            f"{', '.join(known_suffixes())}, optionally .gz)"
+        )
     return files, skipped
 
 
@@ -223,8 +249,13 @@ class Document:
 
     def warning_entry(self, warning: LabelWarning, doc_id: str | None) -> dict[str, Any]:
         """One line of warnings.jsonl: the shape of rejected.jsonl, plus which label."""
-        return {**self.where(), "doc_id": doc_id, "error": type(warning).__name__, "label": warning.label,
-                "message": str(warning)}
+        return {
+            **self.where(),
+            "doc_id": doc_id,
+            "error": type(warning).__name__,
+            "label": warning.label,
+            "message": str(warning),
+        }
 
 
 @dataclass
@@ -247,7 +278,9 @@ def read_segment(segment: Segment, cache: ReadCache) -> list[Document]:
     n = segment.stop - segment.start
     numbers = range(segment.first_number, segment.first_number + n)
     lines: list[int | None] = list(segment.lines) if segment.lines else [None] * n
-    records: list[int | None] = list(range(segment.start, segment.stop)) if segment.reader not in ("html", "text", "broken") else [None] * n
+    records: list[int | None] = (
+        list(range(segment.start, segment.stop)) if segment.reader not in ("html", "text", "broken") else [None] * n
+    )
     docs = [Document(num, segment.path, line, rec) for num, line, rec in zip(numbers, lines, records)]
     try:
         raws = _raw_records(segment, cache)
@@ -272,16 +305,23 @@ def _raw_records(segment: Segment, cache: ReadCache) -> list:
     if segment.reader in ("lines", "lines-gz"):
         if segment.reader == "lines":
             start, end = segment.byte_range
-            lines = list(scan_json_lines(path, start=start, stop=end, first_line=segment.lines[0] if segment.lines else 1))
+            lines = list(
+                scan_json_lines(path, start=start, stop=end, first_line=segment.lines[0] if segment.lines else 1)
+            )
         else:  # a gzip stream cannot seek cheaply: its lines are scanned once per worker, parsed per segment
             lines = cache.records_of(path, lambda p: list(scan_json_lines(p)))[segment.start : segment.stop]
         if [line.line for line in lines] != list(segment.lines):
-            raise IngestError(f"the file changed since the run was planned: expected {n} records on lines "
-                              f"{segment.lines[0]}-{segment.lines[-1]}, found {len(lines)} that do not match", file=path)
+            raise IngestError(
+                f"the file changed since the run was planned: expected {n} records on lines "
+                f"{segment.lines[0]}-{segment.lines[-1]}, found {len(lines)} that do not match",
+                file=path,
+            )
         return [line.parse(path, segment.start + k, errors="yield") for k, line in enumerate(lines)]
     raws = cache.records_of(path, _load_records)[segment.start : segment.stop]
     if len(raws) != n:
-        raise IngestError(f"the file changed since the run was planned: expected {n} records here, found {len(raws)}", file=path)
+        raise IngestError(
+            f"the file changed since the run was planned: expected {n} records here, found {len(raws)}", file=path
+        )
     return raws
 
 
@@ -315,9 +355,13 @@ def strict_error(found: list[LabelWarning], doc_id: str | None) -> LabelError:
     return error
 
 
-def iter_segment_graphs(segment: Segment, cache: ReadCache, mapping: Any = None,
-                        html_options: dict | None = None, strict: bool = False,
-                        ) -> Iterator[tuple[Document, Any]]:
+def iter_segment_graphs(
+    segment: Segment,
+    cache: ReadCache,
+    mapping: Any = None,
+    html_options: dict | None = None,
+    strict: bool = False,
+) -> Iterator[tuple[Document, Any]]:
     """(document, DocGraph or the exception that stopped it) for each document of a segment.
 
     LabelWarnings of a document land in `doc.warnings`; with `strict` they reject it instead."""

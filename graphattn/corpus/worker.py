@@ -16,14 +16,23 @@ from __future__ import annotations
 
 import time
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from graphattn.compile.compiler import BATCH_SIZE, compile_many, load_schema_and_tokenizer, pack_groups
-from graphattn.shards.format import ShardColumns, Provenance, encode_shard, instance_row, rows_to_table, sha256, shard_metadata
 from graphattn.corpus.sources import Document, ReadCache, Segment, iter_segment_graphs
 from graphattn.errors import GraphattnError
 from graphattn.schema import Schema
+from graphattn.shards.format import (
+    Provenance,
+    ShardColumns,
+    encode_shard,
+    instance_row,
+    rows_to_table,
+    sha256,
+    shard_metadata,
+)
 
 PROGRESS_EVERY = 16  # documents between progress reports from a worker
 
@@ -75,7 +84,9 @@ class WorkerState:
     strict: bool = False  # labels that match nothing reject their document (else: warnings.jsonl)
 
     def __post_init__(self) -> None:
-        load_schema_and_tokenizer(self.schema, self.tokenizer)  # a special token the tokenizer lacks fails the run here, not per document
+        load_schema_and_tokenizer(
+            self.schema, self.tokenizer
+        )  # a special token the tokenizer lacks fails the run here, not per document
 
     @property
     def packs(self) -> bool:
@@ -102,8 +113,15 @@ class _ShardBuilder:
         self.rows: list[dict] = []
         self.rejected: list[dict] = []
         self.warnings: list[dict] = []
-        self.stats = {"documents": 0, "instances": 0, "truncated": 0, "rejected": 0, "long_tokens": 0,
-                      "global_tokens": 0, "warnings": 0}
+        self.stats = {
+            "documents": 0,
+            "instances": 0,
+            "truncated": 0,
+            "rejected": 0,
+            "long_tokens": 0,
+            "global_tokens": 0,
+            "warnings": 0,
+        }
         self._progress = progress
         self._pending_docs = self._pending_tokens = 0
 
@@ -137,9 +155,17 @@ class _ShardBuilder:
         self._pending_docs = self._pending_tokens = 0
 
 
-def _rows(state: WorkerState, docs: list[Document], instances: list, window_of: Callable[[int], tuple[int, int]]) -> list[dict]:
-    where = lambda i: Provenance([d.number for d in docs], [d.source for d in docs], [d.line for d in docs],  # noqa: E731
-                                 [d.record for d in docs], *window_of(i))
+def _rows(
+    state: WorkerState, docs: list[Document], instances: list, window_of: Callable[[int], tuple[int, int]]
+) -> list[dict]:
+    def where(i):
+        return Provenance(
+            [d.number for d in docs],
+            [d.source for d in docs],
+            [d.line for d in docs],  # noqa: E731
+            [d.record for d in docs],
+            *window_of(i),
+        )
     return [instance_row(inst, where(i), state.layout) for i, inst in enumerate(instances)]
 
 
@@ -157,8 +183,13 @@ def _compile_each(state: WorkerState, builder: _ShardBuilder, items) -> None:
 def _compile_batch(state: WorkerState, builder: _ShardBuilder, batch: list[tuple[Document, Any]]) -> None:
     readable = [(doc, graph) for doc, graph in batch if not isinstance(graph, BaseException)]
     failed: dict[int, Exception] = {}
-    compiled = compile_many([graph for _, graph in readable], state.schema, state.tokenizer, compact=True,
-                            on_error=lambda index, graph, err: failed.__setitem__(index, err))
+    compiled = compile_many(
+        [graph for _, graph in readable],
+        state.schema,
+        state.tokenizer,
+        compact=True,
+        on_error=lambda index, graph, err: failed.__setitem__(index, err),
+    )
     results = iter(zip(range(len(readable)), compiled))
     for doc, graph in batch:  # in document order: read failures, compile failures and instances
         if isinstance(graph, BaseException):
@@ -215,7 +246,9 @@ def _documents(task: ShardTask, state: WorkerState):
         yield from iter_segment_graphs(segment, state.cache, state.mapping, state.html_options, state.strict)
 
 
-def compile_shard(task: ShardTask, state: WorkerState, progress: Callable[[int, int], None] | None = None) -> ShardResult:
+def compile_shard(
+    task: ShardTask, state: WorkerState, progress: Callable[[int, int], None] | None = None
+) -> ShardResult:
     """Compile every document of `task` and encode the shard (bytes; the driver writes them)."""
     builder = _ShardBuilder(state, progress)
     if state.packs:
@@ -226,16 +259,26 @@ def compile_shard(task: ShardTask, state: WorkerState, progress: Callable[[int, 
     builder.rejected.sort(key=lambda entry: entry["document"])  # document order, however far reading ran ahead
     if builder.stats["documents"] != task.documents:
         raise RuntimeError(f"shard {task.index}: read {builder.stats['documents']} documents, planned {task.documents}")
-    info = {"index": task.index, "first_document": task.first_document, "documents": task.documents,
-            "instances": builder.stats["instances"], "rejected": builder.stats["rejected"],
-            "warnings": builder.stats["warnings"]}
+    info = {
+        "index": task.index,
+        "first_document": task.first_document,
+        "documents": task.documents,
+        "instances": builder.stats["instances"],
+        "rejected": builder.stats["rejected"],
+        "warnings": builder.stats["warnings"],
+    }
     metadata = shard_metadata(state.settings, state.schema_text, state.schema.label_vocab(), state.layout, info)
     data = encode_shard(rows_to_table(builder.rows, state.layout), metadata)
     return ShardResult(task.index, data, sha256(data), builder.rejected, builder.stats, builder.warnings)
 
 
-def compile_and_write_shard(task: ShardTask, state: WorkerState, out: Any, where: str = "local",
-                            progress: Callable[[int, int], None] | None = None) -> ShardWritten:
+def compile_and_write_shard(
+    task: ShardTask,
+    state: WorkerState,
+    out: Any,
+    where: str = "local",
+    progress: Callable[[int, int], None] | None = None,
+) -> ShardWritten:
     """Compile a shard and write it into `out` (an `OutputDir`): shard file, then its done-marker,
     each by atomic rename, exactly as the driver of the local engine writes them."""
     cpu = time.process_time()

@@ -10,9 +10,8 @@ applied; that is the documented limit of the approximation.
 from __future__ import annotations
 
 import re
-import numpy as np
 
-from graphattn.errors import IngestError
+import numpy as np
 
 # -- display ---------------------------------------------------------------------------------
 BLOCK_TAGS = frozenset(
@@ -25,16 +24,44 @@ TABLE_CELL_TAGS = frozenset({"td", "th"})
 HEADING_TAGS = frozenset({"h1", "h2", "h3", "h4", "h5", "h6"})
 # Never rendered: their content is not part of the visible text.
 INVISIBLE_TAGS = frozenset(
-    {"head", "title", "script", "style", "template", "noscript", "iframe", "object", "embed",
-     "meta", "link", "base", "param", "source", "track", "datalist"}
+    {
+        "head",
+        "title",
+        "script",
+        "style",
+        "template",
+        "noscript",
+        "iframe",
+        "object",
+        "embed",
+        "meta",
+        "link",
+        "base",
+        "param",
+        "source",
+        "track",
+        "datalist",
+    }
 )
 # white-space: pre (the parser already dropped the one newline right after <pre>).
 PREFORMATTED_TAGS = frozenset({"pre", "listing", "xmp", "plaintext", "textarea"})
 BOLD_TAGS = frozenset({"b", "strong", "th", "h1", "h2", "h3", "h4", "h5", "h6", "dt"})
 
 BLOCK_DISPLAYS = frozenset(
-    {"block", "list-item", "table", "flex", "grid", "flow-root", "table-row", "table-row-group",
-     "table-header-group", "table-footer-group", "table-caption", "table-cell"}
+    {
+        "block",
+        "list-item",
+        "table",
+        "flex",
+        "grid",
+        "flow-root",
+        "table-row",
+        "table-row-group",
+        "table-header-group",
+        "table-footer-group",
+        "table-caption",
+        "table-cell",
+    }
 )
 INLINE_DISPLAYS = frozenset({"inline", "inline-block", "inline-flex", "inline-grid", "inline-table"})
 
@@ -42,11 +69,29 @@ INLINE_DISPLAYS = frozenset({"inline", "inline-block", "inline-flex", "inline-gr
 DEFAULT_FONT_PX = 16.0
 MONOSPACE_FONT_PX = 13.0  # browsers' default monospace size
 # Tag defaults as a factor of the parent's size (h1 2em, h2 1.5em, ... small "smaller").
-TAG_FONT_SCALE = {"h1": 2.0, "h2": 1.5, "h3": 1.17, "h4": 1.0, "h5": 0.83, "h6": 0.67,
-                  "small": 1 / 1.2, "big": 1.2, "sub": 0.83, "sup": 0.83}
+TAG_FONT_SCALE = {
+    "h1": 2.0,
+    "h2": 1.5,
+    "h3": 1.17,
+    "h4": 1.0,
+    "h5": 0.83,
+    "h6": 0.67,
+    "small": 1 / 1.2,
+    "big": 1.2,
+    "sub": 0.83,
+    "sup": 0.83,
+}
 MONOSPACE_TAGS = frozenset({"pre", "code", "kbd", "samp", "tt", "listing", "xmp", "plaintext"})
-KEYWORD_FONT_PX = {"xx-small": 9.0, "x-small": 10.0, "small": 13.0, "medium": 16.0, "large": 18.0,
-                   "x-large": 24.0, "xx-large": 32.0, "xxx-large": 48.0}
+KEYWORD_FONT_PX = {
+    "xx-small": 9.0,
+    "x-small": 10.0,
+    "small": 13.0,
+    "medium": 16.0,
+    "large": 18.0,
+    "x-large": 24.0,
+    "xx-large": 32.0,
+    "xxx-large": 48.0,
+}
 LEGACY_FONT_SIZE_PX = {1: 10.0, 2: 13.0, 3: 16.0, 4: 18.0, 5: 24.0, 6: 32.0, 7: 48.0}
 
 # ETC's OpenKP font-size ids: each cutoff is the largest size (px, rounded) of its bucket;
@@ -70,8 +115,10 @@ def inline_style(style: str | None) -> dict[str, str]:
     """``"display:none; Font-Size: 2em"`` -> ``{"display": "none", "font-size": "2em"}``."""
     if not style:
         return {}
-    return {name.lower(): value.strip().lower().removesuffix("!important").strip()
-            for name, value in _DECLARATION.findall(style)}
+    return {
+        name.lower(): value.strip().lower().removesuffix("!important").strip()
+        for name, value in _DECLARATION.findall(style)
+    }
 
 
 def computed_font_px(tag: str, style: dict[str, str], size_attr: str | None, parent_px: float) -> float:

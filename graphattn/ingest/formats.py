@@ -23,9 +23,10 @@ from __future__ import annotations
 import importlib
 import itertools
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from graphattn.errors import IngestError
 from graphattn.ingest.records import JSON_LINES_SUFFIXES, iter_records
@@ -226,8 +227,9 @@ def read_graph(format: str, raw: Any, mapping: Any = None, options: dict | None 
     return fmt.read(raw, mapping, options)
 
 
-def read_documents(path: str | os.PathLike, format: str = "auto", mapping: Any = None,
-                   options: dict | None = None) -> Iterator:
+def read_documents(
+    path: str | os.PathLike, format: str = "auto", mapping: Any = None, options: dict | None = None
+) -> Iterator:
     """The DocGraphs of one file, in order, read lazily; the same rules as `graphattn compile`.
 
     `mapping` is a loaded mapping or a mapping file path (for the ``json`` format); `options` go

@@ -108,7 +108,10 @@ def parse_html(
     if errors not in ("strict", "replace"):
         raise IngestError(f"errors must be 'strict' or 'replace', got {errors!r}", file=source)
     if len(data) > max_bytes:
-        raise IngestError(f"document has {len(data)} {'bytes' if isinstance(data, bytes) else 'characters'}, over max_bytes={max_bytes}", file=source)
+        raise IngestError(
+            f"document has {len(data)} {'bytes' if isinstance(data, bytes) else 'characters'}, over max_bytes={max_bytes}",
+            file=source,
+        )
     if isinstance(data, bytes):
         markup, used_encoding, how = decode_html(data, encoding=encoding, errors=errors, source=source)
     elif isinstance(data, str):
@@ -121,18 +124,31 @@ def parse_html(
     selected = _select(root, selector, source) if selector else None
     columns = walk(root, max_elements=max_elements, source=source, selected=selected)
     title = root.findtext(".//title")
-    return to_graph(columns, doc_id=doc_id, source=source, doc_attrs={
-        "source": source, "encoding": used_encoding, "encoding_source": how,
-        "title": " ".join(title.split()) if title else None,
-    })
+    return to_graph(
+        columns,
+        doc_id=doc_id,
+        source=source,
+        doc_attrs={
+            "source": source,
+            "encoding": used_encoding,
+            "encoding_source": how,
+            "title": " ".join(title.split()) if title else None,
+        },
+    )
 
 
 def _parse_tree(markup: str, source: str | None) -> etree._Element:
     # lxml.etree's HTML parser, not lxml.html's: the same libxml2 parser without a Python
     # element-class lookup per element (a third of the walk's time on large pages).
     parser = etree.HTMLParser(
-        encoding="utf-8", no_network=True, huge_tree=False, remove_comments=True, remove_pis=True,
-        remove_blank_text=False, compact=True, default_doctype=False,
+        encoding="utf-8",
+        no_network=True,
+        huge_tree=False,
+        remove_comments=True,
+        remove_pis=True,
+        remove_blank_text=False,
+        compact=True,
+        default_doctype=False,
     )
     try:
         encoded = markup.replace("\x00", "\ufffd").encode("utf-8")
@@ -147,11 +163,16 @@ def _parse_tree(markup: str, source: str | None) -> etree._Element:
     for entry in parser.error_log:
         if entry.level_name == "FATAL":
             message = entry.message.lower()
-            limit = " (libxml2's limits: nesting 256 elements deep, one text run 10 MB)" if "limit" in message or "depth" in message else ""
+            limit = (
+                " (libxml2's limits: nesting 256 elements deep, one text run 10 MB)"
+                if "limit" in message or "depth" in message
+                else ""
+            )
             raise IngestError(
                 f"the HTML parser stopped at column {entry.column}: {entry.message.strip()}{limit}; "
                 "refusing a page whose remainder would be silently dropped",
-                file=source, line=entry.line,
+                file=source,
+                line=entry.line,
             )
     return root
 
@@ -167,4 +188,6 @@ def _select(root: etree._Element, selector: str, source: str | None) -> set:
     try:
         return set(root.xpath(xpath))
     except etree.XPathError as err:
-        raise IngestError(f"CSS selector {selector!r} does not translate into valid XPath: {err}", file=source) from None
+        raise IngestError(
+            f"CSS selector {selector!r} does not translate into valid XPath: {err}", file=source
+        ) from None

@@ -50,9 +50,10 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 
 import numpy as np
 
@@ -60,10 +61,26 @@ from graphattn.errors import IngestError, warn_label
 from graphattn.graph import DocGraph
 from graphattn.ingest.records import RecordRef, iter_records
 
-__all__ = ["ADAPTERS", "Record", "RecordRef", "hotpotqa_graph", "iter_records", "nq_graph", "read_json", "wikihop_graph"]
+__all__ = [
+    "ADAPTERS",
+    "Record",
+    "RecordRef",
+    "hotpotqa_graph",
+    "iter_records",
+    "nq_graph",
+    "read_json",
+    "wikihop_graph",
+]
 
 _MISSING = object()
-_JSON_TYPES = {str: "a string", int: "an integer", list: "a list", dict: "an object", bool: "a boolean", float: "a number"}
+_JSON_TYPES = {
+    str: "a string",
+    int: "an integer",
+    list: "a list",
+    dict: "an object",
+    bool: "a boolean",
+    float: "a number",
+}
 
 
 class Record:
@@ -73,7 +90,7 @@ class Record:
         self.data, self.file, self.line, self.base_path = data, file, line, tuple(base_path)
 
     @classmethod
-    def of(cls, ref: RecordRef) -> "Record":
+    def of(cls, ref: RecordRef) -> Record:
         return cls(ref.data, ref.file, ref.line, ref.base_path)
 
     def error(self, message: str, *path: str | int) -> IngestError:
@@ -103,7 +120,9 @@ class Record:
                     raise self.error(f"missing key {key!r}", *where)
                 value = value[key]
         expected = expect if isinstance(expect, tuple) else (expect,)
-        if expect is not object and (not isinstance(value, expected) or (isinstance(value, bool) and bool not in expected)):
+        if expect is not object and (
+            not isinstance(value, expected) or (isinstance(value, bool) and bool not in expected)
+        ):
             names = " or ".join(_JSON_TYPES.get(t, t.__name__) for t in expected)
             raise self.error(f"expected {names}, got {_json_type(value)} {_preview(value)}", *path)
         return value
@@ -178,14 +197,20 @@ def hotpotqa_graph(record: Record | Any) -> DocGraph:
     facts = record.items("supporting_facts", expect=list) if "supporting_facts" in record.data else []
     supporting: set[tuple[str, int]] = set()
     for k in range(len(facts)):
-        supporting.add((record.get("supporting_facts", k, 0, expect=str).strip(),
-                        record.get("supporting_facts", k, 1, expect=int)))
+        supporting.add(
+            (record.get("supporting_facts", k, 0, expect=str).strip(), record.get("supporting_facts", k, 1, expect=int))
+        )
 
     graph = DocGraph(text.text(), doc_id=_doc_id(record, "_id"), source=record.file)
     answer = record.get("answer", expect=str, default=None)
-    question_node = graph.add_node("q", "question", question_span, answer=answer,
-                                   question_type=record.get("type", expect=str, default=None),
-                                   level=record.get("level", expect=str, default=None))
+    question_node = graph.add_node(
+        "q",
+        "question",
+        question_span,
+        answer=answer,
+        question_type=record.get("type", expect=str, default=None),
+        level=record.get("level", expect=str, default=None),
+    )
     matched: set[tuple[str, int]] = set()
     for i, (title, title_span, spans) in enumerate(paragraphs):
         sentence_support = [(title, j) in supporting for j, _ in spans]
@@ -295,16 +320,26 @@ def nq_graph(record: Record | Any, *, keep_html_tokens: bool = False) -> DocGrap
     if not question:
         raise record.error("question_text is empty", "question_text")
     raw_candidates = record.items("long_answer_candidates", expect=dict)
-    bounds = np.array([[record.get("long_answer_candidates", i, "start_token", expect=int),
-                        record.get("long_answer_candidates", i, "end_token", expect=int)]
-                       for i in range(len(raw_candidates))], dtype=np.int64).reshape(-1, 2)
+    bounds = np.array(
+        [
+            [
+                record.get("long_answer_candidates", i, "start_token", expect=int),
+                record.get("long_answer_candidates", i, "end_token", expect=int),
+            ]
+            for i in range(len(raw_candidates))
+        ],
+        dtype=np.int64,
+    ).reshape(-1, 2)
 
     tokens = _TokenTable(document, keep_html_tokens)
     bad = np.flatnonzero((bounds[:, 0] < 0) | (bounds[:, 1] > tokens.count) | (bounds[:, 0] >= bounds[:, 1]))
     if bad.size:
         i = int(bad[0])
-        raise record.error(f"token range [{bounds[i, 0]}, {bounds[i, 1]}) is empty or outside the "
-                           f"document's {tokens.count} tokens", "long_answer_candidates", i)
+        raise record.error(
+            f"token range [{bounds[i, 0]}, {bounds[i, 1]}) is empty or outside the document's {tokens.count} tokens",
+            "long_answer_candidates",
+            i,
+        )
     offset = len(question) + 1
     text = question + "\n" + tokens.text
     graph = DocGraph(text, doc_id=_doc_id(record, "example_id"), source=record.file)
@@ -321,8 +356,12 @@ def nq_graph(record: Record | Any, *, keep_html_tokens: bool = False) -> DocGrap
     yes_no = next((a.yes_no for a in annotations if a.yes_no != "NONE"), "NONE")
     with_text = [tuple(map(int, s)) for s in short_spans if s[1] > s[0]]
     graph.add_node("q", "question", (0, len(question)), short_answers=with_text, yes_no_answer=yes_no)
-    graph.add_node("doc", "document", (offset, len(text)) if tokens.text else (offset, offset),
-                   url=record.get("document_url", expect=str, default=None))
+    graph.add_node(
+        "doc",
+        "document",
+        (offset, len(text)) if tokens.text else (offset, offset),
+        url=record.get("document_url", expect=str, default=None),
+    )
 
     spans = tokens.char_spans(bounds) + offset
     first_tags = [tokens.first_token(int(s)).lower() for s in bounds[:, 0]]
@@ -335,9 +374,16 @@ def nq_graph(record: Record | Any, *, keep_html_tokens: bool = False) -> DocGrap
             open_parents.pop()
         parent = open_parents[-1][1] if open_parents else "doc"
         node_id = f"c{i}"
-        graph.add_child(parent, node_id, "candidate", (start, end), kind=_candidate_kind(first_tags[i]),
-                        top_level=bool(record.get("long_answer_candidates", int(i), "top_level", expect=bool, default=True)),
-                        index=int(i), is_long_answer=int(i) in long_answers)
+        graph.add_child(
+            parent,
+            node_id,
+            "candidate",
+            (start, end),
+            kind=_candidate_kind(first_tags[i]),
+            top_level=bool(record.get("long_answer_candidates", int(i), "top_level", expect=bool, default=True)),
+            index=int(i),
+            is_long_answer=int(i) in long_answers,
+        )
         open_parents.append((end, node_id))
     _add_nq_answer(graph, annotations, spans, short_spans, has_long_answer)
     return graph
@@ -377,8 +423,13 @@ def _nq_annotations(record: Record, n_candidates: int, n_tokens: int) -> list[_N
     return out
 
 
-def _add_nq_answer(graph: DocGraph, annotations: list[_NqAnnotation], candidate_spans: np.ndarray,
-                   short_spans: np.ndarray, has_long_answer: bool) -> None:
+def _add_nq_answer(
+    graph: DocGraph,
+    annotations: list[_NqAnnotation],
+    candidate_spans: np.ndarray,
+    short_spans: np.ndarray,
+    has_long_answer: bool,
+) -> None:
     """BERT-joint's target as an `answer` node: short span; yes/no or long with the long answer's span; null."""
     with_text = [tuple(map(int, s)) for s in short_spans if s[1] > s[0]]
     long = next((a.long for a in annotations if a.long >= 0), -1) if has_long_answer else -1
@@ -443,7 +494,7 @@ class _TokenTable:
         return spans
 
     def first_token(self, index: int) -> str:
-        return self.document[self.starts[index]:self.ends[index]]
+        return self.document[self.starts[index] : self.ends[index]]
 
 
 # -- files -----------------------------------------------------------------------------------
@@ -461,8 +512,9 @@ ADAPTERS: dict[str, Callable[..., DocGraph]] = {
 }
 
 
-def read_json(path: str | os.PathLike, format: str | Callable[..., DocGraph], *, progress: bool = False,
-              **options: Any) -> Iterator[DocGraph]:
+def read_json(
+    path: str | os.PathLike, format: str | Callable[..., DocGraph], *, progress: bool = False, **options: Any
+) -> Iterator[DocGraph]:
     """Yield one DocGraph per record of `path`, read with a named adapter or a callable.
 
     `format` is ``"hotpotqa"``, ``"wikihop"``, ``"nq"``, ``"openkp"`` (`graphattn.ingest.openkp`) or a callable

@@ -39,9 +39,10 @@ from __future__ import annotations
 
 import difflib
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from graphattn.errors import IngestError
 from graphattn.graph import CONTAINS, DocGraph
@@ -57,8 +58,8 @@ class Spec:
     """One validated spec (see the module docstring)."""
 
     type: str | None = None
-    fields: tuple[tuple[str | int, "Spec"], ...] = ()
-    each: "Spec | None" = None
+    fields: tuple[tuple[str | int, Spec], ...] = ()
+    each: Spec | None = None
     separator: str = "\n"
     id: str | None = None
     attrs: tuple[tuple[str, str], ...] = ()
@@ -248,7 +249,9 @@ def _apply_each(build: _Build, spec: Spec, value: Any, path: tuple, parent: str 
 def _apply_text(build: _Build, value: Any, path: tuple) -> bool:
     if isinstance(value, bool) or not isinstance(value, (str, int, float)):
         kind = "an object" if isinstance(value, dict) else "a list" if isinstance(value, list) else type(value).__name__
-        raise build.record.error(f"expected text (a string), got {kind}; give this key `fields:` or `each:` in the mapping", *path)
+        raise build.record.error(
+            f"expected text (a string), got {kind}; give this key `fields:` or `each:` in the mapping", *path
+        )
     text = str(value).strip()
     if not text:
         return False
@@ -258,7 +261,11 @@ def _apply_text(build: _Build, value: Any, path: tuple) -> bool:
 
 def _node_id(build: _Build, spec: Spec, value: Any, path: tuple) -> str:
     if spec.id is not None:
-        if not isinstance(value, dict) or not isinstance(value.get(spec.id), (str, int)) or isinstance(value.get(spec.id), bool):
+        if (
+            not isinstance(value, dict)
+            or not isinstance(value.get(spec.id), (str, int))
+            or isinstance(value.get(spec.id), bool)
+        ):
             raise build.record.error(f"expected key {spec.id!r} holding the node id (a string or integer)", *path)
         node_id = str(value[spec.id])
     else:

@@ -20,9 +20,10 @@ from __future__ import annotations
 import gzip
 import json
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, BinaryIO, Iterator
+from typing import Any, BinaryIO
 
 from graphattn.errors import IngestError
 
@@ -65,7 +66,9 @@ class JsonLine:
         try:
             data = json.loads(self.raw.rstrip(b"\r\n").decode("utf-8"))  # columns count within the line
         except UnicodeDecodeError as err:
-            problem = IngestError(f"line is not UTF-8 ({err.reason} at byte {self.offset + err.start})", file=file, line=self.line)
+            problem = IngestError(
+                f"line is not UTF-8 ({err.reason} at byte {self.offset + err.start})", file=file, line=self.line
+            )
         except json.JSONDecodeError as err:
             problem = IngestError(f"not valid JSON: {err.msg} (column {err.colno})", file=file, line=self.line)
         else:
@@ -93,7 +96,9 @@ def _suffix(path: Path) -> str:
     return os.path.splitext(name)[1].lower()
 
 
-def scan_json_lines(path: str | os.PathLike, *, start: int = 0, stop: int | None = None, first_line: int = 1) -> Iterator[JsonLine]:
+def scan_json_lines(
+    path: str | os.PathLike, *, start: int = 0, stop: int | None = None, first_line: int = 1
+) -> Iterator[JsonLine]:
     """The non-blank lines of a JSON-lines file, unparsed, with line numbers and byte offsets.
 
     `start` must be the byte offset of a line's start, `first_line` that line's number (as an

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import functools
 import re
-from typing import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 from spacy.language import Language
 from spacy.matcher import PhraseMatcher
@@ -77,8 +77,12 @@ def text_to_graph(
                 raise IngestError(f"candidate {index} must be a non-empty string, got {candidate!r}", file=source)
             graph.add_node(f"c{index}", "candidate", None, text=candidate, index=index)
             candidate_ids.append(f"c{index}")
-        link_mentions(graph, {cid: graph.nodes[cid].attrs["text"] for cid in candidate_ids},
-                      within=[f"p{i}" for i in range(len(paragraphs))], nlp=nlp)
+        link_mentions(
+            graph,
+            {cid: graph.nodes[cid].attrs["text"] for cid in candidate_ids},
+            within=[f"p{i}" for i in range(len(paragraphs))],
+            nlp=nlp,
+        )
     return graph
 
 
@@ -93,8 +97,9 @@ def paragraph_spans(text: str, start: int = 0, end: int | None = None) -> list[t
     return [s for s in spans if s[1] > s[0]]
 
 
-def add_sentences(graph: DocGraph, parents: Sequence[str], *, nlp: Language | None = None,
-                  type: str = "sentence") -> list[str]:
+def add_sentences(
+    graph: DocGraph, parents: Sequence[str], *, nlp: Language | None = None, type: str = "sentence"
+) -> list[str]:
     """Add a sentence node (``<parent>.s<j>``, attr ``index``) per sentence of each parent's span."""
     nlp = nlp or default_nlp()
     added = []
@@ -147,8 +152,9 @@ def link_mentions(
                 found.add((piece_start + span.start_char, piece_start + span.end_char, span.label_))
     ids = []
     for index, (m_start, m_end, candidate_id) in enumerate(sorted(found)):
-        node = graph.add_node(f"{prefix}{index}", "mention", (m_start, m_end), candidate=candidate_id,
-                              text=graph.text[m_start:m_end])
+        node = graph.add_node(
+            f"{prefix}{index}", "mention", (m_start, m_end), candidate=candidate_id, text=graph.text[m_start:m_end]
+        )
         graph.add_edge(node.id, MENTION_OF, candidate_id)
         ids.append(node.id)
     return ids

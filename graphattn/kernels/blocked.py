@@ -33,6 +33,7 @@ from functools import partial
 import torch
 
 from graphattn.contract import SideInputs
+from graphattn.kernels.blocked_sources import source_of
 from graphattn.kernels.blocked_tiles import (
     TILE_ELEMENTS,
     BlockedPlan,
@@ -48,7 +49,6 @@ from graphattn.kernels.blocked_tiles import (
     pad_dim,
     run_tasks,
 )
-from graphattn.kernels.blocked_sources import source_of
 from graphattn.kernels.request import PlanRequest, direct_request
 
 __all__ = ["attention", "plan", "run", "label_tables", "TILE_ELEMENTS"]
@@ -304,7 +304,7 @@ def plan(request: PlanRequest) -> BlockedPlan:
 
 def run(plan: BlockedPlan, states, rel_key_table: torch.Tensor, rel_bias_table: torch.Tensor | None, scale: float):
     """One layer's attention over a planned batch: (global_out [B,H,G,d], long_out [B,H,L,d])."""
-    global_q, long_q = states[0], states[3]
+    _global_q, long_q = states[0], states[3]
     out_dtype = long_q.dtype
     compute = torch.promote_types(long_q.dtype, torch.float32)  # fp32 statistics; fp64 stays fp64
     states = [t.to(compute).contiguous() for t in states]

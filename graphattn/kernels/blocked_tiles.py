@@ -8,12 +8,12 @@ score tiles are built from the inputs on every call, so forward and backward reb
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import torch
-
 
 # Elements of one score tile (all heads of a chunk): bounds memory, keeps tiles cache-friendly.
 TILE_ELEMENTS = 1 << 21

@@ -20,8 +20,8 @@ raises); use the blocked backend to train on CPU.
 from __future__ import annotations
 
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import torch
 
@@ -59,7 +59,7 @@ def _padded(n: int) -> int:
 class FlexPlan:
     """What depends only on the side inputs: the BlockMask and the region lookups."""
 
-    block_mask: "BlockMask"
+    block_mask: BlockMask
     label_of: Callable  # (b, q_idx, kv_idx) -> label id, for score_mod
     num_global: int  # global queries (before padding)
     num_global_keys: int
@@ -148,7 +148,7 @@ def block_mask_from_structure(
     num_global_keys: int,
     num_long: int,
     mask_mod: Callable | None = None,
-) -> "BlockMask":
+) -> BlockMask:
     """The BlockMask of the padded [global; long] sequences from per-region tile tables."""
     if isinstance(structure, CompactBatch):
         tiles = {region: region_tiles(structure, region, BLOCK, BLOCK) for region in ("l2l", "l2g", "g2l", "g2g")}
@@ -166,7 +166,7 @@ def block_mask_from_structure(
     )
 
 
-def block_mask_from_mask_mod(side: SideInputs, num_global: int, num_long: int, *, compiled: bool = True) -> "BlockMask":
+def block_mask_from_mask_mod(side: SideInputs, num_global: int, num_long: int, *, compiled: bool = True) -> BlockMask:
     """torch's `create_block_mask`: mask_mod evaluated over every (query, key) pair (compiled when it
     can be; on failure eager, with a one-line warning). For comparison with the structure build."""
     side = side.map(lambda t: t.long())  # index math in int64, as the generated kernels expect

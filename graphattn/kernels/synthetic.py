@@ -73,7 +73,9 @@ def synthetic_side_inputs(
     real_globals = global_length - global_padding
 
     owners = _owners(batch, long_length, real_globals, long_padding, gen)
-    docs_per_global = torch.div(torch.arange(max(real_globals, 0)) * num_docs, max(real_globals, 1), rounding_mode="floor")
+    docs_per_global = torch.div(
+        torch.arange(max(real_globals, 0)) * num_docs, max(real_globals, 1), rounding_mode="floor"
+    )
     global_doc = torch.full((batch, global_length), -1, dtype=torch.long)
     global_doc[:, :real_globals] = docs_per_global
     if real_globals > 0:
@@ -85,7 +87,9 @@ def synthetic_side_inputs(
     offsets = torch.arange(-radius, radius + 1)
     keys = torch.arange(long_length)[:, None] + offsets[None, :]
     inside = (keys >= 0) & (keys < long_length)
-    key_doc = long_doc.gather(1, keys.clamp(0, long_length - 1).reshape(1, -1).expand(batch, -1)).reshape(batch, long_length, -1)
+    key_doc = long_doc.gather(1, keys.clamp(0, long_length - 1).reshape(1, -1).expand(batch, -1)).reshape(
+        batch, long_length, -1
+    )
     l2l_mask = inside & (key_doc == long_doc[:, :, None])
     l2l_ids = relative_position_ids(offsets, max_distance)[None, None].expand(batch, long_length, -1)
 

@@ -71,7 +71,7 @@ class TileConfig:
     dkdv: KernelTiles
 
     @classmethod
-    def uniform(cls, sizes: BlockSizes, num_warps: int = 4, num_stages: int = 2) -> "TileConfig":
+    def uniform(cls, sizes: BlockSizes, num_warps: int = 4, num_stages: int = 2) -> TileConfig:
         tiles = KernelTiles(sizes.long, sizes.global_, sizes.long, sizes.global_, num_warps, num_stages)
         return cls(tiles, tiles, tiles)
 
@@ -101,7 +101,7 @@ class KeyBlocks:
     block_q: int
     block_k: int
 
-    def to(self, device: torch.device | str) -> "KeyBlocks":
+    def to(self, device: torch.device | str) -> KeyBlocks:
         return KeyBlocks(self.counts.to(device), self.indices.to(device), self.block_q, self.block_k)
 
     @property

@@ -44,18 +44,34 @@ class EtcConfig:
         def fail(name: str, message: str) -> None:
             raise GraphattnError(message, path=("EtcConfig", name))
 
-        for name in ("vocab_size", "type_vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "local_radius"):
+        for name in (
+            "vocab_size",
+            "type_vocab_size",
+            "hidden_size",
+            "num_hidden_layers",
+            "num_attention_heads",
+            "intermediate_size",
+            "local_radius",
+        ):
             if getattr(self, name) < 1:
                 fail(name, f"must be a positive integer, got {getattr(self, name)}")
         if self.hidden_size % self.num_attention_heads:
-            fail("hidden_size", f"{self.hidden_size} is not divisible by num_attention_heads={self.num_attention_heads}")
+            fail(
+                "hidden_size", f"{self.hidden_size} is not divisible by num_attention_heads={self.num_attention_heads}"
+            )
         if self.relative_pos_max_distance < 1:
             fail("relative_pos_max_distance", f"must be >= 1, got {self.relative_pos_max_distance}")
         needed = first_schema_label_id(self.relative_pos_max_distance)  # distances, does_not_belong, belongs
         if self.relative_vocab_size < needed:
-            fail("relative_vocab_size", f"{self.relative_vocab_size} is too small for relative_pos_max_distance={self.relative_pos_max_distance}: needs at least {needed}")
+            fail(
+                "relative_vocab_size",
+                f"{self.relative_vocab_size} is too small for relative_pos_max_distance={self.relative_pos_max_distance}: needs at least {needed}",
+            )
         if self.max_absolute_position_embeddings < 0:
-            fail("max_absolute_position_embeddings", f"must be >= 0 (0 disables), got {self.max_absolute_position_embeddings}")
+            fail(
+                "max_absolute_position_embeddings",
+                f"must be >= 0 (0 disables), got {self.max_absolute_position_embeddings}",
+            )
         if not 0.0 <= self.hidden_dropout_prob < 1.0:
             fail("hidden_dropout_prob", f"must be in [0, 1), got {self.hidden_dropout_prob}")
         if self.attention_backend not in BACKENDS:
@@ -68,23 +84,28 @@ class EtcConfig:
         return self.hidden_size // self.num_attention_heads
 
     @classmethod
-    def etc_large(cls, **overrides: Any) -> "EtcConfig":
+    def etc_large(cls, **overrides: Any) -> EtcConfig:
         """ETC-large: r 169, k 24, 24 layers, hidden 1024, 16 heads, FFN 4096. k = 24 needs 51
         relative ids, so the relative vocabulary grows to 64 (room for schema labels)."""
         large = dict(
-            local_radius=169, relative_pos_max_distance=24, relative_vocab_size=64, num_hidden_layers=24,
-            hidden_size=1024, num_attention_heads=16, intermediate_size=4096,
+            local_radius=169,
+            relative_pos_max_distance=24,
+            relative_vocab_size=64,
+            num_hidden_layers=24,
+            hidden_size=1024,
+            num_attention_heads=16,
+            intermediate_size=4096,
         )
         return cls(**{**large, **overrides})
 
-    def with_changes(self, **changes: Any) -> "EtcConfig":
+    def with_changes(self, **changes: Any) -> EtcConfig:
         return replace(self, **changes)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "EtcConfig":
+    def from_dict(cls, data: dict[str, Any]) -> EtcConfig:
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(data) - known)
         if unknown:

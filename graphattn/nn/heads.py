@@ -38,11 +38,15 @@ def _scorer(hidden_size: int, outputs: int = 1) -> nn.Sequential:
 
 def _check_positions(positions: torch.Tensor, mask: torch.Tensor, name: str) -> None:
     if positions.ndim != 1 or positions.shape[0] != mask.shape[0]:
-        raise GraphattnError(f"{name} must have shape [B] = [{mask.shape[0]}], got {tuple(positions.shape)}", path=(name,))
+        raise GraphattnError(
+            f"{name} must have shape [B] = [{mask.shape[0]}], got {tuple(positions.shape)}", path=(name,)
+        )
     picked = mask.bool().gather(1, positions.clamp(0, mask.shape[1] - 1)[:, None]).squeeze(1)
     if bool(((positions < 0) | (positions >= mask.shape[1]) | ~picked).any()):
         bad = int(torch.nonzero((positions < 0) | (positions >= mask.shape[1]) | ~picked)[0, 0])
-        raise GraphattnError(f"{name}[{bad}] = {int(positions[bad])} is not an allowed position of example {bad}", path=(name,))
+        raise GraphattnError(
+            f"{name}[{bad}] = {int(positions[bad])} is not an allowed position of example {bad}", path=(name,)
+        )
 
 
 # -- NQ: span extraction with answer type ---------------------------------------------------------
@@ -68,20 +72,34 @@ class SpanExtractionHead(nn.Module):
     NQ) from the global token at `type_position` (the [CLS] global). A question without an
     answer points start and end at long position 0 ([CLS]), as in BERT-joint."""
 
-    def __init__(self, hidden_size: int, answer_types: tuple[str, ...] = NQ_ANSWER_TYPES, max_answer_length: int = 30, type_position: int = 0):
+    def __init__(
+        self,
+        hidden_size: int,
+        answer_types: tuple[str, ...] = NQ_ANSWER_TYPES,
+        max_answer_length: int = 30,
+        type_position: int = 0,
+    ):
         super().__init__()
-        self.answer_types, self.max_answer_length, self.type_position = tuple(answer_types), max_answer_length, type_position
+        self.answer_types, self.max_answer_length, self.type_position = (
+            tuple(answer_types),
+            max_answer_length,
+            type_position,
+        )
         self.span = nn.Linear(hidden_size, 2)
         self.type_classifier = _scorer(hidden_size, len(self.answer_types))
 
     def forward(self, global_hidden: torch.Tensor, long_hidden: torch.Tensor, long_mask: torch.Tensor) -> SpanLogits:
         if global_hidden.shape[1] <= self.type_position:
-            raise GraphattnError(f"the answer type is read from global position {self.type_position}, but there are {global_hidden.shape[1]} globals")
+            raise GraphattnError(
+                f"the answer type is read from global position {self.type_position}, but there are {global_hidden.shape[1]} globals"
+            )
         start, end = self.span(long_hidden).float().unbind(-1)
         answer_type = self.type_classifier(global_hidden[:, self.type_position]).float()
         return SpanLogits(_masked(start, long_mask), _masked(end, long_mask), answer_type)
 
-    def loss(self, logits: SpanLogits, start_positions: torch.Tensor, end_positions: torch.Tensor, answer_types: torch.Tensor) -> torch.Tensor:
+    def loss(
+        self, logits: SpanLogits, start_positions: torch.Tensor, end_positions: torch.Tensor, answer_types: torch.Tensor
+    ) -> torch.Tensor:
         """Mean of start and end cross-entropy over long positions, plus answer-type cross-entropy."""
         span = (F.cross_entropy(logits.start, start_positions) + F.cross_entropy(logits.end, end_positions)) / 2
         return span + F.cross_entropy(logits.answer_type, answer_types)
@@ -194,11 +212,17 @@ class KeyphraseHead(nn.Module):
         """[B, N, L] bool: n-grams whose tokens are all real (inside the sequence, not padding)."""
         real = long_mask.float()[:, None]  # [B, 1, L]
         length = real.shape[-1]
-        rows = [F.pad(F.avg_pool1d(real, n, stride=1), (0, n - 1)) > 1 - 1e-6 if n <= length else torch.zeros_like(real, dtype=torch.bool)
-                for n in range(1, self.max_ngram + 1)]
+        rows = [
+            F.pad(F.avg_pool1d(real, n, stride=1), (0, n - 1)) > 1 - 1e-6
+            if n <= length
+            else torch.zeros_like(real, dtype=torch.bool)
+            for n in range(1, self.max_ngram + 1)
+        ]
         return torch.cat(rows, dim=1)
 
-    def forward(self, long_hidden: torch.Tensor, long_mask: torch.Tensor, ngram_mask: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(
+        self, long_hidden: torch.Tensor, long_mask: torch.Tensor, ngram_mask: torch.Tensor | None = None
+    ) -> torch.Tensor:
         """[B, N, L] n-gram scores; invalid n-grams (padding, or outside `ngram_mask`) masked."""
         x = long_hidden.transpose(1, 2)  # [B, D, L]
         rows = []

@@ -40,7 +40,13 @@ from graphattn.nn.encoder import EtcEncoder
 
 BERT_TYPES = ("bert",)
 ROBERTA_TYPES = ("roberta", "xlm-roberta", "camembert")  # same layout, positions offset by padding_idx + 1
-_ACTIVATIONS = {"gelu": "gelu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "gelu_fast": "gelu_tanh", "relu": "relu"}
+_ACTIVATIONS = {
+    "gelu": "gelu",
+    "gelu_new": "gelu_tanh",
+    "gelu_pytorch_tanh": "gelu_tanh",
+    "gelu_fast": "gelu_tanh",
+    "relu": "relu",
+}
 _PER_LAYER = {  # ETC name inside layer.N -> HF name inside encoder.layer.N
     "attention.query": "attention.self.query",
     "attention.key": "attention.self.key",
@@ -51,8 +57,11 @@ _PER_LAYER = {  # ETC name inside layer.N -> HF name inside encoder.layer.N
     "output": "output.dense",
     "output_norm": "output.LayerNorm",
 }
-_GLOBAL_COPIES = {"attention.global_query": "attention.self.query", "attention.global_key": "attention.self.key",
-                  "attention.global_value": "attention.self.value"}
+_GLOBAL_COPIES = {
+    "attention.global_query": "attention.self.query",
+    "attention.global_key": "attention.self.key",
+    "attention.global_value": "attention.self.value",
+}
 
 
 @dataclass
@@ -67,10 +76,14 @@ class LiftReport:
     unused: dict[str, torch.Tensor] = field(default_factory=dict, repr=False)  # dropped tensors, e.g. the MLM head
 
     def __str__(self) -> str:
-        lines = [f"lifted {self.model_type} from {self.source}: {len(self.copied)} copied, {len(self.created)} created, {len(self.dropped)} dropped"]
-        for title, rows in (("copied", [f"{etc} <- {hf} {list(shape)}" for etc, hf, shape in self.copied]),
-                            ("created", [f"{etc}: {how}" for etc, how in self.created]),
-                            ("dropped", [f"{hf}: {why}" for hf, why in self.dropped])):
+        lines = [
+            f"lifted {self.model_type} from {self.source}: {len(self.copied)} copied, {len(self.created)} created, {len(self.dropped)} dropped"
+        ]
+        for title, rows in (
+            ("copied", [f"{etc} <- {hf} {list(shape)}" for etc, hf, shape in self.copied]),
+            ("created", [f"{etc}: {how}" for etc, how in self.created]),
+            ("dropped", [f"{hf}: {why}" for hf, why in self.dropped]),
+        ):
             if rows:
                 lines.append(f"  {title}:")
                 lines.extend(f"    {row}" for row in _collapse_layers(rows))
@@ -94,8 +107,14 @@ class CheckpointError(GraphattnError):
 
 
 REQUIRED_SIZES = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size")
-NUMERIC_KEYS = ("max_position_embeddings", "type_vocab_size", "pad_token_id", "layer_norm_eps", "initializer_range",
-                "hidden_dropout_prob")
+NUMERIC_KEYS = (
+    "max_position_embeddings",
+    "type_vocab_size",
+    "pad_token_id",
+    "layer_norm_eps",
+    "initializer_range",
+    "hidden_dropout_prob",
+)
 
 
 def _read_json_object(path: Path, what: str) -> dict[str, Any]:
@@ -114,8 +133,10 @@ def read_hf_config(checkpoint_dir: str | os.PathLike) -> dict[str, Any]:
     """config.json as a dict, with the sizes lifting needs present and positive integers."""
     path = Path(checkpoint_dir) / "config.json"
     if not path.is_file():
-        raise CheckpointError("no config.json: expected a local Hugging Face checkpoint directory "
-                              "(save_pretrained output)", file=str(checkpoint_dir))
+        raise CheckpointError(
+            "no config.json: expected a local Hugging Face checkpoint directory (save_pretrained output)",
+            file=str(checkpoint_dir),
+        )
     return check_hf_config(_read_json_object(path, "config.json"), str(path))
 
 
@@ -128,9 +149,12 @@ def check_hf_config(hf: Any, source: str = "config.json") -> dict[str, Any]:
         value = hf.get(key)
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             found = "missing" if key not in hf else f"{value!r}"
-            raise CheckpointError(f"config.json needs {key} as a positive integer, found {found} "
-                                  f"(the sizes a BERT/RoBERTa config.json holds: {', '.join(REQUIRED_SIZES)})",
-                                  file=source, path=(key,))
+            raise CheckpointError(
+                f"config.json needs {key} as a positive integer, found {found} "
+                f"(the sizes a BERT/RoBERTa config.json holds: {', '.join(REQUIRED_SIZES)})",
+                file=source,
+                path=(key,),
+            )
     for key in NUMERIC_KEYS:
         if key in hf and (isinstance(hf[key], bool) or not isinstance(hf[key], (int, float))):
             raise CheckpointError(f"config.json's {key} must be a number, got {hf[key]!r}", file=source, path=(key,))
@@ -140,18 +164,25 @@ def check_hf_config(hf: Any, source: str = "config.json") -> dict[str, Any]:
 def read_hf_weights(checkpoint_dir: str | os.PathLike) -> dict[str, torch.Tensor]:
     """All tensors of model.safetensors or pytorch_model.bin (sharded checkpoints too)."""
     root = Path(checkpoint_dir)
-    for index_name, loader in (("model.safetensors.index.json", _load_safetensors), ("pytorch_model.bin.index.json", _load_torch_bin)):
+    for index_name, loader in (
+        ("model.safetensors.index.json", _load_safetensors),
+        ("pytorch_model.bin.index.json", _load_torch_bin),
+    ):
         index = root / index_name
         if index.is_file():
             weight_map = _read_json_object(index, index_name).get("weight_map")
             if not isinstance(weight_map, dict) or not all(isinstance(v, str) for v in weight_map.values()):
-                raise CheckpointError(f"{index_name} needs a weight_map from tensor names to shard file names",
-                                      file=str(index), path=("weight_map",))
+                raise CheckpointError(
+                    f"{index_name} needs a weight_map from tensor names to shard file names",
+                    file=str(index),
+                    path=("weight_map",),
+                )
             shards = sorted(set(weight_map.values()))
             missing = [name for name in shards if not (root / name).is_file()]
             if missing:
-                raise CheckpointError(f"{index_name} names shard files that are not there: {', '.join(missing[:3])}",
-                                      file=str(index))
+                raise CheckpointError(
+                    f"{index_name} names shard files that are not there: {', '.join(missing[:3])}", file=str(index)
+                )
             return {name: tensor for shard in shards for name, tensor in loader(root / shard).items()}
     for file_name, loader in (("model.safetensors", _load_safetensors), ("pytorch_model.bin", _load_torch_bin)):
         if (root / file_name).is_file():
@@ -166,9 +197,11 @@ def _load_safetensors(path: Path) -> dict[str, torch.Tensor]:
     try:
         return load_file(str(path))
     except (SafetensorError, OSError, ValueError) as err:
-        raise CheckpointError(f"not a readable safetensors file ({_first_line(err)}); expected the model.safetensors "
-                              "that save_pretrained writes (a truncated download? fetch it again)",
-                              file=str(path)) from None
+        raise CheckpointError(
+            f"not a readable safetensors file ({_first_line(err)}); expected the model.safetensors "
+            "that save_pretrained writes (a truncated download? fetch it again)",
+            file=str(path),
+        ) from None
 
 
 def _load_torch_bin(path: Path) -> dict[str, torch.Tensor]:
@@ -184,8 +217,11 @@ def _load_torch_bin(path: Path) -> dict[str, torch.Tensor]:
         why = _first_line(err)
         if why.startswith("Weights only load failed"):  # torch's advice (weights_only=False) would run the file's code
             why = "it holds something other than tensors, or is damaged; graphattn loads weights only, never code"
-        raise CheckpointError(f"not a readable PyTorch checkpoint ({why}); expected the pytorch_model.bin that "
-                              "save_pretrained writes (a truncated download? fetch it again)", file=str(path)) from None
+        raise CheckpointError(
+            f"not a readable PyTorch checkpoint ({why}); expected the pytorch_model.bin that "
+            "save_pretrained writes (a truncated download? fetch it again)",
+            file=str(path),
+        ) from None
     if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
         raise CheckpointError(f"expected a state dict of tensors, got {type(state).__name__}", file=str(path))
     return state
@@ -198,11 +234,11 @@ def _first_line(err: BaseException) -> str:
 
 def _normalise_names(state: dict[str, torch.Tensor], model_type: str) -> dict[str, torch.Tensor]:
     """Strip the task model's prefix (bert. / roberta.) and rename TF-era gamma/beta."""
-    prefix = ("bert." if model_type in BERT_TYPES else "roberta.")
+    prefix = "bert." if model_type in BERT_TYPES else "roberta."
     out = {}
     for name, tensor in state.items():
         if name.startswith(prefix):
-            name = name[len(prefix):]
+            name = name[len(prefix) :]
         name = re.sub(r"LayerNorm\.gamma$", "LayerNorm.weight", re.sub(r"LayerNorm\.beta$", "LayerNorm.bias", name))
         out[name] = tensor
     return out
@@ -218,13 +254,21 @@ def _position_offset(hf: dict[str, Any], model_type: str) -> int:
 def _model_type(hf: dict[str, Any], source: str) -> str:
     model_type = str(hf.get("model_type", ""))
     if model_type not in BERT_TYPES + ROBERTA_TYPES:
-        raise GraphattnError(f"model_type {model_type!r} cannot be lifted; expected one of {', '.join(BERT_TYPES + ROBERTA_TYPES)}",
-                             file=source, path=("model_type",))
+        raise GraphattnError(
+            f"model_type {model_type!r} cannot be lifted; expected one of {', '.join(BERT_TYPES + ROBERTA_TYPES)}",
+            file=source,
+            path=("model_type",),
+        )
     if hf.get("position_embedding_type", "absolute") != "absolute":
-        raise GraphattnError(f"position_embedding_type {hf['position_embedding_type']!r} is not liftable (only 'absolute')",
-                             file=source, path=("position_embedding_type",))
+        raise GraphattnError(
+            f"position_embedding_type {hf['position_embedding_type']!r} is not liftable (only 'absolute')",
+            file=source,
+            path=("position_embedding_type",),
+        )
     if hf.get("is_decoder") or hf.get("add_cross_attention"):
-        raise GraphattnError("decoder / cross-attention checkpoints cannot be lifted into an encoder", file=source, path=("is_decoder",))
+        raise GraphattnError(
+            "decoder / cross-attention checkpoints cannot be lifted into an encoder", file=source, path=("is_decoder",)
+        )
     return model_type
 
 
@@ -237,13 +281,20 @@ def etc_config_from_hf(hf: dict[str, Any], keep_absolute_positions: bool = True,
     check_hf_config(hf)
     act = str(hf.get("hidden_act", "gelu"))
     if act not in _ACTIVATIONS:
-        raise GraphattnError(f"hidden_act {act!r} has no EtcConfig equivalent ({', '.join(_ACTIVATIONS)})", path=("hidden_act",))
+        raise GraphattnError(
+            f"hidden_act {act!r} has no EtcConfig equivalent ({', '.join(_ACTIVATIONS)})", path=("hidden_act",)
+        )
     positions = int(hf.get("max_position_embeddings", 512)) - _position_offset(hf, model_type)
     derived = dict(
-        vocab_size=int(hf["vocab_size"]), hidden_size=int(hf["hidden_size"]), num_hidden_layers=int(hf["num_hidden_layers"]),
-        num_attention_heads=int(hf["num_attention_heads"]), intermediate_size=int(hf["intermediate_size"]),
-        type_vocab_size=max(int(hf.get("type_vocab_size", 2)), EtcConfig.type_vocab_size), hidden_act=_ACTIVATIONS[act],
-        layer_norm_eps=float(hf.get("layer_norm_eps", 1e-12)), initializer_range=float(hf.get("initializer_range", 0.02)),
+        vocab_size=int(hf["vocab_size"]),
+        hidden_size=int(hf["hidden_size"]),
+        num_hidden_layers=int(hf["num_hidden_layers"]),
+        num_attention_heads=int(hf["num_attention_heads"]),
+        intermediate_size=int(hf["intermediate_size"]),
+        type_vocab_size=max(int(hf.get("type_vocab_size", 2)), EtcConfig.type_vocab_size),
+        hidden_act=_ACTIVATIONS[act],
+        layer_norm_eps=float(hf.get("layer_norm_eps", 1e-12)),
+        initializer_range=float(hf.get("initializer_range", 0.02)),
         hidden_dropout_prob=float(hf.get("hidden_dropout_prob", 0.1)),
         max_absolute_position_embeddings=positions if keep_absolute_positions else 0,
     )
@@ -270,9 +321,12 @@ class _Lifter:
         target = self.params[etc_name]
         value = self.hf(hf_name) if value is None else value
         if tuple(value.shape) != tuple(target.shape):
-            raise GraphattnError(f"size mismatch: checkpoint tensor {hf_name} has shape {tuple(value.shape)} but {etc_name} "
-                                 f"has shape {tuple(target.shape)}; check the EtcConfig sizes against config.json",
-                                 file=self.report.source, path=(hf_name,))
+            raise GraphattnError(
+                f"size mismatch: checkpoint tensor {hf_name} has shape {tuple(value.shape)} but {etc_name} "
+                f"has shape {tuple(target.shape)}; check the EtcConfig sizes against config.json",
+                file=self.report.source,
+                path=(hf_name,),
+            )
         with torch.no_grad():
             target.copy_(value.to(target.dtype))
         self.report.copied.append((etc_name, hf_name, tuple(value.shape)))
@@ -287,49 +341,80 @@ class _Lifter:
         extra vocabulary rows keep the encoder's fresh initialisation."""
         target, source = self.params[etc_name], self.hf(hf_name)[start:]
         if source.shape[1:] != target.shape[1:] or source.shape[0] == 0:
-            raise GraphattnError(f"size mismatch: checkpoint tensor {hf_name} has shape {tuple(self.hf_state[hf_name].shape)} but {etc_name} "
-                                 f"has shape {tuple(target.shape)}", file=self.report.source, path=(hf_name,))
+            raise GraphattnError(
+                f"size mismatch: checkpoint tensor {hf_name} has shape {tuple(self.hf_state[hf_name].shape)} but {etc_name} "
+                f"has shape {tuple(target.shape)}",
+                file=self.report.source,
+                path=(hf_name,),
+            )
         rows = target.shape[0]
         if source.shape[0] >= rows:
             self.copy(etc_name, hf_name, source[:rows])
             if source.shape[0] > rows and what == "positions":
-                self.report.dropped.append((f"{hf_name}[{start + rows}:]", f"beyond max_absolute_position_embeddings={rows}"))
+                self.report.dropped.append(
+                    (f"{hf_name}[{start + rows}:]", f"beyond max_absolute_position_embeddings={rows}")
+                )
             elif source.shape[0] > rows:
-                raise GraphattnError(f"size mismatch: checkpoint tensor {hf_name} has {source.shape[0]} {what} rows but {etc_name} "
-                                     f"has only {rows} (shape {tuple(target.shape)})", file=self.report.source, path=(hf_name,))
+                raise GraphattnError(
+                    f"size mismatch: checkpoint tensor {hf_name} has {source.shape[0]} {what} rows but {etc_name} "
+                    f"has only {rows} (shape {tuple(target.shape)})",
+                    file=self.report.source,
+                    path=(hf_name,),
+                )
             return
         if what == "positions":
-            raise GraphattnError(f"size mismatch: {etc_name} wants {rows} positions (shape {tuple(target.shape)}) but checkpoint tensor "
-                                 f"{hf_name} (shape {tuple(self.hf_state[hf_name].shape)}) serves {source.shape[0]}",
-                                 file=self.report.source, path=(hf_name,))
+            raise GraphattnError(
+                f"size mismatch: {etc_name} wants {rows} positions (shape {tuple(target.shape)}) but checkpoint tensor "
+                f"{hf_name} (shape {tuple(self.hf_state[hf_name].shape)}) serves {source.shape[0]}",
+                file=self.report.source,
+                path=(hf_name,),
+            )
         with torch.no_grad():
             target[: source.shape[0]].copy_(source.to(target.dtype))
             if what == "token type":
-                target[source.shape[0]:].copy_(source[:1].to(target.dtype).expand(rows - source.shape[0], -1))
+                target[source.shape[0] :].copy_(source[:1].to(target.dtype).expand(rows - source.shape[0], -1))
         self.report.copied.append((f"{etc_name}[:{source.shape[0]}]", hf_name, tuple(source.shape)))
         how = "initialised as row 0 (a new type starts as type 0)" if what == "token type" else "freshly initialised"
-        self.report.created.append((f"{etc_name}[{source.shape[0]}:]", f"{rows - source.shape[0]} new {what} rows, {how}"))
+        self.report.created.append(
+            (f"{etc_name}[{source.shape[0]}:]", f"{rows - source.shape[0]} new {what} rows, {how}")
+        )
 
 
-def lift_into(encoder: EtcEncoder, hf_state: dict[str, torch.Tensor], hf_config: dict[str, Any], *,
-              relative_init: str = "zeros", source: str = "<state dict>") -> LiftReport:
+def lift_into(
+    encoder: EtcEncoder,
+    hf_state: dict[str, torch.Tensor],
+    hf_config: dict[str, Any],
+    *,
+    relative_init: str = "zeros",
+    source: str = "<state dict>",
+) -> LiftReport:
     """Copy an HF BERT/RoBERTa state dict into `encoder` in place; returns the report."""
     model_type = _model_type(check_hf_config(hf_config, source), source)
     if relative_init not in ("zeros", "normal"):
-        raise GraphattnError(f"relative_init must be 'zeros' or 'normal', got {relative_init!r}", path=("relative_init",))
+        raise GraphattnError(
+            f"relative_init must be 'zeros' or 'normal', got {relative_init!r}", path=("relative_init",)
+        )
     cfg = encoder.config
     report = LiftReport(source=source, model_type=model_type)
     state = _normalise_names(hf_state, model_type)
     lifter = _Lifter(encoder, state, report)
     if cfg.num_hidden_layers != int(hf_config["num_hidden_layers"]):
-        raise GraphattnError(f"the encoder has {cfg.num_hidden_layers} layers but the checkpoint has {hf_config['num_hidden_layers']}",
-                             file=source, path=("num_hidden_layers",))
+        raise GraphattnError(
+            f"the encoder has {cfg.num_hidden_layers} layers but the checkpoint has {hf_config['num_hidden_layers']}",
+            file=source,
+            path=("num_hidden_layers",),
+        )
     if cfg.num_attention_heads != int(hf_config["num_attention_heads"]):
-        raise GraphattnError(f"the encoder has {cfg.num_attention_heads} heads but the checkpoint has {hf_config['num_attention_heads']}",
-                             file=source, path=("num_attention_heads",))
+        raise GraphattnError(
+            f"the encoder has {cfg.num_attention_heads} heads but the checkpoint has {hf_config['num_attention_heads']}",
+            file=source,
+            path=("num_attention_heads",),
+        )
 
     lifter.copy_rows("embeddings.word_embeddings.weight", "embeddings.word_embeddings.weight", 0, "vocabulary")
-    lifter.copy_rows("embeddings.token_type_embeddings.weight", "embeddings.token_type_embeddings.weight", 0, "token type")
+    lifter.copy_rows(
+        "embeddings.token_type_embeddings.weight", "embeddings.token_type_embeddings.weight", 0, "token type"
+    )
     for etc_norm in ("embeddings.layer_norm", "embeddings.global_layer_norm"):
         lifter.copy_linear(etc_norm, "embeddings.LayerNorm")
     position_table = "embeddings.position_embeddings.weight"
@@ -363,7 +448,12 @@ def _init_relative(encoder: EtcEncoder, n: int, how: str, report: LiftReport) ->
             attention.relative_key_table.zero_()
         else:
             attention.relative_key_table.normal_(std=encoder.config.initializer_range)
-        report.created.append((f"layer.{n}.attention.relative_key_table", "zeros (lifted output unchanged)" if how == "zeros" else "normal"))
+        report.created.append(
+            (
+                f"layer.{n}.attention.relative_key_table",
+                "zeros (lifted output unchanged)" if how == "zeros" else "normal",
+            )
+        )
         if attention.relative_bias_table is not None:
             attention.relative_bias_table.zero_()
             report.created.append((f"layer.{n}.attention.relative_bias_table", "zeros"))
@@ -379,8 +469,14 @@ def _why_dropped(name: str) -> str:
     return "no counterpart in EtcEncoder"
 
 
-def lift_pretrained(checkpoint_dir: str | os.PathLike, config: EtcConfig | None = None, *, keep_absolute_positions: bool = True,
-                    relative_init: str = "zeros", **overrides: Any) -> tuple[EtcEncoder, LiftReport]:
+def lift_pretrained(
+    checkpoint_dir: str | os.PathLike,
+    config: EtcConfig | None = None,
+    *,
+    keep_absolute_positions: bool = True,
+    relative_init: str = "zeros",
+    **overrides: Any,
+) -> tuple[EtcEncoder, LiftReport]:
     """EtcEncoder with weights lifted from a local BERT/RoBERTa checkpoint directory.
 
     Without `config` the encoder's sizes come from config.json (plus `overrides`, e.g.

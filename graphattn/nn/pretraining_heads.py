@@ -32,11 +32,13 @@ class MlmHead(nn.Module):
         """Copy a BERT (`cls.predictions.*`) or RoBERTa (`lm_head.*`) MLM head, as handed back
         in `LiftReport.unused`; returns the HF names copied (none when the checkpoint has no head).
         The decoder matrix is the tied word embedding and is not copied."""
-        names = {"dense.weight": ("cls.predictions.transform.dense.weight", "lm_head.dense.weight"),
-                 "dense.bias": ("cls.predictions.transform.dense.bias", "lm_head.dense.bias"),
-                 "layer_norm.weight": ("cls.predictions.transform.LayerNorm.weight", "lm_head.layer_norm.weight"),
-                 "layer_norm.bias": ("cls.predictions.transform.LayerNorm.bias", "lm_head.layer_norm.bias"),
-                 "bias": ("cls.predictions.bias", "lm_head.bias")}
+        names = {
+            "dense.weight": ("cls.predictions.transform.dense.weight", "lm_head.dense.weight"),
+            "dense.bias": ("cls.predictions.transform.dense.bias", "lm_head.dense.bias"),
+            "layer_norm.weight": ("cls.predictions.transform.LayerNorm.weight", "lm_head.layer_norm.weight"),
+            "layer_norm.bias": ("cls.predictions.transform.LayerNorm.bias", "lm_head.layer_norm.bias"),
+            "bias": ("cls.predictions.bias", "lm_head.bias"),
+        }
         own = dict(self.named_parameters())
         copied = []
         for mine, theirs in names.items():
@@ -44,7 +46,10 @@ class MlmHead(nn.Module):
             if found is None:
                 continue
             if tuple(tensors[found].shape) != tuple(own[mine].shape):
-                raise GraphattnError(f"{found} has shape {list(tensors[found].shape)}, the MLM head's {mine} {list(own[mine].shape)}", path=(found,))
+                raise GraphattnError(
+                    f"{found} has shape {list(tensors[found].shape)}, the MLM head's {mine} {list(own[mine].shape)}",
+                    path=(found,),
+                )
             with torch.no_grad():
                 own[mine].copy_(tensors[found])
             copied.append(found)

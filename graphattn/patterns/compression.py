@@ -57,7 +57,11 @@ class Compressor(nn.Module):
         if kind not in COMPRESSIONS:
             raise ValueError(f"unknown compression {kind!r}; expected one of {', '.join(COMPRESSIONS)}")
         self.kind, self.rate, self.dilation = kind, rate, dilation if kind == "dilated_conv" else 1
-        self.conv = nn.Conv1d(hidden_size, hidden_size, rate, stride=rate, dilation=self.dilation) if kind.endswith("conv") else None
+        self.conv = (
+            nn.Conv1d(hidden_size, hidden_size, rate, stride=rate, dilation=self.dilation)
+            if kind.endswith("conv")
+            else None
+        )
 
     @property
     def needs_usage(self) -> bool:
@@ -120,7 +124,7 @@ def content_attention(attention: nn.Module, queries: torch.Tensor, memories: tor
     q = split(_detached_projection(attention.query, queries))
     k = split(_detached_projection(attention.key, memories))
     v = split(_detached_projection(attention.value, memories))
-    scores = (q @ k.transpose(-1, -2)) * dim ** -0.5
+    scores = (q @ k.transpose(-1, -2)) * dim**-0.5
     scores = scores.masked_fill(~memory_valid[:, None, None, :], float("-inf"))
     peak = scores.amax(dim=-1, keepdim=True).detach()
     weights = torch.exp(scores - torch.where(torch.isfinite(peak), peak, torch.zeros_like(peak)))
@@ -130,7 +134,13 @@ def content_attention(attention: nn.Module, queries: torch.Tensor, memories: tor
     return out, probs
 
 
-def attention_usage(attention: nn.Module, queries: torch.Tensor, query_valid: torch.Tensor, memories: torch.Tensor, memory_valid: torch.Tensor) -> torch.Tensor:
+def attention_usage(
+    attention: nn.Module,
+    queries: torch.Tensor,
+    query_valid: torch.Tensor,
+    memories: torch.Tensor,
+    memory_valid: torch.Tensor,
+) -> torch.Tensor:
     """[B, n_m]: attention weight each memory receives, averaged over heads and valid queries."""
     with torch.no_grad():
         _, probs = content_attention(attention, queries, memories, memory_valid)

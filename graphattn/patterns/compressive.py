@@ -22,8 +22,8 @@ its gradients reach the compressors only, and the task loss never reaches them.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Iterable
 
 import torch
 from torch import nn
@@ -67,7 +67,7 @@ class CompressiveConfig:
             )
 
     @classmethod
-    def enwik8(cls, **overrides) -> "CompressiveConfig":
+    def enwik8(cls, **overrides) -> CompressiveConfig:
         """The paper's Enwik8 setting: n_s = n_m = 768, n_cm = 1152, c = 3 (conv compression)."""
         return cls(
             **{**dict(segment_length=768, memory_length=768, compressed_length=1152, compression_rate=3), **overrides}
@@ -92,7 +92,7 @@ class LayerMemory:
     compressed_valid: torch.Tensor  # [B, c] bool
 
     @classmethod
-    def empty(cls, batch: int, hidden: int, device=None, dtype=None) -> "LayerMemory":
+    def empty(cls, batch: int, hidden: int, device=None, dtype=None) -> LayerMemory:
         rows = lambda *shape, **kw: torch.zeros(batch, 0, *shape, device=device, **kw)  # noqa: E731
         return cls(
             rows(hidden, dtype=dtype),

@@ -34,8 +34,8 @@ index_copy scatters back. Nothing of size [L, L] exists outside the reference.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import torch
 
@@ -66,11 +66,16 @@ def check_schedule(pairs: Sequence[Sequence[int]]) -> tuple[tuple[int, int], ...
         try:
             segment, dilation = (int(x) for x in pair)
         except (TypeError, ValueError):
-            raise BatchError(f"expected a (segment, dilation) pair of two ints, got {pair!r}", path=("pairs", index)) from None
+            raise BatchError(
+                f"expected a (segment, dilation) pair of two ints, got {pair!r}", path=("pairs", index)
+            ) from None
         if segment < 1 or dilation < 1:
             raise BatchError(f"segment and dilation must be >= 1, got ({segment}, {dilation})", path=("pairs", index))
         if dilation > segment:
-            raise BatchError(f"dilation {dilation} is larger than segment {segment}: a segment would keep at most one row", path=("pairs", index))
+            raise BatchError(
+                f"dilation {dilation} is larger than segment {segment}: a segment would keep at most one row",
+                path=("pairs", index),
+            )
         checked.append((segment, dilation))
     return tuple(checked)
 
@@ -136,8 +141,13 @@ def attend_segments(qs, ks, vs, key_valid, causal: bool, scale: float, tile_elem
     batch, heads, segs, rows, dim = qs.shape
     key_valid = key_valid.expand(batch, heads, segs, ks.shape[3]).reshape(-1, ks.shape[3])
     out, lse = segment_attention(
-        qs.reshape(-1, rows, dim), ks.reshape(-1, ks.shape[3], dim), vs.reshape(-1, ks.shape[3], dim),
-        key_valid, causal=causal, scale=scale, tile_elements=tile_elements,
+        qs.reshape(-1, rows, dim),
+        ks.reshape(-1, ks.shape[3], dim),
+        vs.reshape(-1, ks.shape[3], dim),
+        key_valid,
+        causal=causal,
+        scale=scale,
+        tile_elements=tile_elements,
     )
     return out.view(qs.shape), lse.view(qs.shape[:-1])
 
@@ -167,7 +177,10 @@ def check_states(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
             shape = list(t.shape) if isinstance(t, torch.Tensor) else type(t).__name__
             raise BatchError(f"expected a float tensor [batch, heads, length, head_dim], got {shape}", path=(name,))
         if t.shape != q.shape or t.dtype != q.dtype or t.device != q.device:
-            raise BatchError(f"shape/dtype/device {list(t.shape)} {t.dtype} {t.device} differ from q's {list(q.shape)} {q.dtype} {q.device}", path=(name,))
+            raise BatchError(
+                f"shape/dtype/device {list(t.shape)} {t.dtype} {t.device} differ from q's {list(q.shape)} {q.dtype} {q.device}",
+                path=(name,),
+            )
     if q.shape[2] == 0:
         raise BatchError("the sequence is empty (length 0)", path=("q",))
 
@@ -199,9 +212,11 @@ def dilated_attention(
     check_states(q, k, v)
     pairs = check_schedule(pairs)
     batch, heads, length, dim = q.shape
-    scale = dim ** -0.5 if scale is None else scale
+    scale = dim**-0.5 if scale is None else scale
     if key_padding is not None and tuple(key_padding.shape) != (batch, length):
-        raise BatchError(f"expected [batch={batch}, length={length}], got {list(key_padding.shape)}", path=("key_padding",))
+        raise BatchError(
+            f"expected [batch={batch}, length={length}], got {list(key_padding.shape)}", path=("key_padding",)
+        )
     outs, lses = [], []
     for segment, dilation in pairs:
         layout = full_layout(length, segment, dilation, heads, q.device)
@@ -247,7 +262,7 @@ def dilated_attention_reference(
     denominator-weighted mixture, see the module docstring). Materializes [B, H, L, L]."""
     check_states(q, k, v)
     batch, heads, length, dim = q.shape
-    scale = dim ** -0.5 if scale is None else scale
+    scale = dim**-0.5 if scale is None else scale
     counts = pair_multiplicity(length, pairs, heads, causal).to(q.device)[None]  # [1, H, L, L]
     if key_padding is not None:
         counts = counts * key_padding.bool()[:, None, None, :]

@@ -22,7 +22,7 @@ reduce-scatter (gloo on CPU, NCCL on GPU).
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 import torch.distributed as dist
@@ -152,21 +152,30 @@ def dilated_attention_parallel(
     check_states(q, k, v)
     pairs = check_schedule(pairs)
     if not dist.is_available() or not dist.is_initialized():
-        raise BatchError("torch.distributed is not initialized; call init_process_group first (or use dilated_attention)", path=("group",))
+        raise BatchError(
+            "torch.distributed is not initialized; call init_process_group first (or use dilated_attention)",
+            path=("group",),
+        )
     world, rank = dist.get_world_size(group), dist.get_rank(group)
     batch, heads, length, dim = q.shape
     total = world * length
     valid_length = total if valid_length is None else int(valid_length)
     if not 0 < valid_length <= total:
-        raise BatchError(f"valid_length {valid_length} must be in 1..{total} (ranks x tokens per rank)", path=("valid_length",))
-    scale = dim ** -0.5 if scale is None else scale
+        raise BatchError(
+            f"valid_length {valid_length} must be in 1..{total} (ranks x tokens per rank)", path=("valid_length",)
+        )
+    scale = dim**-0.5 if scale is None else scale
     outs, lses = [], []
     for segment, dilation in pairs:
         segment = min(segment, total)
         if length % segment == 0:
-            out, lse = _local_pair(q, k, v, segment, dilation, rank * length, valid_length, causal, scale, tile_elements)
+            out, lse = _local_pair(
+                q, k, v, segment, dilation, rank * length, valid_length, causal, scale, tile_elements
+            )
         else:
-            out, lse = _gathered_pair(q, k, v, segment, dilation, rank, world, valid_length, causal, scale, tile_elements, group)
+            out, lse = _gathered_pair(
+                q, k, v, segment, dilation, rank, world, valid_length, causal, scale, tile_elements, group
+            )
         outs.append(out)
         lses.append(lse)
     return mix_by_denominators(outs, lses).to(q.dtype)

@@ -24,8 +24,9 @@ Dilation counts the stride (1 = contiguous, 2 = every other token), as HF's and 
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import torch
 from torch import nn
@@ -134,7 +135,7 @@ class LongformerConfig(EtcConfig):
         )
 
     @classmethod
-    def char_lm_small(cls, **overrides: Any) -> "LongformerConfig":
+    def char_lm_small(cls, **overrides: Any) -> LongformerConfig:
         """The paper's small character-LM model (12 layers, 8 heads, hidden 512) with its phase-1
         schedule: windows 32 -> 8192, dilation on 2 heads of the upper layers."""
         windows, dilations = lm_schedule(12, 8, 32, 8192)
@@ -223,7 +224,7 @@ class LongformerPattern:
         num_heads: int,
         head_dim: int,
         backend: str = "auto",
-    ) -> "LongformerPattern":
+    ) -> LongformerPattern:
         """`global_positions` [B, G] (-1: empty slot), `long_mask` [B, L] (None: all real),
         `windows` the (radius, dilations per head) of the layers that will attend through it."""
         if long_mask is None:

@@ -11,7 +11,8 @@ HF-style inputs (a [B, L] 0/1 global attention mask) convert with `global_positi
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import torch
@@ -38,7 +39,11 @@ def _prefix_positions(instance: EtcInstance, schema: Schema, positions: np.ndarr
     specials = np.flatnonzero(np.asarray(instance.global_node_types, dtype=object) == "special")
     if specials.size == 0:
         return
-    global_docs = instance.global_doc_index if instance.global_doc_index is not None else np.zeros(instance.global_length, np.int32)
+    global_docs = (
+        instance.global_doc_index
+        if instance.global_doc_index is not None
+        else np.zeros(instance.global_length, np.int32)
+    )
     starts = _document_starts(instance)
     for g in specials:  # a few per document
         name = instance.global_node_ids[g].strip("<>")
@@ -70,7 +75,11 @@ def global_copy_positions(instance: EtcInstance, schema: Schema | str | Any) -> 
     if missing.size:
         g = int(missing[0])
         kind = instance.global_node_types[g]
-        hint = f"declare type {kind!r} with `global: per_token` (and `long: true`)" if kind in schema.node_types else "fixed blocks have no long copy"
+        hint = (
+            f"declare type {kind!r} with `global: per_token` (and `long: true`)"
+            if kind in schema.node_types
+            else "fixed blocks have no long copy"
+        )
         raise CompileError(
             f"global {g} ({instance.global_node_ids[g]!r}, type {kind!r}) is not a copy of a long position, which Longformer "
             f"global attention needs: {hint}; {missing.size} global(s) affected",
@@ -80,14 +89,18 @@ def global_copy_positions(instance: EtcInstance, schema: Schema | str | Any) -> 
     return positions
 
 
-def collate_global_positions(instances: Sequence[EtcInstance], schema: Schema | str | Any, pad_to_global: int | None = None) -> torch.Tensor:
+def collate_global_positions(
+    instances: Sequence[EtcInstance], schema: Schema | str | Any, pad_to_global: int | None = None
+) -> torch.Tensor:
     """[B, G] int64 positions of every instance's globals, -1 in the padded slots (G as collate's)."""
     schema = load_schema(schema)
     rows = [global_copy_positions(inst, schema) for inst in instances]
     width = max((r.shape[0] for r in rows), default=0)
     if pad_to_global is not None:
         if pad_to_global < width:
-            raise BatchError(f"pad_to_global={pad_to_global} is shorter than the longest instance ({width} global tokens)")
+            raise BatchError(
+                f"pad_to_global={pad_to_global} is shorter than the longest instance ({width} global tokens)"
+            )
         width = pad_to_global
     out = np.full((len(rows), width), -1, dtype=np.int64)
     for b, row in enumerate(rows):
@@ -96,7 +109,10 @@ def collate_global_positions(instances: Sequence[EtcInstance], schema: Schema | 
 
 
 def collate_longformer(
-    instances: Sequence[EtcInstance], schema: Schema | str | Any, pad_to_long: int | None = None, pad_to_global: int | None = None
+    instances: Sequence[EtcInstance],
+    schema: Schema | str | Any,
+    pad_to_long: int | None = None,
+    pad_to_global: int | None = None,
 ) -> tuple[EtcBatch, torch.Tensor]:
     """`collate` plus the [B, G] global positions that LongformerEncoder takes with the batch."""
     batch = collate(instances, pad_to_long, pad_to_global)

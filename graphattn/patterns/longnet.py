@@ -11,8 +11,8 @@ its chunk of the output (patterns/dilated_parallel.py).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import torch
 from torch import nn

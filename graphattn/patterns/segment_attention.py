@@ -65,12 +65,19 @@ _CPU_FLASH_BACKWARD = getattr(torch.ops.aten, "_scaled_dot_product_flash_attenti
 
 
 def _use_fused(q: torch.Tensor) -> bool:
-    return _CPU_FLASH is not None and _CPU_FLASH_BACKWARD is not None and q.device.type == "cpu" and q.dtype in (torch.float32, torch.float64)
+    return (
+        _CPU_FLASH is not None
+        and _CPU_FLASH_BACKWARD is not None
+        and q.device.type == "cpu"
+        and q.dtype in (torch.float32, torch.float64)
+    )
 
 
 def _additive_mask(key_valid: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     """[N, M] bool -> [N, 1, 1, M] additive mask (0 / -inf) for torch's kernels."""
-    return torch.zeros(key_valid.shape, dtype=dtype, device=key_valid.device).masked_fill_(~key_valid, NEG_INF)[:, None, None, :]
+    return torch.zeros(key_valid.shape, dtype=dtype, device=key_valid.device).masked_fill_(~key_valid, NEG_INF)[
+        :, None, None, :
+    ]
 
 
 def _empty_rows(key_valid: torch.Tensor, causal: bool) -> torch.Tensor:
@@ -100,6 +107,7 @@ def _fused_backward(q, k, v, key_valid, out, lse, grad_out, grad_lse, causal, sc
     The kernel computes dS = P * (dO.V^T - rowsum(dO * O)); we need delta - dlse in place of
     rowsum(dO * O). Appending a zero column to q, k, v (scores and dV unchanged), a column of
     ones to O and -dlse to dO adds exactly -dlse to that rowsum and nothing else."""
+
     def widen(x, column):
         return torch.cat((x, column), dim=-1)[:, None].contiguous()
 
@@ -107,8 +115,16 @@ def _fused_backward(q, k, v, key_valid, out, lse, grad_out, grad_lse, causal, sc
     empty = _empty_rows(key_valid, causal)
     lse = torch.where(empty, float("inf"), lse)[:, None].contiguous()  # P = exp(-inf - inf) = 0
     grads = _CPU_FLASH_BACKWARD(
-        widen(grad_out.to(q.dtype), -grad_lse.to(q.dtype)[..., None]), widen(q, zeros), widen(k, zeros), widen(v, zeros),
-        widen(out, torch.ones_like(zeros)), lse, 0.0, causal, attn_mask=_additive_mask(key_valid, q.dtype), scale=scale,
+        widen(grad_out.to(q.dtype), -grad_lse.to(q.dtype)[..., None]),
+        widen(q, zeros),
+        widen(k, zeros),
+        widen(v, zeros),
+        widen(out, torch.ones_like(zeros)),
+        lse,
+        0.0,
+        causal,
+        attn_mask=_additive_mask(key_valid, q.dtype),
+        scale=scale,
     )
     return tuple(g[:, 0, :, :-1] for g in grads)
 

@@ -22,8 +22,8 @@ slots (no global query rows), and each window is prepared once (`prepare_windows
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import torch
 

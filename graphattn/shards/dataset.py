@@ -23,8 +23,7 @@ import bisect
 import os
 import random
 from collections import OrderedDict
-from pathlib import Path
-from typing import Iterator, Sequence
+from collections.abc import Iterator, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -33,8 +32,8 @@ from torch.utils.data import Dataset, IterableDataset, get_worker_info
 
 from graphattn.compile.batching import collate as _collate
 from graphattn.contract import EtcBatch, EtcInstance
-from graphattn.shards.format import DecodedRows, Provenance, ShardInfo, Source, read_info, shard_paths
 from graphattn.errors import GraphattnError
+from graphattn.shards.format import DecodedRows, Provenance, ShardInfo, Source, read_info, shard_paths
 
 
 class _Shards:
@@ -141,8 +140,17 @@ class ShardIterableDataset(IterableDataset):
     once per epoch over all workers and ranks.
     """
 
-    def __init__(self, source: Source, *, shuffle: bool = False, buffer_size: int = 1024, seed: int = 0,
-                 compact: bool = False, rank: int = 0, world_size: int = 1):
+    def __init__(
+        self,
+        source: Source,
+        *,
+        shuffle: bool = False,
+        buffer_size: int = 1024,
+        seed: int = 0,
+        compact: bool = False,
+        rank: int = 0,
+        world_size: int = 1,
+    ):
         if not 0 <= rank < world_size:
             raise GraphattnError(f"rank {rank} is outside world_size {world_size}")
         self.shards = _Shards(shard_paths(source), cache_size=1)
@@ -189,7 +197,9 @@ class ShardIterableDataset(IterableDataset):
         yield from buffer
 
 
-def collate(instances: Sequence[EtcInstance], pad_to_long: int | None = None, pad_to_global: int | None = None) -> EtcBatch:
+def collate(
+    instances: Sequence[EtcInstance], pad_to_long: int | None = None, pad_to_global: int | None = None
+) -> EtcBatch:
     """DataLoader `collate_fn`: pad and stack instances into an EtcBatch (graphattn.compile.batching)."""
     return _collate(instances, pad_to_long=pad_to_long, pad_to_global=pad_to_global)
 
@@ -206,4 +216,3 @@ def read_table(source: Source, columns: Sequence[str] | None = None) -> pa.Table
     """The shards as one plain Arrow table (optionally only some columns)."""
     tables = [pq.read_table(path, columns=list(columns) if columns else None) for path in shard_paths(source)]
     return pa.concat_tables(tables) if len(tables) > 1 else tables[0]
-

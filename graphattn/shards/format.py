@@ -34,9 +34,10 @@ import glob
 import hashlib
 import json
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -57,14 +58,36 @@ META_PREFIX = "graphattn."
 # Compact-side fields and how they are stored: per-long / per-global arrays and sparse lists.
 _LONG_ARRAYS = {"long_doc": "doc", "long_segment": "int32", "long_hard_l2g": "bool"}
 _GLOBAL_ARRAYS = {"global_doc": "doc", "global_segment": "int32", "global_blockable": "bool", "global_hard_g2l": "bool"}
-_SPARSE = {"link_long": "int32", "link_global": "gpos", "link_label": "label",
-           "g2g_src": "gpos", "g2g_dst": "gpos", "g2g_label": "label"}
+_SPARSE = {
+    "link_long": "int32",
+    "link_global": "gpos",
+    "link_label": "label",
+    "g2g_src": "gpos",
+    "g2g_dst": "gpos",
+    "g2g_label": "label",
+}
 _SCALARS = ("local_radius", "max_distance", "levels", "owners", "cross_segment_label")
 _COMPACT_FIELDS = set(_LONG_ARRAYS) | set(_GLOBAL_ARRAYS) | set(_SPARSE) | set(_SCALARS)
-_STRING_LISTS = ("doc_ids", "sources", "texts", "global_node_ids", "global_node_types", "dropped_nodes",
-                 "dropped_targets", "truncation_messages")
-_INT_SCALARS = ("window", "windows", "long_length", "global_length", "long_tokens_before", "long_tokens_after",
-                "globals_before", "globals_after")
+_STRING_LISTS = (
+    "doc_ids",
+    "sources",
+    "texts",
+    "global_node_ids",
+    "global_node_types",
+    "dropped_nodes",
+    "dropped_targets",
+    "truncation_messages",
+)
+_INT_SCALARS = (
+    "window",
+    "windows",
+    "long_length",
+    "global_length",
+    "long_tokens_before",
+    "long_tokens_after",
+    "globals_before",
+    "globals_after",
+)
 
 
 class ShardFormatError(GraphattnError):
@@ -87,9 +110,12 @@ class ShardColumns:
     targets: tuple[tuple[str, str, tuple[int, ...]], ...] = ()  # (array name, axis "global" | "", fixed shape)
 
     @classmethod
-    def for_run(cls, schema, vocab_size: int) -> "ShardColumns":
-        features = tuple((f"{side}:{f.name}", "float32" if f.dtype == "float32" else "int32")
-                         for f in schema.features for side in ("global", "long"))
+    def for_run(cls, schema, vocab_size: int) -> ShardColumns:
+        features = tuple(
+            (f"{side}:{f.name}", "float32" if f.dtype == "float32" else "int32")
+            for f in schema.features
+            for side in ("global", "long")
+        )
         return cls(
             token="uint16" if vocab_size <= 1 << 16 else "int32",
             type="int16",
@@ -107,13 +133,21 @@ class ShardColumns:
         return np.dtype(getattr(self, kind) if kind in ("token", "type", "gpos", "label", "doc") else kind)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"token": self.token, "type": self.type, "gpos": self.gpos, "label": self.label, "doc": self.doc,
-                "levels": list(self.levels), "features": [list(f) for f in self.features],
-                "local_radius": self.local_radius, "max_distance": self.max_distance,
-                "targets": [[name, axis, list(shape)] for name, axis, shape in self.targets]}
+        return {
+            "token": self.token,
+            "type": self.type,
+            "gpos": self.gpos,
+            "label": self.label,
+            "doc": self.doc,
+            "levels": list(self.levels),
+            "features": [list(f) for f in self.features],
+            "local_radius": self.local_radius,
+            "max_distance": self.max_distance,
+            "targets": [[name, axis, list(shape)] for name, axis, shape in self.targets],
+        }
 
     @classmethod
-    def from_dict(cls, data: dict) -> "ShardColumns":
+    def from_dict(cls, data: dict) -> ShardColumns:
         targets = tuple((name, axis, tuple(shape)) for name, axis, shape in data.get("targets", []))
         features = tuple(tuple(f) for f in data["features"])
         return cls(**{**data, "levels": tuple(data["levels"]), "features": features, "targets": targets})
@@ -128,23 +162,38 @@ class ShardColumns:
         """Column names and types of every shard of the run, in order."""
         a = lambda kind: pa.from_numpy_dtype(self.dtype(kind))  # noqa: E731
         cols: list[tuple[str, pa.DataType]] = [
-            ("doc_numbers", pa.list_(pa.int64())), ("doc_ids", pa.list_(pa.string())), ("sources", pa.list_(pa.string())),
-            ("source_lines", pa.list_(pa.int64())), ("source_records", pa.list_(pa.int64())),
-            ("window", pa.int32()), ("windows", pa.int32()),
-            ("long_length", pa.int32()), ("global_length", pa.int32()),
-            ("long_token_ids", pa.list_(a("token"))), ("long_type_ids", pa.list_(a("type"))),
-            ("global_token_ids", pa.list_(a("token"))), ("global_type_ids", pa.list_(a("type"))),
-            ("global_node_ids", pa.list_(pa.string())), ("global_node_types", pa.list_(pa.string())),
-            ("long_char_gap", pa.list_(pa.int32())), ("long_char_length", pa.list_(pa.int32())),
+            ("doc_numbers", pa.list_(pa.int64())),
+            ("doc_ids", pa.list_(pa.string())),
+            ("sources", pa.list_(pa.string())),
+            ("source_lines", pa.list_(pa.int64())),
+            ("source_records", pa.list_(pa.int64())),
+            ("window", pa.int32()),
+            ("windows", pa.int32()),
+            ("long_length", pa.int32()),
+            ("global_length", pa.int32()),
+            ("long_token_ids", pa.list_(a("token"))),
+            ("long_type_ids", pa.list_(a("type"))),
+            ("global_token_ids", pa.list_(a("token"))),
+            ("global_type_ids", pa.list_(a("type"))),
+            ("global_node_ids", pa.list_(pa.string())),
+            ("global_node_types", pa.list_(pa.string())),
+            ("long_char_gap", pa.list_(pa.int32())),
+            ("long_char_length", pa.list_(pa.int32())),
         ]
         cols += [(name, pa.list_(a(kind))) for name, kind in _LONG_ARRAYS.items()]
         cols += [(f"owner_{level}", pa.list_(a("gpos"))) for level in self.levels]
         cols += [(name, pa.list_(a(kind))) for name, kind in _GLOBAL_ARRAYS.items()]
         cols += [(name, pa.list_(a(kind))) for name, kind in _SPARSE.items()]
         cols += [("cross_segment_label", a("label")), ("truncated", pa.bool_())]
-        cols += [(name, pa.int32()) for name in ("long_tokens_before", "long_tokens_after", "globals_before", "globals_after")]
-        cols += [("dropped_nodes", pa.list_(pa.string())), ("dropped_targets", pa.list_(pa.string())),
-                 ("truncation_messages", pa.list_(pa.string()))]
+        cols += [
+            (name, pa.int32())
+            for name in ("long_tokens_before", "long_tokens_after", "globals_before", "globals_after")
+        ]
+        cols += [
+            ("dropped_nodes", pa.list_(pa.string())),
+            ("dropped_targets", pa.list_(pa.string())),
+            ("truncation_messages", pa.list_(pa.string())),
+        ]
         cols += [(f"feature:{key}", pa.list_(pa.from_numpy_dtype(np.dtype(dtype)))) for key, dtype in self.features]
         cols += [(f"target:{name}", self.target_type(axis, shape)) for name, axis, shape in self.targets]
         cols += [("texts", pa.list_(pa.string()))]
@@ -157,8 +206,10 @@ def _narrow(values: np.ndarray, dtype: np.dtype, what: str) -> np.ndarray:
     out = values.astype(dtype, copy=False)
     if out.dtype != values.dtype and values.size and not np.array_equal(out, values):
         bad = values[out != values][0]
-        raise GraphattnError(f"{what} holds {bad}, which does not fit the shard's {dtype} column "
-                             "(the schema's limits decide the column types)")
+        raise GraphattnError(
+            f"{what} holds {bad}, which does not fit the shard's {dtype} column "
+            "(the schema's limits decide the column types)"
+        )
     return out
 
 
@@ -186,20 +237,32 @@ def instance_row(inst: EtcInstance, where: Provenance, layout: ShardColumns) -> 
     dt = layout.dtype
     trunc = inst.truncation
     row: dict[str, Any] = {
-        "doc_numbers": np.asarray(where.doc_numbers, np.int64), "doc_ids": list(inst.doc_ids), "sources": list(where.sources),
-        "source_lines": list(where.lines), "source_records": list(where.records),
-        "window": where.window, "windows": where.windows, "long_length": inst.long_length, "global_length": inst.global_length,
+        "doc_numbers": np.asarray(where.doc_numbers, np.int64),
+        "doc_ids": list(inst.doc_ids),
+        "sources": list(where.sources),
+        "source_lines": list(where.lines),
+        "source_records": list(where.records),
+        "window": where.window,
+        "windows": where.windows,
+        "long_length": inst.long_length,
+        "global_length": inst.global_length,
         "long_token_ids": _narrow(inst.long_token_ids, dt("token"), "long_token_ids"),
         "long_type_ids": _narrow(inst.long_type_ids, dt("type"), "long_type_ids"),
         "global_token_ids": _narrow(inst.global_token_ids, dt("token"), "global_token_ids"),
         "global_type_ids": _narrow(inst.global_type_ids, dt("type"), "global_type_ids"),
-        "global_node_ids": list(inst.global_node_ids), "global_node_types": list(inst.global_node_types),
+        "global_node_ids": list(inst.global_node_ids),
+        "global_node_types": list(inst.global_node_types),
         **span_columns(inst.long_char_spans),
-        "cross_segment_label": side.cross_segment_label, "truncated": trunc.truncated,
-        "long_tokens_before": trunc.long_tokens_before, "long_tokens_after": trunc.long_tokens_after,
-        "globals_before": trunc.globals_before, "globals_after": trunc.globals_after,
-        "dropped_nodes": list(trunc.dropped_nodes), "dropped_targets": list(trunc.dropped_targets),
-        "truncation_messages": list(trunc.messages), "texts": list(inst.texts),
+        "cross_segment_label": side.cross_segment_label,
+        "truncated": trunc.truncated,
+        "long_tokens_before": trunc.long_tokens_before,
+        "long_tokens_after": trunc.long_tokens_after,
+        "globals_before": trunc.globals_before,
+        "globals_after": trunc.globals_after,
+        "dropped_nodes": list(trunc.dropped_nodes),
+        "dropped_targets": list(trunc.dropped_targets),
+        "truncation_messages": list(trunc.messages),
+        "texts": list(inst.texts),
     }
     for table in (_LONG_ARRAYS, _GLOBAL_ARRAYS, _SPARSE):
         for name, kind in table.items():
@@ -235,8 +298,9 @@ def _check_consistent(inst: EtcInstance, layout: ShardColumns) -> None:
     if sorted(inst.features) != sorted(k for k, _ in layout.features):
         problems.append(f"features {sorted(inst.features)} differ from the schema's {[k for k, _ in layout.features]}")
     declared = {name: (axis, shape) for name, axis, shape in layout.targets}
-    found = {name: (axis, np.shape(inst.targets[name]) if axis == "" else ())
-             for name, axis in inst.target_axes.items()}
+    found = {
+        name: (axis, np.shape(inst.targets[name]) if axis == "" else ()) for name, axis in inst.target_axes.items()
+    }
     if found != declared:
         problems.append(f"targets {sorted(found)} differ from the schema's {sorted(declared)} (or their shapes do)")
     if problems:
@@ -251,7 +315,10 @@ def span_columns(spans: np.ndarray) -> dict[str, np.ndarray]:
     """
     start, end = spans[:, 0].astype(np.int64), spans[:, 1].astype(np.int64)
     previous_end = np.concatenate([[0], end[:-1]])
-    return {"long_char_gap": (start - previous_end).astype(np.int32), "long_char_length": (end - start).astype(np.int32)}
+    return {
+        "long_char_gap": (start - previous_end).astype(np.int32),
+        "long_char_length": (end - start).astype(np.int32),
+    }
 
 
 def spans_from_columns(gap: np.ndarray, length: np.ndarray) -> np.ndarray:
@@ -267,7 +334,11 @@ def rows_to_table(rows: Sequence[dict[str, Any]], layout: ShardColumns) -> pa.Ta
     arrays = []
     for fld in schema:
         values = [row[fld.name] for row in rows]
-        if pa.types.is_list(fld.type) and not pa.types.is_string(fld.type.value_type) and fld.name not in ("source_lines", "source_records"):
+        if (
+            pa.types.is_list(fld.type)
+            and not pa.types.is_string(fld.type.value_type)
+            and fld.name not in ("source_lines", "source_records")
+        ):
             arrays.append(_list_array(values, fld.type))
         else:
             arrays.append(pa.array(values, type=fld.type))
@@ -283,7 +354,9 @@ def _list_array(values: list[np.ndarray], type: pa.ListType) -> pa.Array:
 
 
 # -- writing ---------------------------------------------------------------------------------
-def shard_metadata(settings: dict, schema_text: str, vocab: LabelVocab, layout: ShardColumns, shard: dict) -> dict[bytes, bytes]:
+def shard_metadata(
+    settings: dict, schema_text: str, vocab: LabelVocab, layout: ShardColumns, shard: dict
+) -> dict[bytes, bytes]:
     dump = lambda x: json.dumps(x, sort_keys=True, ensure_ascii=False).encode()  # noqa: E731
     return {
         b"graphattn.format": FORMAT.encode(),
@@ -300,7 +373,8 @@ def encode_shard(table: pa.Table, metadata: dict[bytes, bytes]) -> bytes:
     table = table.replace_schema_metadata(metadata)
     sink = pa.BufferOutputStream()
     pq.write_table(
-        table, sink,
+        table,
+        sink,
         row_group_size=ROWS_PER_GROUP,
         compression=COMPRESSION,
         compression_level=COMPRESSION_LEVEL,
@@ -355,7 +429,6 @@ def shard_paths(source: Source) -> list[str]:
     if not paths:
         raise GraphattnError("no shards given")
     return paths
-
 
 
 @dataclass(frozen=True)
@@ -426,9 +499,14 @@ class DecodedRows:
         return self._scalars[name][i]
 
     def provenance(self, i: int) -> Provenance:
-        return Provenance(list(map(int, self.column("doc_numbers", i))), self.column("sources", i),
-                          self.column("source_lines", i), self.column("source_records", i),
-                          self.scalar("window", i), self.scalar("windows", i))
+        return Provenance(
+            list(map(int, self.column("doc_numbers", i))),
+            self.column("sources", i),
+            self.column("source_lines", i),
+            self.column("source_records", i),
+            self.scalar("window", i),
+            self.scalar("windows", i),
+        )
 
     def instance(self, i: int, compact: bool = False) -> EtcInstance:
         """Row i as the EtcInstance the compiler made (dense side inputs unless `compact`)."""
@@ -442,16 +520,24 @@ class DecodedRows:
             max_distance=layout.max_distance,
             levels=layout.levels,
             owners=owners,
-            **{name: (flag(name) if kind == "bool" else i32(name)) for name, kind in {**_LONG_ARRAYS, **_GLOBAL_ARRAYS}.items()},
+            **{
+                name: (flag(name) if kind == "bool" else i32(name))
+                for name, kind in {**_LONG_ARRAYS, **_GLOBAL_ARRAYS}.items()
+            },
             **{name: i32(name) for name in _SPARSE},
             cross_segment_label=int(self.scalar("cross_segment_label", i)),
         )
         if side.long_length != L or side.global_length != G:
-            raise ShardFormatError(f"row {i} has L={side.long_length}, G={side.global_length} but says {L}, {G}", file=self.info.path)
+            raise ShardFormatError(
+                f"row {i} has L={side.long_length}, G={side.global_length} but says {L}, {G}", file=self.info.path
+            )
         truncation = TruncationReport(
-            long_tokens_before=self.scalar("long_tokens_before", i), long_tokens_after=self.scalar("long_tokens_after", i),
-            globals_before=self.scalar("globals_before", i), globals_after=self.scalar("globals_after", i),
-            dropped_nodes=list(self.column("dropped_nodes", i)), messages=list(self.column("truncation_messages", i)),
+            long_tokens_before=self.scalar("long_tokens_before", i),
+            long_tokens_after=self.scalar("long_tokens_after", i),
+            globals_before=self.scalar("globals_before", i),
+            globals_after=self.scalar("globals_after", i),
+            dropped_nodes=list(self.column("dropped_nodes", i)),
+            messages=list(self.column("truncation_messages", i)),
             dropped_targets=list(self.column("dropped_targets", i)),
         )
         return EtcInstance(
@@ -486,6 +572,7 @@ class DecodedRows:
                 out[name] = np.asarray(self.scalar(column, i), np.int32)
         return out
 
+
 def read_row(path: str | os.PathLike, index: int, *, compact: bool = True) -> tuple[EtcInstance, Provenance]:
     """Instance `index` of one shard file and where it came from, decoding only its row group.
 
@@ -499,8 +586,9 @@ def read_row(path: str | os.PathLike, index: int, *, compact: bool = True) -> tu
         raise ShardFormatError(f"not a readable Parquet file: {err}", file=path) from None
     info = read_info(path, pf)
     if not 0 <= index < info.num_rows:
-        raise ShardFormatError(f"instance {index} is out of range: the shard holds {info.num_rows} (counting from 0)",
-                               file=path)
+        raise ShardFormatError(
+            f"instance {index} is out of range: the shard holds {info.num_rows} (counting from 0)", file=path
+        )
     group, first = 0, 0
     while index >= first + info.row_groups[group]:
         first += info.row_groups[group]
@@ -508,7 +596,9 @@ def read_row(path: str | os.PathLike, index: int, *, compact: bool = True) -> tu
     try:
         table = pf.read_row_group(group)
     except (OSError, pa.ArrowException) as err:  # a footer that reads, pages that do not
-        raise ShardFormatError(f"damaged shard: row group {group} cannot be read ({' '.join(str(err).split())}); "
-                               "compile it again", file=path) from None
+        raise ShardFormatError(
+            f"damaged shard: row group {group} cannot be read ({' '.join(str(err).split())}); compile it again",
+            file=path,
+        ) from None
     rows = DecodedRows(table, info)
     return rows.instance(index - first, compact), rows.provenance(index - first)

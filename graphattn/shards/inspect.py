@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import argparse
 import json
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 
@@ -25,11 +25,20 @@ KINDS = ("l2l", "g2g", "l2g", "g2l")
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("source", metavar="SHARD_OR_DIR", help="a shard (.parquet) or a compile output directory")
-    parser.add_argument("--instance", type=int, default=0, metavar="N", help="which instance to print (default 0; -1: none)")
-    parser.add_argument("--label-instances", type=int, default=200, metavar="N",
-                        help="count relative labels over the first N instances (default 200; 0: skip)")
+    parser.add_argument(
+        "--instance", type=int, default=0, metavar="N", help="which instance to print (default 0; -1: none)"
+    )
+    parser.add_argument(
+        "--label-instances",
+        type=int,
+        default=200,
+        metavar="N",
+        help="count relative labels over the first N instances (default 200; 0: skip)",
+    )
     parser.add_argument("--bins", type=int, default=8, help="bars per length histogram (default 8)")
-    parser.add_argument("--tokens", type=int, default=24, metavar="N", help="long and global tokens shown of the instance (default 24)")
+    parser.add_argument(
+        "--tokens", type=int, default=24, metavar="N", help="long and global tokens shown of the instance (default 24)"
+    )
     add_verbosity_arguments(parser)
 
 
@@ -39,8 +48,13 @@ def run(args: argparse.Namespace) -> int:
     from graphattn.errors import GraphattnError
 
     try:
-        lines = inspect_lines(args.source, instance=args.instance, label_instances=args.label_instances, bins=args.bins,
-                              tokens=args.tokens)
+        lines = inspect_lines(
+            args.source,
+            instance=args.instance,
+            label_instances=args.label_instances,
+            bins=args.bins,
+            tokens=args.tokens,
+        )
     except (OSError, pa.ArrowException) as err:  # footers that read, pages that do not
         why = " ".join(str(err).split())
         raise GraphattnError(f"damaged shard data ({why}); compile it again", file=str(args.source)) from None
@@ -48,10 +62,12 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def inspect_lines(source: str, *, instance: int = 0, label_instances: int = 200, bins: int = 8, tokens: int = 24) -> list[str]:
+def inspect_lines(
+    source: str, *, instance: int = 0, label_instances: int = 200, bins: int = 8, tokens: int = 24
+) -> list[str]:
     """The report as lines of text (what `graphattn inspect` prints)."""
-    from graphattn.shards.dataset import ShardDataset, read_table, shard_paths
     from graphattn.errors import GraphattnError
+    from graphattn.shards.dataset import ShardDataset, read_table, shard_paths
 
     if bins < 1 or tokens < 0 or label_instances < 0:
         raise GraphattnError("--bins must be >= 1, --tokens and --label-instances >= 0")
@@ -59,13 +75,28 @@ def inspect_lines(source: str, *, instance: int = 0, label_instances: int = 200,
     dataset = ShardDataset(paths, compact=True, cache_row_groups=2)
     info = dataset.info
     target_columns = [f"target:{name}" for name, _, _ in info.layout.targets]
-    table = read_table(paths, ["doc_numbers", "long_length", "global_length", "truncated", "long_tokens_before",
-                               "long_tokens_after", "globals_before", "globals_after", "dropped_nodes",
-                               "dropped_targets", *target_columns])
+    table = read_table(
+        paths,
+        [
+            "doc_numbers",
+            "long_length",
+            "global_length",
+            "truncated",
+            "long_tokens_before",
+            "long_tokens_after",
+            "globals_before",
+            "globals_after",
+            "dropped_nodes",
+            "dropped_targets",
+            *target_columns,
+        ],
+    )
     settings = info.settings
-    out = [f"{len(paths)} shard(s) from {source}",
-           f"schema {settings.get('schema_name')} ({settings.get('schema')}), tokenizer {settings.get('tokenizer')}, "
-           f"shard size {settings.get('shard_size')}, packing {'on' if settings.get('packing') else 'off'}"]
+    out = [
+        f"{len(paths)} shard(s) from {source}",
+        f"schema {settings.get('schema_name')} ({settings.get('schema')}), tokenizer {settings.get('tokenizer')}, "
+        f"shard size {settings.get('shard_size')}, packing {'on' if settings.get('packing') else 'off'}",
+    ]
     out += _document_counts(source, paths)
     out.append(f"instances {table.num_rows:,}")
     out.append(f"label warnings {_warnings_count(source, paths)} (task labels that matched nothing: warnings.jsonl)")
@@ -102,8 +133,10 @@ def _document_counts(source: str, paths: list[str]) -> list[str]:
     except (OSError, ValueError):
         planned = None
     if isinstance(planned, int) and planned > len(paths):
-        out.append(f"run incomplete: {len(paths)} of {planned} shards written; finish it with the same "
-                   "graphattn compile command and --resume")
+        out.append(
+            f"run incomplete: {len(paths)} of {planned} shards written; finish it with the same "
+            "graphattn compile command and --resume"
+        )
     return out
 
 
@@ -132,8 +165,9 @@ def _targets(table, targets) -> list[str]:
         shown = ", ".join(f"{int(k)}: {int(c):,}" for k, c in zip(*counts) if axis != "" or not shape)
         if shape:
             shown = f"{sum(v.size for v in labelled) // 2:,} span(s)"
-        out.append(f"  {name:<20} {kind:<12} {with_label:,} of {len(values):,} instance(s) labelled; "
-                   f"values {shown or 'none'}")
+        out.append(
+            f"  {name:<20} {kind:<12} {with_label:,} of {len(values):,} instance(s) labelled; values {shown or 'none'}"
+        )
     cut = sum(len(d) for d in table.column("dropped_targets").to_pylist())
     labels = "label" if cut == 1 else "labels"
     out.append(f"  {cut:,} {labels} cut away by truncation (their targets became null or -100)")
@@ -159,8 +193,10 @@ def _truncation(table) -> list[str]:
     long_cut = int((column("long_tokens_before") - column("long_tokens_after")).clip(min=0).sum())
     global_cut = int((column("globals_before") - column("globals_after")).clip(min=0).sum())
     nodes = sum(len(d) for d in table.column("dropped_nodes").to_pylist())
-    return [f"truncation: {truncated:,} instance(s) truncated; {long_cut:,} long and {global_cut:,} global tokens cut; "
-            f"{nodes:,} node(s) dropped"]
+    return [
+        f"truncation: {truncated:,} instance(s) truncated; {long_cut:,} long and {global_cut:,} global tokens cut; "
+        f"{nodes:,} node(s) dropped"
+    ]
 
 
 def label_counts(instance) -> dict[str, np.ndarray]:
@@ -181,8 +217,10 @@ def _label_table(dataset, n: int) -> list[str]:
     for i in range(n):
         for kind, counts in label_counts(dataset[i]).items():
             totals[kind] += counts
-    out = [f"relative labels attended (mask 1) over the first {n} instance(s):",
-           f"  {'label':<20}" + "".join(f"{k:>12}" for k in KINDS) + f"{'total':>13}"]
+    out = [
+        f"relative labels attended (mask 1) over the first {n} instance(s):",
+        f"  {'label':<20}" + "".join(f"{k:>12}" for k in KINDS) + f"{'total':>13}",
+    ]
     for label_id, name in enumerate(vocab.names):
         row = [int(totals[k][label_id]) for k in KINDS]
         if sum(row):
@@ -200,35 +238,52 @@ def describe_instance(dataset, index: int, tokens: int = 24) -> list[str]:
     inst = dataset[index]
     side, vocab = inst.side, inst.label_vocab
     where = dataset.provenance(index)
-    out = [f"instance {index}: L={inst.long_length}, G={inst.global_length}, documents {inst.doc_ids}"
-           + (f", window {where.window + 1} of {where.windows}" if where.windows > 1 else "")]
+    out = [
+        f"instance {index}: L={inst.long_length}, G={inst.global_length}, documents {inst.doc_ids}"
+        + (f", window {where.window + 1} of {where.windows}" if where.windows > 1 else "")
+    ]
     for number, src, line, rec in zip(where.doc_numbers, where.sources, where.lines, where.records):
         place = f"line {line}" if line is not None else (f"record {rec}" if rec is not None else "whole file")
         out.append(f"  document #{number}: {src} ({place})")
     for message in inst.truncation.messages:
         out.append(f"  truncation: {message}")
     if inst.truncation.dropped_nodes:
-        out.append(f"  dropped nodes: {', '.join(inst.truncation.dropped_nodes[:10])}" + (" ..." if len(inst.truncation.dropped_nodes) > 10 else ""))
+        out.append(
+            f"  dropped nodes: {', '.join(inst.truncation.dropped_nodes[:10])}"
+            + (" ..." if len(inst.truncation.dropped_nodes) > 10 else "")
+        )
     levels = list(inst.long_owners)
     out.append(f"  global tokens (first {min(tokens, inst.global_length)} of {inst.global_length}):")
     out.append(f"    {'pos':>5} {'token':>7} {'type':>5} {'doc':>4}  node")
     for g in range(min(tokens, inst.global_length)):
-        out.append(f"    {g:>5} {int(inst.global_token_ids[g]):>7} {int(inst.global_type_ids[g]):>5} {int(side.global_doc[g]):>4}  "
-                   f"{inst.global_node_ids[g]} ({inst.global_node_types[g]})")
-    out.append(f"  long tokens (first {min(tokens, inst.long_length)} of {inst.long_length}); owners are global positions:")
-    out.append(f"    {'pos':>5} {'token':>7} {'type':>5} {'seg':>4}  {'text':<24} " + " ".join(f"{lv:>10}" for lv in levels))
+        out.append(
+            f"    {g:>5} {int(inst.global_token_ids[g]):>7} {int(inst.global_type_ids[g]):>5} {int(side.global_doc[g]):>4}  "
+            f"{inst.global_node_ids[g]} ({inst.global_node_types[g]})"
+        )
+    out.append(
+        f"  long tokens (first {min(tokens, inst.long_length)} of {inst.long_length}); owners are global positions:"
+    )
+    out.append(
+        f"    {'pos':>5} {'token':>7} {'type':>5} {'seg':>4}  {'text':<24} " + " ".join(f"{lv:>10}" for lv in levels)
+    )
     for i in range(min(tokens, inst.long_length)):
         owners = " ".join(f"{int(inst.long_owners[lv][i]):>10}" for lv in levels)
-        out.append(f"    {i:>5} {int(inst.long_token_ids[i]):>7} {int(inst.long_type_ids[i]):>5} {int(side.long_segment[i]):>4}  "
-                   f"{_short(inst.long_token_text(i)):<24} {owners}")
+        out.append(
+            f"    {i:>5} {int(inst.long_token_ids[i]):>7} {int(inst.long_type_ids[i]):>5} {int(side.long_segment[i]):>4}  "
+            f"{_short(inst.long_token_text(i)):<24} {owners}"
+        )
     out += _edges("links long -> global", side.link_long, side.link_global, side.link_label, vocab.name, tokens)
     out += _edges("g2g edges", side.g2g_src, side.g2g_dst, side.g2g_label, vocab.name, tokens)
     return out
 
 
-def _edges(title: str, src: np.ndarray, dst: np.ndarray, labels: np.ndarray, name: Callable[[int], str], limit: int) -> list[str]:
+def _edges(
+    title: str, src: np.ndarray, dst: np.ndarray, labels: np.ndarray, name: Callable[[int], str], limit: int
+) -> list[str]:
     if src.size == 0:
         return [f"  {title}: none"]
     out = [f"  {title} (first {min(limit, src.size)} of {src.size}):"]
-    out += [f"    {int(a):>6} -> {int(b):<6} {name(int(c))}" for a, b, c in zip(src[:limit], dst[:limit], labels[:limit])]
+    out += [
+        f"    {int(a):>6} -> {int(b):<6} {name(int(c))}" for a, b, c in zip(src[:limit], dst[:limit], labels[:limit])
+    ]
     return out

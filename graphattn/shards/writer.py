@@ -11,15 +11,16 @@ must be compact (`compile_instance(..., compact=True)`); provenance is the insta
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 from graphattn.contract import EtcInstance
 from graphattn.errors import GraphattnError
 from graphattn.shards.format import (
     FORMAT,
-    ShardColumns,
     Provenance,
+    ShardColumns,
     encode_shard,
     instance_row,
     rows_to_table,

@@ -9,7 +9,8 @@ from __future__ import annotations
 import functools
 import os
 import signal
-from typing import Any, Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
 
 import numpy as np
 from torch.utils.data import DataLoader
@@ -27,8 +28,18 @@ class InstanceLoader:
     so with batch size b per rank, step j of all ranks together sees exactly the items a single
     process with batch size b * world_size sees at step j."""
 
-    def __init__(self, items: Sequence[Any], batch_size: int, collate_fn: Callable[[list], Any] = collate, *,
-                 shuffle: bool = False, seed: int = 0, drop_last: bool = False, rank: int | None = None, world_size: int | None = None):
+    def __init__(
+        self,
+        items: Sequence[Any],
+        batch_size: int,
+        collate_fn: Callable[[list], Any] = collate,
+        *,
+        shuffle: bool = False,
+        seed: int = 0,
+        drop_last: bool = False,
+        rank: int | None = None,
+        world_size: int | None = None,
+    ):
         if batch_size < 1:
             raise GraphattnError(f"batch_size must be >= 1, got {batch_size}")
         self.items, self.batch_size, self.collate_fn = list(items), batch_size, collate_fn
@@ -64,9 +75,20 @@ class InstanceLoader:
             yield self.collate_fn([self.items[i] for i in chunk])
 
 
-def shard_loader(source: str | os.PathLike | Sequence[str | os.PathLike], batch_size: int, *, shuffle: bool = True, seed: int = 0,
-                 buffer_size: int = 1024, num_workers: int = 0, compact: bool = False, pad_to_long: int | None = None,
-                 pad_to_global: int | None = None, rank: int | None = None, world_size: int | None = None) -> DataLoader:
+def shard_loader(
+    source: str | os.PathLike | Sequence[str | os.PathLike],
+    batch_size: int,
+    *,
+    shuffle: bool = True,
+    seed: int = 0,
+    buffer_size: int = 1024,
+    num_workers: int = 0,
+    compact: bool = False,
+    pad_to_long: int | None = None,
+    pad_to_global: int | None = None,
+    rank: int | None = None,
+    world_size: int | None = None,
+) -> DataLoader:
     """A DataLoader of EtcBatches streamed from compiled shards (`graphattn compile` output: a
     directory, files, globs), task targets included in `batch.targets`.
 
@@ -78,12 +100,18 @@ def shard_loader(source: str | os.PathLike | Sequence[str | os.PathLike], batch_
 
     rank = get_rank() if rank is None else rank
     world_size = get_world_size() if world_size is None else world_size
-    dataset = ShardIterableDataset(source, shuffle=shuffle, buffer_size=buffer_size, seed=seed, compact=compact,
-                                   rank=rank, world_size=world_size)
+    dataset = ShardIterableDataset(
+        source, shuffle=shuffle, buffer_size=buffer_size, seed=seed, compact=compact, rank=rank, world_size=world_size
+    )
 
     collate_batch = functools.partial(collate, pad_to_long=pad_to_long, pad_to_global=pad_to_global)
-    return DataLoader(dataset, batch_size=batch_size, num_workers=num_workers, collate_fn=collate_batch,
-                      worker_init_fn=_ignore_interrupts if num_workers else None)
+    return DataLoader(
+        dataset,
+        batch_size=batch_size,
+        num_workers=num_workers,
+        collate_fn=collate_batch,
+        worker_init_fn=_ignore_interrupts if num_workers else None,
+    )
 
 
 def _ignore_interrupts(worker_id: int) -> None:

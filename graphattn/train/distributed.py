@@ -49,8 +49,9 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def init_distributed(backend: str | None = None, init_method: str | None = None, rank: int | None = None,
-                     world_size: int | None = None) -> tuple[int, int]:
+def init_distributed(
+    backend: str | None = None, init_method: str | None = None, rank: int | None = None, world_size: int | None = None
+) -> tuple[int, int]:
     """Start the default process group and return (rank, world_size).
 
     backend: "nccl" when CUDA is available, else "gloo". With no init_method the environment
@@ -63,8 +64,10 @@ def init_distributed(backend: str | None = None, init_method: str | None = None,
     rank = int(os.environ.get("RANK", 0)) if rank is None else rank
     world_size = int(os.environ.get("WORLD_SIZE", 1)) if world_size is None else world_size
     if init_method is None and "MASTER_ADDR" not in os.environ:
-        raise GraphattnError("no init_method and no MASTER_ADDR: run under torchrun or pass init_method "
-                             "(e.g. 'tcp://127.0.0.1:PORT' or 'file:///tmp/some-file')")
+        raise GraphattnError(
+            "no init_method and no MASTER_ADDR: run under torchrun or pass init_method "
+            "(e.g. 'tcp://127.0.0.1:PORT' or 'file:///tmp/some-file')"
+        )
     dist.init_process_group(backend, init_method=init_method or "env://", rank=rank, world_size=world_size)
     if backend == "nccl":
         torch.cuda.set_device(local_rank())

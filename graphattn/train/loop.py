@@ -36,9 +36,10 @@ import math
 import signal
 import threading
 import time
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
+from typing import Any
 
 import torch
 from torch import nn
@@ -48,7 +49,15 @@ from tqdm.auto import tqdm
 from graphattn.contract import EtcBatch
 from graphattn.errors import GraphattnError
 from graphattn.train import checkpoint as ckpt
-from graphattn.train.distributed import all_ranks_agree, all_reduce_sum, barrier, get_rank, get_world_size, is_distributed, local_rank
+from graphattn.train.distributed import (
+    all_ranks_agree,
+    all_reduce_sum,
+    barrier,
+    get_rank,
+    get_world_size,
+    is_distributed,
+    local_rank,
+)
 from graphattn.train.optim import DECAYS, OPTIMIZERS, build_optimizer, build_scheduler
 
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")
@@ -140,7 +149,7 @@ class _InterruptFlag:
         self.requested = True
         signal.signal(signal.SIGINT, self._previous)
 
-    def __enter__(self) -> "_InterruptFlag":
+    def __enter__(self) -> _InterruptFlag:
         if self.enabled:
             self._previous = signal.signal(signal.SIGINT, self._handle)
         return self
@@ -168,7 +177,9 @@ class TrainResult:
 def move_to_device(obj: Any, device: torch.device) -> Any:
     """Move a tensor, anything with its own .to(device) (EtcBatch, PretrainingBatch), or any
     dict / list / tuple / dataclass of them."""
-    if isinstance(obj, (torch.Tensor, EtcBatch)) or (callable(getattr(obj, "to", None)) and not isinstance(obj, (nn.Module, type))):
+    if isinstance(obj, (torch.Tensor, EtcBatch)) or (
+        callable(getattr(obj, "to", None)) and not isinstance(obj, (nn.Module, type))
+    ):
         return obj.to(device)
     if isinstance(obj, Mapping):
         return {k: move_to_device(v, device) for k, v in obj.items()}
@@ -177,7 +188,9 @@ def move_to_device(obj: Any, device: torch.device) -> Any:
     if isinstance(obj, (list, tuple)):
         return type(obj)(move_to_device(v, device) for v in obj)
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        return dataclasses.replace(obj, **{f.name: move_to_device(getattr(obj, f.name), device) for f in dataclasses.fields(obj) if f.init})
+        return dataclasses.replace(
+            obj, **{f.name: move_to_device(getattr(obj, f.name), device) for f in dataclasses.fields(obj) if f.init}
+        )
     return obj
 
 
@@ -187,12 +200,16 @@ def split_output(output: Any) -> tuple[torch.Tensor, dict[str, Any]]:
         loss, metrics = output, {}
     elif isinstance(output, Mapping):
         if "loss" not in output:
-            raise GraphattnError(f"the loss function returned a dict without 'loss' (keys: {', '.join(map(str, output))})")
+            raise GraphattnError(
+                f"the loss function returned a dict without 'loss' (keys: {', '.join(map(str, output))})"
+            )
         loss, metrics = output["loss"], {k: v for k, v in output.items() if k != "loss"}
     elif isinstance(getattr(output, "loss", None), torch.Tensor):
         loss, metrics = output.loss, {}
     else:
-        raise GraphattnError(f"the loss function must return a scalar tensor or a dict with 'loss', got {type(output).__name__}")
+        raise GraphattnError(
+            f"the loss function must return a scalar tensor or a dict with 'loss', got {type(output).__name__}"
+        )
     if loss.ndim != 0:
         raise GraphattnError(f"the loss must be a scalar tensor, got shape {tuple(loss.shape)}")
     return loss, metrics
@@ -223,15 +240,24 @@ def _resolve_precision(precision: str, device: torch.device) -> str:
     if precision == "auto":
         return "bf16" if cuda and torch.cuda.is_bf16_supported() else "fp32"
     if precision == "fp16" and not cuda:
-        raise GraphattnError("fp16 training needs a CUDA device (use bf16 or fp32 on CPU)", path=("TrainConfig", "precision"))
+        raise GraphattnError(
+            "fp16 training needs a CUDA device (use bf16 or fp32 on CPU)", path=("TrainConfig", "precision")
+        )
     if precision == "bf16" and cuda and not torch.cuda.is_bf16_supported():
-        raise GraphattnError("this CUDA device does not support bf16; use fp16 or fp32", path=("TrainConfig", "precision"))
+        raise GraphattnError(
+            "this CUDA device does not support bf16; use fp16 or fp32", path=("TrainConfig", "precision")
+        )
     return precision
 
 
 def _set_epoch(data: Any, epoch: int) -> None:
     """Tell the data (and its sampler / dataset, for DataLoaders) which epoch starts."""
-    for owner in (data, getattr(data, "sampler", None), getattr(getattr(data, "batch_sampler", None), "sampler", None), getattr(data, "dataset", None)):
+    for owner in (
+        data,
+        getattr(data, "sampler", None),
+        getattr(getattr(data, "batch_sampler", None), "sampler", None),
+        getattr(data, "dataset", None),
+    ):
         if owner is not None and callable(getattr(owner, "set_epoch", None)):
             owner.set_epoch(epoch)
 
@@ -239,8 +265,14 @@ def _set_epoch(data: Any, epoch: int) -> None:
 class Trainer:
     """Owns the device placement, DDP wrapper, optimizer, schedule, precision and checkpoints."""
 
-    def __init__(self, model: nn.Module, config: TrainConfig, loss_fn: LossFn | None = None,
-                 optimizer: torch.optim.Optimizer | None = None, callbacks: Sequence[Callable[["Trainer", dict], None]] = ()):
+    def __init__(
+        self,
+        model: nn.Module,
+        config: TrainConfig,
+        loss_fn: LossFn | None = None,
+        optimizer: torch.optim.Optimizer | None = None,
+        callbacks: Sequence[Callable[[Trainer, dict], None]] = (),
+    ):
         self.config = config
         self.device = _resolve_device(config.device)
         self.precision = _resolve_precision(config.precision, self.device)
@@ -250,8 +282,12 @@ class Trainer:
         self.wrapped: nn.Module = self.module
         if is_distributed():
             device_ids = [self.device.index] if self.device.type == "cuda" else None
-            self.wrapped = DistributedDataParallel(self.module, device_ids=device_ids, find_unused_parameters=config.find_unused_parameters)
-        self.optimizer = optimizer or build_optimizer(self.model, config.optimizer, config.learning_rate, config.weight_decay, config.betas, config.eps)
+            self.wrapped = DistributedDataParallel(
+                self.module, device_ids=device_ids, find_unused_parameters=config.find_unused_parameters
+            )
+        self.optimizer = optimizer or build_optimizer(
+            self.model, config.optimizer, config.learning_rate, config.weight_decay, config.betas, config.eps
+        )
         self.scheduler: torch.optim.lr_scheduler.LRScheduler | None = None
         self.scaler = torch.amp.GradScaler("cuda", enabled=self.precision == "fp16")
         self.callbacks = list(callbacks)
@@ -281,7 +317,9 @@ class Trainer:
         try:
             batches = len(data)  # type: ignore[arg-type]
         except TypeError:
-            raise GraphattnError("epochs needs data with a len(); give max_steps for streams", path=("TrainConfig", "epochs")) from None
+            raise GraphattnError(
+                "epochs needs data with a len(); give max_steps for streams", path=("TrainConfig", "epochs")
+            ) from None
         return max(1, cfg.epochs * batches // cfg.gradient_accumulation_steps)
 
     def _build_scheduler(self, total: int) -> None:
@@ -302,8 +340,10 @@ class Trainer:
             if self._pending_rng is not None:
                 for skipped in range(self.batch_in_epoch):
                     if next(iterator, _END) is _END:
-                        raise GraphattnError(f"resuming needs {self.batch_in_epoch} batches of epoch {self.epoch}, but the data gave only {skipped}: "
-                                             "is it the same data as before?")
+                        raise GraphattnError(
+                            f"resuming needs {self.batch_in_epoch} batches of epoch {self.epoch}, but the data gave only {skipped}: "
+                            "is it the same data as before?"
+                        )
                 ckpt.restore_rng(self._pending_rng["now"])
                 self._pending_rng = None
             start = self.batch_in_epoch
@@ -321,7 +361,11 @@ class Trainer:
     # -- one optimizer step ----------------------------------------------------------------
 
     def _micro_step(self, batch: Any, last: bool) -> tuple[torch.Tensor, dict[str, Any]]:
-        sync = contextlib.nullcontext() if last or not isinstance(self.wrapped, DistributedDataParallel) else self.wrapped.no_sync()
+        sync = (
+            contextlib.nullcontext()
+            if last or not isinstance(self.wrapped, DistributedDataParallel)
+            else self.wrapped.no_sync()
+        )
         with sync:
             with self.autocast():
                 loss, metrics = split_output(self.wrapped(move_to_device(batch, self.device)))
@@ -357,7 +401,13 @@ class Trainer:
         batches = self._batches(data)
         last_checkpoint, resumed_at = found, self.step
         window: dict[str, torch.Tensor] = {}
-        bar = tqdm(total=total, initial=self.step, disable=not (cfg.progress and self.is_main), desc="train", dynamic_ncols=True)
+        bar = tqdm(
+            total=total,
+            initial=self.step,
+            disable=not (cfg.progress and self.is_main),
+            desc="train",
+            dynamic_ncols=True,
+        )
         started = time.perf_counter()
         with _InterruptFlag(cfg.stop_on_interrupt) as interrupt:
             try:
@@ -384,10 +434,17 @@ class Trainer:
             finally:
                 bar.close()
         seconds = time.perf_counter() - started
-        if cfg.checkpoint_dir and (found is None or self.step > resumed_at):  # resuming a finished run leaves its checkpoint as it was
+        if cfg.checkpoint_dir and (
+            found is None or self.step > resumed_at
+        ):  # resuming a finished run leaves its checkpoint as it was
             last_checkpoint = self.save_checkpoint()
-        return TrainResult(step=self.step, history=list(self.history), checkpoint=last_checkpoint, seconds=seconds,
-                           steps_run=self.step - resumed_at)
+        return TrainResult(
+            step=self.step,
+            history=list(self.history),
+            checkpoint=last_checkpoint,
+            seconds=seconds,
+            steps_run=self.step - resumed_at,
+        )
 
     def _log(self, window: dict[str, torch.Tensor], grad_norm: torch.Tensor, lr: float) -> dict[str, float]:
         """Mean of each metric since the last log, over steps and ranks; the last step's
@@ -399,8 +456,10 @@ class Trainer:
         record = {"step": float(self.step), "epoch": float(self.epoch), "lr": lr, "grad_norm": float(grad_norm)}
         record.update({name: value / steps for name, value in totals.items()})
         if not math.isfinite(record["loss"]):
-            raise GraphattnError(f"the loss became {record['loss']} by step {self.step} (lower the learning rate, check the inputs, "
-                                 "or use fp32/bf16 instead of fp16)")
+            raise GraphattnError(
+                f"the loss became {record['loss']} by step {self.step} (lower the learning rate, check the inputs, "
+                "or use fp32/bf16 instead of fp16)"
+            )
         self.history.append(record)
         return record
 
@@ -439,14 +498,21 @@ class Trainer:
         ckpt.save_rng(directory, self.rank, self._epoch_rng or ckpt.capture_rng())
         barrier()
         if self.is_main:
-            ckpt.save_trainer_state(directory, {
-                "model": self.model.state_dict(),
-                "optimizer": self.optimizer.state_dict(),
-                "scheduler": self.scheduler.state_dict() if self.scheduler is not None else None,
-                "scaler": self.scaler.state_dict(),
-                "step": self.step, "epoch": self.epoch, "batch_in_epoch": self.batch_in_epoch,
-                "world_size": self.world_size, "history": self.history, "config": self.config.to_dict(),
-            })
+            ckpt.save_trainer_state(
+                directory,
+                {
+                    "model": self.model.state_dict(),
+                    "optimizer": self.optimizer.state_dict(),
+                    "scheduler": self.scheduler.state_dict() if self.scheduler is not None else None,
+                    "scaler": self.scaler.state_dict(),
+                    "step": self.step,
+                    "epoch": self.epoch,
+                    "batch_in_epoch": self.batch_in_epoch,
+                    "world_size": self.world_size,
+                    "history": self.history,
+                    "config": self.config.to_dict(),
+                },
+            )
             ckpt.prune_checkpoints(root, self.config.keep_checkpoints)
         barrier()
         return directory
@@ -474,11 +540,18 @@ class Trainer:
             self._load_scheduler(state["scheduler"])
         if state.get("scaler"):
             self.scaler.load_state_dict(state["scaler"])
-        self.step, self.epoch, self.batch_in_epoch = int(state["step"]), int(state["epoch"]), int(state["batch_in_epoch"])
+        self.step, self.epoch, self.batch_in_epoch = (
+            int(state["step"]),
+            int(state["epoch"]),
+            int(state["batch_in_epoch"]),
+        )
         self.history = list(state.get("history", []))
         if state.get("world_size", 1) != self.world_size:
-            raise GraphattnError(f"the checkpoint was written by {state['world_size']} processes; resume it with the same number "
-                                 f"(this run has {self.world_size}) so that the data position means the same", file=str(directory))
+            raise GraphattnError(
+                f"the checkpoint was written by {state['world_size']} processes; resume it with the same number "
+                f"(this run has {self.world_size}) so that the data position means the same",
+                file=str(directory),
+            )
         rng_file = directory / f"rng-rank{self.rank}.pt"
         self._pending_rng = ckpt.load_file(rng_file) if rng_file.is_file() else None
         if self._pending_rng is None:
@@ -495,8 +568,17 @@ def _accumulate(into: dict[str, torch.Tensor], values: Mapping[str, Any], weight
         into[name] = into.get(name, torch.zeros(())).to(tensor.device) + tensor * weight
 
 
-def train(model: nn.Module, data: Any, config: TrainConfig | None = None, loss_fn: LossFn | None = None, *,
-          batch_size: int = 8, num_workers: int = 0, buffer_size: int = 1024, **overrides: Any) -> TrainResult:
+def train(
+    model: nn.Module,
+    data: Any,
+    config: TrainConfig | None = None,
+    loss_fn: LossFn | None = None,
+    *,
+    batch_size: int = 8,
+    num_workers: int = 0,
+    buffer_size: int = 1024,
+    **overrides: Any,
+) -> TrainResult:
     """One call: `train(model, "shards/", max_steps=100, learning_rate=1e-4)`.
 
     `data` is any re-iterable of batches, or compiled shards (a directory, a .parquet file, a
@@ -508,8 +590,15 @@ def train(model: nn.Module, data: Any, config: TrainConfig | None = None, loss_f
     if _is_shard_source(data):
         from graphattn.train.batches import shard_loader
 
-        data = shard_loader(data, batch_size, shuffle=True, seed=config.seed, buffer_size=buffer_size,
-                            num_workers=num_workers, compact=True)
+        data = shard_loader(
+            data,
+            batch_size,
+            shuffle=True,
+            seed=config.seed,
+            buffer_size=buffer_size,
+            num_workers=num_workers,
+            compact=True,
+        )
     return Trainer(model, config, loss_fn=loss_fn).fit(data)
 
 

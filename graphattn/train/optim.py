@@ -7,7 +7,7 @@ compact LAMB lives here. Schedules are BERT's: linear warm-up, then linear (or c
 from __future__ import annotations
 
 import math
-from typing import Iterable
+from collections.abc import Iterable
 
 import torch
 from torch import nn
@@ -23,12 +23,28 @@ class Lamb(torch.optim.Optimizer):
     the trust ratio ||w|| / ||update||, so every layer moves by a similar relative amount
     whatever its gradient scale. Tensors whose norm or update norm is zero use ratio 1."""
 
-    def __init__(self, params: Iterable, lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-6,
-                 weight_decay: float = 0.01, bias_correction: bool = True, max_trust_ratio: float = 10.0):
+    def __init__(
+        self,
+        params: Iterable,
+        lr: float = 1e-3,
+        betas: tuple[float, float] = (0.9, 0.999),
+        eps: float = 1e-6,
+        weight_decay: float = 0.01,
+        bias_correction: bool = True,
+        max_trust_ratio: float = 10.0,
+    ):
         if lr <= 0 or eps < 0 or not (0 <= betas[0] < 1 and 0 <= betas[1] < 1) or weight_decay < 0:
-            raise GraphattnError(f"invalid LAMB hyper-parameters: lr={lr}, betas={betas}, eps={eps}, weight_decay={weight_decay}")
-        defaults = dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, bias_correction=bias_correction,
-                        max_trust_ratio=max_trust_ratio)
+            raise GraphattnError(
+                f"invalid LAMB hyper-parameters: lr={lr}, betas={betas}, eps={eps}, weight_decay={weight_decay}"
+            )
+        defaults = dict(
+            lr=lr,
+            betas=betas,
+            eps=eps,
+            weight_decay=weight_decay,
+            bias_correction=bias_correction,
+            max_trust_ratio=max_trust_ratio,
+        )
         super().__init__(params, defaults)
 
     @torch.no_grad()
@@ -62,7 +78,9 @@ class Lamb(torch.optim.Optimizer):
                 if group["weight_decay"]:
                     update = update.add(p, alpha=group["weight_decay"])
                 weight_norm, update_norm = p.norm(), update.norm()
-                trust = torch.where((weight_norm > 0) & (update_norm > 0), weight_norm / update_norm, torch.ones_like(weight_norm))
+                trust = torch.where(
+                    (weight_norm > 0) & (update_norm > 0), weight_norm / update_norm, torch.ones_like(weight_norm)
+                )
                 trust = trust.clamp(max=group["max_trust_ratio"])
                 p.add_(update * trust, alpha=-group["lr"])
         return loss
@@ -78,8 +96,14 @@ def parameter_groups(model: nn.Module, weight_decay: float) -> list[dict]:
     return [g for g in groups if g["params"]]
 
 
-def build_optimizer(model: nn.Module, name: str = "adamw", lr: float = 5e-5, weight_decay: float = 0.01,
-                    betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-6) -> torch.optim.Optimizer:
+def build_optimizer(
+    model: nn.Module,
+    name: str = "adamw",
+    lr: float = 5e-5,
+    weight_decay: float = 0.01,
+    betas: tuple[float, float] = (0.9, 0.999),
+    eps: float = 1e-6,
+) -> torch.optim.Optimizer:
     """AdamW or LAMB over the model's trainable parameters with BERT's weight-decay split."""
     groups = parameter_groups(model, weight_decay)
     if not groups:
@@ -100,7 +124,12 @@ class WarmupDecay:
             raise GraphattnError(f"unknown decay {decay!r}; expected one of {', '.join(DECAYS)}", path=("decay",))
         if warmup_steps < 0 or total_steps < 1:
             raise GraphattnError(f"need warmup_steps >= 0 and total_steps >= 1, got {warmup_steps} and {total_steps}")
-        self.warmup_steps, self.total_steps, self.decay, self.final_ratio = warmup_steps, total_steps, decay, final_ratio
+        self.warmup_steps, self.total_steps, self.decay, self.final_ratio = (
+            warmup_steps,
+            total_steps,
+            decay,
+            final_ratio,
+        )
 
     def __call__(self, step: int) -> float:
         if step < self.warmup_steps:
@@ -113,6 +142,11 @@ class WarmupDecay:
         return self.final_ratio + (1.0 - self.final_ratio) * shape
 
 
-def build_scheduler(optimizer: torch.optim.Optimizer, warmup_steps: int, total_steps: int, decay: str = "linear",
-                    final_ratio: float = 0.0) -> torch.optim.lr_scheduler.LambdaLR:
+def build_scheduler(
+    optimizer: torch.optim.Optimizer,
+    warmup_steps: int,
+    total_steps: int,
+    decay: str = "linear",
+    final_ratio: float = 0.0,
+) -> torch.optim.lr_scheduler.LambdaLR:
     return torch.optim.lr_scheduler.LambdaLR(optimizer, WarmupDecay(warmup_steps, total_steps, decay, final_ratio))

@@ -46,10 +46,14 @@ class PretrainingConfig:
 
     def __post_init__(self) -> None:
         if self.mlm_weight < 0 or self.cpc_weight < 0 or self.mlm_weight + self.cpc_weight == 0:
-            raise GraphattnError(f"loss weights must be >= 0 and not both 0, got mlm {self.mlm_weight}, cpc {self.cpc_weight}",
-                                 path=("PretrainingConfig", "mlm_weight"))
+            raise GraphattnError(
+                f"loss weights must be >= 0 and not both 0, got mlm {self.mlm_weight}, cpc {self.cpc_weight}",
+                path=("PretrainingConfig", "mlm_weight"),
+            )
         if self.cpc_temperature <= 0:
-            raise GraphattnError(f"must be > 0, got {self.cpc_temperature}", path=("PretrainingConfig", "cpc_temperature"))
+            raise GraphattnError(
+                f"must be > 0, got {self.cpc_temperature}", path=("PretrainingConfig", "cpc_temperature")
+            )
 
 
 def mlm_loss(logits: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -73,7 +77,9 @@ def info_nce_loss(
     among all S rows. `exclude` [S, S] bool drops negatives (never the diagonal). Returns
     (mean loss, accuracy of picking the right row)."""
     if predictions.shape != targets.shape or predictions.ndim != 2:
-        raise GraphattnError(f"predictions {tuple(predictions.shape)} and targets {tuple(targets.shape)} must both be [S, D]")
+        raise GraphattnError(
+            f"predictions {tuple(predictions.shape)} and targets {tuple(targets.shape)} must both be [S, D]"
+        )
     scores = (predictions.float() @ targets.float().t()) / temperature
     if exclude is not None:
         eye = torch.eye(scores.shape[0], dtype=torch.bool, device=scores.device)

@@ -40,7 +40,7 @@ class BlockAxis:
     block_size: int = 0  # blocks of this size from the start of each part (0: irregular, found by search)
 
     @classmethod
-    def cut(cls, span: AxisRange, global_length: int, block_size: int) -> "BlockAxis":
+    def cut(cls, span: AxisRange, global_length: int, block_size: int) -> BlockAxis:
         """Blocks of `block_size` from the start of each part (global, long) inside `span`."""
         starts, stops = [], []
         for lo, hi in ((span.start, min(span.stop, global_length)), (max(span.start, global_length), span.stop)):
@@ -71,8 +71,11 @@ class BlockAxis:
         first_global = int(self.starts[0])
         first_long = int(self.starts[global_blocks]) if global_blocks < len(self) else G
         in_long = positions >= G
-        return np.where(in_long, global_blocks + (positions - first_long) // self.block_size,
-                        (positions - first_global) // self.block_size)
+        return np.where(
+            in_long,
+            global_blocks + (positions - first_long) // self.block_size,
+            (positions - first_global) // self.block_size,
+        )
 
     @property
     def edges(self) -> np.ndarray:
@@ -152,8 +155,9 @@ def block_summary(
     return BlockSummary(q_axis, k_axis, counts, allowed, allowed / pairs, dominant, drawn, drawn_share)
 
 
-def _count_dense(hist: Histogram, pattern: Pattern, queries: AxisRange, keys: AxisRange, q_axis: BlockAxis,
-                 k_axis: BlockAxis) -> None:
+def _count_dense(
+    hist: Histogram, pattern: Pattern, queries: AxisRange, keys: AxisRange, q_axis: BlockAxis, k_axis: BlockAxis
+) -> None:
     """One pass over the stored pieces, a row chunk at a time."""
     G = pattern.global_length
     qg, ql = queries.split(G)
@@ -171,8 +175,9 @@ def _count_dense(hist: Histogram, pattern: Pattern, queries: AxisRange, keys: Ax
     count_band(hist, pattern, ql, kl, q_axis.block_of(np.arange(ql.start, ql.stop) + G), k_axis.block_of)
 
 
-def _count_compact(hist: Histogram, pattern: Pattern, queries: AxisRange, keys: AxisRange, q_axis: BlockAxis,
-                   k_axis: BlockAxis) -> None:
+def _count_compact(
+    hist: Histogram, pattern: Pattern, queries: AxisRange, keys: AxisRange, q_axis: BlockAxis, k_axis: BlockAxis
+) -> None:
     """From owner ids, documents, segments, links and the band (see compact_blocks)."""
     compact, G = pattern.compact, pattern.global_length
     qg, ql = queries.split(G)
@@ -183,12 +188,21 @@ def _count_compact(hist: Histogram, pattern: Pattern, queries: AxisRange, keys: 
 
     if ql.stop > ql.start and kg.stop > kg.start:
         pairs = _structure_pairs(compact, ql, kg)
-        count_cross(hist, q_long, compact.long_doc[ql], ~compact.long_hard_l2g[ql], k_global, compact.global_doc[kg],
-                    pairs, dnb)
+        count_cross(
+            hist, q_long, compact.long_doc[ql], ~compact.long_hard_l2g[ql], k_global, compact.global_doc[kg], pairs, dnb
+        )
     if qg.stop > qg.start and kl.stop > kl.start:
         tok, glob, label = _structure_pairs(compact, kl, qg)
-        count_cross(hist, q_global, compact.global_doc[qg], ~compact.global_hard_g2l[qg], k_long, compact.long_doc[kl],
-                    (glob, tok, label), dnb)
+        count_cross(
+            hist,
+            q_global,
+            compact.global_doc[qg],
+            ~compact.global_hard_g2l[qg],
+            k_long,
+            compact.long_doc[kl],
+            (glob, tok, label),
+            dnb,
+        )
     ranges = lambda axis: (axis.starts, axis.stops)  # noqa: E731
     count_g2g(hist, compact, qg, kg, q_global, k_global, ranges(q_axis), ranges(k_axis))
     count_band(hist, pattern, ql, kl, q_long, k_axis.block_of)

@@ -30,27 +30,47 @@ SHARD_SUFFIXES = (".parquet",)
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     from graphattn.corpus.cli import add_html_arguments
 
-    parser.add_argument("input", help="document (.html, .txt, .json/.jsonl of any known format) or compiled shard "
-                        "(.parquet, or a compile output directory)")
-    parser.add_argument("--schema", help="relation schema: a YAML/JSON file or a shipped schema name (needed for documents)")
+    parser.add_argument(
+        "input",
+        help="document (.html, .txt, .json/.jsonl of any known format) or compiled shard "
+        "(.parquet, or a compile output directory)",
+    )
+    parser.add_argument(
+        "--schema", help="relation schema: a YAML/JSON file or a shipped schema name (needed for documents)"
+    )
     parser.add_argument("--tokenizer", default=DEFAULT_TOKENIZER, help=TOKENIZER_HELP + "; or spacy:<lang>")
-    parser.add_argument("--format", choices=("auto", *DOCUMENT_FORMATS), default="auto",
-                        help="how to read a document (auto: by suffix, and JSON records by their keys)")
+    parser.add_argument(
+        "--format",
+        choices=("auto", *DOCUMENT_FORMATS),
+        default="auto",
+        help="how to read a document (auto: by suffix, and JSON records by their keys)",
+    )
     parser.add_argument("--mapping", metavar="FILE", help="read JSON records with this generic mapping (YAML/JSON)")
     parser.add_argument("--out", help="write FILE.png, FILE.svg or FILE.html instead of printing to the terminal")
-    parser.add_argument("--queries", help="query rows A:B over [global ; long] positions; g/l prefixes count in one part (l0:l64)")
-    parser.add_argument("--keys", help="key columns A:B, as --queries")
-    parser.add_argument("--instance", type=int, default=0,
-                        help="which record of a dataset file, or which instance of a shard")
-    parser.add_argument("--window", type=int, default=0, metavar="N",
-                        help="which window of a document that the schema's strided layout (truncation: windows) "
-                             "cuts into several")
     parser.add_argument(
-        "--style", choices=("auto", "plain", "letters", "color"), default="auto",
+        "--queries", help="query rows A:B over [global ; long] positions; g/l prefixes count in one part (l0:l64)"
+    )
+    parser.add_argument("--keys", help="key columns A:B, as --queries")
+    parser.add_argument(
+        "--instance", type=int, default=0, help="which record of a dataset file, or which instance of a shard"
+    )
+    parser.add_argument(
+        "--window",
+        type=int,
+        default=0,
+        metavar="N",
+        help="which window of a document that the schema's strided layout (truncation: windows) cuts into several",
+    )
+    parser.add_argument(
+        "--style",
+        choices=("auto", "plain", "letters", "color"),
+        default="auto",
         help="terminal view style (auto: color on a terminal, letters otherwise)",
     )
     parser.add_argument("--ascii", action="store_true", help="terminal view in ASCII only")
-    parser.add_argument("--block-size", type=int, help="draw blocks of this many tokens (PNG/SVG) instead of choosing by size")
+    parser.add_argument(
+        "--block-size", type=int, help="draw blocks of this many tokens (PNG/SVG) instead of choosing by size"
+    )
     parser.add_argument("--title", help="title of the picture or page")
     add_html_arguments(parser)
     add_verbosity_arguments(parser)
@@ -60,9 +80,16 @@ def run(args: argparse.Namespace) -> int:
     from graphattn.corpus.cli import html_options
     from graphattn.viz.pattern import Pattern, parse_range
 
-    loaded = load_instance(args.input, schema=args.schema, tokenizer=args.tokenizer, format=args.format,
-                           index=args.instance, window=args.window, html_options=html_options(args),
-                           mapping=args.mapping)
+    loaded = load_instance(
+        args.input,
+        schema=args.schema,
+        tokenizer=args.tokenizer,
+        format=args.format,
+        index=args.instance,
+        window=args.window,
+        html_options=html_options(args),
+        mapping=args.mapping,
+    )
     talk = verbosity(args) >= 0
     if talk and loaded.where:
         print(f"drawing {loaded.where}", file=sys.stderr if args.out is None else sys.stdout)
@@ -81,8 +108,10 @@ def run(args: argparse.Namespace) -> int:
         return 0
     out = Path(args.out)
     if out.suffix.lower() not in (".png", ".svg", ".html"):
-        raise GraphattnError(f"cannot write a picture with suffix {out.suffix!r}; use .png or .svg "
-                             "(or .html for the viewer)", file=str(out))
+        raise GraphattnError(
+            f"cannot write a picture with suffix {out.suffix!r}; use .png or .svg (or .html for the viewer)",
+            file=str(out),
+        )
     if out.suffix.lower() == ".html":
         from graphattn.viz.html import viewer_html
 
@@ -118,8 +147,17 @@ class Loaded:
     where: str = ""  # e.g. "window 2 of 3 (long tokens 2048-6143 of the document)"
 
 
-def load_instance(path: str | Path, *, schema=None, tokenizer=DEFAULT_TOKENIZER, format: str | None = "auto",
-                  index: int = 0, window: int = 0, html_options: dict | None = None, mapping=None) -> Loaded:
+def load_instance(
+    path: str | Path,
+    *,
+    schema=None,
+    tokenizer=DEFAULT_TOKENIZER,
+    format: str | None = "auto",
+    index: int = 0,
+    window: int = 0,
+    html_options: dict | None = None,
+    mapping=None,
+) -> Loaded:
     """The instance to draw, in its compact form: compiled from a document, or read from shards
     (a file or a compile output directory)."""
     path = Path(path)
@@ -131,12 +169,17 @@ def load_instance(path: str | Path, *, schema=None, tokenizer=DEFAULT_TOKENIZER,
         raise GraphattnError(f"--window must be >= 0, got {window}", file=str(path))
     if path.is_dir() or path.suffix.lower() in SHARD_SUFFIXES:
         if window:
-            raise GraphattnError("--window picks a window of a document; in a shard every window is an instance "
-                                 "of its own: use --instance", file=str(path))
+            raise GraphattnError(
+                "--window picks a window of a document; in a shard every window is an instance "
+                "of its own: use --instance",
+                file=str(path),
+            )
         return load_from_shard(path, index)
     graph = read_document(path, format, index, html_options, mapping)
     if schema is None:
-        raise GraphattnError("--schema is required to compile a document (a YAML/JSON file or a shipped name)", file=str(path))
+        raise GraphattnError(
+            "--schema is required to compile a document (a YAML/JSON file or a shipped name)", file=str(path)
+        )
     from graphattn.compile import compile_windows
     from graphattn.schema import load_schema
     from graphattn.tokenize import load_tokenizer
@@ -146,8 +189,11 @@ def load_instance(path: str | Path, *, schema=None, tokenizer=DEFAULT_TOKENIZER,
     if not windows:
         raise GraphattnError("the compiler returned no instance for this document", file=str(path))
     if window >= len(windows):
-        raise GraphattnError(f"--window {window} is out of range: the schema's strided layout gives this document "
-                             f"{len(windows)} window(s), numbered from 0", file=str(path))
+        raise GraphattnError(
+            f"--window {window} is out of range: the schema's strided layout gives this document "
+            f"{len(windows)} window(s), numbered from 0",
+            file=str(path),
+        )
     if len(windows) == 1:
         return Loaded(windows[0])
     stride = schema.truncation.stride
@@ -165,8 +211,10 @@ def load_from_shard(path: Path, index: int) -> Loaded:
     if len(files) > 1:  # which shard holds it: footers only
         rows = [read_info(f).num_rows for f in files]
         if index >= sum(rows):
-            raise GraphattnError(f"--instance {index} is out of range: the {len(files)} shards hold {sum(rows)} "
-                                 "(counting from 0)", file=str(path))
+            raise GraphattnError(
+                f"--instance {index} is out of range: the {len(files)} shards hold {sum(rows)} (counting from 0)",
+                file=str(path),
+            )
         for file, count in zip(files, rows):
             if local < count:
                 break
@@ -174,13 +222,16 @@ def load_from_shard(path: Path, index: int) -> Loaded:
     instance, provenance = read_row(file, local, compact=True)
     where = f"instance {index} ({Path(file).name} row {local})" if len(files) > 1 else ""
     if provenance.windows > 1:
-        where = (f"instance {index}: window {provenance.window + 1} of {provenance.windows} "
-                 f"of document #{provenance.doc_numbers[0]}")
+        where = (
+            f"instance {index}: window {provenance.window + 1} of {provenance.windows} "
+            f"of document #{provenance.doc_numbers[0]}"
+        )
     return Loaded(instance, where)
 
 
-def read_document(path: Path, format: str | None = "auto", index: int = 0, html_options: dict | None = None,
-                  mapping=None):
+def read_document(
+    path: Path, format: str | None = "auto", index: int = 0, html_options: dict | None = None, mapping=None
+):
     """A DocGraph from a document file (`graphattn.ingest.formats`, as compile reads it); `index`
     picks the record of a multi-record file."""
     from graphattn.ingest.formats import read_documents

@@ -45,7 +45,12 @@ def _pack(arrays: dict[str, np.ndarray]) -> tuple[str, dict]:
     chunks, index, offset = [], {}, 0
     for name, array in arrays.items():
         data = np.ascontiguousarray(array).tobytes()
-        index[name] = {"dtype": array.dtype.name, "offset": offset, "length": int(array.size), "shape": list(array.shape)}
+        index[name] = {
+            "dtype": array.dtype.name,
+            "offset": offset,
+            "length": int(array.size),
+            "shape": list(array.shape),
+        }
         padding = (-len(data)) % ALIGN
         chunks.append(data + b"\0" * padding)
         offset += len(data) + padding
@@ -70,16 +75,21 @@ def viewer_data(
     summary = block_summary(pattern, block_size=size)
     levels = list(instance.long_owners)
     arrays = _compact_arrays(pattern) if pattern.compact is not None else _dense_arrays(pattern)
-    arrays.update({
-        "owners": np.stack([np.asarray(instance.long_owners[lv], np.int32) for lv in levels]) if levels else np.zeros((0, L), np.int32),
-        "docIndex": np.asarray(instance.long_doc_index, np.int32),
-        "blockDrawn": summary.drawn.astype(np.int16),
-        # share in 1/255ths, never rounded down to 0 where some pair carries the label
-        "blockShare": np.where(summary.drawn >= 0, np.maximum(1, np.round(summary.drawn_share * 255)), 0)
-        .astype(np.uint8),
-        "qStarts": np.append(summary.queries.starts, summary.queries.stops[-1]).astype(np.int32),
-        "kStarts": np.append(summary.keys.starts, summary.keys.stops[-1]).astype(np.int32),
-    })
+    arrays.update(
+        {
+            "owners": np.stack([np.asarray(instance.long_owners[lv], np.int32) for lv in levels])
+            if levels
+            else np.zeros((0, L), np.int32),
+            "docIndex": np.asarray(instance.long_doc_index, np.int32),
+            "blockDrawn": summary.drawn.astype(np.int16),
+            # share in 1/255ths, never rounded down to 0 where some pair carries the label
+            "blockShare": np.where(summary.drawn >= 0, np.maximum(1, np.round(summary.drawn_share * 255)), 0).astype(
+                np.uint8
+            ),
+            "qStarts": np.append(summary.queries.starts, summary.queries.stops[-1]).astype(np.int32),
+            "kStarts": np.append(summary.keys.starts, summary.keys.stops[-1]).astype(np.int32),
+        }
+    )
     payload, index = _pack(arrays)
     meta = {
         "title": title or f"graphattn: G={G} global + L={L} long, radius {pattern.radius}",
@@ -167,7 +177,12 @@ def _json_for_script(value: dict) -> str:
     return json.dumps(value, ensure_ascii=False, separators=(",", ":")).replace("</", "<\\/").replace("<!--", "<\\!--")
 
 
-def viewer_html(source: EtcInstance | Pattern, title: str | None = None, queries: AxisRange | None = None, keys: AxisRange | None = None) -> str:
+def viewer_html(
+    source: EtcInstance | Pattern,
+    title: str | None = None,
+    queries: AxisRange | None = None,
+    keys: AxisRange | None = None,
+) -> str:
     """The whole page as a string."""
     meta, payload = viewer_data(source, title, queries, keys)
     template = resources.files("graphattn.viz").joinpath("viewer.html").read_text(encoding="utf-8")

@@ -22,8 +22,18 @@ NOT_OWNED = np.array([0.78, 0.78, 0.78])
 OWNED = np.array([0.17, 0.63, 0.17])
 # Hues far from the red/blue/green/grey used above, for labels that a schema declares.
 SCHEMA_HUES = [
-    "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#bcbd22", "#17becf",
-    "#f0c000", "#7f3c8d", "#a05d00", "#00a19a", "#d62790", "#6b6b00",
+    "#ff7f0e",
+    "#9467bd",
+    "#8c564b",
+    "#e377c2",
+    "#bcbd22",
+    "#17becf",
+    "#f0c000",
+    "#7f3c8d",
+    "#a05d00",
+    "#00a19a",
+    "#d62790",
+    "#6b6b00",
 ]
 
 
@@ -82,7 +92,13 @@ def legend_order(vocab: LabelVocab, labels) -> list[int]:
     """`labels` (ids) in the reading order every legend uses: belongs, does_not_belong, the
     schema's labels, then distances from the farthest left through dist:0 to the farthest right."""
     k = vocab.max_distance
-    order = [vocab.id(BELONGS), vocab.id(DOES_NOT_BELONG), *range(first_schema_label_id(k), len(vocab)),
-             *range(2 * k, k, -1), 0, *range(1, k + 1)]
+    order = [
+        vocab.id(BELONGS),
+        vocab.id(DOES_NOT_BELONG),
+        *range(first_schema_label_id(k), len(vocab)),
+        *range(2 * k, k, -1),
+        0,
+        *range(1, k + 1),
+    ]
     present = {int(label) for label in labels}
     return [label for label in order if label in present]

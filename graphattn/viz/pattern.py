@@ -55,7 +55,9 @@ def parse_range(text: str | None, global_length: int, long_length: int, what: st
     for part, default in zip(parts, (0, total)):
         match = _BOUND.match(part)
         if not match:
-            raise GraphattnError(f"{what} {text!r}: {part!r} is not a position (an integer, optionally prefixed g or l)")
+            raise GraphattnError(
+                f"{what} {text!r}: {part!r} is not a position (an integer, optionally prefixed g or l)"
+            )
         prefix, number = match.group(1).lower(), match.group(2)
         if number is None:
             if prefix:
@@ -92,10 +94,14 @@ class _DenseReader:
                 name = f"{piece}_{kind}"
                 actual = tuple(getattr(self.side, name).shape)
                 if actual != shape:
-                    raise BatchError(f"side input {name} has shape {actual}, expected {shape} for G={G}, L={L}, r={self.radius}")
+                    raise BatchError(
+                        f"side input {name} has shape {actual}, expected {shape} for G={G}, L={L}, r={self.radius}"
+                    )
 
     def piece(self, name: str, rows: slice, cols: slice) -> tuple[np.ndarray, np.ndarray]:
-        return getattr(self.side, f"{name}_att_mask")[rows, cols], getattr(self.side, f"{name}_relative_att_ids")[rows, cols]
+        return getattr(self.side, f"{name}_att_mask")[rows, cols], getattr(self.side, f"{name}_relative_att_ids")[
+            rows, cols
+        ]
 
     def band(self, rows: slice) -> tuple[np.ndarray, np.ndarray]:
         return self.side.l2l_att_mask[rows], self.side.l2l_relative_att_ids[rows]
@@ -160,8 +166,10 @@ class Pattern:
         if span is None:
             return self.full_range()
         if not 0 <= span.start < span.stop <= self.size:
-            raise GraphattnError(f"{what} {span.start}:{span.stop} is not inside the instance's 0:{self.size} "
-                                 f"(G={self.global_length} globals, L={self.long_length} long tokens)")
+            raise GraphattnError(
+                f"{what} {span.start}:{span.stop} is not inside the instance's 0:{self.size} "
+                f"(G={self.global_length} globals, L={self.long_length} long tokens)"
+            )
         return span
 
     # -- pieces ------------------------------------------------------------------------------
@@ -226,7 +234,7 @@ class Pattern:
     def owner_names(self, i: int) -> list[str]:
         """The graph nodes that own long token i, one per hierarchy level (outermost first)."""
         names = []
-        for level, owners in self.instance.long_owners.items():
+        for _level, owners in self.instance.long_owners.items():
             g = int(owners[i])
             if g >= 0:
                 names.append(f"{self.global_name(g)} (G{g})")

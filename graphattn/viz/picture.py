@@ -71,7 +71,9 @@ class Rendering:
         """Write PNG or SVG, chosen by the suffix."""
         path = Path(path)
         if path.suffix.lower() not in (".png", ".svg"):
-            raise GraphattnError(f"{path}: cannot write a picture with suffix {path.suffix!r}; use .png or .svg (or .html for the viewer)")
+            raise GraphattnError(
+                f"{path}: cannot write a picture with suffix {path.suffix!r}; use .png or .svg (or .html for the viewer)"
+            )
         self.figure.savefig(path, format=path.suffix[1:].lower(), dpi=DPI)
         return path
 
@@ -104,9 +106,13 @@ def render(
     title = title or _default_title(pattern, summary)
     figure, axes, font, title_lines = _figure(pattern, queries, keys, as_tokens, len(shown) + 1, title)
     if as_tokens:
-        axes.imshow(image, extent=(keys.start, keys.stop, queries.stop, queries.start), interpolation="nearest", aspect="auto")
+        axes.imshow(
+            image, extent=(keys.start, keys.stop, queries.stop, queries.start), interpolation="nearest", aspect="auto"
+        )
     else:
-        axes.pcolormesh(summary.keys.edges, summary.queries.edges, image, shading="flat", antialiased=False, rasterized=True)
+        axes.pcolormesh(
+            summary.keys.edges, summary.queries.edges, image, shading="flat", antialiased=False, rasterized=True
+        )
     axes.set_xlim(keys.start, keys.stop)
     axes.set_ylim(queries.stop, queries.start)
     _frame_pieces(axes, pattern, queries, keys)
@@ -122,9 +128,11 @@ def _default_title(pattern: Pattern, summary: BlockSummary | None) -> str:
     if summary is None:
         return head
     size = int(summary.queries.sizes.max())
-    return (f"{head}\nblocks of up to {size} tokens: color = the block's structure label (a schema label, else "
-            "belongs) if any pair has one, else its most common label; shade = share of the block's pairs with "
-            "that label")
+    return (
+        f"{head}\nblocks of up to {size} tokens: color = the block's structure label (a schema label, else "
+        "belongs) if any pair has one, else its most common label; shade = share of the block's pairs with "
+        "that label"
+    )
 
 
 # -- layout --------------------------------------------------------------------------------
@@ -175,7 +183,9 @@ def _frame_pieces(axes, pattern: Pattern, queries: AxisRange, keys: AxisRange) -
     cols = {part: visible(part, keys) for part in "gl"}
     for r, (q0, q1) in ((r, span) for r, span in rows.items() if span):
         for c, (k0, k1) in ((c, span) for c, span in cols.items() if span):
-            axes.add_patch(Rectangle((k0, q0), k1 - k0, q1 - q0, fill=False, edgecolor="black", linewidth=1.0, zorder=3))
+            axes.add_patch(
+                Rectangle((k0, q0), k1 - k0, q1 - q0, fill=False, edgecolor="black", linewidth=1.0, zorder=3)
+            )
     style = dict(textcoords="offset points", fontsize=7, fontweight="bold")
     above = blended_transform_factory(axes.transData, axes.transAxes)
     for c, span in cols.items():
@@ -247,10 +257,19 @@ def _round_step(raw: float) -> int:
 
 def _legend(axes, names: list[str], colors: np.ndarray) -> None:
     """The labels drawn, in legend order, then what white means."""
-    handles = [Patch(facecolor=color, edgecolor="black", linewidth=0.3, label=name) for name, color in zip(names, colors)]
+    handles = [
+        Patch(facecolor=color, edgecolor="black", linewidth=0.3, label=name) for name, color in zip(names, colors)
+    ]
     handles.append(Patch(facecolor=BACKGROUND, edgecolor="black", linewidth=0.3, label=MASKED_NAME))
     grid_width = axes.get_position().width * axes.figure.get_figwidth()
     axes.legend(
-        handles=handles, loc="upper left", bbox_to_anchor=(1.0 + PIECE_NAMES_IN / grid_width, 1.0), borderaxespad=0.0, fontsize=7,
-        title="relative label", title_fontsize=7, ncol=max(1, math.ceil(len(handles) / LEGEND_ROWS)), frameon=False,
+        handles=handles,
+        loc="upper left",
+        bbox_to_anchor=(1.0 + PIECE_NAMES_IN / grid_width, 1.0),
+        borderaxespad=0.0,
+        fontsize=7,
+        title="relative label",
+        title_fontsize=7,
+        ncol=max(1, math.ceil(len(handles) / LEGEND_ROWS)),
+        frameon=False,
     )

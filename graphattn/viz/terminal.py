@@ -32,9 +32,25 @@ SHADES = "░▒▓█"  # (0, 1/4], (1/4, 1/2], (1/2, 3/4], (3/4, 1] of pairs a
 class _Glyphs:
     def __init__(self, ascii_only: bool):
         if ascii_only:
-            self.filled, self.empty, self.dot, self.bar, self.rule, self.cross, self.shades = "#", ".", ".", "|", "-", "+", ".:x#"
+            self.filled, self.empty, self.dot, self.bar, self.rule, self.cross, self.shades = (
+                "#",
+                ".",
+                ".",
+                "|",
+                "-",
+                "+",
+                ".:x#",
+            )
         else:
-            self.filled, self.empty, self.dot, self.bar, self.rule, self.cross, self.shades = "■", "□", "·", "│", "─", "┼", SHADES
+            self.filled, self.empty, self.dot, self.bar, self.rule, self.cross, self.shades = (
+                "■",
+                "□",
+                "·",
+                "│",
+                "─",
+                "┼",
+                SHADES,
+            )
 
 
 def label_letter(label: int) -> str:
@@ -92,8 +108,11 @@ def terminal_view(
         s = glyphs.shades
         shading = f"{s[0]} <=25% {s[1]} <=50% {s[2]} <=75% {s[3]} >75% of pairs allowed"
         what = "structure label (schema label, belongs) if any pair has one, else most common label"
-        explained = {"plain": shading, "letters": f"letter = {what}",
-                     "color": f"color = {what}; {shading.replace('allowed', 'with it')}"}
+        explained = {
+            "plain": shading,
+            "letters": f"letter = {what}",
+            "color": f"color = {what}; {shading.replace('allowed', 'with it')}",
+        }
         note = f"blocks of up to {size} tokens; {explained[style]}"
     if ascii_only:  # token text and the cut mark may be anything; keep every line ASCII
         row_names = [name.replace("…", "~").encode("ascii", "replace").decode("ascii") for name in row_names]
@@ -125,7 +144,9 @@ def _token_cells(labels: np.ndarray, style: str, glyphs: _Glyphs, colors: np.nda
     return np.array([*table, masked], dtype=object)[labels]
 
 
-def _block_cells(dominant: np.ndarray, share: np.ndarray, style: str, glyphs: _Glyphs, colors: np.ndarray) -> np.ndarray:
+def _block_cells(
+    dominant: np.ndarray, share: np.ndarray, style: str, glyphs: _Glyphs, colors: np.ndarray
+) -> np.ndarray:
     level = np.clip(np.ceil(share * 4).astype(int) - 1, -1, 3)  # -1 = nothing allowed
     shades = np.array([*glyphs.shades, " "], dtype=object)[level]
     if style == "plain":

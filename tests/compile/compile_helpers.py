@@ -8,7 +8,8 @@ order after the special tokens, which keeps expected tensors easy to write by ha
 from __future__ import annotations
 
 import re
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -55,7 +56,9 @@ class WordTokenizer:
         return "WordTokenizer()"
 
 
-def sentences_doc(paragraphs: Sequence[Sequence[int]], doc_id: str = "d", *, word: str = "w", paragraph_spans: bool = True) -> DocGraph:
+def sentences_doc(
+    paragraphs: Sequence[Sequence[int]], doc_id: str = "d", *, word: str = "w", paragraph_spans: bool = True
+) -> DocGraph:
     """document > paragraphs > sentences; paragraph p sentence s has the given number of words.
 
     Node ids: ``doc``, ``p0``, ``p0.s1``. Words are ``<word><running index>``.

@@ -57,7 +57,9 @@ class RefDoc:
             return span[0] <= self.offsets[value][0] < span[1]
         if kind == "sep":  # X's [SEP] is in X and in what contains X (equal spans: the shallower)
             inner = self.span[value]
-            return node_id == value or (_contains(span, inner) and not (span == inner and self.depth(node_id) > self.depth(value)))
+            return node_id == value or (
+                _contains(span, inner) and not (span == inner and self.depth(node_id) > self.depth(value))
+            )
         return False
 
     def long_positions(self, special_ids, sep_id):
@@ -80,7 +82,9 @@ class RefDoc:
         out = [("special", name) for name in self.schema.global_prefix]
         for group in self.schema.global_order:
             members = [n for n in self.nodes if n.type in group and self.type[n.id].selects(n.attrs)]
-            spanned = sorted([n for n in members if n.span is not None], key=lambda n: (n.span[0], -n.span[1], self.depth(n.id)))
+            spanned = sorted(
+                [n for n in members if n.span is not None], key=lambda n: (n.span[0], -n.span[1], self.depth(n.id))
+            )
             spanless = [n for n in members if n.span is None]
             for n in spanned + spanless:
                 if self.type[n.id].global_mode == "per_token":
@@ -108,7 +112,9 @@ def reference(graphs, schema: Schema, tokenizer) -> dict:
     k, r = schema.relative_pos_max_distance, schema.local_radius
     vocab = schema.label_vocab()
     dnb, belongs = 2 * k + 1, 2 * k + 2
-    special_ids = {name: (v if isinstance(v, int) else tokenizer.token_to_id(v)) for name, v in schema.special_tokens.items()}
+    special_ids = {
+        name: (v if isinstance(v, int) else tokenizer.token_to_id(v)) for name, v in schema.special_tokens.items()
+    }
     docs = [RefDoc(g, schema, tokenizer, d) for d, g in enumerate(graphs)]
 
     longs, globs = [], []  # (doc, entry)
@@ -137,8 +143,7 @@ def reference(graphs, schema: Schema, tokenizer) -> dict:
             return p == ("tok", e[2])
         level = gdoc.graph.nodes[e[1]].type
         holders = [
-            n for n in gdoc.nodes
-            if n.type == level and gdoc.type[n.id].selects(n.attrs) and gdoc.in_node(n.id, p)
+            n for n in gdoc.nodes if n.type == level and gdoc.type[n.id].selects(n.attrs) and gdoc.in_node(n.id, p)
         ]
         if not holders:
             return False

@@ -19,8 +19,9 @@ from graphattn.tokenize import HFTokenizer, SpacyWordTokenizer, load_tokenizer
 
 ROOT = Path(__file__).resolve().parents[2]
 TOKENIZER = ROOT / "examples" / "data" / "tokenizer.json"
-WORDS = ("the river runs past old mills and quiet towns where people trade grain wool stories, storms; ships "
-         "(bridges)").split()
+WORDS = (
+    "the river runs past old mills and quiet towns where people trade grain wool stories, storms; ships (bridges)"
+).split()
 
 
 class Counting:

@@ -6,8 +6,8 @@ and 2k+2 belongs; l2l columns are key offsets -r..+r.
 
 import numpy as np
 import pytest
-
 from compile_helpers import WordTokenizer, schema_dict, sentences_doc
+
 from graphattn import collate, compile_instance, load_schema
 from graphattn.compact import CompactSideInputs
 from graphattn.contract import SideInputs
@@ -35,7 +35,12 @@ def test_worked_example_of_the_design_notes(tok):
     side = batch.side.to_numpy().map(lambda a: a[0])
     real = [[0, 0, 0, 1, 1, 1, 1], [0, 0, 1, 1, 1, 1, 1], [0, 1, 1, 1, 1, 1, 1]] + [[1] * 7] * 10
     real += [[1, 1, 1, 1, 1, 1, 0], [1, 1, 1, 1, 1, 0, 0], [1, 1, 1, 1, 0, 0, 0]]
-    pad = [[0, 0, 0, 1, 1, 1, 1], [0, 0, 1, 1, 1, 1, 0], [0, 1, 1, 1, 1, 0, 0], [1, 1, 1, 1, 0, 0, 0]]  # padding: own document
+    pad = [
+        [0, 0, 0, 1, 1, 1, 1],
+        [0, 0, 1, 1, 1, 1, 0],
+        [0, 1, 1, 1, 1, 0, 0],
+        [1, 1, 1, 1, 0, 0, 0],
+    ]  # padding: own document
     l2g_ids = [[6, 5, 5, 5, 5]] * 5 + [[5, 6, 5, 5, 5]] * 7 + [[5, 5, 6, 5, 5]] * 4 + [[5, 5, 5, 5, 5]] * 4
     l2g_mask = [[1, 1, 1, 0, 0]] * 16 + [[0, 0, 0, 1, 1]] * 4
     g2l_mask = [

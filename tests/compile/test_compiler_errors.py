@@ -1,8 +1,8 @@
 """Bad graphs and bad schema/tokenizer combinations: each error names the node, file and schema."""
 
 import pytest
-
 from compile_helpers import WordTokenizer, schema_dict, sentences_doc
+
 from graphattn import compile_instance, load_schema
 from graphattn.errors import CompileError, GraphError
 from graphattn.graph import DocGraph, Edge
@@ -43,21 +43,28 @@ def test_undeclared_relation_is_an_error(tok, schema):
     g = graph()
     g.add_child("doc", "s0", "sentence", (0, 5))
     g.add_edge("s0", "mentions", "doc")
-    with pytest.raises(CompileError, match=r"node 's0': edge 's0' -\[mentions\]-> 'doc': relation 'mentions' is not declared in schema 'test'"):
+    with pytest.raises(
+        CompileError,
+        match=r"node 's0': edge 's0' -\[mentions\]-> 'doc': relation 'mentions' is not declared in schema 'test'",
+    ):
         compile_instance(g, schema, tok)
 
 
 def test_dangling_edge_names_the_missing_node(tok, schema):
     g = graph()
     g.add_child("doc", "s0", "sentence", (0, 5))
-    with pytest.raises(GraphError, match=r"node 's9': edge 'doc' -\[contains\]-> 's9': target node 's9' does not exist"):
+    with pytest.raises(
+        GraphError, match=r"node 's9': edge 'doc' -\[contains\]-> 's9': target node 's9' does not exist"
+    ):
         g.edges.append(Edge("doc", "contains", "s9"))  # the edge list is checked too: edges join existing rows
 
 
 def test_span_past_the_text(tok, schema):
     g = graph()
     node = g.add_child("doc", "s0", "sentence", (0, 5))
-    with pytest.raises(GraphError, match=r"docs/a.json: node 's0': span \[3, 40\) lies outside the document text of 11 characters"):
+    with pytest.raises(
+        GraphError, match=r"docs/a.json: node 's0': span \[3, 40\) lies outside the document text of 11 characters"
+    ):
         node.span = (3, 40)  # a span set later is checked when it is set
     compile_instance(g, schema, tok)  # and the graph is left as it was
 
@@ -66,7 +73,9 @@ def test_crossing_spans_of_one_type(tok, schema):
     g = graph()
     g.add_child("doc", "s0", "sentence", (0, 5))
     g.add_child("doc", "s1", "sentence", (3, 8))
-    with pytest.raises(CompileError, match=r"node 's1': spans of 'sentence' nodes 's0' \[0, 5\) and 's1' \[3, 8\) overlap"):
+    with pytest.raises(
+        CompileError, match=r"node 's1': spans of 'sentence' nodes 's0' \[0, 5\) and 's1' \[3, 8\) overlap"
+    ):
         compile_instance(g, schema, tok)
 
 
@@ -87,7 +96,9 @@ def test_cycle_in_the_containment_hierarchy(tok, schema):
     g.add_edge("p", "contains", "q")
     g.add_edge("q", "contains", "p")
     g.add_edge("q", "contains", "s")
-    with pytest.raises(CompileError, match=r"cycle in the containment hierarchy: '(p|q)' -> '(p|q)' -> '(p|q)' \(parent -> child\)"):
+    with pytest.raises(
+        CompileError, match=r"cycle in the containment hierarchy: '(p|q)' -> '(p|q)' -> '(p|q)' \(parent -> child\)"
+    ):
         compile_instance(g, schema, tok)
 
 
@@ -104,7 +115,9 @@ def test_two_parents(tok, schema):
     g.add_child("doc", "p1", "paragraph", (6, 11))
     g.add_child("p0", "s0", "sentence", (0, 2))
     g.add_edge("p1", "contains", "s0")
-    with pytest.raises(CompileError, match=r"node 's0': node has more than one parent in the containment hierarchy: 'p0', 'p1'"):
+    with pytest.raises(
+        CompileError, match=r"node 's0': node has more than one parent in the containment hierarchy: 'p0', 'p1'"
+    ):
         compile_instance(g, schema, tok)
 
 
@@ -125,28 +138,41 @@ def test_empty_document(tok, schema, text):
 
 def test_document_without_long_text(tok, schema):
     g = graph()  # a document node but no sentence: nothing of a long type
-    with pytest.raises(CompileError, match=r"empty document 'a': no tokens inside nodes of the long types \(sentence\)"):
+    with pytest.raises(
+        CompileError, match=r"empty document 'a': no tokens inside nodes of the long types \(sentence\)"
+    ):
         compile_instance(g, schema, tok)
 
 
 def test_link_to_a_type_without_globals(tok):
-    schema = load_schema(schema_dict(relations={"contains": {"hierarchy": True}, "mentions": {"link": "l2g", "label": "m"}}))
+    schema = load_schema(
+        schema_dict(relations={"contains": {"hierarchy": True}, "mentions": {"link": "l2g", "label": "m"}})
+    )
     g = sentences_doc([[2]])
     g.add_edge("p0.s0", "mentions", "p0")
-    with pytest.raises(CompileError, match=r"node 'p0': edge 'p0.s0' -\[mentions\]-> 'p0': a l2g link needs a global at 'p0'"):
+    with pytest.raises(
+        CompileError, match=r"node 'p0': edge 'p0.s0' -\[mentions\]-> 'p0': a l2g link needs a global at 'p0'"
+    ):
         compile_instance(g, schema, tok)
 
 
 def test_special_token_missing_from_the_vocabulary(tok, tmp_path):
     path = tmp_path / "s.yaml"
-    path.write_text("name: s\nspecial_tokens:\n  global: '[unused9]'\nnode_types:\n  sentence: {global: node, long: true}\n")
-    with pytest.raises(CompileError, match=r"s.yaml:3: \$\.special_tokens\.global: token '\[unused9\]' is not in the tokenizer's vocabulary"):
+    path.write_text(
+        "name: s\nspecial_tokens:\n  global: '[unused9]'\nnode_types:\n  sentence: {global: node, long: true}\n"
+    )
+    with pytest.raises(
+        CompileError,
+        match=r"s.yaml:3: \$\.special_tokens\.global: token '\[unused9\]' is not in the tokenizer's vocabulary",
+    ):
         compile_instance(sentences_doc([[2]]), load_schema(path), tok)
 
 
 def test_token_id_outside_the_vocabulary(tok):
     schema = load_schema(schema_dict(special_tokens={"global": 10_000}))
-    with pytest.raises(CompileError, match=r"\$\.special_tokens\.global: token id 10000 is outside the tokenizer's vocabulary"):
+    with pytest.raises(
+        CompileError, match=r"\$\.special_tokens\.global: token id 10000 is outside the tokenizer's vocabulary"
+    ):
         compile_instance(sentences_doc([[2]]), schema, tok)
 
 
@@ -157,7 +183,9 @@ def test_more_documents_than_packing_allows(tok, schema):
 
 def test_error_policy_refuses_long_documents(tok):
     schema = load_schema(schema_dict(max_long_length=4, truncation={"policy": "error"}))
-    with pytest.raises(CompileError, match=r"node 'd': document needs 5 long and 1 global tokens; the schema allows 4 and 64"):
+    with pytest.raises(
+        CompileError, match=r"node 'd': document needs 5 long and 1 global tokens; the schema allows 4 and 64"
+    ):
         compile_instance(sentences_doc([[5]]), schema, tok)
 
 
@@ -173,5 +201,7 @@ def test_nothing_fits(tok):
             node_types={"document": {}, "paragraph": {"sep_after": True}, "sentence": {"global": "node", "long": True}},
         )
     )
-    with pytest.raises(CompileError, match=r"node 'd': no text fits: max_long_length 1 leaves no room for a single token"):
+    with pytest.raises(
+        CompileError, match=r"node 'd': no text fits: max_long_length 1 leaves no room for a single token"
+    ):
         compile_instance(sentences_doc([[1]]), schema, tok)

@@ -10,17 +10,17 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from compile_helpers import WordTokenizer, schema_dict, sentences_doc
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from test_compiler_properties import documents
 
-from compile_helpers import WordTokenizer, schema_dict, sentences_doc
 from graphattn import compile_instance, load_schema
 from graphattn.compile.assemble import DENSE_LIMIT_BYTES
-from graphattn.errors import CompileError, GraphattnError, SchemaError
+from graphattn.errors import CompileError, SchemaError
 from graphattn.graph import DocGraph
 from graphattn.schema import JSON_SCHEMA_PATH
 from graphattn.tokenize import HFTokenizer, SpacyWordTokenizer
-from test_compiler_properties import documents
 
 TOKENIZER = Path(__file__).resolve().parents[2] / "examples" / "data" / "tokenizer.json"
 SETTINGS = settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -43,10 +43,18 @@ def _maximum(path: tuple[str, ...]) -> int:
 
 
 NUMERIC_KEYS = [
-    ("local_radius",), ("relative_pos_max_distance",), ("relative_vocab_size",), ("max_long_length",),
-    ("max_global_length",), ("packing", "max_documents"), ("fixed_blocks", "tokens_per_block"),
-    ("fixed_blocks", "type_id"), ("truncation", "stride"), ("node_types", "sentence", "type_id"),
-    ("node_types", "sentence", "global_type_id"), ("special_tokens", "global"),
+    ("local_radius",),
+    ("relative_pos_max_distance",),
+    ("relative_vocab_size",),
+    ("max_long_length",),
+    ("max_global_length",),
+    ("packing", "max_documents"),
+    ("fixed_blocks", "tokens_per_block"),
+    ("fixed_blocks", "type_id"),
+    ("truncation", "stride"),
+    ("node_types", "sentence", "type_id"),
+    ("node_types", "sentence", "global_type_id"),
+    ("special_tokens", "global"),
     ("node_types", "sentence", "global_token"),
 ]
 
@@ -57,10 +65,14 @@ def numeric_overrides(draw):
     raw = schema_dict()
     for path in draw(st.lists(st.sampled_from(NUMERIC_KEYS), min_size=1, max_size=3, unique=True)):
         top = _maximum(path)
-        value = draw(st.one_of(
-            st.integers(1, 64), st.sampled_from([top, top - 1, top + 1, 2**31, 2**32 + 7, 2**63 - 1, 10**30]),
-            st.integers(top - 1000, top + 1000), st.integers(-5, 0),
-        ))
+        value = draw(
+            st.one_of(
+                st.integers(1, 64),
+                st.sampled_from([top, top - 1, top + 1, 2**31, 2**32 + 7, 2**63 - 1, 10**30]),
+                st.integers(top - 1000, top + 1000),
+                st.integers(-5, 0),
+            )
+        )
         value = float(value) if draw(st.booleans()) and abs(value) < 2**53 else value
         node = raw
         for key in path[:-1]:
@@ -126,9 +138,14 @@ def packed_cases(draw):
     graphs = [draw(documents(d, False, 0)) for d in range(n_docs)]
     prefix = draw(st.sampled_from([["cls"], ["cls", "sep"], ["sep", "cls", "sep"]]))
     raw = schema_dict(
-        global_prefix=prefix, long_prefix=draw(st.sampled_from([[], ["cls"]])), packing={"max_documents": 3},
-        node_types={"document": {}, "paragraph": {"global": draw(st.sampled_from(["node", "none"]))},
-                    "sentence": {"global": "node", "long": True}},
+        global_prefix=prefix,
+        long_prefix=draw(st.sampled_from([[], ["cls"]])),
+        packing={"max_documents": 3},
+        node_types={
+            "document": {},
+            "paragraph": {"global": draw(st.sampled_from(["node", "none"]))},
+            "sentence": {"global": "node", "long": True},
+        },
     )
     roomy = load_schema(raw)
     full = compile_instance(graphs, roomy, WordTokenizer())
@@ -167,8 +184,13 @@ def test_the_issues_minimal_packed_prefix_case():
 
 # -- item 5: feature values -----------------------------------------------------------------------
 FEATURE_VALUES = st.one_of(
-    st.integers(-(2**40), 2**40), st.floats(allow_nan=True, allow_infinity=True), st.booleans(),
-    st.text(max_size=3), st.none(), st.lists(st.integers(), max_size=2), st.integers(-3, 30),
+    st.integers(-(2**40), 2**40),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.booleans(),
+    st.text(max_size=3),
+    st.none(),
+    st.lists(st.integers(), max_size=2),
+    st.integers(-3, 30),
 )
 
 
@@ -182,8 +204,11 @@ def _acceptable(value, dtype: str, bounds: dict) -> bool:
 
 
 @SETTINGS
-@given(st.lists(FEATURE_VALUES, min_size=3, max_size=3), st.sampled_from(["int32", "float32"]),
-       st.sampled_from([{}, {"minimum": 0, "maximum": 23}]))
+@given(
+    st.lists(FEATURE_VALUES, min_size=3, max_size=3),
+    st.sampled_from(["int32", "float32"]),
+    st.sampled_from([{}, {"minimum": 0, "maximum": 23}]),
+)
 def test_feature_values_are_exact_or_a_compile_error_naming_node_and_attr(values, dtype, bounds):
     schema = load_schema(schema_dict(features=[{"name": "f", "attr": "size", "dtype": dtype, **bounds}]))
     graph = sentences_doc([[1, 1, 1]])
@@ -272,8 +297,11 @@ def test_error_policy_refuses_globals_over_max_global_length():
 
 
 @SETTINGS
-@given(st.lists(st.lists(st.integers(1, 4), min_size=1, max_size=3), min_size=1, max_size=3), st.integers(1, 12),
-       st.integers(1, 8))
+@given(
+    st.lists(st.lists(st.integers(1, 4), min_size=1, max_size=3), min_size=1, max_size=3),
+    st.integers(1, 12),
+    st.integers(1, 8),
+)
 def test_error_policy_never_cuts(paragraphs, max_long, max_global):
     raw = schema_dict(max_long_length=max_long, max_global_length=max_global, truncation={"policy": "error"})
     schema = load_schema(raw)
@@ -286,7 +314,8 @@ def test_error_policy_never_cuts(paragraphs, max_long, max_global):
 
 
 def test_windows_refuse_pinned_text_longer_than_max_long_length():
-    schema = load_schema(schema_dict(
-        max_long_length=3, truncation={"policy": "windows", "stride": 1, "pin": ["sentence"]}))
+    schema = load_schema(
+        schema_dict(max_long_length=3, truncation={"policy": "windows", "stride": 1, "pin": ["sentence"]})
+    )
     with pytest.raises(CompileError, match=r"the pinned nodes \(sentence\) leave no room"):
         compile_instance(sentences_doc([[5]]), schema, WordTokenizer())

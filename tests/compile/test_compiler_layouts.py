@@ -4,8 +4,8 @@ blocks, type ids, features and `where` filters."""
 
 import numpy as np
 import pytest
-
 from compile_helpers import WordTokenizer, schema_dict, sentences_doc
+
 from graphattn import collate, compile_instance, load_schema
 from graphattn.compile.side_inputs import fixed_block_side_inputs
 from graphattn.graph import DocGraph
@@ -50,7 +50,13 @@ def nq_schema(**overrides):
         long_prefix=["cls"],
         global_prefix=["cls"],
         node_types={
-            "question": {"global": "per_token", "long": True, "sep_after": True, "ignore_hard_masks": True, "type_id": 0},
+            "question": {
+                "global": "per_token",
+                "long": True,
+                "sep_after": True,
+                "ignore_hard_masks": True,
+                "type_id": 0,
+            },
             "document": {"long": True, "sep_after": True, "type_id": 1},
             "candidate": {"global": "node", "global_token": "[unused1]"},
             "entity": {"global": "node", "ignore_hard_masks": True},
@@ -267,16 +273,18 @@ def test_type_ids_features_and_where_filter(tok):
     np.testing.assert_array_equal(inst.features["long:font"], np.array([20, 20, 12, 12, 12], np.float32))
     assert inst.features["long:font"].dtype == np.float32 and inst.features["long:bold"].dtype == np.int32
     # one level: only the innermost element global owns a token (html owns none directly)
-    np.testing.assert_array_equal(inst.side.l2g_relative_att_ids, [[5, 6, 5], [5, 6, 5], [5, 5, 6], [5, 5, 6], [5, 5, 6]])
+    np.testing.assert_array_equal(
+        inst.side.l2g_relative_att_ids, [[5, 6, 5], [5, 6, 5], [5, 5, 6], [5, 5, 6], [5, 5, 6]]
+    )
     batch = collate([inst], pad_to_long=7, pad_to_global=4)
     np.testing.assert_array_equal(batch.features["long:bold"].numpy(), [[0, 0, 0, 1, 0, 0, 0]])
     np.testing.assert_array_equal(batch.features["global:heading"].numpy(), [[0, 1, 0, 0]])
 
 
 def test_hf_tokenizer_offsets_map_back_to_the_text():
-    from graphattn.tokenize import load_tokenizer
-
     from pathlib import Path
+
+    from graphattn.tokenize import load_tokenizer
 
     tokenizer = load_tokenizer(Path(__file__).resolve().parents[2] / "examples" / "data" / "tokenizer.json")
     text = "Global tokens summarise sentences. Long tokens attend locally, within a radius."
@@ -304,7 +312,10 @@ def test_g2l_links_and_where_lists(tok):
     schema = load_schema(
         schema_dict(
             local_radius=1,
-            node_types={"sentence": {"global": "node", "long": True, "where": {"kind": ["a", "b"]}}, "topic": {"global": "node"}},
+            node_types={
+                "sentence": {"global": "node", "long": True, "where": {"kind": ["a", "b"]}},
+                "topic": {"global": "node"},
+            },
             relations={"about": {"link": "g2l", "label": "about"}},
             masks={"hard_g2l": True},
             global_order=["sentence", "topic"],

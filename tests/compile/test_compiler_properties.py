@@ -2,13 +2,13 @@
 random hierarchies, radii, distances, lengths, masks, segments, links, packing and padding."""
 
 import numpy as np
+from compile_helpers import WordTokenizer
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from reference import reference
 
-from compile_helpers import WordTokenizer
 from graphattn import collate, compile_instance, load_schema
 from graphattn.graph import DocGraph
-from reference import reference
 
 
 @st.composite
@@ -178,7 +178,9 @@ def truncation_cases(draw):
             "sentence": {"global": "node", "long": True},
         },
         "relations": {"contains": {"hierarchy": True}},
-        "max_long_length": draw(st.integers(len(prefix) + 2, n_tokens + 2 * len(paragraphs) + 2)),  # a token and a [SEP]
+        "max_long_length": draw(
+            st.integers(len(prefix) + 2, n_tokens + 2 * len(paragraphs) + 2)
+        ),  # a token and a [SEP]
         "max_global_length": draw(st.integers(1, n_sentences + len(paragraphs) + 1)),
         "truncation": {"policy": policy, **({"unit": "sentence"} if policy == "drop_longest_first" else {})},
     }
@@ -206,10 +208,14 @@ def test_truncation_fits_keeps_text_order_and_reports_what_it_dropped(case):
     assert np.all(np.diff(starts) > 0) and set(starts) <= set(full.long_char_spans[:, 0])
     assert set(full.global_node_ids) <= set(inst.global_node_ids) | set(report.dropped_nodes)
     assert not set(inst.global_node_ids) & set(report.dropped_nodes)
-    if schema.truncation.policy == "drop_longest_first" and not any(m.startswith(("tail", "cut")) for m in report.messages):
+    if schema.truncation.policy == "drop_longest_first" and not any(
+        m.startswith(("tail", "cut")) for m in report.messages
+    ):
         kept = {s for s, t in zip(inst.global_node_ids, inst.global_node_types) if t == "sentence"}
         for s in kept:  # whole sentences only: every kept sentence keeps all its tokens
-            assert np.count_nonzero(inst.long_owners["sentence"] == inst.global_node_ids.index(s)) == len(graph.span_text(s).split())
+            assert np.count_nonzero(inst.long_owners["sentence"] == inst.global_node_ids.index(s)) == len(
+                graph.span_text(s).split()
+            )
     compact = compile_instance(graph, schema, tok, compact=True)
     for name, value in compact.side.to_dense().as_dict().items():
         np.testing.assert_array_equal(value, getattr(inst.side, name), err_msg=name)
@@ -224,7 +230,8 @@ def _raw(schema):
         "special_tokens": dict(schema.special_tokens),
         "long_prefix": list(schema.long_prefix),
         "node_types": {
-            name: {"global": t.global_mode, "long": t.long, "sep_after": t.sep_after} for name, t in schema.node_types.items()
+            name: {"global": t.global_mode, "long": t.long, "sep_after": t.sep_after}
+            for name, t in schema.node_types.items()
         },
         "relations": {"contains": {"hierarchy": True}},
     }

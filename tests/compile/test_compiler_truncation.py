@@ -2,8 +2,8 @@
 
 import numpy as np
 import pytest
-
 from compile_helpers import WordTokenizer, schema_dict, sentences_doc
+
 from graphattn import compile_instance, load_schema
 from graphattn.compile import pack, pack_groups
 from graphattn.errors import CompileError
@@ -18,7 +18,12 @@ def test_nothing_dropped_gives_an_empty_report(tok):
     inst = compile_instance(sentences_doc([[2, 3]]), load_schema(schema_dict()), tok)
     report = inst.truncation
     assert not report.truncated and report.dropped_nodes == [] and report.messages == []
-    assert (report.long_tokens_before, report.long_tokens_after, report.globals_before, report.globals_after) == (5, 5, 2, 2)
+    assert (report.long_tokens_before, report.long_tokens_after, report.globals_before, report.globals_after) == (
+        5,
+        5,
+        2,
+        2,
+    )
 
 
 def test_tail_keeps_the_first_tokens_and_reports_whole_sentences_lost(tok):
@@ -52,7 +57,9 @@ def test_tail_counts_prefix_and_separators(tok):
 
 def test_drop_longest_first_drops_last_sentences_of_the_longest_context(tok):
     """WikiHop's recipe: contexts (paragraphs) of 6 and 5 tokens, max 6 -> drop 2 sentences."""
-    schema = load_schema(schema_dict(max_long_length=6, truncation={"policy": "drop_longest_first", "unit": "sentence"}))
+    schema = load_schema(
+        schema_dict(max_long_length=6, truncation={"policy": "drop_longest_first", "unit": "sentence"})
+    )
     inst = compile_instance(sentences_doc([[3, 3], [3, 2]]), schema, tok)
     # p0 (6) loses p0.s1 -> 3; then p1 (5) is the longest and loses p1.s1 -> 6 tokens left
     assert inst.global_node_ids == ["p0.s0", "p1.s0"]
@@ -80,7 +87,12 @@ def test_drop_longest_first_falls_back_to_tail_when_units_do_not_suffice(tok):
     schema = load_schema(
         schema_dict(
             max_long_length=1,
-            node_types={"document": {}, "paragraph": {}, "sentence": {"global": "node", "long": True}, "title": {"long": True}},
+            node_types={
+                "document": {},
+                "paragraph": {},
+                "sentence": {"global": "node", "long": True},
+                "title": {"long": True},
+            },
             truncation={"policy": "drop_longest_first", "unit": "sentence"},
         )
     )
@@ -116,15 +128,21 @@ def test_pack_fills_instances_greedily(tok):
 
 
 def test_pack_groups_say_which_inputs_and_on_error_leaves_out_only_the_bad_document(tok):
-    schema = load_schema(schema_dict(packing={"max_documents": 3},
-                                     relations={"contains": {"hierarchy": True}, "mentions": {"link": "l2g", "label": "m"}}))
+    schema = load_schema(
+        schema_dict(
+            packing={"max_documents": 3},
+            relations={"contains": {"hierarchy": True}, "mentions": {"link": "l2g", "label": "m"}},
+        )
+    )
     bad_layout = sentences_doc([[2]], "x")
     bad_layout.add_node("q", "question")  # a type the schema does not declare: fails before packing
     bad_link = sentences_doc([[1]], "y")
     bad_link.add_edge("p0.s0", "mentions", "p0")  # a link to a global-less node: fails when assembled
     docs = [sentences_doc([[2]], "a"), bad_layout, sentences_doc([[1]], "b"), bad_link, sentences_doc([[3]], "c")]
     failures = []
-    packs = list(pack_groups(docs, schema, tok, on_error=lambda i, graph, err: failures.append((i, graph.doc_id, type(err)))))
+    packs = list(
+        pack_groups(docs, schema, tok, on_error=lambda i, graph, err: failures.append((i, graph.doc_id, type(err))))
+    )
     assert failures == [(1, "x", CompileError), (3, "y", CompileError)]
     # a, b and y fit together, but y fails to assemble: a, b and (later) c go on alone / packed
     assert [(p.members, p.instance.doc_ids) for p in packs] == [((0,), ["a"]), ((2,), ["b"]), ((4,), ["c"])]

@@ -3,8 +3,8 @@
 
 import numpy as np
 import pytest
-
 from compile_helpers import WordTokenizer, schema_dict
+
 from graphattn import compile_instance, load_schema
 from graphattn.compile.side_inputs import side_inputs
 from graphattn.errors import SchemaError
@@ -79,7 +79,9 @@ def test_one_level_hierarchy_equals_etcmodel_side_inputs(hard_g2l, hard_l2g):
         question_doc(["q0", "q1"], [["a0", "a1"], ["a2", "a3", "a4"]], "a"),
         question_doc(["r0"], [["b0", "b1"]], "b"),
     ]
-    schema = qa_schema(hard_g2l, hard_l2g, local_radius=3, long_prefix=["cls"], global_prefix=["cls"], packing={"max_documents": 2})
+    schema = qa_schema(
+        hard_g2l, hard_l2g, local_radius=3, long_prefix=["cls"], global_prefix=["cls"], packing={"max_documents": 2}
+    )
     inst = compile_instance(docs, schema, WordTokenizer())
     # long:   [CLS] q0 q1 a0 a1 a2 a3 a4 | [CLS] r0 b0 b1
     # global: <cls> q s0 s1 | <cls> q s0
@@ -90,9 +92,15 @@ def test_one_level_hierarchy_equals_etcmodel_side_inputs(hard_g2l, hard_l2g):
     ignore_g2l = [1, 1, 0, 0, 1, 1, 0]  # prefix and question globals
     ignore_l2g = [1, 1, 1, 0, 0, 0, 0, 0, 1, 1, 0, 0]  # prefix and question tokens
     expected = side_inputs(
-        long_breakpoints, global_breakpoints, sentence_ids, schema.local_radius, schema.relative_pos_max_distance,
-        use_hard_g2l_mask=hard_g2l, ignore_hard_g2l_mask=ignore_g2l,
-        use_hard_l2g_mask=hard_l2g, ignore_hard_l2g_mask=ignore_l2g,
+        long_breakpoints,
+        global_breakpoints,
+        sentence_ids,
+        schema.local_radius,
+        schema.relative_pos_max_distance,
+        use_hard_g2l_mask=hard_g2l,
+        ignore_hard_g2l_mask=ignore_g2l,
+        use_hard_l2g_mask=hard_l2g,
+        ignore_hard_l2g_mask=ignore_l2g,
     )
     for name, value in expected.as_dict().items():
         np.testing.assert_array_equal(getattr(inst.side, name), value, err_msg=name)

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from scripted_rng import ScriptedRng
 
 from graphattn.compile import compile_instance
 from graphattn.compile.masking import (
@@ -37,7 +38,6 @@ from graphattn.compile.masking import (
 from graphattn.errors import CompileError
 from graphattn.graph import DocGraph
 from graphattn.tokenize import load_tokenizer
-from scripted_rng import ScriptedRng
 
 TOKENIZER = Path(__file__).resolve().parents[2] / "examples" / "data" / "tokenizer.json"
 
@@ -45,10 +45,16 @@ TOKENIZER = Path(__file__).resolve().parents[2] / "examples" / "data" / "tokeniz
 def tiny_schema(radius: int = 2, prefix: bool = False) -> dict:
     """ETC pre-training's layout (a global per sentence, hard g2l) at toy sizes."""
     schema = {
-        "name": "tiny-sentences", "local_radius": radius, "relative_pos_max_distance": 2, "relative_vocab_size": 16,
-        "max_long_length": 512, "max_global_length": 64, "special_tokens": {"global": 1},
+        "name": "tiny-sentences",
+        "local_radius": radius,
+        "relative_pos_max_distance": 2,
+        "relative_vocab_size": 16,
+        "max_long_length": 512,
+        "max_global_length": 64,
+        "special_tokens": {"global": 1},
         "node_types": {"document": {}, "sentence": {"global": "node", "long": True}},
-        "relations": {"contains": {"hierarchy": True}}, "masks": {"hard_g2l": True},
+        "relations": {"contains": {"hierarchy": True}},
+        "masks": {"hard_g2l": True},
     }
     if prefix:
         schema["long_prefix"] = ["cls"]
@@ -86,7 +92,20 @@ def tokens_of(instance, tok) -> list[str]:
 
 def test_word_starts_follow_wordpiece_continuations(tok, info):
     inst = compile_instance(sentence_graph(["Sea levels rotates.", "The Moon pulls."]), tiny_schema(), tok)
-    assert tokens_of(inst, tok) == ["sea", "le", "##vel", "##s", "rot", "##ates", ".", "the", "moon", "pull", "##s", "."]
+    assert tokens_of(inst, tok) == [
+        "sea",
+        "le",
+        "##vel",
+        "##s",
+        "rot",
+        "##ates",
+        ".",
+        "the",
+        "moon",
+        "pull",
+        "##s",
+        ".",
+    ]
     assert word_starts(inst, info.continuation).astype(int).tolist() == [1, 1, 0, 0, 1, 0, 1, 1, 1, 1, 0, 1]
 
 
@@ -160,8 +179,6 @@ def test_masking_config_rejects_fractions_over_one():
         MaskingConfig(mlm_probability=1.5)
 
 
-
-
 def test_mask_instance_by_hand(tok, info):
     """Three sentences. CPC: floor(0.34 * 3 + 0.5) = 1 sentence, the script picks global 2
     ('the moon pulls .' -> all [MASK]). MLM: the 6 words of sentences 0-1 ('sea' 'levels'
@@ -170,13 +187,43 @@ def test_mask_instance_by_hand(tok, info):
     RANDOM, KEEP, MASK; the random draw for the RANDOM token is id 300."""
     inst = compile_instance(sentence_graph(["Sea levels rotates.", "Tides.", "The Moon pulls."]), tiny_schema(), tok)
     ids = inst.long_token_ids.tolist()
-    assert tokens_of(inst, tok) == ["sea", "le", "##vel", "##s", "rot", "##ates", ".", "tides", ".", "the", "moon", "pull", "##s", "."]
+    assert tokens_of(inst, tok) == [
+        "sea",
+        "le",
+        "##vel",
+        "##s",
+        "rot",
+        "##ates",
+        ".",
+        "tides",
+        ".",
+        "the",
+        "moon",
+        "pull",
+        "##s",
+        ".",
+    ]
     rng = ScriptedRng(picks=[[2], [1, 4], [5, 300, 5, 5]], uniforms=[0.5, 0.1, 0.85, 0.95, 0.5])
     config = MaskingConfig(mlm_probability=0.34, cpc_probability=0.34)
     example = mask_instance(inst, info, rng, config)
     m = tok.mask_id
     assert example.cpc_globals.tolist() == [2]
-    assert example.instance.long_token_ids.tolist() == [ids[0], m, 300, ids[3], ids[4], ids[5], ids[6], m, ids[8], m, m, m, m, m]
+    assert example.instance.long_token_ids.tolist() == [
+        ids[0],
+        m,
+        300,
+        ids[3],
+        ids[4],
+        ids[5],
+        ids[6],
+        m,
+        ids[8],
+        m,
+        m,
+        m,
+        m,
+        m,
+    ]
     expected_labels = [IGNORE_INDEX] * 14
     for position in (1, 2, 3, 7):
         expected_labels[position] = ids[position]
@@ -188,11 +235,21 @@ def test_mask_instance_by_hand(tok, info):
 def test_mask_everything_or_keep_everything(tok, info):
     inst = compile_instance(sentence_graph(["Sea levels rotates.", "The Moon pulls."]), tiny_schema(prefix=True), tok)
     text = inst.long_char_spans[:, 0] >= 0
-    everything = mask_instance(inst, info, np.random.default_rng(0), MaskingConfig(mlm_probability=1.0, mask_fraction=1.0, random_fraction=0.0, cpc_probability=0.0))
+    everything = mask_instance(
+        inst,
+        info,
+        np.random.default_rng(0),
+        MaskingConfig(mlm_probability=1.0, mask_fraction=1.0, random_fraction=0.0, cpc_probability=0.0),
+    )
     assert np.all(everything.instance.long_token_ids[text] == tok.mask_id)
     assert everything.instance.long_token_ids[0] == tok.cls_id
     assert everything.mlm_labels.tolist() == np.where(text, inst.long_token_ids, IGNORE_INDEX).tolist()
-    kept = mask_instance(inst, info, np.random.default_rng(0), MaskingConfig(mlm_probability=1.0, mask_fraction=0.0, random_fraction=0.0, cpc_probability=0.0))
+    kept = mask_instance(
+        inst,
+        info,
+        np.random.default_rng(0),
+        MaskingConfig(mlm_probability=1.0, mask_fraction=0.0, random_fraction=0.0, cpc_probability=0.0),
+    )
     assert kept.instance.long_token_ids.tolist() == inst.long_token_ids.tolist()
     assert kept.cpc_globals.size == 0 and kept.cpc_sentences == []
 
@@ -215,12 +272,19 @@ def test_tokenizer_without_mask_token_is_a_clear_error(tok):
 
 
 def test_dataset_masks_are_fresh_per_epoch_and_repeatable(tok, info):
-    text = ["Tides rise and fall twice every day.", "The Moon pulls the sea.", "The Sun pulls it too.", "Earth rotates."]
+    text = [
+        "Tides rise and fall twice every day.",
+        "The Moon pulls the sea.",
+        "The Sun pulls it too.",
+        "Earth rotates.",
+    ]
     insts = [compile_instance(sentence_graph(text), tiny_schema(), tok)] * 3
     config = MaskingConfig(mlm_probability=0.3, cpc_probability=0.3)
     data = PretrainingDataset(insts, info, config, seed=7)
     first = [data[i].instance.long_token_ids.tolist() for i in range(3)]
-    assert first == [PretrainingDataset(insts, info, config, seed=7)[i].instance.long_token_ids.tolist() for i in range(3)]
+    assert first == [
+        PretrainingDataset(insts, info, config, seed=7)[i].instance.long_token_ids.tolist() for i in range(3)
+    ]
     assert len({tuple(x) for x in first}) > 1  # the same instance at another index gets another mask
     data.set_epoch(1)
     assert [data[i].instance.long_token_ids.tolist() for i in range(3)] != first
@@ -228,8 +292,22 @@ def test_dataset_masks_are_fresh_per_epoch_and_repeatable(tok, info):
 
 # -- properties against references from the definitions ------------------------------------------
 
-WORDS = ["sea", "levels", "rotates", "tides", "moon", "gravitational", "forces", "earth", "sun", "coastline", "bathymetry"]
-sentence_strategy = st.lists(st.sampled_from(WORDS), min_size=1, max_size=6).map(lambda ws: " ".join(ws).capitalize() + st_punct(ws))
+WORDS = [
+    "sea",
+    "levels",
+    "rotates",
+    "tides",
+    "moon",
+    "gravitational",
+    "forces",
+    "earth",
+    "sun",
+    "coastline",
+    "bathymetry",
+]
+sentence_strategy = st.lists(st.sampled_from(WORDS), min_size=1, max_size=6).map(
+    lambda ws: " ".join(ws).capitalize() + st_punct(ws)
+)
 
 
 def st_punct(words: list[str]) -> str:
@@ -244,7 +322,9 @@ def test_masks_are_whole_words_of_the_right_count(tok, info, sentences, seed):
     sentence_of = inst.long_owners["sentence"]
     # Reference, straight from BERT's definition: a token continues the word before it iff it
     # starts with "##" (and sentences never share a word).
-    reference_starts = [i == 0 or not pieces[i].startswith("##") or sentence_of[i] != sentence_of[i - 1] for i in range(len(pieces))]
+    reference_starts = [
+        i == 0 or not pieces[i].startswith("##") or sentence_of[i] != sentence_of[i - 1] for i in range(len(pieces))
+    ]
     assert word_starts(inst, info.continuation).tolist() == reference_starts
 
     config = MaskingConfig(cpc_probability=0.25)

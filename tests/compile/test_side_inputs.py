@@ -9,7 +9,6 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from graphattn.contract import SIDE_INPUT_NAMES
 from graphattn.compile.side_inputs import (
     SideInputError,
     allocate_side_inputs,
@@ -25,6 +24,7 @@ from graphattn.compile.side_inputs import (
     side_inputs_from_example_ids,
     window_view,
 )
+from graphattn.contract import SIDE_INPUT_NAMES
 from graphattn.errors import CompileError, GraphattnError
 
 
@@ -47,7 +47,9 @@ def test_design_worked_example():
     assert_side(
         side,
         l2l_relative_att_ids=[[[4, 4, 3, 0, 1, 2, 2]] * 20],
-        l2g_relative_att_ids=[[[6, 5, 5, 5, 5]] * 5 + [[5, 6, 5, 5, 5]] * 7 + [[5, 5, 6, 5, 5]] * 4 + [[6, 5, 5, 5, 5]] * 4],
+        l2g_relative_att_ids=[
+            [[6, 5, 5, 5, 5]] * 5 + [[5, 6, 5, 5, 5]] * 7 + [[5, 5, 6, 5, 5]] * 4 + [[6, 5, 5, 5, 5]] * 4
+        ],
         l2l_att_mask=[
             [
                 [0, 0, 0, 1, 1, 1, 1],
@@ -123,7 +125,9 @@ def _expect_packed(side, hard_g2l: bool, hard_l2g: bool) -> None:
     )
 
 
-HARD_COMBOS = pytest.mark.parametrize("hard_g2l, hard_l2g", [(False, False), (True, False), (False, True), (True, True)])
+HARD_COMBOS = pytest.mark.parametrize(
+    "hard_g2l, hard_l2g", [(False, False), (True, False), (False, True), (True, True)]
+)
 
 
 @HARD_COMBOS
@@ -137,8 +141,13 @@ def test_packed_documents_from_example_ids(hard_g2l, hard_l2g):
     # any distinct non-negative ids will do: relabel 2 -> 5, 1 -> 9
     relabel = np.array([0, 9, 5])
     side = side_inputs_from_example_ids(
-        relabel[LONG_EXAMPLE_IDS], relabel[GLOBAL_EXAMPLE_IDS], SENTENCE_IDS, 2, 1,
-        use_hard_g2l_mask=hard_g2l, use_hard_l2g_mask=hard_l2g,
+        relabel[LONG_EXAMPLE_IDS],
+        relabel[GLOBAL_EXAMPLE_IDS],
+        SENTENCE_IDS,
+        2,
+        1,
+        use_hard_g2l_mask=hard_g2l,
+        use_hard_l2g_mask=hard_l2g,
     )
     _expect_packed(side, hard_g2l, hard_l2g)
 
@@ -152,8 +161,13 @@ def test_ignore_masks_exempt_rows_from_hard_masks_within_their_example():
     # row 0 of the packed case, unbatched: global 0 (a CLS) and long token 2 ignore the hard masks
     args = (LONG_BP[0], GLOBAL_BP[0], SENTENCE_IDS[0], 2, 1)
     ignore_g2l, ignore_l2g = [1, 0, 0, 0], [0, 0, 1, 0, 0, 0, 0, 0, 0]
-    side = side_inputs(*args, use_hard_g2l_mask=True, ignore_hard_g2l_mask=ignore_g2l,
-                       use_hard_l2g_mask=True, ignore_hard_l2g_mask=ignore_l2g)
+    side = side_inputs(
+        *args,
+        use_hard_g2l_mask=True,
+        ignore_hard_g2l_mask=ignore_g2l,
+        use_hard_l2g_mask=True,
+        ignore_hard_l2g_mask=ignore_l2g,
+    )
     assert_side(
         side,
         g2l_att_mask=[
@@ -201,9 +215,17 @@ def test_fixed_blocks():
         side,
         l2l_att_mask=[
             [
-                [0, 0, 1, 1, 1], [0, 1, 1, 1, 1], [1, 1, 1, 1, 1], [1, 1, 1, 1, 1], [1, 1, 1, 1, 1],
-                [1, 1, 1, 1, 0], [1, 1, 1, 0, 0],  # the last real tokens
-                [0, 0, 1, 1, 1], [0, 1, 1, 1, 1], [1, 1, 1, 1, 0], [1, 1, 1, 0, 0],  # padding
+                [0, 0, 1, 1, 1],
+                [0, 1, 1, 1, 1],
+                [1, 1, 1, 1, 1],
+                [1, 1, 1, 1, 1],
+                [1, 1, 1, 1, 1],
+                [1, 1, 1, 1, 0],
+                [1, 1, 1, 0, 0],  # the last real tokens
+                [0, 0, 1, 1, 1],
+                [0, 1, 1, 1, 1],
+                [1, 1, 1, 1, 0],
+                [1, 1, 1, 0, 0],  # padding
             ],
             [[0, 0, 1, 1, 1], [0, 1, 1, 1, 1], *[[1, 1, 1, 1, 1]] * 7, [1, 1, 1, 1, 0], [1, 1, 1, 0, 0]],
         ],
@@ -248,7 +270,9 @@ def test_same_segment_with_large_and_scattered_ids():
 
 def test_owner_labels_both_layouts_and_out_of_range_owners():
     owner = [1, -1, 0, 5]  # -1 and 5 own nothing (G=2)
-    np.testing.assert_array_equal(owner_labels(owner, 2, belongs=9, does_not_belong=8), [[8, 9], [8, 8], [9, 8], [8, 8]])
+    np.testing.assert_array_equal(
+        owner_labels(owner, 2, belongs=9, does_not_belong=8), [[8, 9], [8, 8], [9, 8], [8, 8]]
+    )
     np.testing.assert_array_equal(owner_labels(owner, 2, global_major=True), [[0, 0, 1, 0], [1, 0, 0, 0]])
 
 
@@ -286,8 +310,13 @@ def test_allocate_side_inputs_carves_one_buffer():
     ],
 )
 def test_bad_arguments_raise_side_input_errors(change, message):
-    args = dict(long_breakpoints=LONG_BP, global_breakpoints=GLOBAL_BP, sentence_ids=SENTENCE_IDS,
-                local_radius=2, relative_pos_max_distance=1)
+    args = dict(
+        long_breakpoints=LONG_BP,
+        global_breakpoints=GLOBAL_BP,
+        sentence_ids=SENTENCE_IDS,
+        local_radius=2,
+        relative_pos_max_distance=1,
+    )
     args.update(change)
     with pytest.raises(SideInputError, match=message) as info:
         side_inputs(**args)
@@ -347,7 +376,9 @@ def reference_side_inputs(long_ex, global_ex, owner, r, k, hard_g2l, ignore_g2l,
 
 
 def zero_ones(draw, shape):
-    return np.array(draw(st.lists(st.integers(0, 1), min_size=int(np.prod(shape)), max_size=int(np.prod(shape)))), dtype=int).reshape(shape)
+    return np.array(
+        draw(st.lists(st.integers(0, 1), min_size=int(np.prod(shape)), max_size=int(np.prod(shape)))), dtype=int
+    ).reshape(shape)
 
 
 @settings(max_examples=120, deadline=None)
@@ -358,14 +389,18 @@ def test_side_inputs_match_the_per_pair_reference(data):
     r, k = draw(st.integers(1, 12)), draw(st.integers(0, 5))
     long_bp, global_bp = zero_ones(draw, (batch, long_length)), zero_ones(draw, (batch, global_length))
     owner_values = st.integers(-1, global_length + 1)
-    owner = np.array(draw(st.lists(owner_values, min_size=batch * long_length, max_size=batch * long_length))).reshape(batch, long_length)
+    owner = np.array(draw(st.lists(owner_values, min_size=batch * long_length, max_size=batch * long_length))).reshape(
+        batch, long_length
+    )
     hard_g2l, hard_l2g = draw(st.booleans()), draw(st.booleans())
     ignore_g2l = zero_ones(draw, (batch, global_length)) if draw(st.booleans()) else None
     ignore_l2g = zero_ones(draw, (batch, long_length)) if draw(st.booleans()) else None
 
     side = side_inputs(long_bp, global_bp, owner, r, k, hard_g2l, ignore_g2l, hard_l2g, ignore_l2g)
     long_ex = np.array([[long_bp[b, i:].sum() for i in range(long_length)] for b in range(batch)])
-    global_ex = np.array([[global_bp[b, g:].sum() for g in range(global_length)] for b in range(batch)]).reshape(batch, global_length)
+    global_ex = np.array([[global_bp[b, g:].sum() for g in range(global_length)] for b in range(batch)]).reshape(
+        batch, global_length
+    )
     expected = reference_side_inputs(long_ex, global_ex, owner, r, k, hard_g2l, ignore_g2l, hard_l2g, ignore_l2g)
     for name in SIDE_INPUT_NAMES:
         got = getattr(side, name)
@@ -388,7 +423,12 @@ def test_fixed_blocks_match_the_per_pair_reference(data):
     side, global_token_ids = fixed_block_side_inputs(input_mask, per_block, r, k, hard_g2l, hard_l2g, token_id)
     global_length = -(-long_length // per_block)
     owner = np.array([[i // per_block for i in range(long_length)]] * batch)
-    global_mask = np.array([[int(input_mask[b, g * per_block:(g + 1) * per_block].any()) for g in range(global_length)] for b in range(batch)])
+    global_mask = np.array(
+        [
+            [int(input_mask[b, g * per_block : (g + 1) * per_block].any()) for g in range(global_length)]
+            for b in range(batch)
+        ]
+    )
     expected = reference_side_inputs(input_mask, global_mask, owner, r, k, hard_g2l, None, hard_l2g, None)
     np.testing.assert_array_equal(global_token_ids, token_id * global_mask)
     for name in SIDE_INPUT_NAMES:
@@ -400,4 +440,6 @@ def test_fixed_blocks_match_the_per_pair_reference(data):
 def test_same_segment_matches_pairwise_equality(query, key):
     got = same_segment([query], [key])
     expected = [[[int(q == k) for k in key] for q in query]]
-    np.testing.assert_array_equal(got.reshape(1, len(query), len(key)), np.array(expected).reshape(1, len(query), len(key)))
+    np.testing.assert_array_equal(
+        got.reshape(1, len(query), len(key)), np.array(expected).reshape(1, len(query), len(key))
+    )

@@ -23,8 +23,10 @@ from graphattn.schema import SCHEMA_DIR
 
 REPO = Path(__file__).resolve().parents[2]
 TOKENIZER = str(REPO / "examples" / "data" / "tokenizer.json")
-WORDS = ("the river runs past old mills and quiet towns where people trade grain wool and stories "
-         "about storms ships bridges harvest markets music lanterns winter").split()
+WORDS = (
+    "the river runs past old mills and quiet towns where people trade grain wool and stories "
+    "about storms ships bridges harvest markets music lanterns winter"
+).split()
 
 
 @dataclass
@@ -41,8 +43,16 @@ class Expected:
 def small_schema(path: Path, **overrides) -> str:
     """etc-sentences with short sequences (truncation happens) and packing of 3 documents."""
     data = yaml.safe_load((SCHEMA_DIR / "etc-sentences.yaml").read_text())
-    data.update({"name": "etc-sentences-small", "local_radius": 4, "max_long_length": 48, "max_global_length": 12,
-                 "packing": {"max_documents": 3}}, **overrides)
+    data.update(
+        {
+            "name": "etc-sentences-small",
+            "local_radius": 4,
+            "max_long_length": 48,
+            "max_global_length": 12,
+            "packing": {"max_documents": 3},
+        },
+        **overrides,
+    )
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     return str(path)
 
@@ -66,8 +76,11 @@ def docgraph_dict(rng: random.Random, doc_id: str, paragraphs: list[int]) -> dic
             text += sentence
         paragraph_spans.append([start, len(text)])
         text += "\n"
-    nodes = [{"id": "doc", "type": "document", "span": [0, len(text)]}] + [
-        {"id": f"p{p}", "type": "paragraph", "span": span} for p, span in enumerate(paragraph_spans)] + nodes
+    nodes = (
+        [{"id": "doc", "type": "document", "span": [0, len(text)]}]
+        + [{"id": f"p{p}", "type": "paragraph", "span": span} for p, span in enumerate(paragraph_spans)]
+        + nodes
+    )
     edges = [{"src": "doc", "relation": "contains", "dst": f"p{p}"} for p in range(len(paragraphs))] + edges
     return {"doc_id": doc_id, "text": text, "nodes": nodes, "edges": edges}
 
@@ -87,7 +100,7 @@ def make_corpus(root: Path, seed: int = 0) -> list[Expected]:
     for i in range(26):
         line_no += 1
         if i == 4:
-            lines.append("{\"doc_id\": \"x\", \"text\": ")  # cut off mid-record
+            lines.append('{"doc_id": "x", "text": ')  # cut off mid-record
             add(lines_file, line_no, record, None, "IngestError", "not valid JSON")
         elif i == 9:
             bad = docgraph_dict(rng, f"j{i}", [1])
@@ -129,7 +142,7 @@ def make_corpus(root: Path, seed: int = 0) -> list[Expected]:
 
     # c_broken.json: not JSON at all: the whole file is one rejected document.
     broken_file = root / "c_broken.json"
-    broken_file.write_text("[{\"text\": \"unterminated\"")
+    broken_file.write_text('[{"text": "unterminated"')
     add(broken_file, None, None, None, "IngestError", "not valid JSON")
 
     # d_notes/: plain text files (paragraphs and sentences by spaCy), one of them empty.
@@ -159,8 +172,15 @@ def reference_instances(expected: list[Expected], schema, tokenizer, shard_size:
 
 def assert_same_instance(got, want) -> None:
     """Every field of two EtcInstances equal, arrays with their dtypes."""
-    for name in ("long_token_ids", "long_type_ids", "global_token_ids", "global_type_ids", "long_char_spans",
-                 "long_doc_index", "global_doc_index"):
+    for name in (
+        "long_token_ids",
+        "long_type_ids",
+        "global_token_ids",
+        "global_type_ids",
+        "long_char_spans",
+        "long_doc_index",
+        "global_doc_index",
+    ):
         a, b = getattr(got, name), getattr(want, name)
         assert a.dtype == b.dtype, name
         np.testing.assert_array_equal(a, b, err_msg=name)
@@ -178,7 +198,11 @@ def assert_same_instance(got, want) -> None:
         assert got.features[key].dtype == value.dtype, key
         np.testing.assert_array_equal(got.features[key], value, err_msg=key)
     assert (got.global_node_ids, got.global_node_types, got.doc_ids, got.texts) == (
-        want.global_node_ids, want.global_node_types, want.doc_ids, want.texts)
+        want.global_node_ids,
+        want.global_node_types,
+        want.doc_ids,
+        want.texts,
+    )
     assert got.truncation == want.truncation
 
 

@@ -17,6 +17,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from corpus_helpers import TOKENIZER, directory_bytes  # noqa: E402
+
 from graphattn.corpus.output import OutputDir  # noqa: E402
 from graphattn.corpus.pipeline import CompileOptions, plan_run, run_compile  # noqa: E402
 

@@ -14,8 +14,8 @@ import random
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-
 from corpus_helpers import TOKENIZER, directory_bytes, make_corpus, small_schema
+
 from graphattn.compile import compile_many, compile_windows, compiler
 from graphattn.corpus.pipeline import CompileOptions, run_compile
 from graphattn.tokenize import HFTokenizer, load_tokenizer

@@ -8,15 +8,15 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 import torch
+from corpus_helpers import TOKENIZER, assert_same_instance, make_corpus, reference_instances, small_schema
 from torch.utils.data import DataLoader
 
-from corpus_helpers import TOKENIZER, assert_same_instance, make_corpus, reference_instances, small_schema
 from graphattn.compact import CompactSideInputs
 from graphattn.compile import collate as compile_collate
 from graphattn.corpus.pipeline import CompileOptions, run_compile
-from graphattn.shards.dataset import ShardDataset, ShardIterableDataset, collate, read_instance, read_table
 from graphattn.errors import GraphattnError
 from graphattn.schema import load_schema
+from graphattn.shards.dataset import ShardDataset, ShardIterableDataset, collate, read_instance, read_table
 from graphattn.tokenize import load_tokenizer
 
 SHARD_SIZE = 5
@@ -28,9 +28,22 @@ def shards(tmp_path_factory):
     expected = make_corpus(root / "docs", seed=1)
     schema = small_schema(root / "small.yaml")
     out = root / "shards"
-    run_compile(CompileOptions(inputs=[str(root / "docs")], schema=schema, out=str(out), tokenizer=TOKENIZER,
-                               shard_size=SHARD_SIZE, progress=False), print_fn=None)
-    reference = [i for shard in reference_instances(expected, load_schema(schema), load_tokenizer(TOKENIZER), SHARD_SIZE) for i in shard]
+    run_compile(
+        CompileOptions(
+            inputs=[str(root / "docs")],
+            schema=schema,
+            out=str(out),
+            tokenizer=TOKENIZER,
+            shard_size=SHARD_SIZE,
+            progress=False,
+        ),
+        print_fn=None,
+    )
+    reference = [
+        i
+        for shard in reference_instances(expected, load_schema(schema), load_tokenizer(TOKENIZER), SHARD_SIZE)
+        for i in shard
+    ]
     return out, reference
 
 
@@ -58,8 +71,17 @@ def test_collate_gives_the_batch_of_the_in_memory_instances(shards):
     compact = collate([ShardDataset(out, compact=True)[i] for i in range(4)], pad_to_long=64)
     want = compile_collate(reference[:4])
     for got in (dense, compact):
-        for name in ("long_token_ids", "long_type_ids", "global_token_ids", "global_type_ids", "long_input_mask", "global_input_mask"):
-            assert torch.equal(getattr(got, name)[:, : want.long_token_ids.shape[1] if "long" in name else None], getattr(want, name)), name
+        for name in (
+            "long_token_ids",
+            "long_type_ids",
+            "global_token_ids",
+            "global_type_ids",
+            "long_input_mask",
+            "global_input_mask",
+        ):
+            assert torch.equal(
+                getattr(got, name)[:, : want.long_token_ids.shape[1] if "long" in name else None], getattr(want, name)
+            ), name
     for name, value in want.side.as_dict().items():
         assert torch.equal(getattr(dense.side, name), value), name
     assert compact.long_token_ids.shape[1] == 64
@@ -69,8 +91,14 @@ def test_dataloader_workers_and_shuffle_give_every_instance_once_per_epoch(shard
     out, reference = shards
     everything = Counter(keys(reference))
     assert len(everything) == len(reference)
-    loader = DataLoader(ShardDataset(out), batch_size=3, shuffle=True, num_workers=2, collate_fn=keys,
-                        generator=torch.Generator().manual_seed(0))
+    loader = DataLoader(
+        ShardDataset(out),
+        batch_size=3,
+        shuffle=True,
+        num_workers=2,
+        collate_fn=keys,
+        generator=torch.Generator().manual_seed(0),
+    )
     orders = []
     for _ in range(2):
         seen = [k for batch in loader for k in batch]
@@ -127,8 +155,12 @@ def test_hugging_face_datasets_reads_the_shards(shards, tmp_path, monkeypatch):
     import datasets
 
     out, reference = shards
-    loaded = datasets.load_dataset("parquet", data_files=sorted(str(p) for p in out.glob("*.parquet")), split="train",
-                                   cache_dir=str(tmp_path / "hf-cache"))
+    loaded = datasets.load_dataset(
+        "parquet",
+        data_files=sorted(str(p) for p in out.glob("*.parquet")),
+        split="train",
+        cache_dir=str(tmp_path / "hf-cache"),
+    )
     assert loaded.num_rows == len(reference)
     assert loaded[0]["doc_ids"] == reference[0].doc_ids
     assert loaded[0]["long_token_ids"] == reference[0].long_token_ids.tolist()
@@ -138,8 +170,16 @@ def test_hugging_face_datasets_reads_the_shards(shards, tmp_path, monkeypatch):
 def test_mixing_shards_of_different_runs_is_refused(shards, tmp_path):
     out, _ = shards
     other = tmp_path / "other"
-    run_compile(CompileOptions(inputs=[str(out.parent / "docs" / "d_notes")], schema="etc-sentences", out=str(other),
-                               tokenizer=TOKENIZER, progress=False), print_fn=None)
+    run_compile(
+        CompileOptions(
+            inputs=[str(out.parent / "docs" / "d_notes")],
+            schema="etc-sentences",
+            out=str(other),
+            tokenizer=TOKENIZER,
+            progress=False,
+        ),
+        print_fn=None,
+    )
     expected = r"other/.*\.parquet: this shard.s (label vocabulary|layout).* differ from those of .*different runs"
     with pytest.raises(GraphattnError, match=expected):
         ShardDataset([out, other])

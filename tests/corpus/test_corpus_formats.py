@@ -7,14 +7,14 @@ import gzip
 import json
 
 import yaml
-
 from corpus_helpers import TOKENIZER, WORDS, assert_same_instance
+
 from graphattn.compile import compile_windows
 from graphattn.corpus.pipeline import CompileOptions, run_compile
-from graphattn.shards.dataset import ShardDataset, read_table
 from graphattn.ingest.html import read_html
 from graphattn.ingest.json import Record, hotpotqa_graph
 from graphattn.schema import SCHEMA_DIR, load_schema
+from graphattn.shards.dataset import ShardDataset, read_table
 from graphattn.tokenize import load_tokenizer
 
 PAGE = """<html><head><title>t</title><style>p {{}}</style></head><body>
@@ -28,7 +28,10 @@ def _words(i: int, n: int) -> str:
 
 def _compiled(tmp_path, inputs, schema, **kw):
     out = tmp_path / "out"
-    run_compile(CompileOptions(inputs=inputs, schema=schema, out=str(out), tokenizer=TOKENIZER, progress=False, **kw), print_fn=None)
+    run_compile(
+        CompileOptions(inputs=inputs, schema=schema, out=str(out), tokenizer=TOKENIZER, progress=False, **kw),
+        print_fn=None,
+    )
     return out
 
 
@@ -36,7 +39,9 @@ def test_html_pages_keep_their_visual_features(tmp_path):
     pages = tmp_path / "pages"
     pages.mkdir()
     for i in range(3):
-        (pages / f"page{i}.html").write_text(PAGE.format(title=_words(i, 3), a=_words(i, 5), b=_words(i + 1, 2), c=_words(i + 2, 4), d=_words(i + 3, 3)))
+        (pages / f"page{i}.html").write_text(
+            PAGE.format(title=_words(i, 3), a=_words(i, 5), b=_words(i + 1, 2), c=_words(i + 2, 4), d=_words(i + 3, 3))
+        )
     out = _compiled(tmp_path, [str(pages / "*.html")], "openkp-dom", workers=2, shard_size=2)
     schema, tokenizer = load_schema("openkp-dom"), load_tokenizer(TOKENIZER)
     dataset = ShardDataset(out)
@@ -51,9 +56,16 @@ def test_html_pages_keep_their_visual_features(tmp_path):
 
 
 def test_hotpotqa_records_in_gzip_json_lines_are_recognised_by_their_keys(tmp_path):
-    records = [{"_id": f"h{i}", "question": _words(i, 6) + "?", "answer": "yes",
-                "context": [[_words(i + p, 2), [_words(i + p + s, 7) + "." for s in range(2)]] for p in range(3)],
-                "supporting_facts": [[_words(i, 2), 0]]} for i in range(4)]
+    records = [
+        {
+            "_id": f"h{i}",
+            "question": _words(i, 6) + "?",
+            "answer": "yes",
+            "context": [[_words(i + p, 2), [_words(i + p + s, 7) + "." for s in range(2)]] for p in range(3)],
+            "supporting_facts": [[_words(i, 2), 0]],
+        }
+        for i in range(4)
+    ]
     path = tmp_path / "hotpot.jsonl.gz"
     with gzip.open(path, "wt") as handle:
         handle.write("\n".join(json.dumps(r) for r in records) + "\n")
@@ -74,15 +86,21 @@ def test_windowed_schema_stores_every_window_of_a_document(tmp_path):
     schema_path = tmp_path / "nq-small.yaml"
     schema_path.write_text(yaml.safe_dump(data))
     tokens = ["<P>"] + " ".join(_words(i, 6) + " ." for i in range(8)).split() + ["</P>"]
-    record = {"example_id": 7, "question_text": "what runs past the mills", "document_text": " ".join(tokens),
-              "long_answer_candidates": [{"start_token": 0, "end_token": len(tokens), "top_level": True}],
-              "annotations": []}
+    record = {
+        "example_id": 7,
+        "question_text": "what runs past the mills",
+        "document_text": " ".join(tokens),
+        "long_answer_candidates": [{"start_token": 0, "end_token": len(tokens), "top_level": True}],
+        "annotations": [],
+    }
     path = tmp_path / "nq.jsonl"
     path.write_text(json.dumps(record) + "\n")
     out = _compiled(tmp_path, [str(path)], str(schema_path))
     from graphattn.ingest.json import nq_graph
 
-    want = compile_windows(nq_graph(Record(record, str(path), 1)), load_schema(str(schema_path)), load_tokenizer(TOKENIZER))
+    want = compile_windows(
+        nq_graph(Record(record, str(path), 1)), load_schema(str(schema_path)), load_tokenizer(TOKENIZER)
+    )
     dataset = ShardDataset(out)
     assert len(want) > 1 and len(dataset) == len(want)
     for i, instance in enumerate(want):

@@ -5,8 +5,8 @@ from __future__ import annotations
 import re
 
 import pytest
-
 from corpus_helpers import TOKENIZER, make_corpus, small_schema
+
 from graphattn.cli import main
 from graphattn.corpus.pipeline import CompileOptions, run_compile
 from graphattn.shards.dataset import ShardDataset
@@ -17,8 +17,17 @@ def out(tmp_path_factory):
     root = tmp_path_factory.mktemp("inspect")
     make_corpus(root / "docs", seed=4)
     out = root / "shards"
-    run_compile(CompileOptions(inputs=[str(root / "docs")], schema=small_schema(root / "small.yaml"), out=str(out),
-                               tokenizer=TOKENIZER, shard_size=20, progress=False), print_fn=None)
+    run_compile(
+        CompileOptions(
+            inputs=[str(root / "docs")],
+            schema=small_schema(root / "small.yaml"),
+            out=str(out),
+            tokenizer=TOKENIZER,
+            shard_size=20,
+            progress=False,
+        ),
+        print_fn=None,
+    )
     return out
 
 

@@ -11,13 +11,20 @@ import time
 from pathlib import Path
 
 import pytest
+from corpus_helpers import (
+    TOKENIZER,
+    assert_same_instance,
+    directory_bytes,
+    make_corpus,
+    reference_instances,
+    small_schema,
+)
 
-from corpus_helpers import TOKENIZER, assert_same_instance, directory_bytes, make_corpus, reference_instances, small_schema
 from graphattn.cli import main
 from graphattn.corpus.pipeline import THROTTLE_ENV, CompileOptions, run_compile
-from graphattn.shards.dataset import ShardDataset
 from graphattn.errors import GraphattnError
 from graphattn.schema import load_schema
+from graphattn.shards.dataset import ShardDataset
 from graphattn.tokenize import load_tokenizer
 
 SHARD_SIZE = 7
@@ -33,8 +40,15 @@ def corpus(tmp_path_factory):
 
 def options(corpus, out: Path, **kw) -> CompileOptions:
     root, _, schema = corpus
-    return CompileOptions(inputs=[str(root / "docs")], schema=schema, out=str(out), tokenizer=TOKENIZER,
-                          shard_size=SHARD_SIZE, progress=False, **kw)
+    return CompileOptions(
+        inputs=[str(root / "docs")],
+        schema=schema,
+        out=str(out),
+        tokenizer=TOKENIZER,
+        shard_size=SHARD_SIZE,
+        progress=False,
+        **kw,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -108,8 +122,24 @@ def test_byte_identical_across_runs_and_worker_counts(corpus, compiled, tmp_path
 def test_resume_after_a_real_kill_loses_and_duplicates_nothing(corpus, compiled, tmp_path, capsys):
     root, expected, schema = corpus
     out = tmp_path / "killed"
-    command = [sys.executable, "-m", "graphattn.cli", "compile", str(root / "docs"), "--schema", schema, "--out", str(out),
-               "--tokenizer", TOKENIZER, "--shard-size", "2", "--workers", "2", "--quiet"]
+    command = [
+        sys.executable,
+        "-m",
+        "graphattn.cli",
+        "compile",
+        str(root / "docs"),
+        "--schema",
+        schema,
+        "--out",
+        str(out),
+        "--tokenizer",
+        TOKENIZER,
+        "--shard-size",
+        "2",
+        "--workers",
+        "2",
+        "--quiet",
+    ]
     env = {**os.environ, THROTTLE_ENV: "0.4"}
     proc = subprocess.Popen(command, env=env, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     total = -(-len(expected) // 2)
@@ -129,8 +159,18 @@ def test_resume_after_a_real_kill_loses_and_duplicates_nothing(corpus, compiled,
     assert main(command[3:]) == 2  # without --resume the directory is not touched
     assert "already holds compiled shards; pass --resume" in capsys.readouterr().err
     with pytest.raises(GraphattnError, match="shard_size"):
-        run_compile(CompileOptions(inputs=[str(root / "docs")], schema=schema, out=str(out), tokenizer=TOKENIZER,
-                                   shard_size=3, resume=True, progress=False), print_fn=None)
+        run_compile(
+            CompileOptions(
+                inputs=[str(root / "docs")],
+                schema=schema,
+                out=str(out),
+                tokenizer=TOKENIZER,
+                shard_size=3,
+                resume=True,
+                progress=False,
+            ),
+            print_fn=None,
+        )
     assert main([*command[3:], "--resume"]) == 0
     clean = tmp_path / "clean"
     assert main([*command[3:], "--out", str(clean)]) == 0  # a later --out wins in argparse
@@ -146,7 +186,9 @@ def test_resume_refuses_changed_inputs_and_missing_runs(corpus, tmp_path):
     docs = tmp_path / "docs"
     docs.mkdir()
     (docs / "one.txt").write_text("A first sentence. And a second one.")
-    opts = CompileOptions(inputs=[str(docs)], schema=schema, out=str(tmp_path / "out"), tokenizer=TOKENIZER, progress=False)
+    opts = CompileOptions(
+        inputs=[str(docs)], schema=schema, out=str(tmp_path / "out"), tokenizer=TOKENIZER, progress=False
+    )
     run_compile(opts, print_fn=None)
     (docs / "one.txt").write_text("Changed text, longer than before.")
     opts.resume = True
@@ -160,12 +202,44 @@ def test_resume_refuses_changed_inputs_and_missing_runs(corpus, tmp_path):
 def test_command_line_summary_and_errors(corpus, tmp_path, capsys):
     root, expected, schema = corpus
     out = tmp_path / "cli"
-    assert main(["compile", str(root / "docs" / "a_docs.jsonl"), "--schema", schema, "--out", str(out),
-                 "--tokenizer", TOKENIZER, "--quiet"]) == 0
+    assert (
+        main(
+            [
+                "compile",
+                str(root / "docs" / "a_docs.jsonl"),
+                "--schema",
+                schema,
+                "--out",
+                str(out),
+                "--tokenizer",
+                TOKENIZER,
+                "--quiet",
+            ]
+        )
+        == 0
+    )
     text = capsys.readouterr().out
     assert "compiled 22 of 26 documents; rejected 4 (see" in text and "tokens/s" in text
-    assert main(["compile", str(root / "nothing-*.json"), "--schema", schema, "--out", str(tmp_path / "x"),
-                 "--tokenizer", TOKENIZER]) == 2
+    assert (
+        main(
+            [
+                "compile",
+                str(root / "nothing-*.json"),
+                "--schema",
+                schema,
+                "--out",
+                str(tmp_path / "x"),
+                "--tokenizer",
+                TOKENIZER,
+            ]
+        )
+        == 2
+    )
     assert "matches no file" in capsys.readouterr().err
-    assert main(["compile", str(root / "docs"), "--schema", schema, "--out", str(tmp_path / "y"), "--tokenizer", "spacy:en"]) == 2
+    assert (
+        main(
+            ["compile", str(root / "docs"), "--schema", schema, "--out", str(tmp_path / "y"), "--tokenizer", "spacy:en"]
+        )
+        == 2
+    )
     assert "growing spaCy vocabulary" in capsys.readouterr().err

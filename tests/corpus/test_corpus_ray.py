@@ -6,8 +6,8 @@ import subprocess
 import sys
 
 import pytest
-
 from corpus_helpers import TOKENIZER, directory_bytes, make_corpus, small_schema
+
 from graphattn.corpus.output import OutputDir
 from graphattn.corpus.pipeline import CompileOptions, run_compile
 
@@ -21,7 +21,9 @@ def test_ray_engine_writes_the_local_engines_bytes(tmp_path):
     common = dict(inputs=[str(tmp_path / "docs")], schema=schema, tokenizer=TOKENIZER, shard_size=6, progress=False)
     local = run_compile(CompileOptions(out=str(tmp_path / "local"), **common), print_fn=None)
     try:
-        distributed = run_compile(CompileOptions(out=str(tmp_path / "ray"), engine="ray", workers=2, **common), print_fn=None)
+        distributed = run_compile(
+            CompileOptions(out=str(tmp_path / "ray"), engine="ray", workers=2, **common), print_fn=None
+        )
     except Exception as err:  # noqa: BLE001
         if "could not start or join" in str(err):
             pytest.skip(f"a local Ray instance cannot start on this machine: {err}")

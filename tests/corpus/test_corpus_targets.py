@@ -143,7 +143,10 @@ def test_each_unmatched_hotpotqa_label_is_one_warning_counted_and_strict_rejects
     assert strict.returncode == 0, strict.stderr
     rejected = read_jsonl(tmp_path / "strict" / "rejected.jsonl")
     assert [(r["line"], r["error"], r["doc_id"]) for r in rejected] == [
-        (4, "LabelError", "bad-title"), (8, "LabelError", "bad-index"), (12, "LabelError", "bad-answer")]
+        (4, "LabelError", "bad-title"),
+        (8, "LabelError", "bad-index"),
+        (12, "LabelError", "bad-answer"),
+    ]
     assert rejected[1]["message"].startswith("--strict: 1 label matches nothing: ")
     assert read_jsonl(tmp_path / "strict" / "warnings.jsonl") == []
     assert len(ShardDataset(tmp_path / "strict")) == 9

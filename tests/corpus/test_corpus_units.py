@@ -6,17 +6,17 @@ import json
 
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
-
 from corpus_helpers import TOKENIZER, make_corpus, small_schema
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from graphattn.compile import compile_windows, compiler
-from graphattn.corpus import worker
 from graphattn.corpus.pipeline import CompileOptions, plan, run_compile
-from graphattn.shards.format import ShardColumns, Provenance, instance_row, span_columns, spans_from_columns
 from graphattn.corpus.sources import InputFile, expand_inputs, plan_file, sniff_format
-from graphattn.shards.dataset import ShardDataset
 from graphattn.errors import GraphattnError
 from graphattn.schema import load_schema
+from graphattn.shards.dataset import ShardDataset
+from graphattn.shards.format import Provenance, ShardColumns, instance_row, span_columns, spans_from_columns
 from graphattn.tokenize import load_tokenizer
 
 
@@ -26,7 +26,10 @@ def _file(name: str, documents: int) -> InputFile:
 
 def test_plan_cuts_document_numbers_into_shards_across_files():
     tasks = plan([_file("a", 3), _file("b", 1), _file("c", 5)], shard_size=4)
-    got = [(t.index, t.first_document, t.documents, [(s.path, s.start, s.stop, s.first_number) for s in t.segments]) for t in tasks]
+    got = [
+        (t.index, t.first_document, t.documents, [(s.path, s.start, s.stop, s.first_number) for s in t.segments])
+        for t in tasks
+    ]
     assert got == [
         (0, 0, 4, [("a", 0, 3, 0), ("b", 0, 1, 3)]),
         (1, 4, 4, [("c", 0, 4, 4)]),
@@ -78,7 +81,9 @@ def test_expand_inputs_order_duplicates_and_errors(tmp_path):
     for name in ("b/2.txt", "b/1.json", "b/.hidden.txt", "b/notes.csv", "a.html", "c.dat"):
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / name).write_text("x")
-    files, skipped = expand_inputs([str(tmp_path / "c.dat"), str(tmp_path / "b"), str(tmp_path / "*.html"), str(tmp_path / "b" / "2.txt")])
+    files, skipped = expand_inputs(
+        [str(tmp_path / "c.dat"), str(tmp_path / "b"), str(tmp_path / "*.html"), str(tmp_path / "b" / "2.txt")]
+    )
     assert files == [str(tmp_path / p) for p in ("c.dat", "b/1.json", "b/2.txt", "a.html")]
     assert skipped == [str(tmp_path / "b" / "notes.csv")]
     with pytest.raises(GraphattnError, match="no such file"):
@@ -98,7 +103,11 @@ def test_json_files_are_told_apart_by_their_keys(tmp_path):
     path = tmp_path / "other.jsonl"
     path.write_text('{"title": "t", "body": "b"}\n\n{"title": "u"}\n')
     planned = plan_file(str(path))
-    assert planned.reader == "broken" and "cannot tell the JSON record format" in planned.problem[1] and "body, title" in planned.problem[1]
+    assert (
+        planned.reader == "broken"
+        and "cannot tell the JSON record format" in planned.problem[1]
+        and "body, title" in planned.problem[1]
+    )
     assert plan_file(str(path), "docgraph").documents == 2
     assert plan_file(str(path), "docgraph").lines.tolist() == [1, 3]
 
@@ -115,8 +124,17 @@ def test_an_unexpected_exception_rejects_one_document_and_names_the_code(tmp_pat
     monkeypatch.setattr(compiler, "_instances", failing)
     out = tmp_path / "out"
     unpacked = small_schema(tmp_path / "one-per-instance.yaml", packing={"max_documents": 1})
-    run_compile(CompileOptions(inputs=[str(tmp_path / "docs")], schema=unpacked, out=str(out), tokenizer=TOKENIZER,
-                               progress=False, shard_size=50), print_fn=None)
+    run_compile(
+        CompileOptions(
+            inputs=[str(tmp_path / "docs")],
+            schema=unpacked,
+            out=str(out),
+            tokenizer=TOKENIZER,
+            progress=False,
+            shard_size=50,
+        ),
+        print_fn=None,
+    )
     (entry,) = [json.loads(line) for line in (out / "rejected.jsonl").read_text().splitlines() if "boom" in line]
     assert (entry["error"], entry["message"], entry["doc_id"], entry["line"]) == ("ZeroDivisionError", "boom", "j2", 3)
     assert entry["at"].startswith("test_corpus_units.py:")
@@ -133,8 +151,16 @@ def test_a_pack_that_fails_falls_back_to_single_documents(tmp_path, monkeypatch)
 
     monkeypatch.setattr(compiler, "assemble", failing)
     out = tmp_path / "out"
-    run_compile(CompileOptions(inputs=[str(tmp_path / "docs" / "a_docs.jsonl")], schema=small_schema(tmp_path / "s.yaml"),
-                               out=str(out), tokenizer=TOKENIZER, progress=False), print_fn=None)
+    run_compile(
+        CompileOptions(
+            inputs=[str(tmp_path / "docs" / "a_docs.jsonl")],
+            schema=small_schema(tmp_path / "s.yaml"),
+            out=str(out),
+            tokenizer=TOKENIZER,
+            progress=False,
+        ),
+        print_fn=None,
+    )
     rejected = [json.loads(line) for line in (out / "rejected.jsonl").read_text().splitlines()]
     assert "j1" not in {e["doc_id"] for e in rejected}  # alone, j1 compiles
     dataset = ShardDataset(out)
@@ -150,9 +176,16 @@ def test_shards_store_the_hard_mask_flags_per_query_row(tmp_path):
     import yaml
 
     from graphattn.compile import compile_instance
-    from graphattn.shards.format import DecodedRows, ShardFormatError, encode_shard, read_info, rows_to_table, shard_metadata
     from graphattn.ingest.json import hotpotqa_graph
     from graphattn.schema import SCHEMA_DIR
+    from graphattn.shards.format import (
+        DecodedRows,
+        ShardFormatError,
+        encode_shard,
+        read_info,
+        rows_to_table,
+        shard_metadata,
+    )
 
     data = yaml.safe_load((SCHEMA_DIR / "hotpotqa.yaml").read_text())
     data["masks"] = {"hard_g2l": True, "hard_l2g": True}

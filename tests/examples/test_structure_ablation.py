@@ -37,7 +37,10 @@ def test_records_need_both_facts_and_nothing_else(records):
         p1, p2 = record["query"].split()[1:]
         assert all(words[c] == 2 for c in record["candidates"])  # every candidate country twice
         assert words[p1] == 2 and words[p2] == 2  # each query person with the answer and one distractor
-        with_person = {p: {c for s in record["supports"] if p in s.split() for c in record["candidates"] if c in s.split()} for p in (p1, p2)}
+        with_person = {
+            p: {c for s in record["supports"] if p in s.split() for c in record["candidates"] if c in s.split()}
+            for p in (p1, p2)
+        }
         assert with_person[p1] & with_person[p2] == {record["answer"]}
         assert len(with_person[p1] | with_person[p2]) == 3  # one fact alone leaves two candidates
         assert len(set(record["candidates"])) == ablation.CANDIDATES
@@ -71,7 +74,9 @@ def test_schemas_differ_in_the_ablated_structure_only(records, tok):
     assert Counter(flat.global_node_types) == Counter({t: n for t, n in types.items() if t != "document"})
     assert "mention_of" in structured.label_vocab and "mention_of" not in flat.label_vocab
     mention = structured.label_vocab.id("mention_of")
-    assert (structured.side.l2g_relative_att_ids == mention).sum() == 2 * ablation.CANDIDATES  # two mentions per candidate
+    assert (
+        structured.side.l2g_relative_att_ids == mention
+    ).sum() == 2 * ablation.CANDIDATES  # two mentions per candidate
     # l2l: the last token of document 0 sees the first of document 1 in flat, not in structured
     doc = structured.long_owners["document"]
     last = int(np.flatnonzero(doc == doc[doc >= 0].min())[-1])
@@ -89,12 +94,32 @@ def test_schemas_differ_in_the_ablated_structure_only(records, tok):
 
 
 def test_a_tiny_run_of_both_settings(capsys):
-    settings = ablation.Settings(train=16, test=8, steps=2, batch=4, hidden=16, layers=1, radius=4, lr=1e-3, init_std=0.1,
-                                 fillers=0.3, candidates_exempt=False, data_seed=0, control_steps=1)
+    settings = ablation.Settings(
+        train=16,
+        test=8,
+        steps=2,
+        batch=4,
+        hidden=16,
+        layers=1,
+        radius=4,
+        lr=1e-3,
+        init_std=0.1,
+        fillers=0.3,
+        candidates_exempt=False,
+        data_seed=0,
+        control_steps=1,
+    )
     results = [r for setting in ablation.SCHEMAS for r in ablation.run_setting(setting, [0, 1], settings)]
     assert [(r["task"], r["setting"], r["seed"]) for r in results] == [
-        ("two-fact", "structured", 0), ("two-fact", "structured", 1), ("control", "structured", 0), ("control", "structured", 1),
-        ("two-fact", "flat", 0), ("two-fact", "flat", 1), ("control", "flat", 0), ("control", "flat", 1)]
+        ("two-fact", "structured", 0),
+        ("two-fact", "structured", 1),
+        ("control", "structured", 0),
+        ("control", "structured", 1),
+        ("two-fact", "flat", 0),
+        ("two-fact", "flat", 1),
+        ("control", "flat", 0),
+        ("control", "flat", 1),
+    ]
     assert all(0.0 <= r["accuracy"] <= 1.0 and np.isfinite(r["train_loss"]) for r in results)
     table = ablation.summarize(results)
     assert table.splitlines()[0].startswith("| task | schema | seeds | held-out accuracy % (mean)")
@@ -103,9 +128,14 @@ def test_a_tiny_run_of_both_settings(capsys):
 
 
 def test_summary_and_verdict_by_hand():
-    rows = ([{"task": "two-fact", "setting": "structured", "accuracy": a, "train_accuracy": 0.7} for a in (0.60, 0.64, 0.62)]
-            + [{"task": "two-fact", "setting": "flat", "accuracy": a, "train_accuracy": 0.5} for a in (0.40, 0.44, 0.42)]
-            + [{"task": "control", "setting": "flat", "accuracy": 1.0, "train_accuracy": 1.0}])
+    rows = (
+        [
+            {"task": "two-fact", "setting": "structured", "accuracy": a, "train_accuracy": 0.7}
+            for a in (0.60, 0.64, 0.62)
+        ]
+        + [{"task": "two-fact", "setting": "flat", "accuracy": a, "train_accuracy": 0.5} for a in (0.40, 0.44, 0.42)]
+        + [{"task": "control", "setting": "flat", "accuracy": 1.0, "train_accuracy": 1.0}]
+    )
     table = ablation.summarize(rows).splitlines()
     rows[0]["plateau_exit_step"] = 1200
     assert table[2] == "| two-fact | structured | 3 | 62.0 | 2.0 | 60.0 - 64.0 | 60.0, 64.0, 62.0 | 70.0 | -, -, - |"

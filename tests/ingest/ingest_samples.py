@@ -21,12 +21,7 @@ spaces</pre>
 </body></html>"""
 
 EXPECTED_TEXT = (
-    "Main title\n"
-    "Hello bold world & caf\u00e9.\n"
-    "Second\nline\n"
-    "Name\t1\nB\tbig\n"
-    "  code   keeps\nspaces\n"
-    "tail text"
+    "Main title\nHello bold world & caf\u00e9.\nSecond\nline\nName\t1\nB\tbig\n  code   keeps\nspaces\ntail text"
 )
 
 
@@ -39,7 +34,10 @@ HOTPOT = {
     "supporting_facts": [["Scott Derrickson", 0], ["Ed Wood", 0], ["Ed Wood", 7]],
     "context": [
         ["Ed Wood", ["Edward Davis Wood Jr. was an American filmmaker.", " He died in 1978.", "  "]],
-        ["Scott Derrickson", ["Scott Derrickson (born July 16, 1966) is an American director.", " He lives in Los Angeles."]],
+        [
+            "Scott Derrickson",
+            ["Scott Derrickson (born July 16, 1966) is an American director.", " He lives in Los Angeles."],
+        ],
     ],
 }
 
@@ -55,7 +53,9 @@ WIKIHOP = {
     ],
 }
 
-NQ_TOKENS = "<H1> Sun </H1> <P> The Sun is a star . </P> <Table> <Tr> <Td> Mass </Td> <Td> 2e30 kg </Td> </Tr> </Table> <Ul> <Li> hot </Li> </Ul>".split(" ")
+NQ_TOKENS = "<H1> Sun </H1> <P> The Sun is a star . </P> <Table> <Tr> <Td> Mass </Td> <Td> 2e30 kg </Td> </Tr> </Table> <Ul> <Li> hot </Li> </Ul>".split(
+    " "
+)
 NQ = {
     "example_id": 797803103760793766,
     "document_url": "https://en.wikipedia.org/wiki/Sun",
@@ -67,6 +67,11 @@ NQ = {
         {"start_token": 12, "end_token": 21, "top_level": False},  # <Tr> ... </Tr>
         {"start_token": 22, "end_token": 27, "top_level": True},  # <Ul> ... </Ul>
     ],
-    "annotations": [{"long_answer": {"start_token": 3, "end_token": 11, "candidate_index": 0},
-                     "short_answers": [{"start_token": 8, "end_token": 9}], "yes_no_answer": "NONE"}],
+    "annotations": [
+        {
+            "long_answer": {"start_token": 3, "end_token": 11, "candidate_index": 0},
+            "short_answers": [{"start_token": 8, "end_token": 9}],
+            "yes_no_answer": "NONE",
+        }
+    ],
 }

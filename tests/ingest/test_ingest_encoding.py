@@ -25,8 +25,9 @@ def test_every_encoding_has_a_python_codec_or_is_one_of_the_two_special_ones():
     assert encoding_for_label("utf-7") is None and encoding_for_label("latin-1") is None
 
 
-@pytest.mark.parametrize("charset", ["base64", "hex", "rot13", "zlib", "uu", "punycode", "bz2", "quopri", "utf-7",
-                                     "idna"])
+@pytest.mark.parametrize(
+    "charset", ["base64", "hex", "rot13", "zlib", "uu", "punycode", "bz2", "quopri", "utf-7", "idna"]
+)
 def test_codecs_that_are_not_whatwg_labels_are_ignored_like_browsers_do(charset):
     graph = parse_html(page(charset))
     assert graph.text == "caf\u00e9"
@@ -128,9 +129,13 @@ def test_random_whatwg_labels_decode_or_fail_with_an_ingest_error(labels, body, 
 
 
 @settings(max_examples=150, deadline=None)
-@given(st.one_of(st.sampled_from(_OTHER_NAMES), st.text(alphabet="abcdefghijklmnopqrstuvwxyz0123456789-_.:", min_size=1,
-                                                          max_size=12)),
-       st.binary(max_size=40))
+@given(
+    st.one_of(
+        st.sampled_from(_OTHER_NAMES),
+        st.text(alphabet="abcdefghijklmnopqrstuvwxyz0123456789-_.:", min_size=1, max_size=12),
+    ),
+    st.binary(max_size=40),
+)
 def test_random_labels_outside_the_standard_are_ignored(label, body):
     if encoding_for_label(label) is not None:
         return

@@ -8,13 +8,13 @@ import json
 from pathlib import Path
 
 import pytest
+from ingest_samples import HOTPOT, NQ, WIKIHOP
 
 from graphattn.cli import main
 from graphattn.corpus.sources import plan_file
 from graphattn.errors import GraphattnError, IngestError
 from graphattn.ingest.formats import FORMATS, read_documents, sniff_format
 from graphattn.viz.cli import load_instance, read_document
-from ingest_samples import HOTPOT, NQ, WIKIHOP
 
 DATA = Path(__file__).resolve().parents[2] / "examples" / "data"
 OPENKP = json.loads((DATA / "openkp_sample.jsonl").read_text().splitlines()[1])
@@ -29,7 +29,12 @@ def files(tmp_path) -> dict[str, Path]:
         with gzip.open(path, "wt") as handle:
             handle.write(json.dumps(record) + "\n" + json.dumps(record) + "\n")
         out[name] = path
-    graph = {"doc_id": "g", "text": "One. Two.", "nodes": [{"id": "s0", "type": "sentence", "span": [0, 4]}], "edges": []}
+    graph = {
+        "doc_id": "g",
+        "text": "One. Two.",
+        "nodes": [{"id": "s0", "type": "sentence", "span": [0, 4]}],
+        "edges": [],
+    }
     (tmp_path / "graphs.json").write_text(json.dumps([graph, graph]))
     out["docgraph"] = tmp_path / "graphs.json"
     (tmp_path / "page.html").write_text("<html><body><p>Hello page.</p></body></html>")
@@ -48,7 +53,12 @@ def test_compile_and_viz_tell_every_format_apart_the_same_way(files):
 
 
 def test_keys_decide_the_record_format():
-    assert [sniff_format([record]) for record in (HOTPOT, WIKIHOP, NQ, OPENKP)] == ["hotpotqa", "wikihop", "nq", "openkp"]
+    assert [sniff_format([record]) for record in (HOTPOT, WIKIHOP, NQ, OPENKP)] == [
+        "hotpotqa",
+        "wikihop",
+        "nq",
+        "openkp",
+    ]
     assert sniff_format([{"title": "t"}]) is None
 
 
@@ -57,8 +67,10 @@ def test_the_same_messages_for_what_cannot_be_read(tmp_path):
     odd.write_text("x")
     unknown = tmp_path / "other.jsonl"
     unknown.write_text('{"title": "t", "body": "b"}\n')
-    for path, message in ((odd, "cannot tell how to read a .xyz file; pass --format"),
-                          (unknown, "cannot tell the JSON record format from its keys (body, title)")):
+    for path, message in (
+        (odd, "cannot tell how to read a .xyz file; pass --format"),
+        (unknown, "cannot tell the JSON record format from its keys (body, title)"),
+    ):
         assert message in plan_file(str(path)).problem[1]
         with pytest.raises(IngestError, match=message.replace("(", r"\(").replace(")", r"\)")):
             read_document(path, "auto")
@@ -68,8 +80,24 @@ def test_the_same_messages_for_what_cannot_be_read(tmp_path):
 
 def test_viz_draws_from_a_shard_directory_counting_across_its_shards(files, tmp_path, capsys):
     out = tmp_path / "shards"
-    assert main(["compile", str(files["hotpotqa"]), "--schema", "hotpotqa", "--tokenizer", "default", "--out", str(out),
-                 "--shard-size", "1", "-q"]) == 0
+    assert (
+        main(
+            [
+                "compile",
+                str(files["hotpotqa"]),
+                "--schema",
+                "hotpotqa",
+                "--tokenizer",
+                "default",
+                "--out",
+                str(out),
+                "--shard-size",
+                "1",
+                "-q",
+            ]
+        )
+        == 0
+    )
     assert len(list(out.glob("*.parquet"))) == 2
     second = load_instance(out, index=1)
     assert "shard-00001.parquet row 0" in second.where and second.instance.global_node_ids[0] == "<cls>"

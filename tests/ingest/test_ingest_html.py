@@ -7,13 +7,13 @@ import time
 import lxml.html
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from ingest_samples import EXPECTED_TEXT, PAGE
 
 from graphattn.errors import IngestError
 from graphattn.ingest import _style
 from graphattn.ingest.html import parse_html, read_html
-from ingest_samples import EXPECTED_TEXT, PAGE
-
 
 
 @pytest.fixture(scope="module")
@@ -74,8 +74,18 @@ def test_element_nodes_spans_and_xpaths(page):
 def test_text_nodes_partition_the_visible_text(page):
     texts = page.nodes_of_type("text")
     assert [page.span_text(t.id) for t in texts] == [
-        "Main title", "Hello", "bold", "world & caf\u00e9.", "Second", "line", "Name", "1", "B", "big",
-        "  code   keeps\nspaces", "tail text",
+        "Main title",
+        "Hello",
+        "bold",
+        "world & caf\u00e9.",
+        "Second",
+        "line",
+        "Name",
+        "1",
+        "B",
+        "big",
+        "  code   keeps\nspaces",
+        "tail text",
     ]
     spans = np.array([t.span for t in texts])
     assert (spans[1:, 0] >= spans[:-1, 1]).all(), "text nodes never overlap"
@@ -97,9 +107,19 @@ def test_contains_edges_form_the_dom_tree(page):
 def test_vdom_features(page):
     nodes = _by_xpath(page)
     h1, p, b = nodes["/html/body/h1[1]"], nodes["/html/body/div[1]/p[1]"], nodes["/html/body/div[1]/p[1]/b[1]"]
-    assert (h1.attrs["is_heading"], h1.attrs["is_bold"], h1.attrs["font_size"], h1.attrs["font_size_bucket"]) == (True, True, 32.0, 19)
+    assert (h1.attrs["is_heading"], h1.attrs["is_bold"], h1.attrs["font_size"], h1.attrs["font_size_bucket"]) == (
+        True,
+        True,
+        32.0,
+        19,
+    )
     assert (p.attrs["is_block"], p.attrs["is_inline"], p.attrs["is_leaf"]) == (True, False, False)
-    assert (b.attrs["is_block"], b.attrs["is_inline"], b.attrs["is_leaf"], b.attrs["is_bold"]) == (False, True, True, True)
+    assert (b.attrs["is_block"], b.attrs["is_inline"], b.attrs["is_leaf"], b.attrs["is_bold"]) == (
+        False,
+        True,
+        True,
+        True,
+    )
     assert b.attrs["parent_is_block"] and not b.attrs["parent_is_leaf"]
     span = nodes["/html/body/table[1]/tr[2]/td[2]/span[1]"]
     assert span.attrs["font_size"] == 32.0 and span.attrs["parent_font_size"] == 16.0
@@ -119,7 +139,19 @@ def _font_bucket_reference(size: float) -> int:
 
 
 def test_font_buckets_hand_checked():
-    assert [_style.font_size_bucket(s) for s in (0, 5, 8, 16, 24, 25, 29, 30, 49, 50, 200)] == [0, 1, 1, 9, 17, 18, 18, 19, 22, 23, 23]
+    assert [_style.font_size_bucket(s) for s in (0, 5, 8, 16, 24, 25, 29, 30, 49, 50, 200)] == [
+        0,
+        1,
+        1,
+        9,
+        17,
+        18,
+        18,
+        19,
+        22,
+        23,
+        23,
+    ]
     assert _style.FONT_SIZE_BUCKETS == 24
 
 
@@ -160,7 +192,9 @@ def test_whitespace_collapses_like_a_browser():
 
 
 def test_encodings_declared_sniffed_and_bom():
-    latin = '<html><head><meta http-equiv="Content-Type" content="text/html; charset=ISO-8859-1"></head><body><p>caf\xe9 \x93q\x94</p></body></html>'.encode("latin-1")
+    latin = '<html><head><meta http-equiv="Content-Type" content="text/html; charset=ISO-8859-1"></head><body><p>caf\xe9 \x93q\x94</p></body></html>'.encode(
+        "latin-1"
+    )
     graph = parse_html(latin)
     assert graph.text == "caf\u00e9 \u201cq\u201d"  # iso-8859-1 reads as windows-1252, as browsers do
     assert graph.node("doc").attrs["encoding"] == "cp1252"
@@ -262,7 +296,8 @@ _TAGS = ("div", "p", "span", "b", "i", "h2", "ul", "li", "table", "tr", "td", "p
 def _html_tree(draw, depth=0):
     """Random markup: nested tags (some hidden, some void) with text that has odd whitespace."""
     words = st.text(alphabet="ab \n\t&<", min_size=0, max_size=8).map(
-        lambda s: s.replace("&", "&amp;").replace("<", "&lt;"))
+        lambda s: s.replace("&", "&amp;").replace("<", "&lt;")
+    )
     parts = [draw(words)]
     for _ in range(draw(st.integers(0, 3 if depth < 4 else 0))):
         tag = draw(st.sampled_from(_TAGS))
@@ -304,15 +339,47 @@ def test_random_markup_spans_hold_each_elements_visible_text(body):
     assert "".join(graph.text.split()) == reference["/html/body"]
 
 
-
 _MARKUP = st.recursive(
     st.text(alphabet="ab \n\t\u00a0&;<", max_size=6).map(lambda s: s.replace("&", "&amp;").replace("<", "&lt;")),
     lambda inner: st.tuples(
-        st.sampled_from(["div", "p", "span", "b", "h1", "td", "tr", "table", "li", "pre", "textarea", "br", "script",
-                         "font", "code", "th", "dialog", "input", "center"]),
-        st.sampled_from(["", "", " hidden", ' style="display:none"', ' style="font-size: 2em; font-weight: bold"',
-                         ' style="white-space: pre"', ' style="display: block"', ' style="display:table-cell"',
-                         ' size="+2"', " open", ' type="hidden"']),
+        st.sampled_from(
+            [
+                "div",
+                "p",
+                "span",
+                "b",
+                "h1",
+                "td",
+                "tr",
+                "table",
+                "li",
+                "pre",
+                "textarea",
+                "br",
+                "script",
+                "font",
+                "code",
+                "th",
+                "dialog",
+                "input",
+                "center",
+            ]
+        ),
+        st.sampled_from(
+            [
+                "",
+                "",
+                " hidden",
+                ' style="display:none"',
+                ' style="font-size: 2em; font-weight: bold"',
+                ' style="white-space: pre"',
+                ' style="display: block"',
+                ' style="display:table-cell"',
+                ' size="+2"',
+                " open",
+                ' type="hidden"',
+            ]
+        ),
         st.lists(inner, max_size=3),
     ).map(lambda t: f"<{t[0]}{t[1]}>{''.join(t[2])}</{t[0]}>" if t[0] not in ("br", "input") else f"<{t[0]}{t[1]}>"),
     max_leaves=12,

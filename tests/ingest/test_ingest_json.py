@@ -7,11 +7,12 @@ import json
 
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from ingest_samples import HOTPOT, NQ, WIKIHOP
 
 from graphattn.errors import IngestError, LabelWarning
 from graphattn.ingest.json import Record, hotpotqa_graph, iter_records, nq_graph, read_json, wikihop_graph
-from ingest_samples import HOTPOT, NQ, WIKIHOP
 
 # HOTPOT names sentence 7 of a 3-sentence paragraph on purpose: the first test checks that warning,
 # the others read the record for other reasons.
@@ -30,8 +31,10 @@ def test_hotpotqa_nodes_spans_and_supporting_facts():
     assert texts(graph, "question") == ["Were Scott Derrickson and Ed Wood of the same nationality?"]
     assert texts(graph, "title") == ["Ed Wood", "Scott Derrickson"]
     assert texts(graph, "sentence") == [
-        "Edward Davis Wood Jr. was an American filmmaker.", "He died in 1978.",
-        "Scott Derrickson (born July 16, 1966) is an American director.", "He lives in Los Angeles.",
+        "Edward Davis Wood Jr. was an American filmmaker.",
+        "He died in 1978.",
+        "Scott Derrickson (born July 16, 1966) is an American director.",
+        "He lives in Los Angeles.",
     ]
     assert texts(graph, "paragraph") == [
         "Ed Wood\nEdward Davis Wood Jr. was an American filmmaker. He died in 1978.",
@@ -43,7 +46,13 @@ def test_hotpotqa_nodes_spans_and_supporting_facts():
     assert graph.node("q").attrs["answer"] == "yes" and graph.node("q").attrs["question_type"] == "comparison"
     assert "p0.s2" not in graph.nodes  # a whitespace-only sentence makes no node
     assert {(e.src, e.dst) for e in graph.edges_of("contains")} == {
-        ("p0", "p0.title"), ("p0", "p0.s0"), ("p0", "p0.s1"), ("p1", "p1.title"), ("p1", "p1.s0"), ("p1", "p1.s1")}
+        ("p0", "p0.title"),
+        ("p0", "p0.s0"),
+        ("p0", "p0.s1"),
+        ("p1", "p1.title"),
+        ("p1", "p1.s0"),
+        ("p1", "p1.s1"),
+    }
 
 
 def test_wikihop_candidates_query_documents_sentences_mentions():
@@ -53,8 +62,11 @@ def test_wikihop_candidates_query_documents_sentences_mentions():
     assert texts(graph, "query") == ["participant_of juan rossell"]
     assert [n.id for n in graph.nodes_of_type("document")] == ["d0", "d2"]  # the empty support is skipped
     assert texts(graph, "sentence") == [
-        "The 1996 Summer Olympics were held in Atlanta.", "Juan Rossell competed there.",
-        "The Olympic Games are a sport event.", "Sport is fun."]
+        "The 1996 Summer Olympics were held in Atlanta.",
+        "Juan Rossell competed there.",
+        "The Olympic Games are a sport event.",
+        "Sport is fun.",
+    ]
     mentions = [(graph.span_text(m.id), m.attrs["candidate"]) for m in graph.nodes_of_type("mention")]
     assert mentions == [("1996 Summer Olympics", "c0"), ("Olympic Games", "c1"), ("sport", "c2"), ("Sport", "c2")]
     assert all(graph.node(m).span[0] >= graph.node("d0").span[0] for m in ("m0", "m1"))
@@ -66,7 +78,10 @@ def test_nq_token_offsets_become_char_spans():
     graph = nq_graph(NQ)
     assert graph.text == "what is the sun\nSun The Sun is a star . Mass 2e30 kg hot"
     assert graph.doc_id == "797803103760793766"
-    cands = {n.id: (graph.span_text(n.id), n.attrs["kind"], n.attrs["top_level"], n.attrs["is_long_answer"]) for n in graph.nodes_of_type("candidate")}
+    cands = {
+        n.id: (graph.span_text(n.id), n.attrs["kind"], n.attrs["top_level"], n.attrs["is_long_answer"])
+        for n in graph.nodes_of_type("candidate")
+    }
     assert cands == {
         "c0": ("The Sun is a star .", "paragraph", True, True),
         "c1": ("Mass 2e30 kg", "table", True, False),
@@ -75,7 +90,12 @@ def test_nq_token_offsets_become_char_spans():
     }
     short = graph.node("q").attrs["short_answers"]
     assert [graph.text[s:e] for s, e in short] == ["star"]
-    assert {(e.src, e.dst) for e in graph.edges_of("contains")} == {("doc", "c0"), ("doc", "c1"), ("c1", "c2"), ("doc", "c3")}
+    assert {(e.src, e.dst) for e in graph.edges_of("contains")} == {
+        ("doc", "c0"),
+        ("doc", "c1"),
+        ("c1", "c2"),
+        ("doc", "c3"),
+    }
 
 
 def test_nq_can_keep_html_tokens():
@@ -86,15 +106,26 @@ def test_nq_can_keep_html_tokens():
 
 @settings(max_examples=60, deadline=None)
 @given(
-    st.lists(st.one_of(st.sampled_from(["<P>", "</P>", "<Td>", "<Ul>"]), st.text(alphabet="abc<>é", min_size=1, max_size=4)), min_size=1, max_size=30),
+    st.lists(
+        st.one_of(st.sampled_from(["<P>", "</P>", "<Td>", "<Ul>"]), st.text(alphabet="abc<>é", min_size=1, max_size=4)),
+        min_size=1,
+        max_size=30,
+    ),
     st.data(),
     st.booleans(),
 )
 def test_nq_spans_match_a_token_by_token_reference(tokens, data, keep):
     n = len(tokens)
-    bounds = data.draw(st.lists(st.tuples(st.integers(0, n - 1), st.integers(1, n)).filter(lambda b: b[0] < b[1]), min_size=1, max_size=6))
-    record = {"question_text": "q", "document_text": " ".join(tokens),
-              "long_answer_candidates": [{"start_token": s, "end_token": e, "top_level": True} for s, e in bounds]}
+    bounds = data.draw(
+        st.lists(
+            st.tuples(st.integers(0, n - 1), st.integers(1, n)).filter(lambda b: b[0] < b[1]), min_size=1, max_size=6
+        )
+    )
+    record = {
+        "question_text": "q",
+        "document_text": " ".join(tokens),
+        "long_answer_candidates": [{"start_token": s, "end_token": e, "top_level": True} for s, e in bounds],
+    }
     graph = nq_graph(record, keep_html_tokens=keep)
 
     def kept(token):  # the definition, one token at a time
@@ -163,10 +194,18 @@ def test_wrong_type_in_array_names_record_index_and_path(tmp_path):
 @pytest.mark.parametrize(
     "adapter, record, message",
     [
-        (nq_graph, {**NQ, "long_answer_candidates": [{"start_token": 5, "end_token": 99}]}, r"\$.long_answer_candidates\[0\]: token range \[5, 99\)"),
+        (
+            nq_graph,
+            {**NQ, "long_answer_candidates": [{"start_token": 5, "end_token": 99}]},
+            r"\$.long_answer_candidates\[0\]: token range \[5, 99\)",
+        ),
         (nq_graph, {**NQ, "document_text": None}, r"\$.document_text: expected a string, got null"),
         (wikihop_graph, {**WIKIHOP, "supports": "one string"}, r"\$.supports: expected a list, got a string"),
-        (hotpotqa_graph, {**HOTPOT, "supporting_facts": [["Ed Wood", "0"]]}, r"\$.supporting_facts\[0\]\[1\]: expected an integer"),
+        (
+            hotpotqa_graph,
+            {**HOTPOT, "supporting_facts": [["Ed Wood", "0"]]},
+            r"\$.supporting_facts\[0\]\[1\]: expected an integer",
+        ),
         (hotpotqa_graph, ["not", "an", "object"], r"^in.json: expected an object, got a list"),
     ],
 )
@@ -187,8 +226,14 @@ def test_empty_and_unknown(tmp_path):
 def test_ten_megabyte_single_line_nq_record(tmp_path):
     words = np.array(["alpha", "beta", "gamma", "delta", "<P>", "</P>"])
     tokens = words[np.arange(1_800_000) % 6]
-    record = {"example_id": 1, "question_text": "which greek letter", "document_text": " ".join(tokens.tolist()),
-              "long_answer_candidates": [{"start_token": i, "end_token": i + 6, "top_level": True} for i in range(4, 60_000, 6)]}
+    record = {
+        "example_id": 1,
+        "question_text": "which greek letter",
+        "document_text": " ".join(tokens.tolist()),
+        "long_answer_candidates": [
+            {"start_token": i, "end_token": i + 6, "top_level": True} for i in range(4, 60_000, 6)
+        ],
+    }
     path = tmp_path / "huge.jsonl"
     path.write_text(json.dumps(record) + "\n")
     assert path.stat().st_size > 10_000_000
@@ -206,7 +251,12 @@ def test_yielded_errors_keep_reading_with_line_numbers_and_byte_offsets(tmp_path
     path.write_bytes(b"".join(lines))
     refs = list(iter_records(path, errors="yield"))
     assert [(r.index, r.line, r.offset, r.data) for r in refs] == [
-        (0, 1, 0, {"a": 1}), (1, 3, offsets[2], None), (2, 4, offsets[3], {"a": 3}), (3, 5, offsets[4], None), (4, 6, offsets[5], {"a": 5})]
+        (0, 1, 0, {"a": 1}),
+        (1, 3, offsets[2], None),
+        (2, 4, offsets[3], {"a": 3}),
+        (3, 5, offsets[4], None),
+        (4, 6, offsets[5], {"a": 5}),
+    ]
     assert str(refs[1].error) == f"{path}:3: not valid JSON: Expecting value (column 7)"
     assert str(refs[3].error) == f"{path}:5: line is not UTF-8 (invalid continuation byte at byte {offsets[4] + 4})"
     assert all(r.error is None for r in refs if r.data is not None)
@@ -214,10 +264,16 @@ def test_yielded_errors_keep_reading_with_line_numbers_and_byte_offsets(tmp_path
         list(iter_records(path))
     # a byte range of the file, as a corpus worker reads it: lines starting in [start, stop)
     part = list(scan_json_lines(path, start=offsets[2], stop=offsets[5], first_line=3))
-    assert [(x.line, x.offset, x.raw) for x in part] == [(3, offsets[2], lines[2]), (4, offsets[3], lines[3]), (5, offsets[4], lines[4])]
+    assert [(x.line, x.offset, x.raw) for x in part] == [
+        (3, offsets[2], lines[2]),
+        (4, offsets[3], lines[3]),
+        (5, offsets[4], lines[4]),
+    ]
     gz = tmp_path / "mixed.jsonl.gz"
     gz.write_bytes(gzip.compress(b"".join(lines)))
-    assert [(r.line, r.offset, r.data) for r in iter_records(gz, errors="yield")] == [(r.line, r.offset, r.data) for r in refs]
+    assert [(r.line, r.offset, r.data) for r in iter_records(gz, errors="yield")] == [
+        (r.line, r.offset, r.data) for r in refs
+    ]
 
 
 def test_single_object_and_array_files_have_no_lines(tmp_path):

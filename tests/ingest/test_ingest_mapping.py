@@ -19,7 +19,10 @@ HOTPOT_MAPPING = {
         "question": {"type": "question"},
         "context": {
             "separator": "\n\n",
-            "each": {"type": "paragraph", "fields": {0: {"type": "title"}, 1: {"each": {"type": "sentence"}, "separator": " "}}},
+            "each": {
+                "type": "paragraph",
+                "fields": {0: {"type": "title"}, 1: {"each": {"type": "sentence"}, "separator": " "}},
+            },
         },
     },
 }
@@ -33,34 +36,69 @@ def test_containers_text_and_separators():
     assert graph.text == "Who?\n\nT1\ns1. s2.\n\nT2\ns3.\n\nT3"
     spans = {n.id: graph.span_text(n.id) for n in graph}
     assert spans == {
-        "doc": graph.text, "question0": "Who?",
-        "paragraph0": "T1\ns1. s2.", "title0": "T1", "sentence0": "s1.", "sentence1": "s2.",
-        "paragraph1": "T2\ns3.", "title1": "T2", "sentence3": "s3.",  # the empty sentence2 made no node
-        "paragraph2": "T3", "title2": "T3",
+        "doc": graph.text,
+        "question0": "Who?",
+        "paragraph0": "T1\ns1. s2.",
+        "title0": "T1",
+        "sentence0": "s1.",
+        "sentence1": "s2.",
+        "paragraph1": "T2\ns3.",
+        "title1": "T2",
+        "sentence3": "s3.",  # the empty sentence2 made no node
+        "paragraph2": "T3",
+        "title2": "T3",
     }
     assert ("paragraph1", "sentence3") in {(e.src, e.dst) for e in graph.edges_of("contains")}
     assert ("doc", "paragraph0") in {(e.src, e.dst) for e in graph.edges_of("contains")}
 
 
 def test_ids_attrs_links_and_relations():
-    mapping = {"fields": {"people": {"each": {
-        "type": "person", "id": "name", "attrs": {"years": "age"}, "links": {"knows": "knows"}, "relation": None,
-        "fields": {"bio": {"type": "bio", "relation": "described_by"}, "nick": {"type": "nick", "optional": True}}}}}}
-    record = {"people": [{"name": "ann", "age": 31, "bio": "Ann writes.", "knows": ["bob"]},
-                         {"name": "bob", "age": 40, "bio": "Bob reads.", "nick": "B", "knows": "ann"}]}
+    mapping = {
+        "fields": {
+            "people": {
+                "each": {
+                    "type": "person",
+                    "id": "name",
+                    "attrs": {"years": "age"},
+                    "links": {"knows": "knows"},
+                    "relation": None,
+                    "fields": {
+                        "bio": {"type": "bio", "relation": "described_by"},
+                        "nick": {"type": "nick", "optional": True},
+                    },
+                }
+            }
+        }
+    }
+    record = {
+        "people": [
+            {"name": "ann", "age": 31, "bio": "Ann writes.", "knows": ["bob"]},
+            {"name": "bob", "age": 40, "bio": "Bob reads.", "nick": "B", "knows": "ann"},
+        ]
+    }
     graph = json_graph(record, mapping)
     assert graph.node("ann").attrs == {"years": 31} and graph.span_text("bob") == "Bob reads.\nB"
     assert sorted((e.src, e.relation, e.dst) for e in graph.edges) == [
-        ("ann", "described_by", "bio0"), ("ann", "knows", "bob"), ("bob", "contains", "nick0"),
-        ("bob", "described_by", "bio1"), ("bob", "knows", "ann")]
+        ("ann", "described_by", "bio0"),
+        ("ann", "knows", "bob"),
+        ("bob", "contains", "nick0"),
+        ("bob", "described_by", "bio1"),
+        ("bob", "knows", "ann"),
+    ]
 
 
 @pytest.mark.parametrize(
     "record, message",
     [
         ({"_id": "r", "context": []}, r"^data.jsonl:4: missing key 'question'"),
-        ({"_id": "r", "question": "q", "context": [["T", "not a list"]]}, r"\$.context\[0\]\[1\]: expected a list, got str"),
-        ({"_id": "r", "question": {"text": "q"}, "context": []}, r"\$.question: expected text .* give this key `fields:` or `each:`"),
+        (
+            {"_id": "r", "question": "q", "context": [["T", "not a list"]]},
+            r"\$.context\[0\]\[1\]: expected a list, got str",
+        ),
+        (
+            {"_id": "r", "question": {"text": "q"}, "context": []},
+            r"\$.question: expected text .* give this key `fields:` or `each:`",
+        ),
         ({"_id": "r", "question": "q", "context": [["T"]]}, r"\$.context\[0\]: missing item 1"),
     ],
 )
@@ -70,7 +108,9 @@ def test_record_errors_name_line_and_path(record, message):
 
 
 def test_dangling_link_and_duplicate_id():
-    mapping = {"fields": {"items": {"each": {"type": "item", "id": "id", "links": {"next": "next"}, "fields": {"t": {}}}}}}
+    mapping = {
+        "fields": {"items": {"each": {"type": "item", "id": "id", "links": {"next": "next"}, "fields": {"t": {}}}}}
+    }
     with pytest.raises(IngestError, match=r"\$.items\[0\].next: link to node id 'zz'"):
         json_graph({"items": [{"id": "a", "t": "x", "next": "zz"}]}, mapping)
     with pytest.raises(IngestError, match=r"\$.items\[1\]: node id 'a' is used twice"):
@@ -80,7 +120,9 @@ def test_dangling_link_and_duplicate_id():
 def test_mapping_file_typos_are_caught(tmp_path):
     path = tmp_path / "m.yaml"
     path.write_text("fields:\n  question: {tpye: question}\n")
-    with pytest.raises(IngestError, match=r"\$.fields.question.tpye: unknown mapping key 'tpye' \(did you mean 'type'\?\)"):
+    with pytest.raises(
+        IngestError, match=r"\$.fields.question.tpye: unknown mapping key 'tpye' \(did you mean 'type'\?\)"
+    ):
         load_mapping(path)
     path.write_text("id: _id\nfields:\n  question: {type: question}\n")
     assert load_mapping(path).fields[0][1].type == "question"

@@ -43,7 +43,9 @@ def _pages(count: int = 4) -> list[Path]:
 
 
 PAGES = _pages()
-pytestmark = pytest.mark.skipif(not PAGES, reason="no installed HTML documentation tree found (looked for: " + ", ".join(DOC_TREES) + ")")
+pytestmark = pytest.mark.skipif(
+    not PAGES, reason="no installed HTML documentation tree found (looked for: " + ", ".join(DOC_TREES) + ")"
+)
 
 
 def _visible_text_by_xpath(path: Path) -> dict[str, str]:
@@ -55,7 +57,11 @@ def _visible_text_by_xpath(path: Path) -> dict[str, str]:
         if "display:none" in style or "visibility:hidden" in style:
             element.drop_tree()
     root_tree = tree.getroottree()
-    return {_subscripted(root_tree.getpath(e)): "".join(e.text_content().split()) for e in tree.iter() if isinstance(e.tag, str)}
+    return {
+        _subscripted(root_tree.getpath(e)): "".join(e.text_content().split())
+        for e in tree.iter()
+        if isinstance(e.tag, str)
+    }
 
 
 def _subscripted(path: str) -> str:
@@ -120,6 +126,7 @@ def test_real_page_equals_the_sequential_reader(path):
     graph = read_html(path)
     reference = reference_graph(path.read_bytes().decode("utf-8"))
     assert graph.text == reference.text
-    assert [(n.id, n.type, n.span, dict(n.attrs)) for n in graph if n.type != "document"] == \
-        [(n.id, n.type, n.span, dict(n.attrs)) for n in reference if n.type != "document"]
+    assert [(n.id, n.type, n.span, dict(n.attrs)) for n in graph if n.type != "document"] == [
+        (n.id, n.type, n.span, dict(n.attrs)) for n in reference if n.type != "document"
+    ]
     assert graph.to_dict()["edges"] == reference.to_dict()["edges"]

@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
+from ingest_samples import NQ, PAGE
 
 from graphattn.compile import compile_instance, compile_windows
 from graphattn.ingest.html import parse_html, read_html
@@ -17,8 +18,6 @@ from graphattn.ingest.json import hotpotqa_graph, nq_graph, wikihop_graph
 from graphattn.ingest.text import text_to_graph
 from graphattn.schema import load_schema
 from graphattn.tokenize import SpacyWordTokenizer, load_tokenizer
-
-from ingest_samples import NQ, PAGE
 
 ROOT = Path(__file__).resolve().parents[2]
 SCHEMAS = ROOT / "schemas"
@@ -57,7 +56,19 @@ def test_hotpotqa_layout(words):
     graph = hotpotqa_graph({"question": "Who won?", "context": [["A", ["a b.", "c."]], ["B", ["d e."]]]})
     inst = compile_instance(graph, schema("hotpotqa"), words)
     assert long_texts(inst) == ["Who", "won", "?", "A", "a", "b.", "c.", "B", "d", "e."]
-    assert inst.global_node_ids == ["<cls>", "q", "q", "q", "p0", "p0.title", "p0.s0", "p0.s1", "p1", "p1.title", "p1.s0"]
+    assert inst.global_node_ids == [
+        "<cls>",
+        "q",
+        "q",
+        "q",
+        "p0",
+        "p0.title",
+        "p0.s0",
+        "p0.s1",
+        "p1",
+        "p1.title",
+        "p1.s0",
+    ]
     assert inst.global_token_ids.tolist() == [words.cls_id, *inst.long_token_ids[:3].tolist(), 5, 1, 1, 1, 5, 1, 1]
     assert inst.global_type_ids.tolist() == [0, 5, 5, 5, 7, 0, 0, 0, 7, 0, 0]
     assert inst.long_type_ids.tolist() == [3, 3, 3, 2, 1, 1, 1, 2, 1, 1]
@@ -84,23 +95,64 @@ def test_hotpotqa_layout(words):
     assert cross == FIRST_SCHEMA_LABEL
     assert side.g2g_relative_att_ids[4, 5:9].tolist() == [1, 2, 3, cross]  # distances inside p0, then p1
     assert side.g2g_relative_att_ids[1, 4] == cross and side.g2g_att_mask.all()
-    assert side.l2g_relative_att_ids[4].tolist() == [DOES_NOT_BELONG] * 4 + [BELONGS, DOES_NOT_BELONG, BELONGS] + [DOES_NOT_BELONG] * 4
+    assert (
+        side.l2g_relative_att_ids[4].tolist()
+        == [DOES_NOT_BELONG] * 4 + [BELONGS, DOES_NOT_BELONG, BELONGS] + [DOES_NOT_BELONG] * 4
+    )
 
 
-WIKIHOP_SMALL = {"id": "w", "query": "capital france", "candidates": ["paris", "rome"],
-                 "supports": ["Paris is big. Rome is old.", "I like paris."], "answer": "paris"}
+WIKIHOP_SMALL = {
+    "id": "w",
+    "query": "capital france",
+    "candidates": ["paris", "rome"],
+    "supports": ["Paris is big. Rome is old.", "I like paris."],
+    "answer": "paris",
+}
 
 
 def test_wikihop_layout_and_mention_links(words):
     inst = compile_instance(wikihop_graph(WIKIHOP_SMALL), schema("wikihop"), words)
-    assert long_texts(inst) == ["paris", "rome", "capital", "france", "Paris", "is", "big", ".", "Rome", "is", "old", ".", "I", "like", "paris", "."]
+    assert long_texts(inst) == [
+        "paris",
+        "rome",
+        "capital",
+        "france",
+        "Paris",
+        "is",
+        "big",
+        ".",
+        "Rome",
+        "is",
+        "old",
+        ".",
+        "I",
+        "like",
+        "paris",
+        ".",
+    ]
     assert inst.global_node_ids == ["c0", "c1", "q", "q", "d0", "d0.s0", "d0.s1", "d1", "d1.s0"]
     assert inst.global_type_ids.tolist() == [6, 6, 5, 5, 7, 0, 0, 7, 0]
     mention = inst.label_vocab.id("mention_of")
     ids = inst.side.l2g_relative_att_ids
     N, B, M = DOES_NOT_BELONG, BELONGS, mention
-    assert ids[:, :2].tolist() == [[B, N], [N, B], [N, N], [N, N], [M, N], [N, N], [N, N], [N, N],
-                                   [N, M], [N, N], [N, N], [N, N], [N, N], [N, N], [M, N], [N, N]]
+    assert ids[:, :2].tolist() == [
+        [B, N],
+        [N, B],
+        [N, N],
+        [N, N],
+        [M, N],
+        [N, N],
+        [N, N],
+        [N, N],
+        [N, M],
+        [N, N],
+        [N, N],
+        [N, N],
+        [N, N],
+        [N, N],
+        [M, N],
+        [N, N],
+    ]
     # ...and the candidate global reads its mentions under hard g2l (it also ignores hard masks)
     assert inst.side.g2l_relative_att_ids[0, [0, 4, 14]].tolist() == [B, M, M]
     g2g = inst.side.g2g_att_mask
@@ -120,7 +172,26 @@ def test_wikihop_truncation_drops_sentences_from_the_longest_document(words):
 
 def test_nq_layout_windows_and_nested_candidates(words):
     (inst,) = compile_windows(nq_graph(NQ), schema("nq"), words)
-    assert long_texts(inst) == ["", "what", "is", "the", "sun", "", "Sun", "The", "Sun", "is", "a", "star", ".", "Mass", "2e30", "kg", "hot", ""]
+    assert long_texts(inst) == [
+        "",
+        "what",
+        "is",
+        "the",
+        "sun",
+        "",
+        "Sun",
+        "The",
+        "Sun",
+        "is",
+        "a",
+        "star",
+        ".",
+        "Mass",
+        "2e30",
+        "kg",
+        "hot",
+        "",
+    ]
     assert inst.long_token_ids[[0, 5, 17]].tolist() == [words.cls_id, words.sep_id, words.sep_id]
     assert inst.global_node_ids == ["<cls>", "q", "q", "q", "q", "c0", "c1", "c2", "c3"]
     # the table row c2 nests inside the table c1: its tokens belong to the innermost candidate
@@ -153,7 +224,11 @@ def test_openkp_with_selected_elements_as_globals(words):
     data["node_types"]["text"] = {"long": True}
     graph = parse_html(PAGE, selector="p, h1")
     inst = compile_instance(graph, load_schema(data), words)
-    assert [graph.span_text(g) for g in inst.global_node_ids] == ["Main title", "Hello bold world & caf\u00e9.", "Second\nline"]
+    assert [graph.span_text(g) for g in inst.global_node_ids] == [
+        "Main title",
+        "Hello bold world & caf\u00e9.",
+        "Second\nline",
+    ]
 
 
 def test_etc_sentences_one_global_per_sentence_hard_g2l(words):

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import re
 
-import spacy
 import pytest
-from hypothesis import given, settings, strategies as st
+import spacy
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from graphattn.errors import IngestError
 from graphattn.ingest.text import default_nlp, link_mentions, paragraph_spans, sentence_spans, text_to_graph
@@ -28,17 +29,31 @@ def test_paragraphs_and_sentences():
         ("p1.s1", "Yes."),
     ]
     contains = {(e.src, e.dst) for e in graph.edges_of("contains")}
-    assert contains == {("doc", "p0"), ("doc", "p1"), ("p0", "p0.s0"), ("p0", "p0.s1"), ("p1", "p1.s0"), ("p1", "p1.s1")}
+    assert contains == {
+        ("doc", "p0"),
+        ("doc", "p1"),
+        ("p0", "p0.s0"),
+        ("p0", "p0.s1"),
+        ("p1", "p1.s0"),
+        ("p1", "p1.s1"),
+    }
 
 
 def test_mentions_are_case_insensitive_token_aligned_and_longest_first():
-    graph = text_to_graph(TEXT + " Newyorkers and new yorkers? İstanbul.",
-                          candidates=["dr. smith", "New York", "new york city", "istanbul", "absent"])
+    graph = text_to_graph(
+        TEXT + " Newyorkers and new yorkers? İstanbul.",
+        candidates=["dr. smith", "New York", "new york city", "istanbul", "absent"],
+    )
     mentions = [(graph.span_text(m.id), m.attrs["candidate"]) for m in graph.nodes_of_type("mention")]
     # "New York City" is one mention of the longer candidate, not also one of "New York";
     # "Newyorkers"/"new yorkers" are not token-aligned matches.
     assert mentions == [("Dr. Smith", "c0"), ("New York City", "c2"), ("new york", "c1"), ("İstanbul", "c3")]
-    assert {(e.src, e.dst) for e in graph.edges_of("mention_of")} == {("m0", "c0"), ("m1", "c2"), ("m2", "c1"), ("m3", "c3")}
+    assert {(e.src, e.dst) for e in graph.edges_of("mention_of")} == {
+        ("m0", "c0"),
+        ("m1", "c2"),
+        ("m2", "c1"),
+        ("m3", "c3"),
+    }
     assert graph.node("c4").span is None and graph.node("c4").attrs["text"] == "absent"
 
 
@@ -76,8 +91,12 @@ def test_spans_tile_the_text_without_whitespace_edges(blocks):
         assert re.search(r"\n[ \t]*\n", text[start:end]) is None  # no blank line inside a paragraph
         sentences = sentence_spans(text, start, end, default_nlp())
         assert all(start <= s < e <= end for s, e in sentences)
-        assert "".join(text[s:e] for s, e in sentences).replace(" ", "").replace("\n", "") == text[start:end].replace(" ", "").replace("\n", "")
-    assert "".join(text[s:e] for s, e in paragraphs).replace(" ", "").replace("\n", "") == text.replace(" ", "").replace("\n", "")
+        assert "".join(text[s:e] for s, e in sentences).replace(" ", "").replace("\n", "") == text[start:end].replace(
+            " ", ""
+        ).replace("\n", "")
+    assert "".join(text[s:e] for s, e in paragraphs).replace(" ", "").replace("\n", "") == text.replace(
+        " ", ""
+    ).replace("\n", "")
 
 
 def test_link_mentions_inside_regions_only():

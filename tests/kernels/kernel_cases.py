@@ -14,16 +14,21 @@ import torch
 
 from graphattn.compile.batching import collate
 from graphattn.compile.compiler import compile_instance as compile_graph
-from graphattn.contract import EtcBatch, SideInputs
 from graphattn.compile.side_inputs import side_inputs
+from graphattn.contract import EtcBatch, SideInputs
 from graphattn.graph import DocGraph
 from graphattn.kernels.synthetic import synthetic_side_inputs
 
 # A small WikiHop-like schema: a candidate global linked to its mentions, one global per
 # sentence, documents as l2l segments, hard g2l (candidates exempt).
 GRAPH_SCHEMA = {
-    "name": "kernel-test", "local_radius": 3, "relative_pos_max_distance": 2, "relative_vocab_size": 16,
-    "max_long_length": 256, "max_global_length": 32, "special_tokens": {"global": 1},
+    "name": "kernel-test",
+    "local_radius": 3,
+    "relative_pos_max_distance": 2,
+    "relative_vocab_size": 16,
+    "max_long_length": 256,
+    "max_global_length": 32,
+    "special_tokens": {"global": 1},
     "node_types": {
         "document": {"segment": True},
         "candidate": {"global": "node", "long": True, "segment": True, "ignore_hard_masks": True},
@@ -48,7 +53,9 @@ class Case:
         return [*self.states, self.key_table] + ([self.bias_table] if self.bias_table is not None else [])
 
 
-def _tensors(batch, heads, num_global, num_long, dim, vocab, dtype, bias, seed) -> tuple[list, torch.Tensor, torch.Tensor | None]:
+def _tensors(
+    batch, heads, num_global, num_long, dim, vocab, dtype, bias, seed
+) -> tuple[list, torch.Tensor, torch.Tensor | None]:
     gen = torch.Generator().manual_seed(seed)
     rand = lambda *shape: torch.randn(*shape, generator=gen, dtype=torch.float64).to(dtype).requires_grad_()  # noqa: E731
     states = [rand(batch, heads, n, dim) for n in (num_global,) * 3 + (num_long,) * 3]
@@ -56,8 +63,20 @@ def _tensors(batch, heads, num_global, num_long, dim, vocab, dtype, bias, seed) 
 
 
 def compiler_case(
-    *, batch=2, heads=2, dim=8, num_long=37, radius=4, max_distance=3, doc_lengths=((9, 14, 6), (20,)), sentences_per_doc=3,
-    hard_g2l=False, hard_l2g=False, dtype=torch.float64, bias=True, seed=0,
+    *,
+    batch=2,
+    heads=2,
+    dim=8,
+    num_long=37,
+    radius=4,
+    max_distance=3,
+    doc_lengths=((9, 14, 6), (20,)),
+    sentences_per_doc=3,
+    hard_g2l=False,
+    hard_l2g=False,
+    dtype=torch.float64,
+    bias=True,
+    seed=0,
 ) -> Case:
     """Packed documents (lengths per batch row), each split into sentences that own global tokens."""
     rng = np.random.default_rng(seed)
@@ -77,8 +96,13 @@ def compiler_case(
             long_bp[b, pos - 1] = 1
             global_bp[b, glob - 1] = 1
     side = side_inputs(
-        torch.from_numpy(long_bp), torch.from_numpy(global_bp), torch.from_numpy(sentence_ids), radius, max_distance,
-        use_hard_g2l_mask=hard_g2l, use_hard_l2g_mask=hard_l2g,
+        torch.from_numpy(long_bp),
+        torch.from_numpy(global_bp),
+        torch.from_numpy(sentence_ids),
+        radius,
+        max_distance,
+        use_hard_g2l_mask=hard_g2l,
+        use_hard_l2g_mask=hard_l2g,
     )
     vocab = 2 * max_distance + 3
     states, key_table, bias_table = _tensors(batch, heads, num_global, num_long, dim, vocab, dtype, bias, seed)
@@ -107,7 +131,11 @@ def graph_batch(*, compact: bool = False) -> EtcBatch:
     """Two documents of different lengths compiled and collated (so row 1 is padded); with
     `compact` the instances are compiled compact and the batch carries its CompactBatch too."""
     graphs = [
-        document_graph("a", "blue whale", ["the blue whale is big .", "it eats krill and swims far away .", "blue whale songs travel ."]),
+        document_graph(
+            "a",
+            "blue whale",
+            ["the blue whale is big .", "it eats krill and swims far away .", "blue whale songs travel ."],
+        ),
         document_graph("b", "red fox", ["a red fox runs .", "foxes hunt at night ."]),
     ]
     return collate([compile_graph(g, GRAPH_SCHEMA, "spacy:en", compact=compact) for g in graphs])
@@ -117,11 +145,26 @@ def graph_case(*, heads=2, dim=8, dtype=torch.float64, bias=True, seed=0) -> Cas
     batch = graph_batch()
     side = batch.side
     vocab = GRAPH_SCHEMA["relative_vocab_size"]
-    states, key_table, bias_table = _tensors(batch.batch_size, heads, side.global_length, side.long_length, dim, vocab, dtype, bias, seed)
+    states, key_table, bias_table = _tensors(
+        batch.batch_size, heads, side.global_length, side.long_length, dim, vocab, dtype, bias, seed
+    )
     return Case(side, vocab, states, key_table, bias_table)
 
 
-def synthetic_case(*, batch=2, heads=2, dim=8, num_long=29, num_global=6, radius=3, max_distance=2, dtype=torch.float64, bias=True, seed=0, **layout) -> Case:
+def synthetic_case(
+    *,
+    batch=2,
+    heads=2,
+    dim=8,
+    num_long=29,
+    num_global=6,
+    radius=3,
+    max_distance=2,
+    dtype=torch.float64,
+    bias=True,
+    seed=0,
+    **layout,
+) -> Case:
     side, lay = synthetic_side_inputs(batch, num_long, num_global, radius, max_distance, seed=seed, **layout)
     states, key_table, bias_table = _tensors(batch, heads, num_global, num_long, dim, lay.vocab_size, dtype, bias, seed)
     return Case(side, lay.vocab_size, states, key_table, bias_table)
@@ -154,4 +197,15 @@ def assert_all_close(actual: list, expected: list, rtol: float, names=None) -> N
         assert err <= rtol * max(ref, 1e-4), f"{name}: max error {err:.3g} vs max magnitude {ref:.3g} (rtol {rtol})"
 
 
-RESULT_NAMES = ["global_out", "long_out", "d_global_q", "d_global_k", "d_global_v", "d_long_q", "d_long_k", "d_long_v", "d_key_table", "d_bias_table"]
+RESULT_NAMES = [
+    "global_out",
+    "long_out",
+    "d_global_q",
+    "d_global_k",
+    "d_global_v",
+    "d_long_q",
+    "d_long_k",
+    "d_long_v",
+    "d_key_table",
+    "d_bias_table",
+]

@@ -39,11 +39,27 @@ def test_compiled_graph_batch_with_mention_links_and_padding() -> None:
 
 @pytest.mark.parametrize(
     "options",
-    [dict(tile_elements=1), dict(block_size=5), dict(block_size=11, tile_elements=300), dict(tile_elements=1, workers=3), dict(tile_elements=1, workers=1)],
+    [
+        dict(tile_elements=1),
+        dict(block_size=5),
+        dict(block_size=11, tile_elements=300),
+        dict(tile_elements=1, workers=3),
+        dict(tile_elements=1, workers=1),
+    ],
     ids=["one_block_per_chunk", "block_above_radius", "odd_block_small_tiles", "three_worker_threads", "one_thread"],
 )
 def test_chunking_does_not_change_results(options) -> None:
-    case = synthetic_case(num_long=41, num_global=7, radius=4, num_docs=2, long_padding=4, global_padding=1, mention_links=6, empty_long_rows=2, empty_global_rows=1)
+    case = synthetic_case(
+        num_long=41,
+        num_global=7,
+        radius=4,
+        num_docs=2,
+        long_padding=4,
+        global_padding=1,
+        mention_links=6,
+        empty_long_rows=2,
+        empty_global_rows=1,
+    )
     assert_all_close(run(blocked_with(**options), case), run(dense.attention, case), 1e-10, RESULT_NAMES)
 
 
@@ -84,7 +100,9 @@ def test_empty_rows_are_zero_not_nan() -> None:
 
 def test_tiles_stay_within_budget_as_length_grows() -> None:
     """The layout never holds [H, L, G] scores: chunk sizes follow the tile budget, not L."""
-    tiles = [blocked_tiles.geometry(1, 12, n // 16, n, 84, 32, 0.125, None, blocked.TILE_ELEMENTS) for n in (4096, 16384)]
+    tiles = [
+        blocked_tiles.geometry(1, 12, n // 16, n, 84, 32, 0.125, None, blocked.TILE_ELEMENTS) for n in (4096, 16384)
+    ]
     for geo in tiles:
         assert geo.blocks_per_chunk * geo.bh * geo.block * 3 * geo.block <= blocked.TILE_ELEMENTS
     assert tiles[0].blocks_per_chunk == tiles[1].blocks_per_chunk
@@ -101,10 +119,19 @@ def test_tiles_stay_within_budget_as_length_grows() -> None:
     flags=st.fixed_dictionaries(dict(hard_g2l=st.booleans(), hard_l2g=st.booleans(), num_docs=st.integers(1, 3))),
     seed=st.integers(0, 10_000),
 )
-def test_random_batches_match_dense(num_long, num_global, radius, block_size, tile_elements, workers, flags, seed) -> None:
+def test_random_batches_match_dense(
+    num_long, num_global, radius, block_size, tile_elements, workers, flags, seed
+) -> None:
     case = synthetic_case(
-        num_long=num_long, num_global=num_global, radius=radius, seed=seed, mention_links=3,
-        long_padding=min(2, num_long - 1), empty_long_rows=min(1, num_long), empty_global_rows=min(1, num_global), **flags,
+        num_long=num_long,
+        num_global=num_global,
+        radius=radius,
+        seed=seed,
+        mention_links=3,
+        long_padding=min(2, num_long - 1),
+        empty_long_rows=min(1, num_long),
+        empty_global_rows=min(1, num_global),
+        **flags,
     )
     actual = run(blocked_with(block_size=block_size, tile_elements=tile_elements, workers=workers), case)
     assert_all_close(actual, run(dense.attention, case), 1e-10, RESULT_NAMES)

@@ -60,7 +60,7 @@ def test_full_labels_and_mask_layout() -> None:
 
 def loop_reference(gq, gk, gv, lq, lk, lv, side, key_table, bias_table, scale):
     """Straight from the definition: one Python loop per (batch, head, query, key)."""
-    num_global, num_long, radius = gq.shape[2], lq.shape[2], side.local_radius
+    num_global, _num_long, radius = gq.shape[2], lq.shape[2], side.local_radius
     q, k, v = (torch.cat([a, b], 2) for a, b in ((gq, lq), (gk, lk), (gv, lv)))
     out = torch.zeros_like(q)
     for b in range(q.shape[0]):
@@ -102,8 +102,18 @@ def loop_reference(gq, gk, gv, lq, lk, lv, side, key_table, bias_table, scale):
 )
 def test_dense_equals_loop_reference(num_long, num_global, radius, hard, docs, empty, seed) -> None:
     case = synthetic_case(
-        batch=2, heads=2, dim=3, num_long=num_long, num_global=num_global, radius=radius, seed=seed,
-        num_docs=docs, hard_g2l=hard, hard_l2g=hard, mention_links=2, empty_long_rows=min(empty, num_long),
+        batch=2,
+        heads=2,
+        dim=3,
+        num_long=num_long,
+        num_global=num_global,
+        radius=radius,
+        seed=seed,
+        num_docs=docs,
+        hard_g2l=hard,
+        hard_l2g=hard,
+        mention_links=2,
+        empty_long_rows=min(empty, num_long),
         empty_global_rows=min(empty, num_global),
     )
     expected = run(loop_reference, case, grads=False)

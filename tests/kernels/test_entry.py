@@ -22,9 +22,16 @@ def case():
 
 def call(case, backend="dense", **overrides):
     args = dict(
-        global_q=case.states[0], global_k=case.states[1], global_v=case.states[2],
-        long_q=case.states[3], long_k=case.states[4], long_v=case.states[5],
-        side=case.side, rel_key_table=case.key_table, rel_bias_table=case.bias_table, backend=backend,
+        global_q=case.states[0],
+        global_k=case.states[1],
+        global_v=case.states[2],
+        long_q=case.states[3],
+        long_k=case.states[4],
+        long_v=case.states[5],
+        side=case.side,
+        rel_key_table=case.key_table,
+        rel_bias_table=case.bias_table,
+        backend=backend,
     )
     args.update(overrides)
     return global_local_attention(**args)
@@ -69,7 +76,11 @@ def test_gradients_flow_through_the_entry_point(case) -> None:
 def test_autocast_bf16_runs_and_returns_the_state_dtype(case) -> None:
     with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
         states = [s.bfloat16() for s in case.states]
-        out = call(case, backend="blocked", **dict(zip(["global_q", "global_k", "global_v", "long_q", "long_k", "long_v"], states)))
+        out = call(
+            case,
+            backend="blocked",
+            **dict(zip(["global_q", "global_k", "global_v", "long_q", "long_k", "long_v"], states)),
+        )
     assert out[0].dtype == torch.bfloat16 and out[1].dtype == torch.bfloat16
 
 
@@ -105,7 +116,10 @@ def test_float_side_inputs_are_rejected(case) -> None:
 def test_label_id_past_the_table(case) -> None:
     ids = case.side.g2l_relative_att_ids.clone()
     ids[1, 2, 5] = case.vocab
-    with pytest.raises(BatchError, match=rf"side\.g2l_relative_att_ids.*id {case.vocab} at index \[1, 2, 5\].*vocabulary of {case.vocab}"):
+    with pytest.raises(
+        BatchError,
+        match=rf"side\.g2l_relative_att_ids.*id {case.vocab} at index \[1, 2, 5\].*vocabulary of {case.vocab}",
+    ):
         call(case, side=replace_side(case.side, g2l_relative_att_ids=ids))
 
 
@@ -119,7 +133,11 @@ def test_negative_label_id(case) -> None:
 def test_radius_must_match_the_model(case) -> None:
     with pytest.raises(BatchError, match="local radius 2, but the model's local_radius is 3"):
         call(case, local_radius=3)
-    even = replace_side(case.side, l2l_att_mask=case.side.l2l_att_mask[..., :4], l2l_relative_att_ids=case.side.l2l_relative_att_ids[..., :4])
+    even = replace_side(
+        case.side,
+        l2l_att_mask=case.side.l2l_att_mask[..., :4],
+        l2l_relative_att_ids=case.side.l2l_relative_att_ids[..., :4],
+    )
     with pytest.raises(BatchError, match="odd"):
         call(case, side=even)
 

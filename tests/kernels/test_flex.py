@@ -23,7 +23,16 @@ def test_forward_matches_dense_on_compiler_and_synthetic_batches() -> None:
     cases = [
         graph_case(dtype=torch.float32, dim=16),
         compiler_case(dtype=torch.float32, dim=16, hard_g2l=True),
-        synthetic_case(dtype=torch.float32, dim=16, num_docs=2, long_padding=3, global_padding=1, mention_links=5, empty_long_rows=2, empty_global_rows=1),
+        synthetic_case(
+            dtype=torch.float32,
+            dim=16,
+            num_docs=2,
+            long_padding=3,
+            global_padding=1,
+            mention_links=5,
+            empty_long_rows=2,
+            empty_global_rows=1,
+        ),
     ]
     for case in cases:
         with torch.no_grad():

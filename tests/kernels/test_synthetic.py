@@ -11,7 +11,9 @@ from graphattn.kernels.synthetic import synthetic_side_inputs
 
 @pytest.mark.parametrize("hard", [False, True])
 def test_matches_the_compiler_builder_for_one_document_with_padding(hard) -> None:
-    side, layout = synthetic_side_inputs(2, 30, 5, 4, 3, long_padding=4, global_padding=1, hard_g2l=hard, hard_l2g=hard, seed=3)
+    side, layout = synthetic_side_inputs(
+        2, 30, 5, 4, 3, long_padding=4, global_padding=1, hard_g2l=hard, hard_l2g=hard, seed=3
+    )
     long_bp = torch.zeros(2, 30, dtype=torch.int32)
     long_bp[:, 25] = 1  # last real token
     global_bp = torch.zeros(2, 5, dtype=torch.int32)
@@ -29,7 +31,9 @@ def test_matches_the_compiler_builder_for_one_document_with_padding(hard) -> Non
 
 
 def test_mentions_and_empty_rows() -> None:
-    side, layout = synthetic_side_inputs(1, 40, 6, 3, 2, mention_links=5, empty_long_rows=3, empty_global_rows=2, seed=1)
+    side, layout = synthetic_side_inputs(
+        1, 40, 6, 3, 2, mention_links=5, empty_long_rows=3, empty_global_rows=2, seed=1
+    )
     mention = layout.vocab_size - 1
     assert (side.l2g_relative_att_ids == mention).any()
     assert torch.equal(side.l2g_relative_att_ids, side.g2l_relative_att_ids.transpose(1, 2))

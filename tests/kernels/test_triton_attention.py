@@ -47,7 +47,9 @@ def assert_rel_close(actual, expected, rel=1e-5, name=""):
     if expected.numel() == 0:
         return
     scale = expected.abs().max().clamp(min=0.1)
-    torch.testing.assert_close(actual.float(), expected.float(), rtol=rel, atol=rel * scale.item(), msg=lambda m: f"{name}: {m}")
+    torch.testing.assert_close(
+        actual.float(), expected.float(), rtol=rel, atol=rel * scale.item(), msg=lambda m: f"{name}: {m}"
+    )
 
 
 def check_against_dense(side, states, key_table, bias_table, *, block_sizes=SMALL_TILES, **kwargs):
@@ -72,13 +74,30 @@ STRUCTURES = {
     "soft_hierarchy": dict(batch=2, long_length=37, global_length=6, radius=3, max_distance=3, bias=True),
     # hard g2l and l2g, two packed documents, padding on both sides, G = 20 spans two global tiles
     "hard_packed_padded": dict(
-        batch=2, long_length=40, global_length=20, radius=5, max_distance=2, num_docs=2,
-        long_padding=5, global_padding=2, hard_g2l=True, hard_l2g=True, bias=False,
+        batch=2,
+        long_length=40,
+        global_length=20,
+        radius=5,
+        max_distance=2,
+        num_docs=2,
+        long_padding=5,
+        global_padding=2,
+        hard_g2l=True,
+        hard_l2g=True,
+        bias=False,
     ),
     # mention links with their own label, rows with nothing to attend to, hard g2l only
     "mentions_empty_rows": dict(
-        batch=2, long_length=29, global_length=7, radius=4, max_distance=3, mention_links=6,
-        empty_long_rows=3, empty_global_rows=2, hard_g2l=True, bias=True,
+        batch=2,
+        long_length=29,
+        global_length=7,
+        radius=4,
+        max_distance=3,
+        mention_links=6,
+        empty_long_rows=3,
+        empty_global_rows=2,
+        hard_g2l=True,
+        bias=True,
     ),
 }
 
@@ -89,7 +108,9 @@ def test_matches_dense_on_compiled_structures(structure):
     bias = spec.pop("bias")
     side, layout = synthetic_side_inputs(**spec, seed=3)
     n_labels = layout.vocab_size + 1  # 9 or 11: not a power of two, and one label never used
-    states, key_table, bias_table = make_inputs(spec["batch"], 2, spec["global_length"], spec["long_length"], 16, n_labels, bias=bias)
+    states, key_table, bias_table = make_inputs(
+        spec["batch"], 2, spec["global_length"], spec["long_length"], 16, n_labels, bias=bias
+    )
     global_out, long_out = check_against_dense(side, states, key_table, bias_table)
     if spec.get("empty_long_rows"):  # rows with nothing to attend to are exact zeros, not NaN
         dead_long = ~((side.l2l_att_mask != 0).any(-1) | (side.l2g_att_mask != 0).any(-1))  # [B, L]
@@ -164,8 +185,19 @@ def test_by_hand_two_long_tokens_one_global():
     )
     key_table = torch.randn(3, 1, d)
     bias_table = torch.tensor([[0.0], [math.log(3.0)], [math.log(3.0)]])
-    global_out, long_out = attention(zeros, zeros, v_global, torch.zeros(1, 1, 2, d), torch.zeros(1, 1, 2, d), v_long,
-                                     side, key_table, bias_table, 0.25, block_sizes=SMALL_TILES)
+    global_out, long_out = attention(
+        zeros,
+        zeros,
+        v_global,
+        torch.zeros(1, 1, 2, d),
+        torch.zeros(1, 1, 2, d),
+        v_long,
+        side,
+        key_table,
+        bias_table,
+        0.25,
+        block_sizes=SMALL_TILES,
+    )
     torch.testing.assert_close(long_out[0, 0, :, 0], torch.tensor([0.75 * 4 + 0.25 * 8, 0.0]))
     torch.testing.assert_close(global_out[0, 0, :, 0], torch.tensor([0.25 * 4 + 0.75 * 100]))
 
@@ -211,7 +243,15 @@ def test_precomputed_g2l_blocks_and_default_tiles():
     check_against_dense(side, states, key_table, bias_table, g2l_key_blocks=blocks)
     check_against_dense(side, states, key_table, bias_table, block_sizes=None)  # the default tiles
     with pytest.raises(BatchError, match="g2l_key_blocks"):
-        attention(*states, side, key_table, bias_table, 0.25, g2l_key_blocks=g2l_key_blocks(side.g2l_att_mask, 32, 32), block_sizes=SMALL_TILES)
+        attention(
+            *states,
+            side,
+            key_table,
+            bias_table,
+            0.25,
+            g2l_key_blocks=g2l_key_blocks(side.g2l_att_mask, 32, 32),
+            block_sizes=SMALL_TILES,
+        )
 
 
 def test_one_plan_per_prepared_batch_and_edits_take_effect_in_the_next():
@@ -250,8 +290,9 @@ def test_one_plan_per_prepared_batch_and_edits_take_effect_in_the_next():
     seed=st.integers(0, 1000),
 )
 def test_property_matches_dense(n_long, n_global, radius, n_labels, num_docs, hard, seed):
-    side, layout = synthetic_side_inputs(1, n_long, n_global, radius, max_distance=2, num_docs=num_docs,
-                                         hard_g2l=hard, hard_l2g=hard, seed=seed)
+    side, layout = synthetic_side_inputs(
+        1, n_long, n_global, radius, max_distance=2, num_docs=num_docs, hard_g2l=hard, hard_l2g=hard, seed=seed
+    )
     states, key_table, bias_table = make_inputs(1, 1, n_global, n_long, 16, layout.vocab_size + n_labels, seed=seed)
     check_against_dense(side, states, key_table, bias_table)
 
@@ -262,8 +303,13 @@ class TestBadInputs:
         self.states, self.key_table, self.bias_table = make_inputs(1, 2, 3, 20, 16, layout.vocab_size)
 
     def call(self, states=None, side=None, key_table=None, bias_table="same"):
-        return attention(*(states or self.states), side or self.side, self.key_table if key_table is None else key_table,
-                         self.bias_table if bias_table == "same" else bias_table, 0.25)
+        return attention(
+            *(states or self.states),
+            side or self.side,
+            self.key_table if key_table is None else key_table,
+            self.bias_table if bias_table == "same" else bias_table,
+            0.25,
+        )
 
     def test_unsupported_head_dim(self):
         states, key_table, _ = make_inputs(1, 2, 3, 20, 24, 10)

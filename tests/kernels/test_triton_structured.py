@@ -21,8 +21,7 @@ from kernel_cases import RESULT_NAMES, assert_all_close, graph_batch
 
 from graphattn.compile.batching import collate
 from graphattn.errors import BatchError
-from graphattn.kernels import dense, prepare_attention
-from graphattn.kernels import triton_backward, triton_config, triton_forward, triton_labels
+from graphattn.kernels import dense, prepare_attention, triton_backward, triton_config, triton_forward, triton_labels
 from graphattn.kernels.triton_blocks import BlockSizes
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "compile"))

@@ -11,8 +11,17 @@ from graphattn.nn import EtcConfig, GlobalLocalAttention
 
 
 def tiny_config(**changes) -> EtcConfig:
-    base = dict(hidden_size=32, num_attention_heads=2, intermediate_size=64, num_hidden_layers=2, local_radius=20,
-                relative_pos_max_distance=2, relative_vocab_size=8, vocab_size=50, hidden_dropout_prob=0.0)
+    base = dict(
+        hidden_size=32,
+        num_attention_heads=2,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        local_radius=20,
+        relative_pos_max_distance=2,
+        relative_vocab_size=8,
+        vocab_size=50,
+        hidden_dropout_prob=0.0,
+    )
     return EtcConfig(**{**base, **changes})
 
 
@@ -22,8 +31,16 @@ def long_only_side(batch: int, length: int, radius: int) -> SideInputs:
     keys = torch.arange(length)[:, None] + offsets
     l2l = ((keys >= 0) & (keys < length)).int().expand(batch, -1, -1).contiguous()
     empty = lambda *shape: torch.zeros(*shape, dtype=torch.int32)  # noqa: E731
-    return SideInputs(l2l, empty(batch, 0, 0), empty(batch, length, 0), empty(batch, 0, length),
-                      torch.zeros_like(l2l), empty(batch, 0, 0), empty(batch, length, 0), empty(batch, 0, length))
+    return SideInputs(
+        l2l,
+        empty(batch, 0, 0),
+        empty(batch, length, 0),
+        empty(batch, 0, length),
+        torch.zeros_like(l2l),
+        empty(batch, 0, 0),
+        empty(batch, length, 0),
+        empty(batch, 0, length),
+    )
 
 
 @pytest.mark.parametrize("backend", ["dense", "blocked"])

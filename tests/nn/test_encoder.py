@@ -19,9 +19,15 @@ from kernel_cases import GRAPH_SCHEMA, graph_batch  # noqa: E402
 
 def config_for_batch(**changes) -> EtcConfig:
     base = dict(
-        vocab_size=200, hidden_size=32, num_attention_heads=2, intermediate_size=64, num_hidden_layers=2,
-        local_radius=GRAPH_SCHEMA["local_radius"], relative_pos_max_distance=GRAPH_SCHEMA["relative_pos_max_distance"],
-        relative_vocab_size=GRAPH_SCHEMA["relative_vocab_size"], hidden_dropout_prob=0.0,
+        vocab_size=200,
+        hidden_size=32,
+        num_attention_heads=2,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        local_radius=GRAPH_SCHEMA["local_radius"],
+        relative_pos_max_distance=GRAPH_SCHEMA["relative_pos_max_distance"],
+        relative_vocab_size=GRAPH_SCHEMA["relative_vocab_size"],
+        hidden_dropout_prob=0.0,
     )
     return EtcConfig(**{**base, **changes})
 
@@ -33,7 +39,12 @@ def batch():
 
 def test_config_defaults_are_etc_base_and_large_preset() -> None:
     base = EtcConfig()
-    assert (base.hidden_size, base.num_hidden_layers, base.num_attention_heads, base.intermediate_size) == (768, 12, 12, 3072)
+    assert (base.hidden_size, base.num_hidden_layers, base.num_attention_heads, base.intermediate_size) == (
+        768,
+        12,
+        12,
+        3072,
+    )
     assert (base.local_radius, base.relative_pos_max_distance, base.relative_vocab_size) == (84, 12, 32)
     assert base.share_qkv_projections and base.max_absolute_position_embeddings == 0
     large = EtcConfig.etc_large()
@@ -44,7 +55,11 @@ def test_config_defaults_are_etc_base_and_large_preset() -> None:
 
 @pytest.mark.parametrize(
     "changes, field",
-    [(dict(hidden_size=100), "hidden_size"), (dict(relative_vocab_size=20), "relative_vocab_size"), (dict(attention_backend="cuda"), "attention_backend")],
+    [
+        (dict(hidden_size=100), "hidden_size"),
+        (dict(relative_vocab_size=20), "relative_vocab_size"),
+        (dict(attention_backend="cuda"), "attention_backend"),
+    ],
 )
 def test_config_rejects_inconsistent_values(changes, field) -> None:
     with pytest.raises(GraphattnError, match=rf"EtcConfig\.{field}"):
@@ -73,7 +88,12 @@ def test_state_dict_round_trip(batch) -> None:
     for a, b in zip(encoder(batch), restored(batch)):
         assert torch.equal(a, b)
     names = set(encoder.state_dict())
-    assert {"embeddings.word_embeddings.weight", "layer.0.attention.query.weight", "layer.1.output_norm.bias", "layer.0.attention.relative_key_table"} <= names
+    assert {
+        "embeddings.word_embeddings.weight",
+        "layer.0.attention.query.weight",
+        "layer.1.output_norm.bias",
+        "layer.0.attention.relative_key_table",
+    } <= names
 
 
 def test_autocast_bf16_forward_on_cpu(batch) -> None:
@@ -104,7 +124,9 @@ def test_gradient_checkpointing_gives_the_same_gradients(batch) -> None:
 
 def test_batch_errors_name_the_problem(batch) -> None:
     with pytest.raises(BatchError, match="relative_vocab_size is 15"):
-        EtcEncoder(config_for_batch(relative_vocab_size=15, relative_pos_max_distance=2))(dataclasses.replace(batch, vocab_size=16))
+        EtcEncoder(config_for_batch(relative_vocab_size=15, relative_pos_max_distance=2))(
+            dataclasses.replace(batch, vocab_size=16)
+        )
     with pytest.raises(BatchError, match="local radius 3 but the model's local_radius is 4"):
         EtcEncoder(config_for_batch(local_radius=4))(batch)
     with pytest.raises(BatchError, match=r"long_token_ids.*\[0, 5\)"):

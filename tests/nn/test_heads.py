@@ -15,13 +15,12 @@ from hypothesis import strategies as st
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "train"))
 from train_cases import instances, task_targets, tiny_config  # noqa: E402
 
+from graphattn.compile import collate  # noqa: E402
 from graphattn.errors import GraphattnError  # noqa: E402
 from graphattn.nn import EtcEncoder  # noqa: E402
 from graphattn.nn.heads import CandidateScoringHead, KeyphraseHead, SpanExtractionHead, SpanLogits, SupportingFactsHead  # noqa: E402
-from graphattn.compile import collate  # noqa: E402
 from graphattn.train import InstanceLoader, TaskModel, TrainConfig, Trainer  # noqa: E402
 from graphattn.train.tasks import ngram_labels  # noqa: E402
-
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -52,8 +51,15 @@ def test_span_decode_matches_brute_force(start, width, seed) -> None:
     end = torch.randn(len(start), generator=gen)
     allowed = torch.rand(len(start), generator=gen) < 0.8
     allowed[0] = True
-    best = SpanExtractionHead(4).decode(SpanLogits(torch.tensor([start]), end[None], torch.zeros(1, 5)), allowed[None], width)
-    pairs = [(start[i] + float(end[j]), i, j) for i in range(len(start)) for j in range(i, min(len(start), i + width)) if allowed[i] and allowed[j]]
+    best = SpanExtractionHead(4).decode(
+        SpanLogits(torch.tensor([start]), end[None], torch.zeros(1, 5)), allowed[None], width
+    )
+    pairs = [
+        (start[i] + float(end[j]), i, j)
+        for i in range(len(start))
+        for j in range(i, min(len(start), i + width))
+        if allowed[i] and allowed[j]
+    ]
     score, i, j = max(pairs)
     assert best.score.item() == pytest.approx(score, abs=1e-5)
     assert start[best.start.item()] + float(end[best.end.item()]) == pytest.approx(score, abs=1e-5)
@@ -136,10 +142,14 @@ def test_head_shapes_and_gradients_reach_the_encoder(task) -> None:
     B, L, G = batch.batch_size, batch.long_token_ids.shape[1], batch.global_token_ids.shape[1]
     (name,) = model.targets
     logits = model.logits(batch)[name]
-    shapes = {"wikihop": lambda x: [tuple(x.shape)] == [(B, G)], "hotpotqa": lambda x: [tuple(x.shape)] == [(B, G, 2)],
-              "nq": lambda x: (tuple(x.start.shape), tuple(x.end.shape), tuple(x.answer_type.shape))
-              == ((B, L), (B, L), (B, 2)),
-              "openkp": lambda x: tuple(x.shape) == (B, 5, L)}
+    shapes = {
+        "wikihop": lambda x: [tuple(x.shape)] == [(B, G)],
+        "hotpotqa": lambda x: [tuple(x.shape)] == [(B, G, 2)],
+        "nq": lambda x: (
+            (tuple(x.start.shape), tuple(x.end.shape), tuple(x.answer_type.shape)) == ((B, L), (B, L), (B, 2))
+        ),
+        "openkp": lambda x: tuple(x.shape) == (B, 5, L),
+    }
     assert shapes[task](logits)
     output = model(batch)
     output["loss"].backward()
@@ -176,8 +186,16 @@ def test_each_head_overfits_eight_examples(task, steps) -> None:
     torch.manual_seed(0)
     model = TaskModel(EtcEncoder(tiny_config()), task_targets(task), max_ngram=5)
     data = InstanceLoader(instances(8), 8, collate)
-    config = TrainConfig(max_steps=steps, learning_rate=1e-2, warmup_steps=5, decay="linear", log_every=1,
-                         weight_decay=0.0, progress=False, precision="fp32")
+    config = TrainConfig(
+        max_steps=steps,
+        learning_rate=1e-2,
+        warmup_steps=5,
+        decay="linear",
+        log_every=1,
+        weight_decay=0.0,
+        progress=False,
+        precision="fp32",
+    )
     result = Trainer(model, config).fit(data)
     assert result.final_loss < 0.05, f"{task}: loss {result.final_loss:.4f} after {steps} steps"
     model.eval()

@@ -11,8 +11,8 @@ import torch
 
 transformers = pytest.importorskip("transformers")
 
-from graphattn.contract import EtcBatch  # noqa: E402
 from graphattn.compile.side_inputs import side_inputs_from_example_ids  # noqa: E402
+from graphattn.contract import EtcBatch  # noqa: E402
 from graphattn.errors import GraphattnError  # noqa: E402
 from graphattn.nn import EtcConfig  # noqa: E402
 from graphattn.nn.lift import etc_config_from_hf, lift_pretrained  # noqa: E402
@@ -31,7 +31,9 @@ def save_hf(kind: str, directory, head: bool = False, safe: bool = True):
         config = transformers.BertConfig(**SIZES, max_position_embeddings=40, type_vocab_size=2)
         model = transformers.BertForMaskedLM(config) if head else transformers.BertModel(config)
     else:
-        config = transformers.RobertaConfig(**SIZES, max_position_embeddings=42, type_vocab_size=1, pad_token_id=1, layer_norm_eps=1e-5)
+        config = transformers.RobertaConfig(
+            **SIZES, max_position_embeddings=42, type_vocab_size=1, pad_token_id=1, layer_norm_eps=1e-5
+        )
         model = transformers.RobertaForMaskedLM(config) if head else transformers.RobertaModel(config)
     with torch.no_grad():  # HF zero-initialises biases and unit LayerNorms: randomise them so a swapped copy shows
         for name, param in model.named_parameters():
@@ -45,7 +47,9 @@ def long_only_batch(token_ids: torch.Tensor, type_ids: torch.Tensor, lengths: li
     """No global tokens; padding is its own example (id 0), as collate lays it out."""
     B, L = token_ids.shape
     example_ids = (torch.arange(L)[None] < torch.tensor(lengths)[:, None]).int()
-    side = side_inputs_from_example_ids(example_ids, torch.zeros(B, 0, dtype=torch.int32), torch.zeros(B, L, dtype=torch.int32), RADIUS, 2)
+    side = side_inputs_from_example_ids(
+        example_ids, torch.zeros(B, 0, dtype=torch.int32), torch.zeros(B, L, dtype=torch.int32), RADIUS, 2
+    )
     empty = torch.zeros(B, 0, dtype=torch.long)
     return EtcBatch(token_ids, type_ids, empty, empty, example_ids, empty.int(), side, 7)
 
@@ -54,8 +58,13 @@ def long_only_batch(token_ids: torch.Tensor, type_ids: torch.Tensor, lengths: li
 @pytest.mark.parametrize("share_qkv", [True, False])
 def test_lifted_encoder_reproduces_the_hf_model(tmp_path, kind, share_qkv) -> None:
     hf = save_hf(kind, tmp_path)
-    encoder, report = lift_pretrained(tmp_path, local_radius=RADIUS, relative_pos_max_distance=2, relative_vocab_size=8,
-                                      share_qkv_projections=share_qkv)
+    encoder, report = lift_pretrained(
+        tmp_path,
+        local_radius=RADIUS,
+        relative_pos_max_distance=2,
+        relative_vocab_size=8,
+        share_qkv_projections=share_qkv,
+    )
     encoder.eval()
     gen = torch.Generator().manual_seed(1)
     lengths = [19, 13]
@@ -71,33 +80,53 @@ def test_lifted_encoder_reproduces_the_hf_model(tmp_path, kind, share_qkv) -> No
     real = attention_mask.bool()
     torch.testing.assert_close(long_hidden[real], expected[real], rtol=1e-5, atol=1e-5)
     copies = 3 * 2 * (1 if share_qkv else 2)  # q/k/v weight+bias, once or twice per layer
-    assert sum(etc.startswith("layer.0.attention.") and etc.split(".")[3] in {"query", "key", "value", "global_query", "global_key", "global_value"}
-               for etc, _, _ in report.copied) == copies
+    assert (
+        sum(
+            etc.startswith("layer.0.attention.")
+            and etc.split(".")[3] in {"query", "key", "value", "global_query", "global_key", "global_value"}
+            for etc, _, _ in report.copied
+        )
+        == copies
+    )
 
 
 def test_report_lists_copied_created_and_dropped_and_keeps_the_mlm_head(tmp_path) -> None:
     save_hf("bert", tmp_path, head=True, safe=False)  # BertForMaskedLM, pytorch_model.bin, "bert." prefixes
-    encoder, report = lift_pretrained(tmp_path, local_radius=RADIUS, relative_pos_max_distance=2, relative_vocab_size=8, relative_bias=True)
+    encoder, report = lift_pretrained(
+        tmp_path, local_radius=RADIUS, relative_pos_max_distance=2, relative_vocab_size=8, relative_bias=True
+    )
     assert ("embeddings.word_embeddings.weight", "embeddings.word_embeddings.weight", (99, 32)) in report.copied
     assert ("layer.1.output_norm.bias", "encoder.layer.1.output.LayerNorm.bias", (32,)) in report.copied
     created = dict(report.created)
     assert created["layer.0.attention.relative_key_table"].startswith("zeros")
     assert "layer.1.attention.relative_bias_table" in created
     assert created["embeddings.token_type_embeddings.weight[2:]"].startswith("14 new token type rows")
-    assert torch.equal(encoder.embeddings.token_type_embeddings.weight[5], encoder.embeddings.token_type_embeddings.weight[0])
+    assert torch.equal(
+        encoder.embeddings.token_type_embeddings.weight[5], encoder.embeddings.token_type_embeddings.weight[0]
+    )
     dropped = dict(report.dropped)
-    assert "cls.predictions.transform.dense.weight" in dropped and "cls.predictions.transform.dense.weight" in report.unused
+    assert (
+        "cls.predictions.transform.dense.weight" in dropped
+        and "cls.predictions.transform.dense.weight" in report.unused
+    )
     text = str(report)
-    assert text.startswith("lifted bert from") and "layer.*.attention.query.weight <- encoder.layer.*.attention.self.query.weight [32, 32] (x2)" in text
+    assert (
+        text.startswith("lifted bert from")
+        and "layer.*.attention.query.weight <- encoder.layer.*.attention.self.query.weight [32, 32] (x2)" in text
+    )
 
 
 def test_positions_kept_or_dropped_by_config(tmp_path) -> None:
     save_hf("roberta", tmp_path)
     hf_config = json.loads((tmp_path / "config.json").read_text())
-    assert etc_config_from_hf(hf_config).max_absolute_position_embeddings == 42 - 2  # RoBERTa: rows from padding_idx + 1
+    assert (
+        etc_config_from_hf(hf_config).max_absolute_position_embeddings == 42 - 2
+    )  # RoBERTa: rows from padding_idx + 1
     encoder, report = lift_pretrained(tmp_path, keep_absolute_positions=False, local_radius=RADIUS)
     assert encoder.embeddings.position_embeddings is None
-    assert dict(report.dropped)["embeddings.position_embeddings.weight"].startswith("max_absolute_position_embeddings=0")
+    assert dict(report.dropped)["embeddings.position_embeddings.weight"].startswith(
+        "max_absolute_position_embeddings=0"
+    )
     fewer, report = lift_pretrained(tmp_path, local_radius=RADIUS, max_absolute_position_embeddings=16)
     hf_positions = report.unused.get("embeddings.position_embeddings.weight")
     assert hf_positions is None  # it was used, only its tail was dropped
@@ -107,11 +136,18 @@ def test_positions_kept_or_dropped_by_config(tmp_path) -> None:
 def test_size_mismatch_names_the_tensor_and_both_shapes(tmp_path) -> None:
     save_hf("bert", tmp_path)
     wrong = EtcConfig(**{**SIZES, "intermediate_size": 64}, local_radius=RADIUS, max_absolute_position_embeddings=40)
-    with pytest.raises(GraphattnError, match=r"encoder\.layer\.0\.intermediate\.dense\.weight has shape \(37, 32\) but layer\.0\.intermediate\.weight has shape \(64, 32\)"):
+    with pytest.raises(
+        GraphattnError,
+        match=r"encoder\.layer\.0\.intermediate\.dense\.weight has shape \(37, 32\) but layer\.0\.intermediate\.weight has shape \(64, 32\)",
+    ):
         lift_pretrained(tmp_path, wrong)
-    with pytest.raises(GraphattnError, match=r"wants 64 positions \(shape \(64, 32\)\).*\(shape \(40, 32\)\) serves 40"):
+    with pytest.raises(
+        GraphattnError, match=r"wants 64 positions \(shape \(64, 32\)\).*\(shape \(40, 32\)\) serves 40"
+    ):
         lift_pretrained(tmp_path, local_radius=RADIUS, max_absolute_position_embeddings=64)
-    with pytest.raises(GraphattnError, match="has 99 vocabulary rows but embeddings.word_embeddings.weight has only 50"):
+    with pytest.raises(
+        GraphattnError, match="has 99 vocabulary rows but embeddings.word_embeddings.weight has only 50"
+    ):
         lift_pretrained(tmp_path, local_radius=RADIUS, vocab_size=50)
     bigger, report = lift_pretrained(tmp_path, local_radius=RADIUS, vocab_size=120)  # added tokens: new rows, fresh
     assert dict(report.created)["embeddings.word_embeddings.weight[99:]"].endswith("freshly initialised")
@@ -139,9 +175,19 @@ def test_lifted_encoder_still_trains_with_global_tokens(tmp_path) -> None:
     B, L, G = 1, 10, 2
     long_ids = torch.from_numpy(np.array([[2, 3, 4, 5, 6, 7, 8, 9, 10, 11]]))
     sentence_ids = torch.tensor([[0] * 5 + [1] * 5], dtype=torch.int32)
-    side = side_inputs_from_example_ids(torch.ones(B, L, dtype=torch.int32), torch.ones(B, G, dtype=torch.int32), sentence_ids, 3, 2)
-    batch = EtcBatch(long_ids, torch.zeros_like(long_ids), torch.ones(B, G, dtype=torch.long), torch.zeros(B, G, dtype=torch.long),
-                     torch.ones(B, L), torch.ones(B, G), side, 8)
+    side = side_inputs_from_example_ids(
+        torch.ones(B, L, dtype=torch.int32), torch.ones(B, G, dtype=torch.int32), sentence_ids, 3, 2
+    )
+    batch = EtcBatch(
+        long_ids,
+        torch.zeros_like(long_ids),
+        torch.ones(B, G, dtype=torch.long),
+        torch.zeros(B, G, dtype=torch.long),
+        torch.ones(B, L),
+        torch.ones(B, G),
+        side,
+        8,
+    )
     global_hidden, long_hidden = encoder(batch)
     (global_hidden.sum() + long_hidden.sum()).backward()
     assert encoder.layer[0].attention.relative_key_table.grad.abs().sum() > 0

@@ -10,9 +10,9 @@ from hypothesis import strategies as st
 
 from graphattn.contract import EtcBatch
 from graphattn.errors import BatchError, GraphattnError
+from graphattn.kernels import PreparedAttention
 from graphattn.kernels.synthetic import synthetic_side_inputs
 from graphattn.nn import EtcConfig, EtcEncoder
-from graphattn.kernels import PreparedAttention
 from graphattn.patterns.compression import Compressor, attention_reconstruction_loss
 from graphattn.patterns.compressive import (
     CompressiveConfig,
@@ -27,7 +27,9 @@ RADIUS, MAX_DISTANCE = 2, 2
 
 
 def make_batch(batch=2, long_length=24, global_length=6, long_padding=0, seed=0) -> EtcBatch:
-    side, layout = synthetic_side_inputs(batch, long_length, global_length, RADIUS, MAX_DISTANCE, long_padding=long_padding, seed=seed)
+    side, layout = synthetic_side_inputs(
+        batch, long_length, global_length, RADIUS, MAX_DISTANCE, long_padding=long_padding, seed=seed
+    )
     gen = torch.Generator().manual_seed(seed)
     return EtcBatch(
         long_token_ids=torch.randint(1, 40, (batch, long_length), generator=gen),
@@ -41,14 +43,29 @@ def make_batch(batch=2, long_length=24, global_length=6, long_padding=0, seed=0)
     )
 
 
-def make_encoder(compression="mean_pool", segment=4, memory=6, compressed=3, rate=2, layers=2, backend="blocked") -> CompressiveEncoder:
+def make_encoder(
+    compression="mean_pool", segment=4, memory=6, compressed=3, rate=2, layers=2, backend="blocked"
+) -> CompressiveEncoder:
     torch.manual_seed(0)
     config = EtcConfig(
-        vocab_size=40, hidden_size=16, num_attention_heads=2, intermediate_size=32, num_hidden_layers=layers,
-        local_radius=RADIUS, relative_pos_max_distance=MAX_DISTANCE, relative_vocab_size=2 * MAX_DISTANCE + 6,
-        hidden_dropout_prob=0.0, attention_backend=backend,
+        vocab_size=40,
+        hidden_size=16,
+        num_attention_heads=2,
+        intermediate_size=32,
+        num_hidden_layers=layers,
+        local_radius=RADIUS,
+        relative_pos_max_distance=MAX_DISTANCE,
+        relative_vocab_size=2 * MAX_DISTANCE + 6,
+        hidden_dropout_prob=0.0,
+        attention_backend=backend,
     )
-    mem = CompressiveConfig(segment_length=segment, memory_length=memory, compressed_length=compressed, compression_rate=rate, compression=compression)
+    mem = CompressiveConfig(
+        segment_length=segment,
+        memory_length=memory,
+        compressed_length=compressed,
+        compression_rate=rate,
+        compression=compression,
+    )
     return CompressiveEncoder(config, mem).double().eval()
 
 
@@ -87,7 +104,10 @@ def test_fifo_bookkeeping_step_by_step() -> None:
 
 @settings(max_examples=30, deadline=None)
 @given(
-    segment=st.integers(1, 5), memory=st.integers(0, 8), compressed=st.integers(0, 5), rate=st.integers(1, 3),
+    segment=st.integers(1, 5),
+    memory=st.integers(0, 8),
+    compressed=st.integers(0, 5),
+    rate=st.integers(1, 3),
     segments=st.integers(1, 8),
 )
 def test_fifo_matches_a_list_simulation(segment, memory, compressed, rate, segments) -> None:
@@ -99,9 +119,11 @@ def test_fifo_matches_a_list_simulation(segment, memory, compressed, rate, segme
     for step in range(segments):
         positions = list(range(step * segment, (step + 1) * segment))
         hidden = torch.tensor(positions, dtype=torch.float64).view(1, -1, 1)
-        state, evicted = push_segment(state, hidden, torch.tensor([positions]), torch.ones(1, segment, dtype=torch.bool), memory)
+        state, evicted = push_segment(
+            state, hidden, torch.tensor([positions]), torch.ones(1, segment, dtype=torch.bool), memory
+        )
         joined = held + positions
-        old, held = joined[: max(len(joined) - memory, 0)], joined[max(len(joined) - memory, 0):]
+        old, held = joined[: max(len(joined) - memory, 0)], joined[max(len(joined) - memory, 0) :]
         if old and compressed:
             new, valid, spans = pool(evicted.hidden, evicted.valid)
             spans = evicted.positions[0][spans[..., 0]], evicted.positions[0][spans[..., 1] - 1] + 1
@@ -118,13 +140,19 @@ def test_push_and_append_by_hand() -> None:
     memory = LayerMemory.empty(1, 1)
     h = lambda *xs: torch.tensor(xs, dtype=torch.float32).view(1, -1, 1)  # noqa: E731
     pos = lambda *xs: torch.tensor([xs])  # noqa: E731
-    memory, evicted = push_segment(memory, h(10, 11, 12), pos(0, 1, 2), torch.ones(1, 3, dtype=torch.bool), memory_length=4)
+    memory, evicted = push_segment(
+        memory, h(10, 11, 12), pos(0, 1, 2), torch.ones(1, 3, dtype=torch.bool), memory_length=4
+    )
     assert evicted.hidden.shape[1] == 0 and memory.memory.flatten().tolist() == [10, 11, 12]
-    memory, evicted = push_segment(memory, h(13, 14, 15), pos(3, 4, 5), torch.ones(1, 3, dtype=torch.bool), memory_length=4)
+    memory, evicted = push_segment(
+        memory, h(13, 14, 15), pos(3, 4, 5), torch.ones(1, 3, dtype=torch.bool), memory_length=4
+    )
     assert memory.memory.flatten().tolist() == [12, 13, 14, 15] and evicted.hidden.flatten().tolist() == [10, 11]
     assert evicted.positions.tolist() == [[0, 1]]
     for value in (1.0, 2.0, 3.0):
-        memory = append_compressed(memory, h(value), torch.tensor([[[0, 2]]]), torch.ones(1, 1, dtype=torch.bool), compressed_length=2)
+        memory = append_compressed(
+            memory, h(value), torch.tensor([[[0, 2]]]), torch.ones(1, 1, dtype=torch.bool), compressed_length=2
+        )
     assert memory.compressed.flatten().tolist() == [2.0, 3.0]
 
 
@@ -154,7 +182,9 @@ ALL_VALID = torch.ones(1, 6, dtype=torch.bool)
 def test_pools_by_hand() -> None:
     old = rows(1, 5, 3, -2, 4, 0)
     out, valid, spans = Compressor("max_pool", 1, 3)(old, ALL_VALID)
-    assert out.flatten().tolist() == [5, 4] and valid.tolist() == [[True, True]] and spans.tolist() == [[[0, 3], [3, 6]]]
+    assert (
+        out.flatten().tolist() == [5, 4] and valid.tolist() == [[True, True]] and spans.tolist() == [[[0, 3], [3, 6]]]
+    )
     out, _, _ = Compressor("mean_pool", 1, 3)(old, ALL_VALID)
     assert out.flatten().tolist() == pytest.approx([3.0, 2.0 / 3.0])
     # padding is ignored by both; a ragged tail of 2 rows with c = 4 becomes a second slot
@@ -225,7 +255,9 @@ def test_reconstruction_loss_reaches_only_the_compression_network() -> None:
     assert out.reconstruction_loss.item() > 0
     out.reconstruction_loss.backward()
     main = {name: p.grad for name, p in encoder.encoder.named_parameters()}
-    assert all(g is None or not g.any() for g in main.values()), [n for n, g in main.items() if g is not None and g.any()]
+    assert all(g is None or not g.any() for g in main.values()), [
+        n for n, g in main.items() if g is not None and g.any()
+    ]
     for compressor in encoder.compressors:
         assert compressor.conv.weight.grad is not None and compressor.conv.weight.grad.abs().sum() > 0
 
@@ -241,14 +273,19 @@ def test_reconstruction_loss_is_zero_for_a_perfect_copy() -> None:
     attention = make_encoder().encoder.layer[0].attention
     h, old = torch.randn(1, 4, 16, dtype=torch.float64), torch.randn(1, 6, 16, dtype=torch.float64)
     ok, valid = torch.ones(1, 4, dtype=torch.bool), torch.ones(1, 6, dtype=torch.bool)
-    assert attention_reconstruction_loss(attention, h, ok, old, valid, old.clone(), valid).item() == pytest.approx(0.0, abs=1e-20)
+    assert attention_reconstruction_loss(attention, h, ok, old, valid, old.clone(), valid).item() == pytest.approx(
+        0.0, abs=1e-20
+    )
     assert attention_reconstruction_loss(attention, h, ok, old, valid, old[:, :3], valid[:, :3]).item() > 0
 
 
 def test_training_on_the_reconstruction_loss_lowers_it() -> None:
     attention = make_encoder().encoder.layer[0].attention
     gen = torch.Generator().manual_seed(1)
-    h, old = torch.randn(1, 8, 16, generator=gen, dtype=torch.float64), torch.randn(1, 12, 16, generator=gen, dtype=torch.float64)
+    h, old = (
+        torch.randn(1, 8, 16, generator=gen, dtype=torch.float64),
+        torch.randn(1, 12, 16, generator=gen, dtype=torch.float64),
+    )
     ok_h, ok_old = torch.ones(1, 8, dtype=torch.bool), torch.ones(1, 12, dtype=torch.bool)
     compressor = Compressor("conv", 16, 3).double()
     optimizer = torch.optim.Adam(compressor.parameters(), lr=1e-2)
@@ -319,8 +356,14 @@ def test_without_memory_the_layer_is_the_etc_layer() -> None:
 def test_widened_side_inputs_by_hand() -> None:
     side = make_batch(batch=1, long_length=3, global_length=1).side
     out = widen_with_memory(
-        side, torch.tensor([[10, 11, 12]]), torch.tensor([[True]]), torch.tensor([[8, 9]]), torch.tensor([[False, True]]),
-        max_distance=2, memory_label=8, compressed_label=9,
+        side,
+        torch.tensor([[10, 11, 12]]),
+        torch.tensor([[True]]),
+        torch.tensor([[8, 9]]),
+        torch.tensor([[False, True]]),
+        max_distance=2,
+        memory_label=8,
+        compressed_label=9,
     )
     # global keys: [own global, compressed, memory@8, memory@9]; memory@8 is padding
     assert out.l2g_att_mask[0, :, 1:].tolist() == [[1, 0, 1]] * 3
@@ -359,7 +402,12 @@ def test_errors_name_the_problem() -> None:
 
 def test_enwik8_preset_and_encode_document() -> None:
     preset = CompressiveConfig.enwik8()
-    assert (preset.segment_length, preset.memory_length, preset.compressed_length, preset.compression_rate) == (768, 768, 1152, 3)
+    assert (preset.segment_length, preset.memory_length, preset.compressed_length, preset.compression_rate) == (
+        768,
+        768,
+        1152,
+        3,
+    )
     encoder = make_encoder()
     batch = make_batch(long_length=10, global_length=3)
     with torch.no_grad():

@@ -11,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from graphattn.errors import BatchError
+from graphattn.patterns import segment_attention as segment_module
 from graphattn.patterns.dilated import (
     LONGNET_SCHEDULE,
     dilated_attention,
@@ -18,7 +19,6 @@ from graphattn.patterns.dilated import (
     full_layout,
     pair_multiplicity,
 )
-from graphattn.patterns import segment_attention as segment_module
 from graphattn.patterns.segment_attention import _tiles, segment_attention
 
 # The paper's schedule scaled down 128x: same dilations, w/r not always an integer.
@@ -27,7 +27,10 @@ SMALL_LONGNET = tuple((w // 128, r) for w, r in LONGNET_SCHEDULE)  # (16,1) (32,
 
 def states(batch, heads, length, dim, dtype=torch.float64, seed=0):
     gen = torch.Generator().manual_seed(seed)
-    return [torch.randn(batch, heads, length, dim, generator=gen, dtype=torch.float64).to(dtype).requires_grad_() for _ in range(3)]
+    return [
+        torch.randn(batch, heads, length, dim, generator=gen, dtype=torch.float64).to(dtype).requires_grad_()
+        for _ in range(3)
+    ]
 
 
 def outputs_and_grads(fn, tensors, grad_seed=1):
@@ -36,10 +39,14 @@ def outputs_and_grads(fn, tensors, grad_seed=1):
     return [out.detach(), *torch.autograd.grad(out, tensors, grad)]
 
 
-def assert_matches_reference(pairs, causal, batch=2, heads=3, length=23, dim=8, tile_elements=None, key_padding=None, seed=0):
+def assert_matches_reference(
+    pairs, causal, batch=2, heads=3, length=23, dim=8, tile_elements=None, key_padding=None, seed=0
+):
     tensors = states(batch, heads, length, dim, seed=seed)
     kwargs = dict(causal=causal, key_padding=key_padding)
-    got = outputs_and_grads(lambda q, k, v: dilated_attention(q, k, v, pairs, tile_elements=tile_elements, **kwargs), tensors)
+    got = outputs_and_grads(
+        lambda q, k, v: dilated_attention(q, k, v, pairs, tile_elements=tile_elements, **kwargs), tensors
+    )
     want = outputs_and_grads(lambda q, k, v: dilated_attention_reference(q, k, v, pairs, **kwargs), tensors)
     for name, a, b in zip(("out", "dq", "dk", "dv"), got, want):
         torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-10, msg=f"{name} differs for {pairs}, causal={causal}")
@@ -94,7 +101,9 @@ def literal_mixture(q, k, v, pairs, causal):
 def test_reference_is_the_papers_weighted_mixture(causal) -> None:
     q, k, v = states(1, 4, 19, 4)
     pairs = [(4, 1), (8, 2), (19, 3)]
-    torch.testing.assert_close(dilated_attention_reference(q, k, v, pairs, causal=causal), literal_mixture(q, k, v, pairs, causal))
+    torch.testing.assert_close(
+        dilated_attention_reference(q, k, v, pairs, causal=causal), literal_mixture(q, k, v, pairs, causal)
+    )
 
 
 def test_shared_keys_count_once_per_pair() -> None:
@@ -166,7 +175,9 @@ def test_scaled_longnet_schedule() -> None:
     length=st.integers(1, 40),
     heads=st.integers(1, 5),
     causal=st.booleans(),
-    pairs=st.lists(st.tuples(st.integers(1, 24), st.integers(1, 6)).filter(lambda p: p[1] <= p[0]), min_size=1, max_size=4),
+    pairs=st.lists(
+        st.tuples(st.integers(1, 24), st.integers(1, 6)).filter(lambda p: p[1] <= p[0]), min_size=1, max_size=4
+    ),
     seed=st.integers(0, 1000),
 )
 def test_property_matches_reference(length, heads, causal, pairs, seed) -> None:

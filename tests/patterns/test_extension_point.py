@@ -5,15 +5,15 @@ from __future__ import annotations
 
 import pytest
 import torch
+from test_compressive import MAX_DISTANCE, RADIUS, make_batch
 
 import graphattn.patterns.longformer as longformer_module
 from graphattn.nn import EtcConfig, EtcLayer
+from graphattn.patterns.compressive import CompressiveConfig, CompressiveEncoder
 from graphattn.patterns.dilated import dilated_attention
 from graphattn.patterns.longformer import LongformerConfig, LongformerEncoder
-from graphattn.patterns.compressive import CompressiveConfig, CompressiveEncoder
 from graphattn.patterns.longnet import LongNetPattern
 from graphattn.patterns.segments import split_segments
-from test_compressive import MAX_DISTANCE, RADIUS, make_batch
 
 PAIRS = ((8, 1), (16, 2))
 

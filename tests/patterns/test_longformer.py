@@ -29,8 +29,16 @@ LONGFORMER_SCHEMA = SCHEMAS / "longformer.yaml"
 
 
 def small_config(**overrides) -> LongformerConfig:
-    base = dict(vocab_size=50, hidden_size=32, num_attention_heads=4, num_hidden_layers=1, intermediate_size=64,
-                attention_window=8, hidden_dropout_prob=0.0, attention_backend="blocked")
+    base = dict(
+        vocab_size=50,
+        hidden_size=32,
+        num_attention_heads=4,
+        num_hidden_layers=1,
+        intermediate_size=64,
+        attention_window=8,
+        hidden_dropout_prob=0.0,
+        attention_backend="blocked",
+    )
     return LongformerConfig(**{**base, **overrides})
 
 
@@ -46,7 +54,9 @@ def hf_attention(window: int):
     transformers = pytest.importorskip("transformers")
     from transformers.models.longformer.modeling_longformer import LongformerSelfAttention
 
-    config = transformers.LongformerConfig(hidden_size=32, num_attention_heads=4, attention_window=[window], attention_probs_dropout_prob=0.0)
+    config = transformers.LongformerConfig(
+        hidden_size=32, num_attention_heads=4, attention_window=[window], attention_probs_dropout_prob=0.0
+    )
     return LongformerSelfAttention(config, layer_id=0).eval()
 
 
@@ -64,7 +74,13 @@ def hf_inputs(lengths, global_rows, window, seed=0):
 
 def run_hf(hf, hidden, mask):
     is_global = mask > 0
-    return hf(hidden, attention_mask=mask, is_index_masked=mask < 0, is_index_global_attn=is_global, is_global_attn=bool(is_global.any()))[0]
+    return hf(
+        hidden,
+        attention_mask=mask,
+        is_index_masked=mask < 0,
+        is_index_global_attn=is_global,
+        is_global_attn=bool(is_global.any()),
+    )[0]
 
 
 @pytest.mark.parametrize("window", [4, 6, 8, 16])
@@ -138,7 +154,9 @@ def random_module(config, dtype=torch.float64, seed=0):
 @pytest.mark.parametrize("backend", ["dense", "blocked"])
 @pytest.mark.parametrize("dilations, window", [((1, 2, 1, 3), 4), ((4, 4, 2, 2), 6), ((1, 1, 1, 1), 2)])
 def test_dilated_matches_reference(backend, dilations, window):
-    att = random_module(small_config(attention_window=window, attention_dilation=[list(dilations)], attention_backend=backend))
+    att = random_module(
+        small_config(attention_window=window, attention_dilation=[list(dilations)], attention_backend=backend)
+    )
     hidden = torch.randn(2, 29, 32, dtype=torch.float64, requires_grad=True)
     long_mask = torch.arange(29)[None, :] < torch.tensor([[29], [22]])
     positions = torch.tensor([[3, 28, 10], [21, -1, -1]])
@@ -154,7 +172,9 @@ def test_dilated_matches_reference(backend, dilations, window):
 
 def test_triton_matches_dense():
     pytest.importorskip("triton")
-    config = small_config(num_attention_heads=2, attention_window=6, attention_dilation=[[1, 3]], attention_backend="triton")
+    config = small_config(
+        num_attention_heads=2, attention_window=6, attention_dilation=[[1, 3]], attention_backend="triton"
+    )
     att = random_module(config, dtype=torch.float32)
     hidden = torch.randn(1, 44, 32, requires_grad=True)
     positions, long_mask = torch.tensor([[0, 30]]), torch.arange(44)[None, :] < 41
@@ -163,8 +183,10 @@ def test_triton_matches_dense():
     expected = att.context(hidden, positions, long_mask)
     close(got, expected, what="output")
     upstream = torch.randn(got.shape, generator=torch.Generator().manual_seed(2))
-    for g, e in zip(torch.autograd.grad(got, [hidden, *att.parameters()], upstream, allow_unused=True),
-                    torch.autograd.grad(expected, [hidden, *att.parameters()], upstream, allow_unused=True)):
+    for g, e in zip(
+        torch.autograd.grad(got, [hidden, *att.parameters()], upstream, allow_unused=True),
+        torch.autograd.grad(expected, [hidden, *att.parameters()], upstream, allow_unused=True),
+    ):
         if e is not None:
             close(g, e, what="gradient")
 
@@ -176,9 +198,16 @@ def test_window_covering_everything_is_full_attention():
     long_mask = torch.arange(19)[None, :] < torch.tensor([[19], [11]])
     got = att.context(hidden, torch.zeros(2, 0, dtype=torch.long), long_mask)
     split = lambda x: x.view(2, 19, 4, 8).transpose(1, 2)  # noqa: E731
-    full = torch.nn.functional.scaled_dot_product_attention(
-        split(att.query(hidden)), split(att.key(hidden)), split(att.value(hidden)), attn_mask=long_mask[:, None, None, :]
-    ).transpose(1, 2).reshape(2, 19, 32)
+    full = (
+        torch.nn.functional.scaled_dot_product_attention(
+            split(att.query(hidden)),
+            split(att.key(hidden)),
+            split(att.value(hidden)),
+            attn_mask=long_mask[:, None, None, :],
+        )
+        .transpose(1, 2)
+        .reshape(2, 19, 32)
+    )
     close(got[long_mask], full[long_mask], rel=1e-10)
 
 
@@ -275,7 +304,22 @@ def words():
 def test_schema_globals_are_copies_of_long_positions(words):
     inst = compile_instance(wikihop_like_graph(), LONGFORMER_SCHEMA, words)
     assert [inst.long_token_text(i) for i in range(inst.long_length)] == [
-        "", "red", "fox", "blue", "which", "color", "?", "the", "red", "fox", "ran", ".", "it", "was", "fast", ".",
+        "",
+        "red",
+        "fox",
+        "blue",
+        "which",
+        "color",
+        "?",
+        "the",
+        "red",
+        "fox",
+        "ran",
+        ".",
+        "it",
+        "was",
+        "fast",
+        ".",
     ]
     assert inst.global_node_ids == ["<cls>", "c0", "c0", "c1", "q", "q", "q"]
     positions = global_copy_positions(inst, LONGFORMER_SCHEMA)
@@ -303,7 +347,10 @@ def test_collate_pads_positions(words):
     short = DocGraph("blue ?\n\nsky", doc_id="w2")
     short.add_node("q", "query", (0, 6))
     short.add_node("d", "document", (8, 11))
-    instances = [compile_instance(wikihop_like_graph(), LONGFORMER_SCHEMA, words), compile_instance(short, LONGFORMER_SCHEMA, words)]
+    instances = [
+        compile_instance(wikihop_like_graph(), LONGFORMER_SCHEMA, words),
+        compile_instance(short, LONGFORMER_SCHEMA, words),
+    ]
     batch, positions = collate_longformer(instances, LONGFORMER_SCHEMA)
     assert positions.tolist() == [[0, 1, 2, 3, 4, 5, 6], [0, 1, 2, -1, -1, -1, -1]]
     assert positions.shape[1] == batch.global_token_ids.shape[1]
@@ -317,7 +364,9 @@ def test_encoder_end_to_end(words):
     short.add_node("d", "document", (8, 11))
     instances = [compile_instance(g, LONGFORMER_SCHEMA, words) for g in (graph, short)]
     batch, positions = collate_longformer(instances, LONGFORMER_SCHEMA)
-    config = small_config(vocab_size=words.vocab_size, num_hidden_layers=2, attention_window=[2, 4], attention_dilation=[1, [1, 1, 2, 3]])
+    config = small_config(
+        vocab_size=words.vocab_size, num_hidden_layers=2, attention_window=[2, 4], attention_dilation=[1, [1, 1, 2, 3]]
+    )
     torch.manual_seed(0)
     encoder = LongformerEncoder(config).eval()
     global_hidden, long_hidden = encoder(batch, positions)

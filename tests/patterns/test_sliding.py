@@ -66,6 +66,7 @@ def make_case(batch, heads, length, dim, num_global, *, dtype=torch.float64, see
 def assert_matches(ours, expected, leaves, rel=1e-5):
     """Outputs and gradients (under one random upstream) within `rel` of the largest value (at
     least 1: inputs are O(1), and a gradient that is exactly 0 in theory is ~1e-17 in practice)."""
+
     def close(a, e, what):
         if e.numel() == 0:
             return
@@ -137,7 +138,9 @@ def test_side_inputs_stay_linear_in_memory():
     """The band is a view of the padded key mask; the rectangular masks and ids are expanded
     views: nothing is stored per (query, key) pair."""
     length, radius, num_global = 5000, 64, 40
-    side = window_side_inputs(torch.ones(1, length, dtype=torch.bool), radius, torch.ones(1, num_global, dtype=torch.bool))
+    side = window_side_inputs(
+        torch.ones(1, length, dtype=torch.bool), radius, torch.ones(1, num_global, dtype=torch.bool)
+    )
     stored = sum(t.untyped_storage().nbytes() for t in side.as_dict().values())
     assert stored < 2 * (length + 2 * radius) + 8 * num_global + 64
     assert side.l2l_att_mask.shape == (1, length, 2 * radius + 1)
@@ -168,7 +171,9 @@ def test_fully_masked_queries_give_zeros():
     leaves, _, _ = make_case(1, 1, 9, 4, num_global=1)
     q, k, v, gk, gv = leaves
     key_ok = torch.zeros(1, 9, dtype=torch.bool)
-    out = dilated_window_attention(q, k, v, key_ok, 2, 2, gk, gv, torch.zeros(1, 1, dtype=torch.bool), backend="blocked")
+    out = dilated_window_attention(
+        q, k, v, key_ok, 2, 2, gk, gv, torch.zeros(1, 1, dtype=torch.bool), backend="blocked"
+    )
     assert torch.equal(out, torch.zeros_like(out))
 
 
@@ -214,4 +219,3 @@ def test_triton_global_rows_match_dense():
     q, k, v, gq, _ = leaves
     ours = global_rows_attention(gq, k, v, key_ok, backend="triton")
     assert_matches(ours, global_rows_attention(gq, k, v, key_ok, backend="dense"), [gq, k, v])
-

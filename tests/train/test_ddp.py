@@ -25,10 +25,15 @@ import torch.multiprocessing as mp
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from train_cases import instances, task_targets, tiny_config  # noqa: E402
 
-from graphattn.nn import EtcEncoder  # noqa: E402
 from graphattn.compile import collate  # noqa: E402
+from graphattn.nn import EtcEncoder  # noqa: E402
 from graphattn.train import (  # noqa: E402
-    InstanceLoader, TaskModel, TrainConfig, Trainer, cleanup_distributed, init_distributed,
+    InstanceLoader,
+    TaskModel,
+    TrainConfig,
+    Trainer,
+    cleanup_distributed,
+    init_distributed,
 )
 
 STEPS = 3
@@ -44,8 +49,15 @@ def make_model() -> TaskModel:
 
 
 def config(accumulation: int, **changes) -> TrainConfig:
-    settings = dict(max_steps=STEPS, learning_rate=0.5, gradient_accumulation_steps=accumulation, log_every=1, progress=False,
-                    precision="fp32", device="cpu")
+    settings = dict(
+        max_steps=STEPS,
+        learning_rate=0.5,
+        gradient_accumulation_steps=accumulation,
+        log_every=1,
+        progress=False,
+        precision="fp32",
+        device="cpu",
+    )
     return TrainConfig(**{**settings, **changes})
 
 
@@ -63,8 +75,13 @@ def _worker(rank: int, world_size: int, init_file: str, out: str) -> None:
     try:
         results = {}
         for name, scenario in SCENARIOS.items():
-            state, history = run(scenario["batch_size"], scenario["accumulation"], world_size, rank,
-                                 **({"checkpoint_dir": str(Path(out) / "ckpt")} if name == "plain" else {}))
+            state, history = run(
+                scenario["batch_size"],
+                scenario["accumulation"],
+                world_size,
+                rank,
+                **({"checkpoint_dir": str(Path(out) / "ckpt")} if name == "plain" else {}),
+            )
             if rank == 0:
                 torch.save(state, Path(out) / f"{name}.pt")
             results[name] = history
@@ -80,7 +97,9 @@ def _worker(rank: int, world_size: int, init_file: str, out: str) -> None:
 
 def spawn(world_size: int, out: Path, timeout: float = 240.0) -> None:
     """Start the ranks and wait, failing (not hanging) if they deadlock."""
-    context = mp.start_processes(_worker, args=(world_size, str(out / "init"), str(out)), nprocs=world_size, join=False, start_method="spawn")
+    context = mp.start_processes(
+        _worker, args=(world_size, str(out / "init"), str(out)), nprocs=world_size, join=False, start_method="spawn"
+    )
     deadline = time.monotonic() + timeout
     while not context.join(timeout=1.0):
         if time.monotonic() > deadline:

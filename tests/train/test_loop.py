@@ -16,14 +16,21 @@ from torch import nn
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from train_cases import TOKENIZER, instances, task_targets, tiny_config  # noqa: E402
 
+from graphattn.compile import collate  # noqa: E402
 from graphattn.contract import EtcBatch  # noqa: E402
 from graphattn.errors import GraphattnError  # noqa: E402
 from graphattn.nn import EtcEncoder  # noqa: E402
-from graphattn.compile import collate  # noqa: E402
 from graphattn.train import (  # noqa: E402
-    InstanceLoader, Lamb, TaskModel, TrainConfig, Trainer, WarmupDecay, move_to_device, shard_loader, train,
+    InstanceLoader,
+    Lamb,
+    TaskModel,
+    TrainConfig,
+    Trainer,
+    WarmupDecay,
+    move_to_device,
+    shard_loader,
+    train,
 )
-
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -45,7 +52,9 @@ def test_warmup_then_linear_and_cosine_decay_by_hand() -> None:
     linear = WarmupDecay(warmup_steps=2, total_steps=6)
     assert [linear(s) for s in range(7)] == pytest.approx([1 / 3, 2 / 3, 1.0, 0.75, 0.5, 0.25, 0.0])
     cosine = WarmupDecay(warmup_steps=0, total_steps=4, decay="cosine")
-    assert [cosine(s) for s in range(5)] == pytest.approx([1.0, (1 + math.cos(math.pi / 4)) / 2, 0.5, (1 + math.cos(3 * math.pi / 4)) / 2, 0.0])
+    assert [cosine(s) for s in range(5)] == pytest.approx(
+        [1.0, (1 + math.cos(math.pi / 4)) / 2, 0.5, (1 + math.cos(3 * math.pi / 4)) / 2, 0.0]
+    )
     assert [WarmupDecay(1, 3, decay="constant")(s) for s in range(4)] == pytest.approx([0.5, 1, 1, 1])
 
 
@@ -88,17 +97,26 @@ def test_lamb_matches_the_papers_algorithm(size, steps, weight_decay, seed) -> N
     for g in grads:
         weight.grad = torch.tensor(g)
         optimizer.step()
-    np.testing.assert_allclose(weight.detach().numpy(), lamb_reference(start, grads, 0.05, 0.9, 0.99, 1e-6, weight_decay), rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(
+        weight.detach().numpy(),
+        lamb_reference(start, grads, 0.05, 0.9, 0.99, 1e-6, weight_decay),
+        rtol=1e-10,
+        atol=1e-12,
+    )
 
 
 def test_lamb_and_adamw_fit_and_log_metrics() -> None:
     for optimizer in ("adamw", "lamb"):
         model = wikihop_model()
-        result = Trainer(model, quiet(max_steps=24, log_every=8, optimizer=optimizer, learning_rate=3e-3, warmup_steps=2)).fit(loader(4))
+        result = Trainer(
+            model, quiet(max_steps=24, log_every=8, optimizer=optimizer, learning_rate=3e-3, warmup_steps=2)
+        ).fit(loader(4))
         assert [r["step"] for r in result.history] == [8, 16, 24]
         assert {"loss", "loss/answer", "accuracy/answer", "lr", "grad_norm", "epoch"} <= set(result.history[0])
         assert result.history[-1]["loss"] < result.history[0]["loss"]
-        assert result.history[0]["lr"] == pytest.approx(3e-3 * 17 / 22)  # the rate step 8 used: (8 - 1 - 2) / 22 of the way down
+        assert result.history[0]["lr"] == pytest.approx(
+            3e-3 * 17 / 22
+        )  # the rate step 8 used: (8 - 1 - 2) / 22 of the way down
         assert result.history[-1]["lr"] == pytest.approx(3e-3 / 22)  # the last step's: one step before zero
 
 
@@ -108,12 +126,16 @@ def test_resume_continues_exactly_like_an_uninterrupted_run(tmp_path) -> None:
     config = quiet(max_steps=6, gradient_accumulation_steps=2, checkpoint_every=3, keep_checkpoints=0, log_every=1)
     data = lambda: InstanceLoader(instances(7), 2, collate, shuffle=True, seed=5)  # noqa: E731
     full = wikihop_model(dropout=0.1)
-    full_result = Trainer(full, config.__class__(**{**config.to_dict(), "checkpoint_dir": str(tmp_path / "a")})).fit(data())
+    full_result = Trainer(full, config.__class__(**{**config.to_dict(), "checkpoint_dir": str(tmp_path / "a")})).fit(
+        data()
+    )
     first = tmp_path / "a" / "step-00000003"
     assert (first / "trainer.pt").is_file() and (first / "rng-rank0.pt").is_file()
 
     resumed = wikihop_model(seed=99, dropout=0.1)  # different init: everything must come from the checkpoint
-    resumed_config = config.__class__(**{**config.to_dict(), "checkpoint_dir": str(tmp_path / "b"), "resume": str(first)})
+    resumed_config = config.__class__(
+        **{**config.to_dict(), "checkpoint_dir": str(tmp_path / "b"), "resume": str(first)}
+    )
     resumed_result = Trainer(resumed, resumed_config).fit(data())
     for (name, a), b in zip(full.state_dict().items(), resumed.state_dict().values()):
         assert torch.equal(a, b), name
@@ -131,7 +153,9 @@ def test_resume_latest_continues_and_a_finished_run_does_nothing_more(tmp_path) 
     assert all(torch.equal(a, b) for a, b in zip(again.model.state_dict().values(), model.state_dict().values()))
     longer = Trainer(wikihop_model(seed=1), config.__class__(**{**config.to_dict(), "max_steps": 3})).fit(loader())
     assert longer.step == 3 and longer.checkpoint.name == "step-00000003"
-    assert longer.history[-1]["lr"] == pytest.approx(1e-3 / 3)  # the decay follows the new length (1 - 2/3), not the old end
+    assert longer.history[-1]["lr"] == pytest.approx(
+        1e-3 / 3
+    )  # the decay follows the new length (1 - 2/3), not the old end
     assert sorted(p.name for p in tmp_path.glob("step-*")) == ["step-00000002", "step-00000003"]
 
 
@@ -155,7 +179,9 @@ def test_gradients_are_clipped_to_max_grad_norm() -> None:
     model = wikihop_model()
     before = torch.cat([p.detach().flatten().clone() for p in model.parameters()])
     sgd = torch.optim.SGD(model.parameters(), lr=1.0)
-    result = Trainer(model, quiet(max_steps=1, log_every=1, max_grad_norm=1e-5, decay="constant"), optimizer=sgd).fit(loader(4))
+    result = Trainer(model, quiet(max_steps=1, log_every=1, max_grad_norm=1e-5, decay="constant"), optimizer=sgd).fit(
+        loader(4)
+    )
     moved = torch.cat([p.detach().flatten() for p in model.parameters()]) - before
     norm = result.history[0]["grad_norm"]
     assert norm > 2e-5  # the norm before clipping is reported
@@ -172,8 +198,12 @@ def test_move_to_device_walks_nested_batches() -> None:
 
 @pytest.mark.parametrize(
     "config, message",
-    [(dict(), "give max_steps or epochs"), (dict(max_steps=1, optimizer="sgd"), "TrainConfig.optimizer"),
-     (dict(max_steps=1, precision="fp8"), "TrainConfig.precision"), (dict(max_steps=1, max_grad_norm=0.0), "TrainConfig.max_grad_norm")],
+    [
+        (dict(), "give max_steps or epochs"),
+        (dict(max_steps=1, optimizer="sgd"), "TrainConfig.optimizer"),
+        (dict(max_steps=1, precision="fp8"), "TrainConfig.precision"),
+        (dict(max_steps=1, max_grad_norm=0.0), "TrainConfig.max_grad_norm"),
+    ],
 )
 def test_config_errors_name_the_field(config, message) -> None:
     with pytest.raises(GraphattnError, match=message):
@@ -193,7 +223,9 @@ def test_errors_a_user_can_act_on(tmp_path) -> None:
     with pytest.raises(GraphattnError, match="epochs needs data with a len"):
         Trainer(model, quiet(epochs=1)).fit(iter(loader()))
     with pytest.raises(GraphattnError, match="loss became nan"):
-        Trainer(model, quiet(max_steps=1, log_every=1), loss_fn=lambda m, b: next(m.parameters()).sum() * math.nan).fit([0])
+        Trainer(model, quiet(max_steps=1, log_every=1), loss_fn=lambda m, b: next(m.parameters()).sum() * math.nan).fit(
+            [0]
+        )
 
 
 def test_instance_loader_splits_ranks_like_one_combined_batch() -> None:
@@ -219,16 +251,36 @@ def test_trains_from_compiled_shards(tmp_path) -> None:
     docs = tmp_path / "docs"
     docs.mkdir()
     for i in range(6):
-        (docs / f"{i}.txt").write_text(f"The river runs past old mills number {i}. People trade grain and wool. Quiet towns wait.\n")
+        (docs / f"{i}.txt").write_text(
+            f"The river runs past old mills number {i}. People trade grain and wool. Quiet towns wait.\n"
+        )
     schema = yaml.safe_load((SCHEMA_DIR / "etc-sentences.yaml").read_text())
-    schema.update(name="small", local_radius=3, relative_pos_max_distance=2, relative_vocab_size=16, max_long_length=48, max_global_length=8)
+    schema.update(
+        name="small",
+        local_radius=3,
+        relative_pos_max_distance=2,
+        relative_vocab_size=16,
+        max_long_length=48,
+        max_global_length=8,
+    )
     (tmp_path / "small.yaml").write_text(yaml.safe_dump(schema))
-    run_compile(CompileOptions(inputs=[str(docs)], schema=str(tmp_path / "small.yaml"), out=str(tmp_path / "shards"),
-                               tokenizer=TOKENIZER, shard_size=2, progress=False), print_fn=None)
+    run_compile(
+        CompileOptions(
+            inputs=[str(docs)],
+            schema=str(tmp_path / "small.yaml"),
+            out=str(tmp_path / "shards"),
+            tokenizer=TOKENIZER,
+            shard_size=2,
+            progress=False,
+        ),
+        print_fn=None,
+    )
     data = shard_loader(tmp_path / "shards", batch_size=2, seed=0)
     batches = list(data)
     assert all(isinstance(b, EtcBatch) for b in batches) and len(batches) >= 2
-    assert sum(b.batch_size for b in batches) == len(data.dataset)  # every compiled instance once (documents may be packed)
+    assert sum(b.batch_size for b in batches) == len(
+        data.dataset
+    )  # every compiled instance once (documents may be packed)
     torch.manual_seed(0)
     encoder = EtcEncoder(tiny_config(type_vocab_size=16))
 
@@ -271,13 +323,19 @@ def test_train_api_streams_shards_with_their_targets(tmp_path) -> None:
     from graphattn.train.finetune import open_shards
 
     data = Path(TOKENIZER).parent
-    options = CompileOptions(inputs=[str(data / "wikihop_sample.json")], schema="wikihop", out=str(tmp_path / "shards"),
-                             tokenizer=TOKENIZER, progress=False)
+    options = CompileOptions(
+        inputs=[str(data / "wikihop_sample.json")],
+        schema="wikihop",
+        out=str(tmp_path / "shards"),
+        tokenizer=TOKENIZER,
+        progress=False,
+    )
     run_compile(options, print_fn=None)
     shards = open_shards(tmp_path / "shards")
     torch.manual_seed(0)
     geometry = dict(local_radius=84, relative_pos_max_distance=12, relative_vocab_size=32, type_vocab_size=8)
     model = TaskModel(EtcEncoder(tiny_config(**geometry)), shards.schema)
-    result = train(model, str(tmp_path / "shards"), max_steps=3, batch_size=2, log_every=1, progress=False,
-                   precision="fp32")
+    result = train(
+        model, str(tmp_path / "shards"), max_steps=3, batch_size=2, log_every=1, progress=False, precision="fp32"
+    )
     assert result.step == 3 and all(math.isfinite(r["loss"]) and "loss/answer" in r for r in result.history)

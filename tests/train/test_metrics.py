@@ -93,13 +93,14 @@ def test_nq_long_answer_takes_the_best_candidate_over_windows():
 
 
 def test_squad_scores_the_best_window_and_skips_documents_without_a_known_answer():
-    record = lambda kind, text, margin, gold_type, gold_text: {
-        "type": kind,
-        "text": text,
-        "margin": margin,  # noqa: E731
-        "gold_type": gold_type,
-        "gold_text": gold_text,
-    }
+    def record(kind, text, margin, gold_type, gold_text):
+        return {
+            "type": kind,
+            "text": text,
+            "margin": margin,  # noqa: E731
+            "gold_type": gold_type,
+            "gold_text": gold_text,
+        }
     documents = [
         [record("span", "the River Thames", 3.0, "span", "River Thames")],
         [record("yes", "", 1.0, "no", "")],

@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from scripted_rng import ScriptedRng
 from torch.utils.data import DataLoader
 
 from graphattn.compile import compile_instance
@@ -27,14 +28,19 @@ from graphattn.graph import DocGraph
 from graphattn.nn import EtcConfig, EtcEncoder
 from graphattn.tokenize import load_tokenizer
 from graphattn.train.pretrain import PretrainingConfig, PretrainingModel, info_nce_loss, mlm_loss
-from scripted_rng import ScriptedRng
 
 TOKENIZER = Path(__file__).resolve().parents[2] / "examples" / "data" / "tokenizer.json"
 SCHEMA = {
-    "name": "tiny-sentences", "local_radius": 8, "relative_pos_max_distance": 4, "relative_vocab_size": 16,
-    "max_long_length": 256, "max_global_length": 32, "special_tokens": {"global": 1},
+    "name": "tiny-sentences",
+    "local_radius": 8,
+    "relative_pos_max_distance": 4,
+    "relative_vocab_size": 16,
+    "max_long_length": 256,
+    "max_global_length": 32,
+    "special_tokens": {"global": 1},
     "node_types": {"document": {}, "sentence": {"global": "node", "long": True}},
-    "relations": {"contains": {"hierarchy": True}}, "masks": {"hard_g2l": True},
+    "relations": {"contains": {"hierarchy": True}},
+    "masks": {"hard_g2l": True},
 }
 
 
@@ -61,11 +67,20 @@ def sentence_graph(sentences: list[str], doc_id: str = "doc") -> DocGraph:
 
 def tiny_encoder(vocab_size: int, hidden: int = 32, seed: int = 0) -> EtcEncoder:
     torch.manual_seed(seed)
-    return EtcEncoder(EtcConfig(vocab_size=vocab_size, hidden_size=hidden, num_hidden_layers=2, num_attention_heads=2,
-                                intermediate_size=2 * hidden, local_radius=8, relative_pos_max_distance=4,
-                                relative_vocab_size=16, hidden_dropout_prob=0.0, attention_backend="blocked"))
-
-
+    return EtcEncoder(
+        EtcConfig(
+            vocab_size=vocab_size,
+            hidden_size=hidden,
+            num_hidden_layers=2,
+            num_attention_heads=2,
+            intermediate_size=2 * hidden,
+            local_radius=8,
+            relative_pos_max_distance=4,
+            relative_vocab_size=16,
+            hidden_dropout_prob=0.0,
+            attention_backend="blocked",
+        )
+    )
 
 
 # -- losses by hand ----------------------------------------------------------------------------
@@ -185,7 +200,12 @@ def test_identical_sentences_as_negatives_change_the_loss_only_when_kept(tok, in
 
 
 def test_model_output_and_gradients_reach_both_cpc_branches(tok, info):
-    text = ["Tides rise and fall twice every day.", "The Moon pulls the sea.", "The Sun pulls it too.", "Earth rotates."]
+    text = [
+        "Tides rise and fall twice every day.",
+        "The Moon pulls the sea.",
+        "The Sun pulls it too.",
+        "Earth rotates.",
+    ]
     inst = compile_instance(sentence_graph(text), SCHEMA, tok)
     data = PretrainingDataset([inst, inst, inst], info, MaskingConfig(cpc_probability=0.5), seed=3)
     batch = collate_pretraining([data[i] for i in range(3)])
@@ -197,8 +217,12 @@ def test_model_output_and_gradients_reach_both_cpc_branches(tok, info):
     assert out["loss"].item() == pytest.approx(out["cpc_loss"].item())
     # the loss reaches the targets' side alone (sentence instances) and the predictions' side alone
     predictions, targets = model.cpc_vectors(model.encoder(batch.batch)[0], batch)
-    grad_targets = torch.autograd.grad(info_nce_loss(predictions.detach(), targets)[0], model.encoder.embeddings.word_embeddings.weight)[0]
-    grad_predictions = torch.autograd.grad(info_nce_loss(predictions, targets.detach())[0], model.cpc.projection.weight)[0]
+    grad_targets = torch.autograd.grad(
+        info_nce_loss(predictions.detach(), targets)[0], model.encoder.embeddings.word_embeddings.weight
+    )[0]
+    grad_predictions = torch.autograd.grad(
+        info_nce_loss(predictions, targets.detach())[0], model.cpc.projection.weight
+    )[0]
     assert grad_targets.abs().sum() > 0 and grad_predictions.abs().sum() > 0
     out["loss"].backward()
     assert model.mlm.bias.grad is None or model.mlm.bias.grad.abs().sum() == 0  # weight 0: no MLM signal
@@ -221,9 +245,11 @@ def test_mlm_head_is_tied_and_loads_lifted_weights(tok):
     model = PretrainingModel(encoder)
     assert model.mlm.word_embeddings.weight is encoder.embeddings.word_embeddings.weight
     hidden = 32
-    lifted = {"cls.predictions.transform.dense.weight": torch.full((hidden, hidden), 0.5),
-              "cls.predictions.transform.LayerNorm.bias": torch.full((hidden,), 0.25),
-              "cls.predictions.bias": torch.arange(tok.vocab_size, dtype=torch.float32)}
+    lifted = {
+        "cls.predictions.transform.dense.weight": torch.full((hidden, hidden), 0.5),
+        "cls.predictions.transform.LayerNorm.bias": torch.full((hidden,), 0.25),
+        "cls.predictions.bias": torch.arange(tok.vocab_size, dtype=torch.float32),
+    }
     copied = model.mlm.load_lifted(lifted)
     assert sorted(copied) == sorted(lifted)
     assert torch.all(model.mlm.dense.weight == 0.5) and torch.all(model.mlm.layer_norm.bias == 0.25)
@@ -261,11 +287,18 @@ def test_mlm_and_cpc_losses_fall_on_a_generated_corpus(tok, info):
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # tiny tensors: a second thread only adds synchronisation on a busy machine
     try:
-        instances = [compile_instance(sentence_graph(doc, f"d{i}"), SCHEMA, tok) for i, doc in enumerate(generated_corpus(160, seed=0))]
+        instances = [
+            compile_instance(sentence_graph(doc, f"d{i}"), SCHEMA, tok)
+            for i, doc in enumerate(generated_corpus(160, seed=0))
+        ]
         data = PretrainingDataset(instances, info, MaskingConfig(cpc_probability=0.3), seed=0)
-        loader = DataLoader(data, batch_size=8, shuffle=True, collate_fn=collate_pretraining, generator=torch.Generator().manual_seed(0))
+        loader = DataLoader(
+            data, batch_size=8, shuffle=True, collate_fn=collate_pretraining, generator=torch.Generator().manual_seed(0)
+        )
         model = PretrainingModel(tiny_encoder(tok.vocab_size), PretrainingConfig(mlm_weight=0.5, cpc_weight=0.5))
-        config = TrainConfig(max_steps=400, learning_rate=2e-3, warmup_steps=20, log_every=20, progress=False, device="cpu", seed=0)
+        config = TrainConfig(
+            max_steps=400, learning_rate=2e-3, warmup_steps=20, log_every=20, progress=False, device="cpu", seed=0
+        )
         history = Trainer(model, config).fit(loader).history
     finally:
         torch.set_num_threads(threads)

@@ -22,10 +22,27 @@ pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 DATA = Path(__file__).resolve().parents[2] / "examples" / "data"
 TOKENIZER = str(DATA / "tokenizer.json")
-SAMPLES = {"hotpotqa": "hotpotqa_sample.json", "wikihop": "wikihop_sample.json", "nq": "nq_sample.jsonl",
-           "openkp-dom": "openkp_sample.jsonl"}
-TINY = ["--hidden-size", "32", "--layers", "1", "--heads", "2", "--batch-size", "2", "--lr", "1e-3",
-        "--precision", "fp32", "--no-progress"]
+SAMPLES = {
+    "hotpotqa": "hotpotqa_sample.json",
+    "wikihop": "wikihop_sample.json",
+    "nq": "nq_sample.jsonl",
+    "openkp-dom": "openkp_sample.jsonl",
+}
+TINY = [
+    "--hidden-size",
+    "32",
+    "--layers",
+    "1",
+    "--heads",
+    "2",
+    "--batch-size",
+    "2",
+    "--lr",
+    "1e-3",
+    "--precision",
+    "fp32",
+    "--no-progress",
+]
 METRIC_LINES = {
     "hotpotqa": [r"supporting +set_f1 +sp_f1 [0-9.]+  sp_precision", r"answer +squad +em [0-9.]+  f1 [0-9.]+"],
     "wikihop": [r"answer +accuracy +accuracy [0-9.]+  n 2"],
@@ -54,8 +71,10 @@ def test_compile_train_evaluate_with_the_installed_command(tmp_path):
     assert compiled.returncode == 0, compiled.stderr
     trained = graphattn("train", "--data", str(shards), "--out", str(run), "--steps", "2", *TINY)
     assert trained.returncode == 0, trained.stderr
-    assert ("2 training instances in 1 shard(s), streamed; targets supporting (global_labels), answer (span); "
-            "random encoder: 1 layers, hidden 32, 2 heads") in trained.stdout
+    assert (
+        "2 training instances in 1 shard(s), streamed; targets supporting (global_labels), answer (span); "
+        "random encoder: 1 layers, hidden 32, 2 heads"
+    ) in trained.stdout
     assert "trained 2 steps; last loss" in trained.stdout and (run / "step-00000002" / "trainer.pt").is_file()
     evaluated = graphattn("evaluate", "--model", str(run), "--data", str(shards), "--json", str(tmp_path / "m.json"))
     assert evaluated.returncode == 0, evaluated.stderr
@@ -81,13 +100,25 @@ def test_compile_train_evaluate_on_the_other_samples(schema, tmp_path, capsys):
 
 
 def test_raw_records_are_compiled_into_the_run_first_and_reused(tmp_path, capsys):
-    argv = ["train", "--data", str(sample("wikihop")), "--schema", "wikihop", "--tokenizer", TOKENIZER,
-            "--out", str(tmp_path), *TINY]
+    argv = [
+        "train",
+        "--data",
+        str(sample("wikihop")),
+        "--schema",
+        "wikihop",
+        "--tokenizer",
+        TOKENIZER,
+        "--out",
+        str(tmp_path),
+        *TINY,
+    ]
     assert main(argv + ["--steps", "1"]) == 0
     printed = capsys.readouterr().out
     compiled = tmp_path / "compiled"
-    assert (f"--data holds raw records, not shards: compiling them into {compiled} first (graphattn compile); "
-            f"next time pass --data {compiled}") in printed
+    assert (
+        f"--data holds raw records, not shards: compiling them into {compiled} first (graphattn compile); "
+        f"next time pass --data {compiled}"
+    ) in printed
     assert "trained 1 steps" in printed and (compiled / "shard-00000.parquet").is_file()
     assert main(argv + ["--steps", "2", "--resume"]) == 0
     printed = capsys.readouterr().out
@@ -101,23 +132,34 @@ def test_errors_a_user_meets(tmp_path, capsys):
         assert main(argv) == 2
         assert message in capsys.readouterr().err
 
-    fails(["train", "--data", wikihop, "--out", run, "--steps", "1"],
-          "is not compiled shards: compile it with `graphattn compile` first, or give --schema and --tokenizer")
+    fails(
+        ["train", "--data", wikihop, "--out", run, "--steps", "1"],
+        "is not compiled shards: compile it with `graphattn compile` first, or give --schema and --tokenizer",
+    )
     assert main(compile_argv(wikihop, "wikihop", tmp_path / "w")) == 0
-    fails(["train", "--data", str(tmp_path / "w"), wikihop, "--out", run, "--steps", "1"],
-          "--data mixes compiled shards")
+    fails(
+        ["train", "--data", str(tmp_path / "w"), wikihop, "--out", run, "--steps", "1"], "--data mixes compiled shards"
+    )
     assert main(compile_argv(DATA / "article.txt", "etc-sentences", tmp_path / "plain")) == 0
-    fails(["train", "--data", str(tmp_path / "plain"), "--out", run, "--steps", "1", *TINY],
-          "schema 'etc-sentences' declares no targets: the shards carry no task labels")
-    fails(["train", "--data", str(tmp_path / "w"), "--out", run, "--steps", "1", "--targets", "answr", *TINY],
-          "--targets 'answr' is not a target of schema 'wikihop' (answer)")
-    fails(["evaluate", "--model", str(tmp_path / "nothing"), "--data", str(tmp_path / "w")],
-          "no run.json here or in the parent directory")
+    fails(
+        ["train", "--data", str(tmp_path / "plain"), "--out", run, "--steps", "1", *TINY],
+        "schema 'etc-sentences' declares no targets: the shards carry no task labels",
+    )
+    fails(
+        ["train", "--data", str(tmp_path / "w"), "--out", run, "--steps", "1", "--targets", "answr", *TINY],
+        "--targets 'answr' is not a target of schema 'wikihop' (answer)",
+    )
+    fails(
+        ["evaluate", "--model", str(tmp_path / "nothing"), "--data", str(tmp_path / "w")],
+        "no run.json here or in the parent directory",
+    )
     assert main(["train", "--data", str(tmp_path / "w"), "--out", run, "--steps", "1", *TINY]) == 0
     assert main(compile_argv(sample("hotpotqa"), "hotpotqa", tmp_path / "h")) == 0
     capsys.readouterr()
-    fails(["evaluate", "--model", run, "--data", str(tmp_path / "h")],
-          "the shards' schema 'hotpotqa' has no target 'answer' like the model's (choice)")
+    fails(
+        ["evaluate", "--model", run, "--data", str(tmp_path / "h")],
+        "the shards' schema 'hotpotqa' has no target 'answer' like the model's (choice)",
+    )
 
 
 def _weights(run: Path, step: int) -> dict:
@@ -127,11 +169,27 @@ def _weights(run: Path, step: int) -> dict:
 def test_ctrl_c_saves_a_checkpoint_prints_the_resume_command_exits_130_and_resume_is_exact(tmp_path):
     shards = tmp_path / "shards"
     assert main(compile_argv(sample("wikihop"), "wikihop", shards)) == 0
-    args = ["--data", str(shards), "--steps", "12", *TINY, "--batch-size", "1", "--dropout", "0.1",
-            "--checkpoint-every", "1"]
+    args = [
+        "--data",
+        str(shards),
+        "--steps",
+        "12",
+        *TINY,
+        "--batch-size",
+        "1",
+        "--dropout",
+        "0.1",
+        "--checkpoint-every",
+        "1",
+    ]
     env = {**os.environ, "GRAPHATTN_TRAIN_THROTTLE": "0.4"}  # slow steps, so that SIGINT lands mid-run
-    stopped = subprocess.Popen(["graphattn", "train", *args, "--out", str(tmp_path / "a")], stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE, text=True, env=env)
+    stopped = subprocess.Popen(
+        ["graphattn", "train", *args, "--out", str(tmp_path / "a")],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
     deadline = time.monotonic() + 120
     while not (tmp_path / "a" / "step-00000001" / "trainer.pt").is_file():  # training is under way
         assert stopped.poll() is None and time.monotonic() < deadline, stopped.communicate()

@@ -17,8 +17,6 @@ import random
 from functools import lru_cache
 from pathlib import Path
 
-import numpy as np
-
 from graphattn.compile import compile_instance as compile_graph
 from graphattn.graph import DocGraph
 from graphattn.nn import EtcConfig
@@ -31,8 +29,13 @@ WORDS = "the river runs past old mills and quiet towns where people trade grain 
 CANDIDATES = ["red fox", "blue whale", "green frog", "grey owl", "brown bear"]
 
 SCHEMA = {
-    "name": "train-test", "local_radius": 3, "relative_pos_max_distance": 2, "relative_vocab_size": 16,
-    "max_long_length": 128, "max_global_length": 16, "special_tokens": {"global": 1},
+    "name": "train-test",
+    "local_radius": 3,
+    "relative_pos_max_distance": 2,
+    "relative_vocab_size": 16,
+    "max_long_length": 128,
+    "max_global_length": 16,
+    "special_tokens": {"global": 1},
     "node_types": {
         "document": {"segment": True},
         "candidate": {"global": "node", "long": True, "segment": True, "ignore_hard_masks": True, "global_type_id": 2},
@@ -53,9 +56,18 @@ TASKS = {"wikihop": "answer", "hotpotqa": "supporting", "nq": "span", "openkp": 
 
 
 def tiny_config(**changes) -> EtcConfig:
-    base = dict(vocab_size=3000, type_vocab_size=4, hidden_size=32, num_attention_heads=2, intermediate_size=64, num_hidden_layers=2,
-                local_radius=SCHEMA["local_radius"], relative_pos_max_distance=SCHEMA["relative_pos_max_distance"],
-                relative_vocab_size=SCHEMA["relative_vocab_size"], hidden_dropout_prob=0.0)
+    base = dict(
+        vocab_size=3000,
+        type_vocab_size=4,
+        hidden_size=32,
+        num_attention_heads=2,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        local_radius=SCHEMA["local_radius"],
+        relative_pos_max_distance=SCHEMA["relative_pos_max_distance"],
+        relative_vocab_size=SCHEMA["relative_vocab_size"],
+        hidden_dropout_prob=0.0,
+    )
     return EtcConfig(**{**base, **changes})
 
 

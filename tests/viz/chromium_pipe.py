@@ -53,14 +53,27 @@ class Chromium:
             os.dup2(write_end, 4)
 
         args = [
-            executable, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--no-default-browser-check",
-            "--disable-extensions", "--disable-dev-shm-usage", "--remote-debugging-pipe", f"--user-data-dir={self._profile.name}",
-            f"--window-size={width},{height}", "about:blank",
+            executable,
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--no-first-run",
+            "--no-default-browser-check",
+            "--disable-extensions",
+            "--disable-dev-shm-usage",
+            "--remote-debugging-pipe",
+            f"--user-data-dir={self._profile.name}",
+            f"--window-size={width},{height}",
+            "about:blank",
         ]
         try:
             self.process = subprocess.Popen(
-                args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                close_fds=False, preexec_fn=onto_3_and_4,
+                args,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                close_fds=False,
+                preexec_fn=onto_3_and_4,
             )
         except OSError as err:
             raise ChromiumUnavailable(f"{executable} cannot start: {err}") from err
@@ -109,7 +122,11 @@ class Chromium:
         self._command("Browser.getVersion")
         target = self._command("Target.createTarget", {"url": "about:blank"})["targetId"]
         session = self._command("Target.attachToTarget", {"targetId": target, "flatten": True})["sessionId"]
-        self._command("Emulation.setDeviceMetricsOverride", {"width": width, "height": height, "deviceScaleFactor": 1, "mobile": False}, session)
+        self._command(
+            "Emulation.setDeviceMetricsOverride",
+            {"width": width, "height": height, "deviceScaleFactor": 1, "mobile": False},
+            session,
+        )
         return session
 
     def call(self, method: str, params: dict | None = None) -> dict:
@@ -160,7 +177,7 @@ class Chromium:
                 self.process.wait()
         self._profile.cleanup()
 
-    def __enter__(self) -> "Chromium":
+    def __enter__(self) -> Chromium:
         return self
 
     def __exit__(self, *exc) -> None:

@@ -32,21 +32,25 @@ def test_shares_and_dominant_labels_by_hand():
     # queries/keys {G0,G1} {G2} {L0,L1} {L2,L3} {L4}.
     pattern = Pattern(hand_instance((2, 3), radius=1, max_distance=1))
     summary = block_summary(pattern, block_size=2)
-    expected_share = np.array([
-        [1, 1, 1, 2 / 4, 1 / 2],    # G0 sees everything; G1 only L0, L1
-        [1, 1, 0, 1, 1],            # G2 only L2..L4
-        [1, 1, 1, 1 / 4, 0],        # L1 -> L2 is the only pair within radius 1
-        [1, 1, 1 / 4, 1, 1 / 2],    # L2 -> L1; L3 -> L4
-        [1, 1, 0, 1 / 2, 1],        # L4 -> L3
-    ])
+    expected_share = np.array(
+        [
+            [1, 1, 1, 2 / 4, 1 / 2],  # G0 sees everything; G1 only L0, L1
+            [1, 1, 0, 1, 1],  # G2 only L2..L4
+            [1, 1, 1, 1 / 4, 0],  # L1 -> L2 is the only pair within radius 1
+            [1, 1, 1 / 4, 1, 1 / 2],  # L2 -> L1; L3 -> L4
+            [1, 1, 0, 1 / 2, 1],  # L4 -> L3
+        ]
+    )
     np.testing.assert_allclose(summary.share, expected_share)
-    expected_dominant = np.array([
-        [0, 1, 4, 4, 4],
-        [2, 0, -1, 4, 4],
-        [4, 3, 0, 1, -1],
-        [3, 4, 2, 0, 1],            # ties (2 belongs, 2 does_not_belong) go to the lower id
-        [3, 4, -1, 2, 0],
-    ])
+    expected_dominant = np.array(
+        [
+            [0, 1, 4, 4, 4],
+            [2, 0, -1, 4, 4],
+            [4, 3, 0, 1, -1],
+            [3, 4, 2, 0, 1],  # ties (2 belongs, 2 does_not_belong) go to the lower id
+            [3, 4, -1, 2, 0],
+        ]
+    )
     np.testing.assert_array_equal(summary.dominant, expected_dominant)
     np.testing.assert_array_equal(summary.counts[2, 2], [2, 1, 1, 0, 0])
     np.testing.assert_array_equal(summary.labels_present(), [0, 1, 2, 3, 4])
@@ -62,8 +66,15 @@ def test_zoomed_summary_covers_only_the_range():
 
 
 @settings(max_examples=40, deadline=None)
-@given(G=st.integers(0, 5), L=st.integers(1, 14), radius=st.integers(0, 5), size=st.integers(1, 6),
-       seed=st.integers(0, 2**16), lo=st.integers(0, 6), hi=st.integers(0, 6))
+@given(
+    G=st.integers(0, 5),
+    L=st.integers(1, 14),
+    radius=st.integers(0, 5),
+    size=st.integers(1, 6),
+    seed=st.integers(0, 2**16),
+    lo=st.integers(0, 6),
+    hi=st.integers(0, 6),
+)
 def test_summary_matches_brute_force(G, L, radius, size, seed, lo, hi):
     instance = random_instance(np.random.default_rng(seed), G, L, radius)
     N = G + L

@@ -39,7 +39,12 @@ def test_text_document_is_compiled_and_printed(text_file, capsys):
 
 
 def test_range_and_plain_style(text_file, capsys):
-    assert run_viz(str(text_file), "--schema", "etc-sentences", "--queries", "l0:l4", "--keys", "l0:l6", "--style", "plain") == 0
+    assert (
+        run_viz(
+            str(text_file), "--schema", "etc-sentences", "--queries", "l0:l4", "--keys", "l0:l6", "--style", "plain"
+        )
+        == 0
+    )
     lines = capsys.readouterr().out.splitlines()
     assert lines[0] == "■ allowed  □ masked"
     rows = [line for line in lines if "│" in line]
@@ -88,15 +93,24 @@ def shard(tmp_path_factory):
     root = tmp_path_factory.mktemp("viz-shard")
     for name, text in (("a.txt", TEXT), ("b.txt", "One more sentence here. And the last one.")):
         (root / name).write_text(text)
-    run_compile(CompileOptions(inputs=[str(root / "a.txt"), str(root / "b.txt")], schema="etc-sentences",
-                               out=str(root / "out"), progress=False), print_fn=None)
+    run_compile(
+        CompileOptions(
+            inputs=[str(root / "a.txt"), str(root / "b.txt")],
+            schema="etc-sentences",
+            out=str(root / "out"),
+            progress=False,
+        ),
+        print_fn=None,
+    )
     return root / "out" / "shard-00000.parquet"
 
 
 def test_shard_instance_is_read_compact_and_without_torch(shard):
-    code = ("import sys; from graphattn.cli import main; "
-            f"assert main(['viz', {str(shard)!r}, '--instance', '0', '--style', 'letters']) == 0; "
-            "print('torch loaded' if 'torch' in sys.modules else 'no torch')")
+    code = (
+        "import sys; from graphattn.cli import main; "
+        f"assert main(['viz', {str(shard)!r}, '--instance', '0', '--style', 'letters']) == 0; "
+        "print('torch loaded' if 'torch' in sys.modules else 'no torch')"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert "G0 sentence:" in out and out.rstrip().endswith("no torch")
     with pytest.raises(GraphattnError, match="instance 5 is out of range: the shard holds 1"):

@@ -22,7 +22,9 @@ TOOLTIP = "document.getElementById('tooltip').textContent"
 def decode(meta, payload):
     raw = zlib.decompress(base64.b64decode(payload))
     return {
-        name: np.frombuffer(raw, dtype=spec["dtype"], count=spec["length"], offset=spec["offset"]).reshape(spec["shape"])
+        name: np.frombuffer(raw, dtype=spec["dtype"], count=spec["length"], offset=spec["offset"]).reshape(
+            spec["shape"]
+        )
         for name, spec in meta["arrays"].items()
     }
 
@@ -163,8 +165,10 @@ def test_page_derives_every_pair_of_a_compact_instance_as_python_does(browser, t
         everything = Pattern(instance).full_range()
         want = Pattern(instance).labels(everything, everything) + 1
         open_page(browser, write_viewer(instance, tmp_path / f"compact-{seed}.html"))
-        got = browser.evaluate(f"Array.from({{length: {len(everything)}}}, (_, q) => "
-                               f"Array.from({{length: {len(everything)}}}, (_, k) => graphattnViewer.code(q, k)))")
+        got = browser.evaluate(
+            f"Array.from({{length: {len(everything)}}}, (_, q) => "
+            f"Array.from({{length: {len(everything)}}}, (_, k) => graphattnViewer.code(q, k)))"
+        )
         np.testing.assert_array_equal(np.array(got), want)
 
 

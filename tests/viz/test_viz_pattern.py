@@ -21,7 +21,10 @@ def test_parse_range_plain_prefixed_and_open_ends():
     assert parse_range("l5:", 4, 10) == AxisRange(9, 14)
 
 
-@pytest.mark.parametrize("text, fragment", [("3", "expected A:B"), ("x:4", "is not a position"), ("5:2", "0 <= A < B <= 14"), ("0:15", "G=4 globals, L=10")])
+@pytest.mark.parametrize(
+    "text, fragment",
+    [("3", "expected A:B"), ("x:4", "is not a position"), ("5:2", "0 <= A < B <= 14"), ("0:15", "G=4 globals, L=10")],
+)
 def test_parse_range_errors_say_what_was_expected(text, fragment):
     with pytest.raises(GraphattnError, match="--keys") as err:
         parse_range(text, 4, 10, "--keys")
@@ -39,13 +42,15 @@ def test_l2l_band_unrolled_at_true_positions():
     # true positions is the clipped distance (0 same, 1..2 right, 3..4 left) inside |j - i| <= 2
     pattern = Pattern(hand_instance((5,), radius=2, max_distance=2, document_global=False))
     l2l = pattern.labels(AxisRange(1, 6), AxisRange(1, 6))
-    expected = np.array([
-        [0, 1, 2, -1, -1],
-        [3, 0, 1, 2, -1],
-        [4, 3, 0, 1, 2],
-        [-1, 4, 3, 0, 1],
-        [-1, -1, 4, 3, 0],
-    ])
+    expected = np.array(
+        [
+            [0, 1, 2, -1, -1],
+            [3, 0, 1, 2, -1],
+            [4, 3, 0, 1, 2],
+            [-1, 4, 3, 0, 1],
+            [-1, -1, 4, 3, 0],
+        ]
+    )
     np.testing.assert_array_equal(l2l, expected)
 
 
@@ -75,15 +80,29 @@ def test_inserted_tokens_are_named_by_id():
 def test_shape_mismatch_is_a_clear_error():
     instance = hand_instance((3, 3))
     s = instance.side
-    instance.side = SideInputs(s.l2l_att_mask, s.g2g_att_mask, s.l2g_att_mask[:, :1], s.g2l_att_mask,
-                               s.l2l_relative_att_ids, s.g2g_relative_att_ids, s.l2g_relative_att_ids, s.g2l_relative_att_ids)
+    instance.side = SideInputs(
+        s.l2l_att_mask,
+        s.g2g_att_mask,
+        s.l2g_att_mask[:, :1],
+        s.g2l_att_mask,
+        s.l2l_relative_att_ids,
+        s.g2g_relative_att_ids,
+        s.l2g_relative_att_ids,
+        s.g2l_relative_att_ids,
+    )
     with pytest.raises(BatchError, match=r"l2g_att_mask has shape \(6, 1\), expected \(6, 3\)"):
         Pattern(instance)
 
 
 @settings(max_examples=40, deadline=None)
-@given(G=st.integers(0, 4), L=st.integers(1, 9), radius=st.integers(0, 4), seed=st.integers(0, 2**16),
-       q=st.tuples(st.integers(0, 12), st.integers(1, 13)), k=st.tuples(st.integers(0, 12), st.integers(1, 13)))
+@given(
+    G=st.integers(0, 4),
+    L=st.integers(1, 9),
+    radius=st.integers(0, 4),
+    seed=st.integers(0, 2**16),
+    q=st.tuples(st.integers(0, 12), st.integers(1, 13)),
+    k=st.tuples(st.integers(0, 12), st.integers(1, 13)),
+)
 def test_labels_match_brute_force_on_any_range(G, L, radius, seed, q, k):
     instance = random_instance(np.random.default_rng(seed), G, L, radius)
     N = G + L
@@ -101,12 +120,19 @@ def _compact_instance():
     instance = hand_instance((3, 3), radius=2, max_distance=2, extra_labels=("mention_of",))
     L, G = 6, 3
     compact = CompactSideInputs(
-        local_radius=2, max_distance=2, levels=("document", "sentence"),
+        local_radius=2,
+        max_distance=2,
+        levels=("document", "sentence"),
         owners=np.array([[0] * 6, [1, 1, 1, 2, 2, 2]], np.int32),
-        long_doc=np.zeros(L, np.int32), long_segment=np.zeros(L, np.int32),
-        global_doc=np.zeros(G, np.int32), global_segment=np.full(G, -1, np.int32), global_blockable=np.zeros(G, bool),
-        long_hard_l2g=np.zeros(L, bool), global_hard_g2l=np.array([False, True, True]),
-        link_long=np.array([4], np.int32), link_global=np.array([1], np.int32),
+        long_doc=np.zeros(L, np.int32),
+        long_segment=np.zeros(L, np.int32),
+        global_doc=np.zeros(G, np.int32),
+        global_segment=np.full(G, -1, np.int32),
+        global_blockable=np.zeros(G, bool),
+        long_hard_l2g=np.zeros(L, bool),
+        global_hard_g2l=np.array([False, True, True]),
+        link_long=np.array([4], np.int32),
+        link_global=np.array([1], np.int32),
         link_label=np.array([instance.label_vocab.id("mention_of")], np.int32),
     )
     instance.side = compact
@@ -122,7 +148,9 @@ def test_compact_side_inputs_read_by_rows_match_their_dense_form():
     assert type(compact.reader).__name__ == "_CompactReader"  # rows on demand, not to_dense()
     full = compact.full_range()
     np.testing.assert_array_equal(compact.labels(full, full), dense.labels(full, full))
-    np.testing.assert_array_equal(compact.labels(AxisRange(1, 2), AxisRange(5, 9)), dense.labels(AxisRange(1, 2), AxisRange(5, 9)))
+    np.testing.assert_array_equal(
+        compact.labels(AxisRange(1, 2), AxisRange(5, 9)), dense.labels(AxisRange(1, 2), AxisRange(5, 9))
+    )
     # the linked token (L4) is visible to sentence s0 (G1) with the link's label despite the hard mask
     assert compact.labels(AxisRange(1, 2), AxisRange(7, 8))[0, 0] == compact.vocab.id("mention_of")
     assert compact.labels(AxisRange(1, 2), AxisRange(6, 7))[0, 0] == MASKED

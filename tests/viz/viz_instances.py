@@ -85,7 +85,9 @@ def hand_instance(
     )
 
 
-def big_instance(long_length: int = 4096, globals_count: int = 256, radius: int = 128, max_distance: int = 12) -> EtcInstance:
+def big_instance(
+    long_length: int = 4096, globals_count: int = 256, radius: int = 128, max_distance: int = 12
+) -> EtcInstance:
     """A 4096 + 256 instance: one document global and sentences of equal length."""
     sentences = globals_count - 1
     lengths = np.full(sentences, long_length // sentences)
@@ -93,7 +95,9 @@ def big_instance(long_length: int = 4096, globals_count: int = 256, radius: int 
     return hand_instance(tuple(int(x) for x in lengths), radius=radius, max_distance=max_distance)
 
 
-def random_instance(rng: np.random.Generator, G: int, L: int, radius: int, max_distance: int = 2, extra_labels: int = 1) -> EtcInstance:
+def random_instance(
+    rng: np.random.Generator, G: int, L: int, radius: int, max_distance: int = 2, extra_labels: int = 1
+) -> EtcInstance:
     """Arbitrary masks and label ids (not a compiler's output): for checks against brute force."""
     vocab = LabelVocab(max_distance, [f"rel{i}" for i in range(extra_labels)])
     V, W = len(vocab), 2 * radius + 1
@@ -101,16 +105,32 @@ def random_instance(rng: np.random.Generator, G: int, L: int, radius: int, max_d
     def piece(shape):
         return (rng.random(shape) < 0.6).astype(np.int32), rng.integers(0, V, shape).astype(np.int32)
 
-    (l2l_m, l2l_i), (g2g_m, g2g_i), (l2g_m, l2g_i), (g2l_m, g2l_i) = piece((L, W)), piece((G, G)), piece((L, G)), piece((G, L))
+    (l2l_m, l2l_i), (g2g_m, g2g_i), (l2g_m, l2g_i), (g2l_m, g2l_i) = (
+        piece((L, W)),
+        piece((G, G)),
+        piece((L, G)),
+        piece((G, L)),
+    )
     side = SideInputs(l2l_m, g2g_m, l2g_m, g2l_m, l2l_i, g2g_i, l2g_i, g2l_i)
     words = [WORDS[i % len(WORDS)] for i in range(L)]
     starts = np.cumsum([0] + [len(w) + 1 for w in words[:-1]]) if L else np.zeros(0, int)
-    spans = np.stack([starts, starts + np.array([len(w) for w in words], dtype=int)], axis=1).astype(np.int32).reshape(L, 2)
+    spans = (
+        np.stack([starts, starts + np.array([len(w) for w in words], dtype=int)], axis=1).astype(np.int32).reshape(L, 2)
+    )
     return EtcInstance(
-        long_token_ids=np.arange(L, dtype=np.int32), long_type_ids=np.zeros(L, np.int32),
-        global_token_ids=np.ones(G, np.int32), global_type_ids=np.zeros(G, np.int32), side=side, label_vocab=vocab,
-        global_node_ids=[f"n{g}" for g in range(G)], global_node_types=["node"] * G, long_char_spans=spans,
-        long_doc_index=np.zeros(L, np.int32), long_owners={}, doc_ids=["d"], texts=[" ".join(words)],
+        long_token_ids=np.arange(L, dtype=np.int32),
+        long_type_ids=np.zeros(L, np.int32),
+        global_token_ids=np.ones(G, np.int32),
+        global_type_ids=np.zeros(G, np.int32),
+        side=side,
+        label_vocab=vocab,
+        global_node_ids=[f"n{g}" for g in range(G)],
+        global_node_types=["node"] * G,
+        long_char_spans=spans,
+        long_doc_index=np.zeros(L, np.int32),
+        long_owners={},
+        doc_ids=["d"],
+        texts=[" ".join(words)],
     )
 
 
@@ -138,8 +158,9 @@ def brute_force_grid(instance: EtcInstance) -> np.ndarray:
     return grid
 
 
-def _instance_of(side, vocab: LabelVocab, owners: dict[str, np.ndarray], node_ids: list[str], node_types: list[str],
-                 docs: int = 1) -> EtcInstance:
+def _instance_of(
+    side, vocab: LabelVocab, owners: dict[str, np.ndarray], node_ids: list[str], node_types: list[str], docs: int = 1
+) -> EtcInstance:
     """An EtcInstance around compact side inputs: one word per long token, ids counting up."""
     L, G = side.long_length, side.global_length
     words = [WORDS[i % len(WORDS)] for i in range(L)]
@@ -147,16 +168,25 @@ def _instance_of(side, vocab: LabelVocab, owners: dict[str, np.ndarray], node_id
     lengths = np.array([len(w) for w in words], dtype=int)
     spans = np.stack([starts, starts + lengths], axis=1).astype(np.int32).reshape(L, 2)
     return EtcInstance(
-        long_token_ids=np.arange(L, dtype=np.int32), long_type_ids=np.zeros(L, np.int32),
-        global_token_ids=np.ones(G, np.int32), global_type_ids=np.zeros(G, np.int32), side=side, label_vocab=vocab,
-        global_node_ids=node_ids, global_node_types=node_types, long_char_spans=spans,
-        long_doc_index=np.zeros(L, np.int32), long_owners=owners, doc_ids=[f"d{i}" for i in range(docs)],
+        long_token_ids=np.arange(L, dtype=np.int32),
+        long_type_ids=np.zeros(L, np.int32),
+        global_token_ids=np.ones(G, np.int32),
+        global_type_ids=np.zeros(G, np.int32),
+        side=side,
+        label_vocab=vocab,
+        global_node_ids=node_ids,
+        global_node_types=node_types,
+        long_char_spans=spans,
+        long_doc_index=np.zeros(L, np.int32),
+        long_owners=owners,
+        doc_ids=[f"d{i}" for i in range(docs)],
         texts=[" ".join(words)] * docs,
     )
 
 
-def random_compact_instance(rng: np.random.Generator, G: int, L: int, radius: int, max_distance: int = 2,
-                            extra_labels: int = 2, levels: int = 2) -> EtcInstance:
+def random_compact_instance(
+    rng: np.random.Generator, G: int, L: int, radius: int, max_distance: int = 2, extra_labels: int = 2, levels: int = 2
+) -> EtcInstance:
     """Arbitrary compact side inputs (documents, segments, hard rows, owners, links, g2g edges):
     every rule of the compact form exercised at once, for checks against the dense derivation."""
     from graphattn.compact import CompactSideInputs
@@ -173,23 +203,34 @@ def random_compact_instance(rng: np.random.Generator, G: int, L: int, radius: in
     n_links = int(rng.integers(0, L * n // 3 + 1)) if G and L else 0
     pairs = np.unique(rng.integers(0, max(L, 1), n_links).astype(np.int64) * n + rng.integers(0, n, n_links))
     schema_ids = np.arange(len(vocab) - extra_labels, len(vocab))
+
     def label_of(count: int) -> np.ndarray:
         return (rng.choice(schema_ids, count) if extra_labels else np.full(count, vocab.belongs)).astype(np.int32)
 
     n_edges = int(rng.integers(0, G * G // 2 + 1)) if G else 0
     side = CompactSideInputs(
-        local_radius=radius, max_distance=max_distance, levels=tuple(f"level{i}" for i in range(levels)), owners=owners,
-        long_doc=long_doc, long_segment=long_segment, global_doc=global_doc,
+        local_radius=radius,
+        max_distance=max_distance,
+        levels=tuple(f"level{i}" for i in range(levels)),
+        owners=owners,
+        long_doc=long_doc,
+        long_segment=long_segment,
+        global_doc=global_doc,
         global_segment=rng.integers(-1, 3, G).astype(np.int32),
-        global_blockable=rng.random(G) < 0.5, long_hard_l2g=rng.random(L) < 0.4, global_hard_g2l=rng.random(G) < 0.5,
-        link_long=(pairs // n).astype(np.int32), link_global=(pairs % n).astype(np.int32),
+        global_blockable=rng.random(G) < 0.5,
+        long_hard_l2g=rng.random(L) < 0.4,
+        global_hard_g2l=rng.random(G) < 0.5,
+        link_long=(pairs // n).astype(np.int32),
+        link_global=(pairs % n).astype(np.int32),
         link_label=label_of(len(pairs)),
-        g2g_src=rng.integers(0, n, n_edges).astype(np.int32), g2g_dst=rng.integers(0, n, n_edges).astype(np.int32),
+        g2g_src=rng.integers(0, n, n_edges).astype(np.int32),
+        g2g_dst=rng.integers(0, n, n_edges).astype(np.int32),
         g2g_label=label_of(n_edges),
         cross_segment_label=int(schema_ids[0]) if extra_labels and rng.random() < 0.5 else -1,
     )
-    return _instance_of(side, vocab, {f"level{i}": owners[i] for i in range(levels)}, [f"n{g}" for g in range(G)],
-                        ["node"] * G, docs)
+    return _instance_of(
+        side, vocab, {f"level{i}": owners[i] for i in range(levels)}, [f"n{g}" for g in range(G)], ["node"] * G, docs
+    )
 
 
 def sentence_instance(L: int, G: int, radius: int = 16, max_distance: int = 4) -> EtcInstance:
@@ -198,10 +239,18 @@ def sentence_instance(L: int, G: int, radius: int = 16, max_distance: int = 4) -
 
     owner = (np.arange(L) * G // L).astype(np.int32)
     side = CompactSideInputs(
-        local_radius=radius, max_distance=max_distance, levels=("sentence",), owners=owner[None, :],
-        long_doc=np.zeros(L, np.int32), long_segment=np.zeros(L, np.int32), global_doc=np.zeros(G, np.int32),
-        global_segment=np.full(G, -1, np.int32), global_blockable=np.zeros(G, bool),
-        long_hard_l2g=np.zeros(L, bool), global_hard_g2l=np.ones(G, bool),
+        local_radius=radius,
+        max_distance=max_distance,
+        levels=("sentence",),
+        owners=owner[None, :],
+        long_doc=np.zeros(L, np.int32),
+        long_segment=np.zeros(L, np.int32),
+        global_doc=np.zeros(G, np.int32),
+        global_segment=np.full(G, -1, np.int32),
+        global_blockable=np.zeros(G, bool),
+        long_hard_l2g=np.zeros(L, bool),
+        global_hard_g2l=np.ones(G, bool),
     )
-    return _instance_of(side, LabelVocab(max_distance, []), {"sentence": owner}, [f"s{g}" for g in range(G)],
-                        ["sentence"] * G)
+    return _instance_of(
+        side, LabelVocab(max_distance, []), {"sentence": owner}, [f"s{g}" for g in range(G)], ["sentence"] * G
+    )
