@@ -24,7 +24,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
-from graphattn.compile.side_inputs import example_ids_from_breakpoints, relative_position_ids, side_inputs  # noqa: E402
+from graphattn.compile.side_inputs import example_ids_from_breakpoints, side_inputs  # noqa: E402
+from graphattn.labels import relative_position_ids  # noqa: E402
 
 
 def make_document(long_length: int, global_length: int, sentences: int) -> tuple[np.ndarray, ...]:
