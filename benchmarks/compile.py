@@ -179,7 +179,8 @@ def million(schema_raw: dict, tokenizer, n_tokens: int, n_sentences: int) -> lis
     tracemalloc.stop()
     rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(
-        f"1M case: {inst.long_length} long tokens, {inst.global_length} globals; compact side inputs {inst.side.nbytes / 2**20:.1f} MiB; "
+        f"1M case: {inst.long_length} long tokens, {inst.global_length} globals; "
+        f"compact side inputs {inst.side.nbytes / 2**20:.1f} MiB; "
         f"dense would need {8 * inst.long_length * inst.global_length / 2**30:.0f} GiB for l2g+g2l"
     )
     return [

@@ -203,7 +203,9 @@ def main(argv: list[str] | None = None) -> int:
             stamps: list[tuple[float, int]] = []
             actor_cpu: list[float] = []
 
-            def on_shard(written, stamps=stamps, actor_cpu=actor_cpu, started=time.perf_counter()):
+            started = time.perf_counter()
+
+            def on_shard(written, stamps=stamps, actor_cpu=actor_cpu, started=started):
                 stamps.append((time.perf_counter() - started, written.stats["documents"]))
                 actor_cpu.append(written.cpu_seconds or 0.0)
 

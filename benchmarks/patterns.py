@@ -46,8 +46,12 @@ import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
+
+if TYPE_CHECKING:
+    from graphattn.patterns.compressive import MemoryState
 
 HF_WINDOW = 512
 

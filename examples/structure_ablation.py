@@ -36,9 +36,9 @@ them; --candidates-exempt restores that). The answer needs three stages found to
 -> its person through l2l, mention -> the query's people, candidate -> its mentions through the
 link or, flat, through content matches), and a from-scratch encoder finds them only after a long
 plateau at loss ln 4: at width 32 the structured encoder left it after ~10k steps, at width 64
-after 3.9k-8.3k (three seeds, 16k steps); the flat one had not left it after 16k (nor, two seeds, after 40k). The table reports the step
-at which each run's training loss first fell below 1.0. ETC's encoders start from lifted,
-pre-trained weights and need no such plateau.
+after 3.9k-8.3k (three seeds, 16k steps); the flat one had not left it after 16k (nor, two seeds,
+after 40k). The table reports the step at which each run's training loss first fell below 1.0.
+ETC's encoders start from lifted, pre-trained weights and need no such plateau.
 
 Training goes the way of every graphattn task: the schemas declare the task label (`targets:
 answer`, a choice among the candidate globals), the compiled instances are written as shards
@@ -359,8 +359,8 @@ def summarize(results: list[dict]) -> str:
     """The markdown table: held-out accuracy mean and spread (sample std, min - max) per task and
     schema, and the training accuracy (a gap to held-out accuracy is memorisation)."""
     lines = [
-        "| task | schema | seeds | held-out accuracy % (mean) | std | min - max | per seed | train accuracy % (last 10% of steps) "
-        "| left the plateau at step |",
+        "| task | schema | seeds | held-out accuracy % (mean) | std | min - max | "
+        "per seed | train accuracy % (last 10% of steps) | left the plateau at step |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
     for task in TASKS:
@@ -373,7 +373,8 @@ def summarize(results: list[dict]) -> str:
             train = statistics.mean(r["train_accuracy"] * 100 for r in rows)
             exits = ", ".join(str(r.get("plateau_exit_step") or "-") for r in rows)
             lines.append(
-                f"| {task} | {setting} | {len(acc)} | {statistics.mean(acc):.1f} | {std:.1f} | {min(acc):.1f} - {max(acc):.1f} | "
+                f"| {task} | {setting} | {len(acc)} | {statistics.mean(acc):.1f} | {std:.1f} | "
+                f"{min(acc):.1f} - {max(acc):.1f} | "
                 + ", ".join(f"{a:.1f}" for a in acc)
                 + f" | {train:.1f} | {exits} |"
             )
@@ -415,7 +416,8 @@ def main() -> None:
         "--init-std",
         type=float,
         default=0.1,
-        help="initializer_range; BERT's 0.02 suits width 768, at width 64 it leaves attention outputs ~1e-3 of the residual",
+        help="initializer_range; BERT's 0.02 suits width 768, at width 64 it leaves attention outputs "
+        "~1e-3 of the residual",
     )
     parser.add_argument("--fillers", type=float, default=0.0, help="probability of a filler sentence after each fact")
     parser.add_argument(
@@ -454,7 +456,8 @@ def main() -> None:
     )
     seeds = list(range(args.seeds))
     print(
-        f"{len(seeds)} seeds x {len(SCHEMAS)} schemas: {args.train} training / {args.test} held-out records, {args.steps} steps "
+        f"{len(seeds)} seeds x {len(SCHEMAS)} schemas: {args.train} training / {args.test} held-out records, "
+        f"{args.steps} steps "
         f"of {args.batch}, encoder {args.layers} x {args.hidden}, radius {args.radius}, candidate globals "
         f"{'exempt from' if args.candidates_exempt else 'under'} hard g2l; {args.workers} process(es)",
         flush=True,
@@ -473,7 +476,8 @@ def main() -> None:
 
 def _report(result: dict) -> None:
     print(
-        f"  {result['task']:8s} {result['setting']:10s} seed {result['seed']}: held-out accuracy {result['accuracy'] * 100:5.1f}%  (train loss "
+        f"  {result['task']:8s} {result['setting']:10s} seed {result['seed']}: "
+        f"held-out accuracy {result['accuracy'] * 100:5.1f}%  (train loss "
         f"{result['train_loss']:.3f}, left the plateau at step {result['plateau_exit_step'] or '-'}, "
         f"mean long {result['long']:.0f} / globals {result['globals']:.0f}, {result['seconds']:.0f} s)",
         flush=True,

@@ -218,7 +218,10 @@ class EtcBatch:
 
     def __repr__(self) -> str:
         batch, long = self.long_token_ids.shape
-        return f"EtcBatch(B={batch}, L={long}, G={self.global_token_ids.shape[1]}, labels={self.vocab_size}, device={self.long_token_ids.device})"
+        return (
+            f"EtcBatch(B={batch}, L={long}, G={self.global_token_ids.shape[1]}, labels={self.vocab_size}, "
+            f"device={self.long_token_ids.device})"
+        )
 
     def to(self, device: torch.device | str) -> EtcBatch:
         """The batch with every tensor (ids, masks, side inputs, features) on `device`."""

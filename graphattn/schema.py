@@ -243,7 +243,10 @@ def _relation(name: str, raw: Mapping, check: _Checker) -> Relation:
     if reverse is not None and link != "g2g":
         check.fail("reverse_label applies to g2g links only", "relations", name, "reverse_label")
     if raw.get("hierarchy") and link in ("l2g", "g2l"):
-        message = "a hierarchy relation already lowers to belongs/does_not_belong; use link: g2g to label parent/child globals"
+        message = (
+            "a hierarchy relation already lowers to belongs/does_not_belong; "
+            "use link: g2g to label parent/child globals"
+        )
         check.fail(message, "relations", name, "link")
     return Relation(name, raw.get("hierarchy", False), link, label, reverse)
 
@@ -339,7 +342,8 @@ def _build(data: Mapping, lines: Mapping, source: str | None) -> Schema:
         if blocks.hard_l2g not in (None, hard_l2g) and any(t.is_global for t in node_types.values()):
             check.fail(
                 "hard l2g restricts long query tokens, whichever global they look at (etcmodel's rule per row), so a "
-                f"block-only value cannot apply beside node globals: set masks.hard_l2g: {str(blocks.hard_l2g).lower()} instead",
+                "block-only value cannot apply beside node globals: "
+                f"set masks.hard_l2g: {str(blocks.hard_l2g).lower()} instead",
                 "fixed_blocks",
                 "hard_l2g",
             )
@@ -450,7 +454,8 @@ def _check_labels(schema: Schema, check: _Checker) -> None:
     needed = first_schema_label_id(k) + len(schema.labels)
     if schema.relative_vocab_size < needed:
         check.fail(
-            f"relative_vocab_size {schema.relative_vocab_size} is too small: 2k+3 = {first_schema_label_id(k)} built-in labels "
+            f"relative_vocab_size {schema.relative_vocab_size} is too small: "
+            f"2k+3 = {first_schema_label_id(k)} built-in labels "
             f"plus {len(schema.labels)} schema label(s) need {needed}",
             "relative_vocab_size",
         )

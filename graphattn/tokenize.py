@@ -153,7 +153,8 @@ def _without_special_ids(
     if unk_id is None:
         at = int(offsets[int(np.argmax(forged)), 0])
         raise TokenizerError(
-            f"the text at character {at} ({text[at : at + 12]!r}) encodes to a special token's id and the vocabulary has "
+            f"the text at character {at} ({text[at : at + 12]!r}) "
+            "encodes to a special token's id and the vocabulary has "
             "no unk token to read it as plain text instead",
             file=source,
             path=("text",),

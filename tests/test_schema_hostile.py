@@ -202,7 +202,8 @@ def test_hostile_yaml_is_a_schema_error_with_file_and_line(tmp_path, text, messa
         ('{"name": "x",\n "local_radius": ' + "9" * 5000 + "}", "a number of 5000 characters is too long", 2),
         ('{"name": "x",\n\t"local_radius": ' + "9" * 5000 + "}", "a number of 5000 characters is too long", 2),
         (
-            '{"name": "x", "local_radius": 3.0, "special_tokens": {"global": 1},\n "node_types": {"s": {"global": "node"}}}',
+            '{"name": "x", "local_radius": 3.0, "special_tokens": {"global": 1},'
+            '\n "node_types": {"s": {"global": "node"}}}',
             None,
             None,
         ),

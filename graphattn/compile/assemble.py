@@ -334,8 +334,10 @@ def _edge_pairs(doc: _Doc, schema: Schema, vocab, goffset: int, loffset: int) ->
                 e = int(np.argmax(no_global))
                 bad = lay.node_ids[side[e]]
                 raise CompileError(
-                    f"edge {lay.node_ids[src[e]]!r} -[{name}]-> {lay.node_ids[dst[e]]!r}: a {rel.link} link needs a global at "
-                    f"{bad!r}, but its type {lay.type_names[lay.node_type[side[e]]]!r} has global: none in {schema_ref(schema)}",
+                    f"edge {lay.node_ids[src[e]]!r} -[{name}]-> {lay.node_ids[dst[e]]!r}: "
+                    f"a {rel.link} link needs a global at "
+                    f"{bad!r}, but its type {lay.type_names[lay.node_type[side[e]]]!r} "
+                    f"has global: none in {schema_ref(schema)}",
                     file=lay.graph.source,
                     node=bad,
                 )

@@ -40,7 +40,8 @@ def _geometry(instances: Sequence[EtcInstance]) -> tuple[int, int]:
         vocabs.add(tuple(inst.label_vocab.names))
     if len(radii) > 1:
         raise BatchError(
-            f"instances disagree on (local_radius, relative_pos_max_distance): {sorted(radii)}; compile them with one schema"
+            f"instances disagree on (local_radius, relative_pos_max_distance): {sorted(radii)}; "
+            "compile them with one schema"
         )
     if len(vocabs) > 1:
         raise BatchError("instances carry different label vocabularies; compile them with one schema")

@@ -254,7 +254,8 @@ def _check_crossing(graph, schema, node_ids, node_type, spans, own_span, type_na
                 _fail(
                     graph,
                     f"spans of {name!r} nodes {node_ids[other]!r} [{spans[other, 0]}, {spans[other, 1]}) and "
-                    f"{node_ids[node]!r} [{spans[node, 0]}, {spans[node, 1]}) overlap; nodes of one type may nest but not cross",
+                    f"{node_ids[node]!r} [{spans[node, 0]}, {spans[node, 1]}) overlap; "
+                    "nodes of one type may nest but not cross",
                     node_ids[node],
                 )
             open_ends.append(k)

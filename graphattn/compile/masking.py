@@ -62,7 +62,8 @@ class MaskingConfig:
                 raise CompileError(f"must be in [0, 1], got {value}", path=("MaskingConfig", name))
         if self.mask_fraction + self.random_fraction > 1.0:
             raise CompileError(
-                f"mask_fraction + random_fraction must be <= 1 (the rest is kept), got {self.mask_fraction + self.random_fraction}",
+                "mask_fraction + random_fraction must be <= 1 (the rest is kept), "
+                f"got {self.mask_fraction + self.random_fraction}",
                 path=("MaskingConfig", "random_fraction"),
             )
 
@@ -180,7 +181,8 @@ def apply_mlm_mask(
     positions = np.flatnonzero(np.isin(words, chosen_words) & (words >= 0))
     if actions.shape[0] != positions.shape[0] or random_tokens.shape[0] != positions.shape[0]:
         raise CompileError(
-            f"{positions.shape[0]} tokens chosen but {actions.shape[0]} actions and {random_tokens.shape[0]} random tokens given"
+            f"{positions.shape[0]} tokens chosen but {actions.shape[0]} actions and "
+            f"{random_tokens.shape[0]} random tokens given"
         )
     masked = token_ids.copy()
     labels = np.full(token_ids.shape[0], IGNORE_INDEX, dtype=np.int64)
@@ -224,7 +226,8 @@ def sentence_instance(instance: EtcInstance, global_position: int, sentence_type
     positions = np.flatnonzero(owners == global_position)
     if positions.size == 0:
         raise CompileError(
-            f"global {global_position} ({instance.global_node_ids[global_position]!r}) owns no long token at level {sentence_type!r}"
+            f"global {global_position} ({instance.global_node_ids[global_position]!r}) owns no long token "
+            f"at level {sentence_type!r}"
         )
     length = positions.size
     breakpoints = np.zeros(length, dtype=np.int32)

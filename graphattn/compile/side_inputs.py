@@ -34,12 +34,14 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from graphattn.compact import SideInputError, _flat_view, allocate_side_inputs, l2l_window, same_segment
+from graphattn.compact import window_view as window_view  # re-exported (a building block, see above)
 from graphattn.contract import SideInputs
 from graphattn.labels import (
     belongs_id,
     does_not_belong_id,
     full_relative_ids,
 )
+from graphattn.labels import relative_position_ids as relative_position_ids  # re-exported (a building block)
 
 
 # -- building blocks --------------------------------------------------------------------------
@@ -219,7 +221,8 @@ def _prepare(
     _check_shape(sentence_ids, "sentence_ids", long_ids.shape, long_name)
     if global_ids.ndim != long_ids.ndim or global_ids.shape[:-1] != long_ids.shape[:-1]:
         raise SideInputError(
-            f"{global_name} has shape {list(global_ids.shape)}, which does not share the batch of {long_name} {list(long_ids.shape)}"
+            f"{global_name} has shape {list(global_ids.shape)}, which does not share the batch of "
+            f"{long_name} {list(long_ids.shape)}"
         )
     if ignore_g2l is not None:
         ignore_g2l = _as_int32(ignore_g2l, "ignore_hard_g2l_mask")

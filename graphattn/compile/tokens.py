@@ -34,7 +34,8 @@ def _resolve(value, tokenizer: Tokenizer, schema: Schema, role: str | None, *pat
         token_id = getattr(tokenizer, f"{role}_id", None)
     if token_id is None:
         raise CompileError(
-            f"token {value!r} is not in the tokenizer's vocabulary ({tokenizer!r}); name a token it has or give an integer id",
+            f"token {value!r} is not in the tokenizer's vocabulary ({tokenizer!r}); "
+            "name a token it has or give an integer id",
             **schema.where(*path),
         )
     return int(token_id)

@@ -81,7 +81,7 @@ def _tail(layouts: list[DocLayout], schema: Schema, keeps: list[np.ndarray], mes
     if cut >= offset:
         return keeps
     out, start = [], 0
-    for lay, keep, kept in zip(layouts, keeps, positions):
+    for keep, kept in zip(keeps, positions):
         new = np.zeros_like(keep)
         take = kept[: max(0, min(kept.size, cut - start))]
         new[take] = True
@@ -164,7 +164,8 @@ def _drop_longest_first(layouts, schema: Schema, keeps, messages: list[str]) -> 
         out.append(keep & ~gone)
     if count:
         messages.append(
-            f"drop_longest_first: dropped {count} {unit_type} node(s), last first, from the contexts with the most tokens "
+            f"drop_longest_first: dropped {count} {unit_type} node(s), last first, "
+            "from the contexts with the most tokens "
             f"(max_long_length {schema.max_long_length}, max_global_length {schema.max_global_length})"
         )
     return out
@@ -226,14 +227,16 @@ def window_selections(layout: DocLayout, schema: Schema) -> list[Selection]:
         if width == 0 and (rest.size > start or not fits(start, 0)):  # pinned text alone must fit too
             raise document_error(
                 layout.graph,
-                f"the pinned nodes ({', '.join(trunc.pin)}) leave no room for a window in max_long_length {schema.max_long_length}",
+                f"the pinned nodes ({', '.join(trunc.pin)}) leave no room for a window "
+                f"in max_long_length {schema.max_long_length}",
             )
         selections.append(Selection(keep_for(start, width), window=(start, start + width)))
         if start + width >= rest.size:
             break
         if trunc.stride > width:
             raise CompileError(
-                f"stride {trunc.stride} is longer than the {width} tokens a window holds here: text between windows would be skipped",
+                f"stride {trunc.stride} is longer than the {width} tokens a window holds here: "
+                "text between windows would be skipped",
                 **schema.where("truncation", "stride"),
             )
         start += trunc.stride

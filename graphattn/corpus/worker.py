@@ -166,6 +166,7 @@ def _rows(
             [d.record for d in docs],
             *window_of(i),
         )
+
     return [instance_row(inst, where(i), state.layout) for i, inst in enumerate(instances)]
 
 

@@ -23,10 +23,10 @@ Conventions (the dataset schemas depend on them):
 Text: what a browser shows (its ``innerText``, without layout). Runs of HTML whitespace collapse
 to one space; spaces at line starts and ends are dropped; block elements start and end a line
 (``\\n``), ``<br>`` breaks a line, table cells are separated by ``\\t``; ``<pre>``/``<textarea>``
-keep their whitespace (less the newline right after the start tag). Not rendered, so left out: ``head``, ``script``, ``style``, ``template``,
-``noscript``, ``iframe``, comments, processing instructions, the ``hidden`` attribute and inline
-``display:none`` / ``visibility:hidden``. Each node's span covers its first to its last visible
-character (never a separator).
+keep their whitespace (less the newline right after the start tag). Not rendered, so left out:
+``head``, ``script``, ``style``, ``template``, ``noscript``, ``iframe``, comments, processing
+instructions, the ``hidden`` attribute and inline ``display:none`` / ``visibility:hidden``. Each
+node's span covers its first to its last visible character (never a separator).
 
 VDOM features without rendering: display, font size and weight come from tag defaults plus the
 inline ``style`` (see `_style`). Geometry (x, y, width, height) needs a layout engine; in its
@@ -109,7 +109,8 @@ def parse_html(
         raise IngestError(f"errors must be 'strict' or 'replace', got {errors!r}", file=source)
     if len(data) > max_bytes:
         raise IngestError(
-            f"document has {len(data)} {'bytes' if isinstance(data, bytes) else 'characters'}, over max_bytes={max_bytes}",
+            f"document has {len(data)} {'bytes' if isinstance(data, bytes) else 'characters'}, "
+            f"over max_bytes={max_bytes}",
             file=source,
         )
     if isinstance(data, bytes):

@@ -65,7 +65,8 @@ class EtcConfig:
         if self.relative_vocab_size < needed:
             fail(
                 "relative_vocab_size",
-                f"{self.relative_vocab_size} is too small for relative_pos_max_distance={self.relative_pos_max_distance}: needs at least {needed}",
+                f"{self.relative_vocab_size} is too small for "
+                f"relative_pos_max_distance={self.relative_pos_max_distance}: needs at least {needed}",
             )
         if self.max_absolute_position_embeddings < 0:
             fail(

@@ -91,7 +91,8 @@ class SpanExtractionHead(nn.Module):
     def forward(self, global_hidden: torch.Tensor, long_hidden: torch.Tensor, long_mask: torch.Tensor) -> SpanLogits:
         if global_hidden.shape[1] <= self.type_position:
             raise GraphattnError(
-                f"the answer type is read from global position {self.type_position}, but there are {global_hidden.shape[1]} globals"
+                f"the answer type is read from global position {self.type_position}, "
+                f"but there are {global_hidden.shape[1]} globals"
             )
         start, end = self.span(long_hidden).float().unbind(-1)
         answer_type = self.type_classifier(global_hidden[:, self.type_position]).float()

@@ -77,7 +77,8 @@ class LiftReport:
 
     def __str__(self) -> str:
         lines = [
-            f"lifted {self.model_type} from {self.source}: {len(self.copied)} copied, {len(self.created)} created, {len(self.dropped)} dropped"
+            f"lifted {self.model_type} from {self.source}: {len(self.copied)} copied, "
+            f"{len(self.created)} created, {len(self.dropped)} dropped"
         ]
         for title, rows in (
             ("copied", [f"{etc} <- {hf} {list(shape)}" for etc, hf, shape in self.copied]),
@@ -342,7 +343,8 @@ class _Lifter:
         target, source = self.params[etc_name], self.hf(hf_name)[start:]
         if source.shape[1:] != target.shape[1:] or source.shape[0] == 0:
             raise GraphattnError(
-                f"size mismatch: checkpoint tensor {hf_name} has shape {tuple(self.hf_state[hf_name].shape)} but {etc_name} "
+                f"size mismatch: checkpoint tensor {hf_name} "
+                f"has shape {tuple(self.hf_state[hf_name].shape)} but {etc_name} "
                 f"has shape {tuple(target.shape)}",
                 file=self.report.source,
                 path=(hf_name,),
@@ -406,7 +408,8 @@ def lift_into(
         )
     if cfg.num_attention_heads != int(hf_config["num_attention_heads"]):
         raise GraphattnError(
-            f"the encoder has {cfg.num_attention_heads} heads but the checkpoint has {hf_config['num_attention_heads']}",
+            f"the encoder has {cfg.num_attention_heads} heads "
+            f"but the checkpoint has {hf_config['num_attention_heads']}",
             file=source,
             path=("num_attention_heads",),
         )

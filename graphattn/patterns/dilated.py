@@ -178,7 +178,8 @@ def check_states(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
             raise BatchError(f"expected a float tensor [batch, heads, length, head_dim], got {shape}", path=(name,))
         if t.shape != q.shape or t.dtype != q.dtype or t.device != q.device:
             raise BatchError(
-                f"shape/dtype/device {list(t.shape)} {t.dtype} {t.device} differ from q's {list(q.shape)} {q.dtype} {q.device}",
+                f"shape/dtype/device {list(t.shape)} {t.dtype} {t.device} "
+                f"differ from q's {list(q.shape)} {q.dtype} {q.device}",
                 path=(name,),
             )
     if q.shape[2] == 0:

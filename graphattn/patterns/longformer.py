@@ -444,14 +444,15 @@ class LongformerEncoder(nn.Module):
 
     def _check_batch(self, batch: EtcBatch) -> None:
         cfg = self.config
-        for name, limit, field in (
+        for name, limit, config_field in (
             ("long_token_ids", cfg.vocab_size, "vocab_size"),
             ("long_type_ids", cfg.type_vocab_size, "type_vocab_size"),
         ):
             ids = getattr(batch, name)
             if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= limit):
                 raise BatchError(
-                    f"ids must lie in [0, {limit}) (the model's {field}); found {int(ids.min())}..{int(ids.max())}",
+                    f"ids must lie in [0, {limit}) (the model's {config_field}); "
+                    f"found {int(ids.min())}..{int(ids.max())}",
                     path=(name,),
                 )
         positions = cfg.max_absolute_position_embeddings

@@ -49,7 +49,8 @@ def _prefix_positions(instance: EtcInstance, schema: Schema, positions: np.ndarr
         name = instance.global_node_ids[g].strip("<>")
         if name not in schema.long_prefix:
             raise CompileError(
-                f"global prefix token {name!r} (global {g}) has no long copy: Longformer globals are long positions, and "
+                f"global prefix token {name!r} (global {g}) has no long copy: "
+                "Longformer globals are long positions, and "
                 f"long_prefix is {list(schema.long_prefix)}; add {name!r} to long_prefix",
                 **schema.where("global_prefix"),
             )
@@ -81,7 +82,8 @@ def global_copy_positions(instance: EtcInstance, schema: Schema | str | Any) -> 
             else "fixed blocks have no long copy"
         )
         raise CompileError(
-            f"global {g} ({instance.global_node_ids[g]!r}, type {kind!r}) is not a copy of a long position, which Longformer "
+            f"global {g} ({instance.global_node_ids[g]!r}, type {kind!r}) is not a copy of a long position, "
+            "which Longformer "
             f"global attention needs: {hint}; {missing.size} global(s) affected",
             file=schema.source,
             node=instance.global_node_ids[g],

@@ -4,7 +4,9 @@
     from graphattn.shards.dataset import ShardDataset, ShardIterableDataset, collate
 
     loader = DataLoader(ShardDataset("shards/"), batch_size=8, shuffle=True, num_workers=2, collate_fn=collate)
-    stream = DataLoader(ShardIterableDataset("shards/", shuffle=True, seed=0), batch_size=8, num_workers=2, collate_fn=collate)
+    stream = DataLoader(
+        ShardIterableDataset("shards/", shuffle=True, seed=0), batch_size=8, num_workers=2, collate_fn=collate
+    )
 
 Items are `EtcInstance`s equal to what `graphattn.compile` returns in memory (dense side inputs;
 `compact=True` keeps the compact form, which `collate` pads and expands in one step).

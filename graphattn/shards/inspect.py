@@ -257,7 +257,8 @@ def describe_instance(dataset, index: int, tokens: int = 24) -> list[str]:
     out.append(f"    {'pos':>5} {'token':>7} {'type':>5} {'doc':>4}  node")
     for g in range(min(tokens, inst.global_length)):
         out.append(
-            f"    {g:>5} {int(inst.global_token_ids[g]):>7} {int(inst.global_type_ids[g]):>5} {int(side.global_doc[g]):>4}  "
+            f"    {g:>5} {int(inst.global_token_ids[g]):>7} "
+            f"{int(inst.global_type_ids[g]):>5} {int(side.global_doc[g]):>4}  "
             f"{inst.global_node_ids[g]} ({inst.global_node_types[g]})"
         )
     out.append(
@@ -269,7 +270,8 @@ def describe_instance(dataset, index: int, tokens: int = 24) -> list[str]:
     for i in range(min(tokens, inst.long_length)):
         owners = " ".join(f"{int(inst.long_owners[lv][i]):>10}" for lv in levels)
         out.append(
-            f"    {i:>5} {int(inst.long_token_ids[i]):>7} {int(inst.long_type_ids[i]):>5} {int(side.long_segment[i]):>4}  "
+            f"    {i:>5} {int(inst.long_token_ids[i]):>7} "
+            f"{int(inst.long_type_ids[i]):>5} {int(side.long_segment[i]):>4}  "
             f"{_short(inst.long_token_text(i)):<24} {owners}"
         )
     out += _edges("links long -> global", side.link_long, side.link_global, side.link_label, vocab.name, tokens)

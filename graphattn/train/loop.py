@@ -341,7 +341,8 @@ class Trainer:
                 for skipped in range(self.batch_in_epoch):
                     if next(iterator, _END) is _END:
                         raise GraphattnError(
-                            f"resuming needs {self.batch_in_epoch} batches of epoch {self.epoch}, but the data gave only {skipped}: "
+                            f"resuming needs {self.batch_in_epoch} batches of epoch {self.epoch}, "
+                            f"but the data gave only {skipped}: "
                             "is it the same data as before?"
                         )
                 ckpt.restore_rng(self._pending_rng["now"])

@@ -137,9 +137,10 @@ def block_summary(
     cells = len(q_axis) * len(k_axis) * len(pattern.vocab)
     if cells > MAX_HISTOGRAM:
         raise GraphattnError(
-            f"blocks of {block_size} tokens over {len(queries)} x {len(keys)} positions need a {len(q_axis)} x {len(k_axis)} x "
-            f"{len(pattern.vocab)}-label histogram; use blocks of at least "
-            f"{choose_block_size(max(len(queries), len(keys)), int((MAX_HISTOGRAM / len(pattern.vocab)) ** 0.5) - 2)} tokens or a smaller range"
+            f"blocks of {block_size} tokens over {len(queries)} x {len(keys)} positions "
+            f"need a {len(q_axis)} x {len(k_axis)} x {len(pattern.vocab)}-label histogram; use blocks of at least "
+            f"{choose_block_size(max(len(queries), len(keys)), int((MAX_HISTOGRAM / len(pattern.vocab)) ** 0.5) - 2)}"
+            " tokens or a smaller range"
         )
     hist = Histogram(len(q_axis), len(k_axis), len(pattern.vocab))
     count = _count_compact if pattern.compact is not None else _count_dense

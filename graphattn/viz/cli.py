@@ -215,10 +215,11 @@ def load_from_shard(path: Path, index: int) -> Loaded:
                 f"--instance {index} is out of range: the {len(files)} shards hold {sum(rows)} (counting from 0)",
                 file=str(path),
             )
-        for file, count in zip(files, rows):
-            if local < count:
-                break
-            local -= count
+        shard = 0
+        while local >= rows[shard]:
+            local -= rows[shard]
+            shard += 1
+        file = files[shard]
     instance, provenance = read_row(file, local, compact=True)
     where = f"instance {index} ({Path(file).name} row {local})" if len(files) > 1 else ""
     if provenance.windows > 1:

@@ -69,7 +69,8 @@ def parse_range(text: str | None, global_length: int, long_length: int, what: st
     start, stop = bounds
     if not 0 <= start < stop <= total:
         raise GraphattnError(
-            f"{what} {text!r}: expected 0 <= A < B <= {total} (G={global_length} globals, L={long_length} long tokens), got {start}:{stop}"
+            f"{what} {text!r}: expected 0 <= A < B <= {total} "
+            f"(G={global_length} globals, L={long_length} long tokens), got {start}:{stop}"
         )
     return AxisRange(start, stop)
 

@@ -72,7 +72,8 @@ class Rendering:
         path = Path(path)
         if path.suffix.lower() not in (".png", ".svg"):
             raise GraphattnError(
-                f"{path}: cannot write a picture with suffix {path.suffix!r}; use .png or .svg (or .html for the viewer)"
+                f"{path}: cannot write a picture with suffix {path.suffix!r}; "
+                "use .png or .svg (or .html for the viewer)"
             )
         self.figure.savefig(path, format=path.suffix[1:].lower(), dpi=DPI)
         return path
@@ -124,7 +125,10 @@ def render(
 
 
 def _default_title(pattern: Pattern, summary: BlockSummary | None) -> str:
-    head = f"G={pattern.global_length} global + L={pattern.long_length} long, radius {pattern.radius}; rows = queries, columns = keys"
+    head = (
+        f"G={pattern.global_length} global + L={pattern.long_length} long, radius {pattern.radius}; "
+        "rows = queries, columns = keys"
+    )
     if summary is None:
         return head
     size = int(summary.queries.sizes.max())
@@ -181,8 +185,8 @@ def _frame_pieces(axes, pattern: Pattern, queries: AxisRange, keys: AxisRange) -
 
     rows = {part: visible(part, queries) for part in "gl"}
     cols = {part: visible(part, keys) for part in "gl"}
-    for r, (q0, q1) in ((r, span) for r, span in rows.items() if span):
-        for c, (k0, k1) in ((c, span) for c, span in cols.items() if span):
+    for q0, q1 in (span for span in rows.values() if span):
+        for k0, k1 in (span for span in cols.values() if span):
             axes.add_patch(
                 Rectangle((k0, q0), k1 - k0, q1 - q0, fill=False, edgecolor="black", linewidth=1.0, zorder=3)
             )

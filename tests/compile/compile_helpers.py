@@ -65,10 +65,10 @@ def sentences_doc(
     """
     text_parts, spans, n = [], [], 0
     pos = 0
-    for p, sentences in enumerate(paragraphs):
+    for sentences in paragraphs:
         p_start = pos
         sent_spans = []
-        for s, length in enumerate(sentences):
+        for length in sentences:
             words = [f"{word}{n + i}" for i in range(length)]
             n += length
             sentence = " ".join(words)

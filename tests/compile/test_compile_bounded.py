@@ -137,7 +137,7 @@ def _document(seed: int, paragraphs: int, question_words: int = 6, answer_at: fl
         return start, start + len(piece)
 
     question = add(" ".join(rng.choices(WORDS, k=question_words)) + "?")
-    for p in range(paragraphs):
+    for _ in range(paragraphs):
         title = add(" ".join(rng.choices(WORDS, k=2)))
         sentences = [add(" ".join(rng.choices(WORDS, k=rng.randint(4, 20))) + ".") for _ in range(rng.randint(1, 5))]
         spans.append((title, sentences))

@@ -53,9 +53,10 @@ WIKIHOP = {
     ],
 }
 
-NQ_TOKENS = "<H1> Sun </H1> <P> The Sun is a star . </P> <Table> <Tr> <Td> Mass </Td> <Td> 2e30 kg </Td> </Tr> </Table> <Ul> <Li> hot </Li> </Ul>".split(
-    " "
-)
+NQ_TOKENS = (
+    "<H1> Sun </H1> <P> The Sun is a star . </P> "
+    "<Table> <Tr> <Td> Mass </Td> <Td> 2e30 kg </Td> </Tr> </Table> <Ul> <Li> hot </Li> </Ul>"
+).split(" ")
 NQ = {
     "example_id": 797803103760793766,
     "document_url": "https://en.wikipedia.org/wiki/Sun",

@@ -192,9 +192,10 @@ def test_whitespace_collapses_like_a_browser():
 
 
 def test_encodings_declared_sniffed_and_bom():
-    latin = '<html><head><meta http-equiv="Content-Type" content="text/html; charset=ISO-8859-1"></head><body><p>caf\xe9 \x93q\x94</p></body></html>'.encode(
-        "latin-1"
-    )
+    latin = (
+        '<html><head><meta http-equiv="Content-Type" content="text/html; charset=ISO-8859-1"></head>'
+        "<body><p>caf\xe9 \x93q\x94</p></body></html>"
+    ).encode("latin-1")
     graph = parse_html(latin)
     assert graph.text == "caf\u00e9 \u201cq\u201d"  # iso-8859-1 reads as windows-1252, as browsers do
     assert graph.node("doc").attrs["encoding"] == "cp1252"

@@ -138,7 +138,10 @@ def test_size_mismatch_names_the_tensor_and_both_shapes(tmp_path) -> None:
     wrong = EtcConfig(**{**SIZES, "intermediate_size": 64}, local_radius=RADIUS, max_absolute_position_embeddings=40)
     with pytest.raises(
         GraphattnError,
-        match=r"encoder\.layer\.0\.intermediate\.dense\.weight has shape \(37, 32\) but layer\.0\.intermediate\.weight has shape \(64, 32\)",
+        match=(
+            r"encoder\.layer\.0\.intermediate\.dense\.weight has shape \(37, 32\) "
+            r"but layer\.0\.intermediate\.weight has shape \(64, 32\)"
+        ),
     ):
         lift_pretrained(tmp_path, wrong)
     with pytest.raises(

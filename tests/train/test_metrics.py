@@ -101,6 +101,7 @@ def test_squad_scores_the_best_window_and_skips_documents_without_a_known_answer
             "gold_type": gold_type,
             "gold_text": gold_text,
         }
+
     documents = [
         [record("span", "the River Thames", 3.0, "span", "River Thames")],
         [record("yes", "", 1.0, "no", "")],

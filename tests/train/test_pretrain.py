@@ -260,7 +260,9 @@ def test_mlm_head_is_tied_and_loads_lifted_weights(tok):
 
 # -- both losses fall on a generated corpus ------------------------------------------------------
 
-NAMES = "alice bob carol david emma frank grace henry irene jack karen liam mary nora oscar paul rita sam tina victor".split()
+NAMES = (
+    "alice bob carol david emma frank grace henry irene jack karen liam mary nora oscar paul rita sam tina victor"
+).split()
 VERBS = "met called visited helped thanked".split()
 
 
