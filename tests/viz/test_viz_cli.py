@@ -115,3 +115,24 @@ def test_shard_instance_is_read_compact_and_without_torch(shard):
     assert "G0 sentence:" in out and out.rstrip().endswith("no torch")
     with pytest.raises(GraphattnError, match="instance 5 is out of range: the shard holds 1"):
         run_viz(str(shard), "--instance", "5")
+
+
+def test_an_instance_of_a_shard_directory_is_found_in_the_shard_that_holds_it(tmp_path):
+    texts = ["Alpha bravo. Charlie delta.", "Echo foxtrot golf. Hotel.", "India juliett. Kilo lima mike."]
+    for i, text in enumerate(texts):
+        (tmp_path / f"d{i}.txt").write_text(text)
+    out = tmp_path / "out"
+    compile_cmd = ["graphattn", "compile", str(tmp_path), "--schema", "etc-sentences", "--out", str(out)]
+    subprocess.run([*compile_cmd, "--shard-size", "1", "-q"], check=True, capture_output=True)
+    assert len(list(out.glob("*.parquet"))) == 3
+    for index in range(3):
+        proc = subprocess.run(
+            ["graphattn", "viz", str(out), "--instance", str(index), "--style", "letters"],
+            capture_output=True,
+            text=True,
+        )
+        assert proc.returncode == 0, proc.stderr
+        assert f"instance {index} (shard-0000{index}.parquet row 0)" in proc.stdout + proc.stderr
+    proc = subprocess.run(["graphattn", "viz", str(out), "--instance", "3"], capture_output=True, text=True)
+    assert proc.returncode == 2 and "--instance 3 is out of range: the 3 shards hold 3" in proc.stderr
+    assert "Traceback" not in proc.stderr
