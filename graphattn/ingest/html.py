@@ -37,8 +37,9 @@ Safety: lxml's *HTML* parser only (never the XML parser), so DTDs, internal enti
 and external entities are inert text, never expanded or fetched (no billion laughs, no file
 reads); ``no_network``; ``huge_tree`` off, so libxml2 keeps its depth (256) and text-run (10 MB)
 limits — hitting one raises `IngestError` naming line and column (the parser would silently drop
-the rest of the page). The tree walk is iterative. Input above ``max_bytes`` or with more than
-``max_elements`` elements is refused before it costs memory.
+the rest of the page). The tree walk is iterative. Input above ``max_bytes`` is refused before
+it is parsed; a page with more than ``max_elements`` rendered elements right after its tree is
+recorded (`_tree.walk`: about the memory of the parsed tree again), before anything is built.
 
 Encodings (`graphattn.ingest.encoding`): as browsers decode, by the WHATWG Encoding Standard's
 labels only: a byte-order mark, else the ``encoding`` argument, else ``<meta charset>`` /
@@ -57,7 +58,8 @@ import lxml.etree as etree
 
 from graphattn.errors import IngestError
 from graphattn.graph import DocGraph
-from graphattn.ingest._walk import to_graph, walk
+from graphattn.ingest._tree import walk
+from graphattn.ingest._walk import to_graph
 from graphattn.ingest.encoding import decode_html
 
 MAX_BYTES = 64 * 1024 * 1024
