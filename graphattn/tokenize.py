@@ -67,6 +67,21 @@ class Encoding:
     def __init__(self, ids: np.ndarray, offsets: np.ndarray, tokens: list[str] | Callable[[], list[str]]):
         self.ids, self.offsets, self._tokens = ids, offsets, tokens
 
+    @classmethod
+    def empty(cls) -> Encoding:
+        return cls(np.zeros(0, np.int32), np.zeros((0, 2), np.int32), [])
+
+    def shifted(self, chars: int) -> Encoding:
+        """The same tokens with offsets `chars` further on: the encoding of a piece of a text."""
+        return Encoding(self.ids, self.offsets + np.int32(chars), lambda: self.tokens)
+
+    @staticmethod
+    def concatenate(parts: Sequence[Encoding]) -> Encoding:
+        """The tokens of consecutive pieces of one text as one encoding."""
+        ids = np.concatenate([part.ids for part in parts])
+        offsets = np.concatenate([part.offsets for part in parts]).reshape(-1, 2)
+        return Encoding(ids, offsets, lambda: [token for part in parts for token in part.tokens])
+
     @property
     def tokens(self) -> list[str]:
         if callable(self._tokens):
@@ -138,8 +153,11 @@ def plain_text(text: Any, *path: str | int) -> str:
     """
     if not isinstance(text, str):
         raise TokenizerError(f"expected a str to tokenize, got {type(text).__name__}", path=path)
-    if not text.isascii() and _LONE_SURROGATE.search(text):
-        text = _LONE_SURROGATE.sub("\ufffd", text)
+    if not text.isascii():
+        try:
+            text.encode("utf-8")  # refuses a surrogate; 8x faster than searching for one
+        except UnicodeEncodeError:
+            text = _LONE_SURROGATE.sub("\ufffd", text)
     return text
 
 
@@ -197,6 +215,7 @@ class HFTokenizer:
         self.tokenizer = tokenizer
         self.source = source
         self._prefix_exact: bool | None = None
+        self._suffix_exact: bool | None = None
         model_unk = getattr(tokenizer.model, "unk_token", None)
         overrides = {
             "cls": cls_token,
@@ -234,9 +253,20 @@ class HFTokenizer:
             self._prefix_exact = _prefix_exact(json.loads(self.tokenizer.to_str()))
         return self._prefix_exact
 
+    @property
+    def suffix_exact(self) -> bool:
+        """Whether ``text[p:q]`` (p, q cuts as for `prefix_exact`) gives the whole text's tokens
+        that start in [p, q), offsets less p: also no normalizer that acts at the ends of the
+        text it is given (Strip, Prepend). A prefix may then grow by tokenizing only what it adds."""
+        if self._suffix_exact is None:
+            normalizers = _components(json.loads(self.tokenizer.to_str()).get("normalizer"))
+            self._suffix_exact = self.prefix_exact and not any(n.get("type") in _END_NORMALIZERS for n in normalizers)
+        return self._suffix_exact
+
     def _wrap(self, encoding: Any, text: str) -> Encoding:
         offsets = _offsets_array(encoding.offsets)
-        ids = np.asarray(encoding.ids, dtype=np.int32)
+        ids = encoding.ids
+        ids = np.fromiter(ids, dtype=np.int32, count=len(ids))
         ids = _without_special_ids(ids, self._special_ids, self.unk_id, text, offsets, self.source)
         return Encoding(ids, offsets, lambda: encoding.tokens)
 
@@ -389,20 +419,23 @@ _SPACE_SPLITTERS = {"BertPreTokenizer", "Whitespace", "WhitespaceSplit"}
 _SPLITTERS = _SPACE_SPLITTERS | {"Punctuation", "Digits", "UnicodeScripts", "ByteLevel", "Metaspace"}
 
 
+_END_NORMALIZERS = {"Strip", "Prepend"}  # act at the ends of the text they are given, not per character
+
+
+def _components(component: dict | None) -> list[dict]:
+    """A tokenizer.json component, or the members of a Sequence (nested ones flattened)."""
+    if component is None:
+        return []
+    if component.get("type") != "Sequence":
+        return [component]
+    members = component.get("normalizers", component.get("pretokenizers", [])) or []
+    return [part for member in members for part in _components(member)]
+
+
 def _prefix_exact(config: dict) -> bool:
     """`HFTokenizer.prefix_exact` from a tokenizer.json: see there."""
-
-    def parts(component: dict | None) -> list[dict]:
-        """A component, or the members of a Sequence (nested ones flattened)."""
-        if component is None:
-            return []
-        if component.get("type") != "Sequence":
-            return [component]
-        members = component.get("normalizers", component.get("pretokenizers", [])) or []
-        return [part for member in members for part in parts(member)]
-
-    normalizers = parts(config.get("normalizer"))
-    pre_tokenizers = parts(config.get("pre_tokenizer"))
+    normalizers = _components(config.get("normalizer"))
+    pre_tokenizers = _components(config.get("pre_tokenizer"))
     if any(n.get("type") not in _LOCAL_NORMALIZERS for n in normalizers):
         return False
     if any(p.get("type") not in _SPLITTERS for p in pre_tokenizers):
