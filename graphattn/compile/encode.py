@@ -15,6 +15,12 @@ tokens there are provably those of the whole text (`Tokenizer.prefix_exact`: per
 normalizers, pre-tokenizers that split at spaces, no added token holding a space); any other
 tokenizer gets the whole text, as before. Selected ``per_token`` nodes, whose every wordpiece is
 a global, are never cut: the prefix extends past their end.
+
+A prefix grows by tokenizing only what it adds (``text[stop:new_stop]``, its offsets shifted)
+when the tokenizer says that gives the whole text's tokens there (`Tokenizer.suffix_exact`);
+growing is then cheap, so the first guess is tight (`FIRST_CHARS_PER_TOKEN`, about the
+density of code-heavy pages). Other cuttable tokenizers re-tokenize the longer prefix from the
+start and get a generous first guess (`FIRST_CHARS_PER_TOKEN_RESTART`) to make that rare.
 """
 
 from __future__ import annotations
@@ -28,9 +34,10 @@ from graphattn.compile.ranges import coverage
 from graphattn.schema import Schema
 from graphattn.tokenize import Encoding, Tokenizer, spans_to_token_ranges
 
-FIRST_CHARS_PER_TOKEN = 6  # the first prefix: 6 characters per long token kept (English wordpieces take 3-5)
+FIRST_CHARS_PER_TOKEN = 3  # the first prefix: 3 characters per long token kept (wordpieces take 2.5-5)
+FIRST_CHARS_PER_TOKEN_RESTART = 6  # ... when a longer prefix is re-tokenized from the start
 MIN_PREFIX_CHARS = 4096  # and never less (shorter texts are tokenized whole)
-GROWTH_MARGIN = 1.2  # a prefix too short grows to the bound's tokens at the rate it showed, and a fifth more
+GROWTH_MARGIN = 1.1  # a prefix too short grows to the bound's tokens at the rate it showed, and a tenth more
 _CUT = re.compile(r"(?<=\S) ")  # a space right after a non-space: where a prefix may end
 
 
@@ -58,32 +65,45 @@ def prefix_exact(tokenizer: Tokenizer) -> bool:
     return bool(getattr(tokenizer, "prefix_exact", False))
 
 
+def suffix_exact(tokenizer: Tokenizer) -> bool:
+    """Whether a prefix may grow by tokenizing only what it adds (see the module docstring)."""
+    return prefix_exact(tokenizer) and bool(getattr(tokenizer, "suffix_exact", False))
+
+
 def encode_documents(plans: list[TextPlan], tokenizer: Tokenizer) -> list[tuple[Encoding | Exception, int]]:
     """(encoding, characters tokenized) per plan, one `encode_batch` call per round of growth;
     a text the tokenizer refuses gets its exception instead of an encoding."""
-    results: list[tuple[Encoding | Exception, int] | None] = [None] * len(plans)
+    results: list[tuple[Encoding | Exception, int]] = [(Encoding.empty(), 0)] * len(plans)  # nothing yet
+    resume = suffix_exact(tokenizer)
+    guess = FIRST_CHARS_PER_TOKEN if resume else FIRST_CHARS_PER_TOKEN_RESTART
     cuttable = prefix_exact(tokenizer)
-    wanted = {i: _first_guess(plan) if cuttable else len(plan.text) for i, plan in enumerate(plans)}
+    wanted = {i: _first_guess(plan, guess) if cuttable else len(plan.text) for i, plan in enumerate(plans)}
     while wanted:
         stops = {i: _cut_point(plans[i], chars) for i, chars in wanted.items()}
         order = list(stops)
-        encodings = _encode_batch([plans[i].text[: stops[i]] for i in order], tokenizer)
+        starts = [results[i][1] if resume else 0 for i in order]
+        encodings = _encode_batch([plans[i].text[start : stops[i]] for i, start in zip(order, starts)], tokenizer)
         wanted = {}
-        for i, encoding in zip(order, encodings):
+        for i, start, encoding in zip(order, starts, encodings):
             plan, stop = plans[i], stops[i]
+            if start and isinstance(encoding, Exception):  # the whole prefix again, for the error's positions
+                encoding = _encode_batch([plan.text[:stop]], tokenizer)[0]
+            elif start:
+                encoding = Encoding.concatenate([results[i][0], encoding.shifted(start)])  # type: ignore[list-item]
             results[i] = (encoding, stop)
             if stop < len(plan.text) and not isinstance(encoding, Exception):
                 found = _long_tokens(encoding, plan)
                 if found <= plan.bound:  # not enough yet: grow the prefix by what the rate so far says
                     rate = stop / max(found, 1)
-                    wanted[i] = max(2 * stop, int(rate * (plan.bound + 1) * GROWTH_MARGIN))
-    return results  # type: ignore[return-value]
+                    least = stop + MIN_PREFIX_CHARS if resume else 2 * stop
+                    wanted[i] = max(least, int(rate * (plan.bound + 1) * GROWTH_MARGIN))
+    return results
 
 
-def _first_guess(plan: TextPlan) -> int:
+def _first_guess(plan: TextPlan, chars_per_token: int) -> int:
     if plan.bound is None:
         return len(plan.text)
-    return max(MIN_PREFIX_CHARS, (plan.bound + 1) * FIRST_CHARS_PER_TOKEN)
+    return max(MIN_PREFIX_CHARS, (plan.bound + 1) * chars_per_token)
 
 
 def _cut_point(plan: TextPlan, chars: int) -> int:
@@ -108,7 +128,10 @@ def _cut_point(plan: TextPlan, chars: int) -> int:
 def _long_tokens(encoding: Encoding, plan: TextPlan) -> int:
     if plan.long_spans is None:
         return len(encoding)
-    ranges = spans_to_token_ranges(encoding.offsets, plan.long_spans)
+    spans = plan.long_spans
+    if len(encoding):
+        spans = spans[spans[:, 0] <= encoding.offsets[-1, 0]]  # one starting past the last token holds none
+    ranges = spans_to_token_ranges(encoding.offsets, spans)
     return int(np.count_nonzero(coverage(len(encoding), ranges[:, 0], ranges[:, 1])))
 
 

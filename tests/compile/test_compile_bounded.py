@@ -279,3 +279,61 @@ def test_random_tail_schemas_give_the_whole_texts_instance(seed, max_long, sep_a
     full = compile_instance(graph, schema, Counting(inner, False), compact=True)
     _same_instance(early, full)
     assert early.truncation.long_tokens_before <= full.truncation.long_tokens_before
+
+
+def test_which_tokenizers_may_grow_a_prefix_piece_by_piece():
+    from tokenizers import Tokenizer, models, normalizers, pre_tokenizers
+
+    assert load_tokenizer(str(TOKENIZER)).suffix_exact
+    assert _cached("bpe").suffix_exact and _cached("unigram").suffix_exact
+    raw = Tokenizer(models.WordLevel({"a": 0, "[UNK]": 1}, unk_token="[UNK]"))
+    raw.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    assert HFTokenizer(raw).suffix_exact
+    raw.normalizer = normalizers.Sequence([normalizers.Lowercase(), normalizers.Strip()])  # acts at a piece's ends
+    assert HFTokenizer(raw).prefix_exact and not HFTokenizer(raw).suffix_exact
+    raw.normalizer, raw.pre_tokenizer = None, None
+    assert not HFTokenizer(raw).suffix_exact  # not even a prefix may be cut
+
+
+@pytest.mark.parametrize("kind", ["shipped", "bpe", "unigram"])
+@settings(max_examples=40, deadline=None)
+@given(
+    words=st.lists(st.sampled_from(WORDS + ["  ", "\n", "\t", "caf\u00e9", "x\u0301y", "ß"]), min_size=2, max_size=60),
+    where=st.tuples(st.floats(0, 1), st.floats(0, 1)),
+)
+def test_a_piece_between_two_cuts_tokenizes_like_the_whole_text(kind, words, where):
+    """The claim `suffix_exact` adds: text[p:q] gives the whole text's tokens in [p, q), shifted."""
+    tokenizer = load_tokenizer(str(TOKENIZER)) if kind == "shipped" else _cached(kind)
+    text = " ".join(words)
+    cuts = [i for i in range(1, len(text)) if text[i] == " " and not text[i - 1].isspace()] + [len(text)]
+    p, q = sorted(cuts[int(w * (len(cuts) - 1))] for w in where)
+    whole, piece = tokenizer.encode(text[:q]), tokenizer.encode(text[p:q]).shifted(p)
+    inside = whole.offsets[:, 0] >= p
+    np.testing.assert_array_equal(piece.ids, whole.ids[inside])
+    np.testing.assert_array_equal(piece.offsets, whole.offsets[inside])
+
+
+def test_a_grown_prefix_reports_errors_at_their_place_in_the_text():
+    """A piece past the first prefix that the tokenizer refuses: the error is the one of the whole
+    prefix (its positions are the text's), as if the prefix had been tokenized from the start."""
+    from graphattn.compile.encode import TextPlan, encode_documents
+
+    class Refusing(Counting):
+        suffix_exact = True
+
+        def encode(self, text):
+            self.chars += len(text)
+            if "BAD" in text:
+                raise ValueError(f"refused at character {text.index('BAD')}")
+            return self.inner.encode(text)
+
+        def encode_batch(self, texts):
+            return [self.encode(text) for text in texts]
+
+    text = "a " * 4000 + "BAD " + "a " * 10
+    plan = TextPlan(text, bound=10, long_spans=np.array([[7000, len(text)]]))  # the first prefix holds none
+    tokenizer = Refusing(load_tokenizer(str(TOKENIZER)), prefix_exact=True)
+    ((error, stop),) = encode_documents([plan], tokenizer)
+    assert isinstance(error, ValueError) and stop == len(text)
+    assert str(error) == "refused at character 8000"
+    assert tokenizer.chars == 2 * len(text)  # the first prefix, the piece after it, then the whole prefix again
