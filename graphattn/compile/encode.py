@@ -17,10 +17,11 @@ tokenizer gets the whole text, as before. Selected ``per_token`` nodes, whose ev
 a global, are never cut: the prefix extends past their end.
 
 A prefix grows by tokenizing only what it adds (``text[stop:new_stop]``, its offsets shifted)
-when the tokenizer says that gives the whole text's tokens there (`Tokenizer.suffix_exact`);
-growing is then cheap, so the first guess is tight (`FIRST_CHARS_PER_TOKEN`, about the
-density of code-heavy pages). Other cuttable tokenizers re-tokenize the longer prefix from the
-start and get a generous first guess (`FIRST_CHARS_PER_TOKEN_RESTART`) to make that rare.
+when the tokenizer says that gives the whole text's tokens there (`Tokenizer.suffix_exact`),
+else from the start again. The cuts do not depend on which, so neither do the instance and
+its report. (A tighter first guess would tokenize less, but the layout's count of globals past
+the cut, `layout._long_text_past`, counts non-space text that may yield no token, so the kept
+globals could then differ from those of the whole text.)
 """
 
 from __future__ import annotations
@@ -34,10 +35,9 @@ from graphattn.compile.ranges import coverage
 from graphattn.schema import Schema
 from graphattn.tokenize import Encoding, Tokenizer, spans_to_token_ranges
 
-FIRST_CHARS_PER_TOKEN = 3  # the first prefix: 3 characters per long token kept (wordpieces take 2.5-5)
-FIRST_CHARS_PER_TOKEN_RESTART = 6  # ... when a longer prefix is re-tokenized from the start
+FIRST_CHARS_PER_TOKEN = 6  # the first prefix: 6 characters per long token kept (English wordpieces take 3-5)
 MIN_PREFIX_CHARS = 4096  # and never less (shorter texts are tokenized whole)
-GROWTH_MARGIN = 1.1  # a prefix too short grows to the bound's tokens at the rate it showed, and a tenth more
+GROWTH_MARGIN = 1.2  # a prefix too short grows to the bound's tokens at the rate it showed, and a fifth more
 _CUT = re.compile(r"(?<=\S) ")  # a space right after a non-space: where a prefix may end
 
 
@@ -75,9 +75,8 @@ def encode_documents(plans: list[TextPlan], tokenizer: Tokenizer) -> list[tuple[
     a text the tokenizer refuses gets its exception instead of an encoding."""
     results: list[tuple[Encoding | Exception, int]] = [(Encoding.empty(), 0)] * len(plans)  # nothing yet
     resume = suffix_exact(tokenizer)
-    guess = FIRST_CHARS_PER_TOKEN if resume else FIRST_CHARS_PER_TOKEN_RESTART
     cuttable = prefix_exact(tokenizer)
-    wanted = {i: _first_guess(plan, guess) if cuttable else len(plan.text) for i, plan in enumerate(plans)}
+    wanted = {i: _first_guess(plan) if cuttable else len(plan.text) for i, plan in enumerate(plans)}
     while wanted:
         stops = {i: _cut_point(plans[i], chars) for i, chars in wanted.items()}
         order = list(stops)
@@ -95,15 +94,14 @@ def encode_documents(plans: list[TextPlan], tokenizer: Tokenizer) -> list[tuple[
                 found = _long_tokens(encoding, plan)
                 if found <= plan.bound:  # not enough yet: grow the prefix by what the rate so far says
                     rate = stop / max(found, 1)
-                    least = stop + MIN_PREFIX_CHARS if resume else 2 * stop
-                    wanted[i] = max(least, int(rate * (plan.bound + 1) * GROWTH_MARGIN))
+                    wanted[i] = max(2 * stop, int(rate * (plan.bound + 1) * GROWTH_MARGIN))
     return results
 
 
-def _first_guess(plan: TextPlan, chars_per_token: int) -> int:
+def _first_guess(plan: TextPlan) -> int:
     if plan.bound is None:
         return len(plan.text)
-    return max(MIN_PREFIX_CHARS, (plan.bound + 1) * chars_per_token)
+    return max(MIN_PREFIX_CHARS, (plan.bound + 1) * FIRST_CHARS_PER_TOKEN)
 
 
 def _cut_point(plan: TextPlan, chars: int) -> int:
