@@ -1,4 +1,4 @@
-"""The Ray Data engine on a local Ray instance with 2 CPUs: its shards equal the local engine's."""
+"""The Ray engine on a local Ray instance with 2 CPUs: its shards equal the local engine's."""
 
 from __future__ import annotations
 
@@ -15,7 +15,6 @@ ray = pytest.importorskip("ray", reason="Ray is the optional graphattn[ray] extr
 
 
 def test_ray_engine_writes_the_local_engines_bytes(tmp_path):
-    pytest.importorskip("ray.data", reason="Ray Data needs the graphattn[ray] extra (ray[data])")
     expected = make_corpus(tmp_path / "docs", seed=2)
     schema = small_schema(tmp_path / "small.yaml")
     common = dict(inputs=[str(tmp_path / "docs")], schema=schema, tokenizer=TOKENIZER, shard_size=6, progress=False)
