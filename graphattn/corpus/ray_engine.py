@@ -34,13 +34,15 @@ from graphattn.errors import GraphattnError
 
 ACTOR_START_TIMEOUT_S = 300  # how long the actor pool may take to start before the run fails
 
-# A local instance for one run: no dashboard, no metrics export, Ray's own logs kept to warnings.
+# A local instance for one run: no dashboard, no metrics collection, Ray's own logs kept to
+# warnings, and actors at the driver's priority (Ray's default worker niceness is 15: on a machine
+# shared with other work, the actors would yield to every process the local engine competes with).
 LOCAL_INSTANCE_OPTIONS = {
     "include_dashboard": False,
     "configure_logging": True,
     "logging_level": logging.WARNING,
     "log_to_driver": True,
-    "_system_config": {"enable_metrics_collection": False},
+    "_system_config": {"enable_metrics_collection": False, "worker_niceness": 0},
 }
 
 
