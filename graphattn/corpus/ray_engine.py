@@ -33,6 +33,9 @@ from graphattn.corpus.worker import ShardTask, ShardWritten, WorkerState, compil
 from graphattn.errors import GraphattnError
 
 ACTOR_START_TIMEOUT_S = 300  # how long the actor pool may take to start before the run fails
+# An actor whose process dies (a lost node, the OOM killer) is restarted and its shard retried,
+# this many times: safe, since a shard's bytes are fixed by its number and land by atomic rename.
+ACTOR_RESTARTS = 3
 
 # A local instance for one run: no dashboard, no metrics collection, Ray's own logs kept to
 # warnings, and actors at the driver's priority (Ray's default worker niceness is 15: on a machine
@@ -86,18 +89,27 @@ def start_ray(workers: int | None, address: str | None) -> bool:
 
 def _start_actors(ray, count: int, state: WorkerState, out: OutputDir) -> list:
     """`count` started actors, or a GraphattnError when the cluster cannot host them in time."""
-    actor_class = ray.remote(num_cpus=1)(ShardWriter)
+    actor_class = ray.remote(num_cpus=1, max_restarts=ACTOR_RESTARTS, max_task_retries=ACTOR_RESTARTS)(ShardWriter)
     state_ref = ray.put(state)  # one copy in the object store, however many actors read it
     actors = [actor_class.remote(state_ref, OutputDir(out.path.resolve())) for _ in range(count)]
-    _, pending = ray.wait([actor.where.remote() for actor in actors], num_returns=count, timeout=ACTOR_START_TIMEOUT_S)
-    if pending:
-        for actor in actors:
-            ray.kill(actor)
+    started, pending = ray.wait(
+        [actor.where.remote() for actor in actors], num_returns=count, timeout=ACTOR_START_TIMEOUT_S
+    )
+    failure = None
+    try:
+        ray.get(started)  # a constructor's error (graphattn missing or older on a node) surfaces here
+    except ray.exceptions.RayError as err:
+        failure = f"a Ray actor could not start: {err}"
+    if pending and failure is None:
         cpus = int(ray.cluster_resources().get("CPU", 0))
-        raise GraphattnError(
+        failure = (
             f"{count} Ray actors (one CPU each) did not start within {ACTOR_START_TIMEOUT_S} s; "
             f"the cluster has {cpus} CPU(s): pass --workers {max(cpus, 1)} or fewer"
         )
+    if failure:
+        for actor in actors:
+            ray.kill(actor)
+        raise GraphattnError(failure)
     return actors
 
 
