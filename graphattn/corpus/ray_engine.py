@@ -37,16 +37,17 @@ ACTOR_START_TIMEOUT_S = 300  # how long the actor pool may take to start before 
 # this many times: safe, since a shard's bytes are fixed by its number and land by atomic rename.
 ACTOR_RESTARTS = 3
 
-# A local instance for one run: no dashboard, no metrics collection, Ray's own logs kept to
-# warnings, and actors at the driver's priority (Ray's default worker niceness is 15: on a machine
-# shared with other work, the actors would yield to every process the local engine competes with).
-LOCAL_INSTANCE_OPTIONS = {
+# How the driver connects: no dashboard, Ray's own logs kept to warnings, actors' output shown.
+CONNECT_OPTIONS = {
     "include_dashboard": False,
     "configure_logging": True,
     "logging_level": logging.WARNING,
     "log_to_driver": True,
-    "_system_config": {"enable_metrics_collection": False, "worker_niceness": 0},
 }
+# A local instance for one run: no metrics collection, and actors at the driver's priority (Ray's
+# default worker niceness is 15: on a machine shared with other work, the actors would yield to
+# every process the local engine's workers compete with on equal terms).
+LOCAL_SYSTEM_CONFIG = {"enable_metrics_collection": False, "worker_niceness": 0}
 
 
 class ShardWriter:
@@ -77,10 +78,9 @@ def start_ray(workers: int | None, address: str | None) -> bool:
         return False
     try:
         if address:
-            quiet = {key: value for key, value in LOCAL_INSTANCE_OPTIONS.items() if key != "_system_config"}
-            ray.init(address=address, **quiet)  # the cluster's own settings stay as its operator chose
-        else:
-            ray.init(address="local", num_cpus=workers, **LOCAL_INSTANCE_OPTIONS)  # a new instance
+            ray.init(address=address, **CONNECT_OPTIONS)  # the cluster keeps the settings its operator chose
+        else:  # a new instance, whatever else runs here
+            ray.init(address="local", num_cpus=workers, _system_config=LOCAL_SYSTEM_CONFIG, **CONNECT_OPTIONS)
     except (ConnectionError, RuntimeError, ValueError) as err:
         where = f"the Ray cluster at {address}" if address else "a local Ray instance"
         raise GraphattnError(f"could not start or join {where}: {err}") from None
