@@ -33,9 +33,6 @@ from graphattn.corpus.worker import ShardTask, ShardWritten, WorkerState, compil
 from graphattn.errors import GraphattnError
 
 ACTOR_START_TIMEOUT_S = 300  # how long the actor pool may take to start before the run fails
-# An actor whose process dies (a lost node, the OOM killer) is restarted and its shard retried,
-# this many times: safe, since a shard's bytes are fixed by its number and land by atomic rename.
-ACTOR_RESTARTS = 3
 
 # How the driver connects: no dashboard, Ray's own logs kept to warnings, actors' output shown.
 CONNECT_OPTIONS = {
@@ -89,7 +86,9 @@ def start_ray(workers: int | None, address: str | None) -> bool:
 
 def _start_actors(ray, count: int, state: WorkerState, out: OutputDir) -> list:
     """`count` started actors, or a GraphattnError when the cluster cannot host them in time."""
-    actor_class = ray.remote(num_cpus=1, max_restarts=ACTOR_RESTARTS, max_task_retries=ACTOR_RESTARTS)(ShardWriter)
+    # No restarts: Ray could not promise them (the state is a constructor argument in the object
+    # store, and it warns so on every run); a run whose actor dies stops, and --resume finishes it.
+    actor_class = ray.remote(num_cpus=1)(ShardWriter)
     state_ref = ray.put(state)  # one copy in the object store, however many actors read it
     actors = [actor_class.remote(state_ref, OutputDir(out.path.resolve())) for _ in range(count)]
     started, pending = ray.wait(
