@@ -365,6 +365,8 @@ def _unique_last(a: np.ndarray, b: np.ndarray, label: np.ndarray, width: int):
     if a.size == 0:
         return a.astype(np.int32), b.astype(np.int32), label.astype(np.int32)
     key = a.astype(np.int64) * width + b
+    if np.all(key[1:] > key[:-1]):  # one relation's links come in order: all distinct, nothing to sort
+        return a.astype(np.int32), b.astype(np.int32), label.astype(np.int32)
     _, first_from_end = np.unique(key[::-1], return_index=True)
     keep = np.sort(a.size - 1 - first_from_end)
     return a[keep].astype(np.int32), b[keep].astype(np.int32), label[keep].astype(np.int32)
