@@ -72,11 +72,17 @@ class DocLayout:
         return table[self.node_type]
 
     def type_flag(self, attr: str) -> np.ndarray:
-        """bool [N]: the node's type has NodeType attribute `attr` true."""
-        return self._type_table[attr][self.node_type]
+        """bool [N]: the node's type has NodeType attribute `attr` true (made once per layout:
+        assembly asks for the same few flags a dozen times, each a pass over every node)."""
+        flag = self._flags.get(attr)
+        if flag is None:
+            flag = self._flags[attr] = self._type_table[attr][self.node_type]
+            flag.flags.writeable = False  # shared by every caller
+        return flag
 
     def __post_init__(self) -> None:
         self._type_table: dict[str, np.ndarray] = {}
+        self._flags: dict[str, np.ndarray] = {}
 
     @property
     def doc_label(self) -> str:
@@ -209,8 +215,11 @@ def _effective_spans(graph, node_ids, spans, has_span, parent, depth) -> np.ndar
         outer = f"its parent {node_ids[p]!r}'s span [{spans[p, 0]}, {spans[p, 1]})"
         _fail(graph, f"span [{spans[c, 0]}, {spans[c, 1]}) lies outside {outer}", node_ids[c])
     covered = has_span.copy()
+    by_depth = np.argsort(depth, kind="stable")  # each level's nodes, without a pass over all nodes per level
+    level_start = np.searchsorted(depth[by_depth], np.arange(int(depth.max(initial=0)) + 2))
     for d in range(int(depth.max(initial=0)), 0, -1):  # one step per hierarchy level, deepest first
-        level = np.flatnonzero((depth == d) & covered)
+        level = by_depth[level_start[d] : level_start[d + 1]]
+        level = level[covered[level]]
         targets = parent[level]
         grow = ~has_span[targets]
         level, targets = level[grow], targets[grow]
@@ -388,18 +397,18 @@ def check_graph(graph: DocGraph, schema: Schema) -> CheckedGraph:
 def _document_order(spanned: np.ndarray, spans: np.ndarray, depth: np.ndarray) -> np.ndarray:
     """Spanned nodes sorted by (start, -end, depth, row): pre-order over the text.
 
-    Readers that walk a tree (HTML, the JSON layouts) already add nodes in that order, so the
-    order is checked in one pass first and sorted only when it does not hold."""
-    keys = (spans[spanned, 0], -spans[spanned, 1], depth[spanned])  # row order breaks the last ties
+    The three keys are packed into one int64 where they fit (any text under 2**27 characters
+    with a shallow tree), and sorted stably (timsort): readers that walk a tree add nodes
+    nearly in this order already, which timsort finds in one pass. Else four-key lexsort."""
     if spanned.size < 2:
         return spanned
-    before, equal = np.zeros(spanned.size - 1, dtype=bool), np.ones(spanned.size - 1, dtype=bool)
-    for key in keys:
-        before |= equal & (key[:-1] < key[1:])
-        equal &= key[:-1] == key[1:]
-    if (before | equal).all():
-        return spanned
-    return spanned[np.lexsort((spanned, *keys[::-1]))]
+    start, end, level = spans[spanned, 0], spans[spanned, 1], depth[spanned]
+    char_bits = max(int(end.max()), 1).bit_length()
+    depth_bits = max(int(level.max()), 1).bit_length()
+    if 2 * char_bits + depth_bits > 62:
+        return spanned[np.lexsort((spanned, level, -end, start))]
+    key = (start << char_bits | ((1 << char_bits) - 1 - end)) << depth_bits | level
+    return spanned[np.argsort(key, kind="stable")]
 
 
 def layout_from(checked: CheckedGraph, encoding: Encoding, tokenized_chars: int, schema: Schema) -> DocLayout:

@@ -24,8 +24,19 @@ def expand_ranges(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.
 
 
 def coverage(n: int, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
-    """bool [n]: position covered by at least one range."""
-    delta = np.bincount(np.clip(starts, 0, n), minlength=n + 1) - np.bincount(np.clip(ends, 0, n), minlength=n + 1)
+    """bool [n]: position covered by at least one range.
+
+    Disjoint sorted ranges (text nodes, sentences: the common case) need no counts: +1/-1 marks
+    in an int8 array whose running sum is the answer, a third of the memory traffic of counting."""
+    starts, ends = np.clip(starts, 0, n), np.clip(ends, 0, n)
+    nonempty = ends > starts
+    s, e = starts[nonempty], ends[nonempty]
+    if s.size and np.all(s[1:] >= e[:-1]):
+        delta = np.zeros(n + 1, dtype=np.int8)
+        delta[s] = 1
+        delta[e] -= 1  # an end that is the next range's start nets to 0: the run goes on
+        return np.cumsum(delta[:n], dtype=np.int8).view(bool)
+    delta = np.bincount(s, minlength=n + 1) - np.bincount(e, minlength=n + 1)
     return np.cumsum(delta[:n]) > 0
 
 
