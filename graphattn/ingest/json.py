@@ -52,13 +52,15 @@ import json
 import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from itertools import accumulate
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from graphattn.errors import IngestError, warn_label
-from graphattn.graph import DocGraph
+from graphattn.graph import CONTAINS, DocGraph
+from graphattn.graph_columns import MISSING
 from graphattn.ingest.records import RecordRef, iter_records
 
 __all__ = [
@@ -172,69 +174,159 @@ def _doc_id(record: Record, key: str) -> str | None:
 
 
 # -- HotpotQA --------------------------------------------------------------------------------
+
+
 def hotpotqa_graph(record: Record | Any) -> DocGraph:
-    """One HotpotQA record -> DocGraph (see the module docstring for the conventions)."""
+    """One HotpotQA record -> DocGraph (see the module docstring for the conventions).
+
+    The record is checked first; then its text, node rows (``q``, per paragraph ``p<i>``,
+    ``p<i>.title`` and its sentences, ``answer`` last), attr columns and edges are assembled
+    as lists and arrays, and the graph is built in one `DocGraph.from_columns` call.
+    """
     record = record if isinstance(record, Record) else Record(record)
     question = record.get("question", expect=str).strip()
     if not question:
         raise record.error("question is empty", "question")
-    context = record.get("context", expect=list)
-    text = _Text()
-    question_span = text.add(question)
-    paragraphs = []  # (title, title span, [(sentence index, span)])
-    for i in range(len(context)):
-        title = record.get("context", i, 0, expect=str).strip()
-        sentences = record.items("context", i, 1, expect=str)
-        title_span = text.add(title, "\n\n")
-        spans, separator = [], "\n"
-        for j, sentence in enumerate(sentences):
-            sentence = sentence.strip()
-            if sentence:
-                spans.append((j, text.add(sentence, separator)))
-                separator = " "
-        paragraphs.append((title, title_span, spans))
-
-    facts = record.items("supporting_facts", expect=list) if "supporting_facts" in record.data else []
-    supporting: set[tuple[str, int]] = set()
-    for k in range(len(facts)):
-        supporting.add(
-            (record.get("supporting_facts", k, 0, expect=str).strip(), record.get("supporting_facts", k, 1, expect=int))
-        )
-
-    graph = DocGraph(text.text(), doc_id=_doc_id(record, "_id"), source=record.file)
+    titles, sentence_lists = _hotpotqa_context(record, record.get("context", expect=list))
+    facts = _hotpotqa_facts(record) if "supporting_facts" in record.data else []
+    doc_id = _doc_id(record, "_id")
     answer = record.get("answer", expect=str, default=None)
-    question_node = graph.add_node(
-        "q",
-        "question",
-        question_span,
-        answer=answer,
-        question_type=record.get("type", expect=str, default=None),
-        level=record.get("level", expect=str, default=None),
+    question_type = record.get("type", expect=str, default=None)
+    level = record.get("level", expect=str, default=None)
+
+    rows = _HotpotRows(question, titles, sentence_lists, facts)
+    _warn_unmatched_facts(record, facts, titles, [len(s) for s in sentence_lists], rows.matched_facts)
+    found = _hotpotqa_answer(record, rows, answer.strip()) if answer is not None else None
+
+    attrs = rows.attrs
+    attrs["answer"][0], attrs["question_type"][0], attrs["level"][0] = answer, question_type, level
+    attrs["unmatched_supporting_facts"][0] = sorted(set(facts) - rows.matched_facts)
+    n = len(rows.ids)
+    if found is not None:  # the row reserved for it
+        answer_type, span = found
+        rows.ids.append("answer")
+        rows.types.append("answer")
+        rows.spans[n] = span if span is not None else (-1, -1)
+        for column in attrs.values():
+            column.append(MISSING)
+        attrs["answer_type"] = [*attrs["answer"][1:], answer_type]  # MISSING but in the last row
+        attrs["text"] = [*attrs["answer"][1:], answer.strip()]
+        n += 1
+    return DocGraph.from_columns(
+        rows.text,
+        rows.ids,
+        rows.types,
+        rows.spans[:n],
+        attrs,
+        (rows.contains_src, CONTAINS, rows.contains_dst),
+        doc_id=doc_id,
+        source=record.file,
     )
-    matched: set[tuple[str, int]] = set()
-    for i, (title, title_span, spans) in enumerate(paragraphs):
-        sentence_support = [(title, j) in supporting for j, _ in spans]
-        matched.update((title, j) for (j, _), s in zip(spans, sentence_support) if s)
-        end = spans[-1][1][1] if spans else title_span[1]
-        pid = f"p{i}"
-        graph.add_node(pid, "paragraph", (title_span[0], end), title=title, index=i, supporting=any(sentence_support))
-        graph.add_child(pid, f"{pid}.title", "title", title_span, supporting=any(sentence_support))
-        for (j, span), is_support in zip(spans, sentence_support):
-            graph.add_child(pid, f"{pid}.s{j}", "sentence", span, index=j, supporting=is_support)
-    question_node.attrs["unmatched_supporting_facts"] = sorted(supporting - matched)
-    _warn_unmatched_facts(record, facts, paragraphs, matched)
-    if answer is not None:
-        _add_hotpotqa_answer(record, graph, answer.strip(), paragraphs, matched)
-    return graph
 
 
-def _warn_unmatched_facts(record: Record, facts: list, paragraphs: list, matched: set) -> None:
+def _hotpotqa_context(record: Record, context: list) -> tuple[list[str], list[list[str]]]:
+    """(stripped titles, raw sentence lists) of ``context``; a paragraph that is not
+    ``[title, [sentence, ...]]`` goes through `Record.get`, which names what is wrong where."""
+    titles, sentence_lists = [], []
+    for i, paragraph in enumerate(context):
+        if not (
+            type(paragraph) is list
+            and len(paragraph) >= 2
+            and type(paragraph[0]) is str
+            and type(paragraph[1]) is list
+            and all(type(s) is str for s in paragraph[1])
+        ):
+            paragraph = [record.get("context", i, 0, expect=str), record.items("context", i, 1, expect=str)]
+        titles.append(paragraph[0].strip())
+        sentence_lists.append(paragraph[1])
+    return titles, sentence_lists
+
+
+def _hotpotqa_facts(record: Record) -> list[tuple[str, int]]:
+    """``supporting_facts`` as (stripped title, sentence index) pairs; a fact that is not
+    ``[title, index]`` goes through `Record.get`, which names what is wrong where."""
+    facts = record.get("supporting_facts", expect=list)
+    if all(type(f) is list and len(f) >= 2 and type(f[0]) is str and type(f[1]) is int for f in facts):
+        return [(f[0].strip(), f[1]) for f in facts]
+    record.items("supporting_facts", expect=list)
+    return [
+        (record.get("supporting_facts", k, 0, expect=str).strip(), record.get("supporting_facts", k, 1, expect=int))
+        for k in range(len(facts))
+    ]
+
+
+class _HotpotRows:
+    """Text, node rows, attr columns and `contains` edges of a HotpotQA record.
+
+    The text is the question, then per paragraph ``"\n\n" + title``, then ``"\n"`` and its
+    non-empty sentences joined by ``" "``. Rows: ``q``, then per paragraph ``p<i>``,
+    ``p<i>.title`` and its non-empty sentences; `types` and `spans` have one more row for the
+    ``answer`` the caller may add. Columns are assembled a paragraph at a time (lists: a record
+    has tens of nodes, too few for numpy to pay), spans with one running sum: each row advances
+    the text by its separator and its own text (title: two newlines; sentence: one character;
+    a paragraph: nothing, it has no text of its own), so a row ends at the sum so far and starts
+    its own length earlier; a paragraph spans from its title's start to its last row's end.
+    """
+
+    def __init__(self, question: str, titles: list[str], sentence_lists: list[list[str]], facts: list[tuple]):
+        supported, fact_titles = set(facts), {title for title, _ in facts}
+        self.ids, self.types, own, advance = ["q"], ["question"], [len(question)], [len(question)]
+        titled, indexes, supporting = [MISSING], [MISSING], [MISSING]
+        paragraph_rows: list[int] = []
+        self.sentence_rows: list[int] = []
+        self.supporting_rows: list[int] = []  # of the sentences that a supporting fact names
+        self.matched_facts: set[tuple[str, int]] = set()
+        self.contains_src: list[int] = []
+        self.contains_dst: list[int] = []
+        blocks = []
+        for i, (title, sentences) in enumerate(zip(titles, sentence_lists)):
+            row = len(self.ids)
+            stripped = [s.strip() for s in sentences]
+            kept_index = [j for j, s in enumerate(stripped) if s]
+            kept = [stripped[j] for j in kept_index] if len(kept_index) < len(stripped) else stripped
+            support = [False] * len(kept)
+            if title in fact_titles:
+                support = [(title, j) in supported for j in kept_index]
+                self.matched_facts.update((title, j) for j, s in zip(kept_index, support) if s)
+                self.supporting_rows += [row + 2 + k for k, s in enumerate(support) if s]
+            paragraph_rows.append(row)
+            self.sentence_rows += range(row + 2, row + 2 + len(kept))
+            self.contains_src += [row] * (1 + len(kept))
+            self.contains_dst += range(row + 1, row + 2 + len(kept))
+            self.ids += [f"p{i}", f"p{i}.title", *[f"p{i}.s{j}" for j in kept_index]]
+            self.types += ["paragraph", "title", *["sentence"] * len(kept)]
+            lengths = [*map(len, kept)]
+            own += [0, len(title), *lengths]
+            advance += [0, 2 + len(title), *[1 + length for length in lengths]]
+            titled += [title, *[MISSING] * (1 + len(kept))]
+            indexes += [i, MISSING, *kept_index]
+            supporting += [any(support)] * 2 + support
+            blocks.append("\n\n" + title + ("\n" + " ".join(kept) if kept else ""))
+        self.text = question + "".join(blocks)
+        ends = [*accumulate(advance), 0]
+        starts = [end - length for end, length in zip(ends, own)] + [0]
+        for row, end in zip(paragraph_rows, [*paragraph_rows[1:], len(self.ids)]):
+            starts[row], ends[row] = starts[row + 1], ends[end - 1]
+        self.spans = np.array([starts, ends], dtype=np.int64).T  # one row more, for the answer
+        self.title_rows = [row + 1 for row in paragraph_rows]
+        one_row = [MISSING] * len(self.ids)
+        self.attrs = {  # in the order `add_node` calls would make the columns
+            "answer": one_row,
+            "question_type": list(one_row),
+            "level": list(one_row),
+            **({"title": titled, "index": indexes, "supporting": supporting} if titles else {}),
+            "unmatched_supporting_facts": list(one_row),
+        }
+
+
+def _warn_unmatched_facts(
+    record: Record, facts: list[tuple[str, int]], titles: list[str], sentence_counts: list[int], matched: set
+) -> None:
     """One LabelWarning per supporting fact that names no paragraph, or no sentence of it."""
     counts: dict[str, int] = {}  # title -> sentences in the record (empty ones too), first paragraph of that title
-    for i, (title, _, _) in enumerate(paragraphs):
-        counts.setdefault(title, len(record.get("context", i, 1)))
-    for k in range(len(facts)):
-        title, index = facts[k][0].strip(), facts[k][1]
+    for title, count in zip(titles, sentence_counts):
+        counts.setdefault(title, count)
+    for k, (title, index) in enumerate(facts):
         if (title, index) in matched:
             continue
         if title not in counts:
@@ -248,25 +340,31 @@ def _warn_unmatched_facts(record: Record, facts: list, paragraphs: list, matched
             record.warn("supporting_facts", message, "supporting_facts", k, 1)
 
 
-def _add_hotpotqa_answer(record: Record, graph: DocGraph, answer: str, paragraphs: list, matched: set) -> None:
-    """The `answer` node: yes / no without a span, else the answer string's first occurrence."""
+def _hotpotqa_answer(record: Record, rows: _HotpotRows, answer: str) -> tuple[str, tuple[int, int] | None] | None:
+    """(answer_type, span) of the `answer` node: yes / no without a span, else the answer
+    string's first occurrence inside one sentence or title (supporting sentences first, then
+    every sentence, then the titles; exact case first); None, with a LabelWarning, if none."""
     if answer.lower() in ("yes", "no"):
-        graph.add_node("answer", "answer", None, answer_type=answer.lower(), text=answer)
-        return
-    supporting = [span for title, _, spans in paragraphs for j, span in spans if (title, j) in matched]
-    others = [span for _, _, spans in paragraphs for _, span in spans] + [title_span for _, title_span, _ in paragraphs]
-    for fold in (False, True):
-        needle = answer.lower() if fold else answer
-        for start, end in supporting + others:
-            piece = graph.text[start:end]
-            if fold and len(piece.lower()) != len(piece):
-                continue  # lowering changed the length: its offsets would not be the text's
-            at = (piece.lower() if fold else piece).find(needle) if needle else -1
+        return answer.lower(), None
+    spans = rows.spans.tolist()
+    searched = [spans[row] for row in (*rows.supporting_rows, *rows.sentence_rows, *rows.title_rows)]
+    text = rows.text
+    for needle, haystack in ((answer, text), (answer.lower(), text.lower() if text.isascii() else None)):
+        if not needle or (haystack is not None and needle not in haystack):
+            continue
+        for start, end in searched:
+            if haystack is not None:  # the text itself, or its ASCII lower case: offsets are the text's
+                at = haystack.find(needle, start, end)
+            else:
+                piece = text[start:end]
+                if len(piece.lower()) != len(piece):
+                    continue  # lowering changed the length: its offsets would not be the text's
+                at = piece.lower().find(needle)
+                at = at + start if at >= 0 else at
             if at >= 0:
-                span = (start + at, start + at + len(answer))
-                graph.add_node("answer", "answer", span, answer_type="span", text=answer)
-                return
+                return "span", (at, at + len(answer))
     record.warn("answer", f"answer {answer!r} is not in any paragraph of the context", "answer")
+    return None
 
 
 # -- WikiHop ---------------------------------------------------------------------------------
@@ -313,23 +411,16 @@ _LIST_TAGS = ("<ul>", "<ol>", "<dl>")
 
 
 def nq_graph(record: Record | Any, *, keep_html_tokens: bool = False) -> DocGraph:
-    """One NQ-simplified record -> DocGraph; token offsets map to char spans vectorized."""
+    """One NQ-simplified record -> DocGraph; token offsets map to char spans vectorized, and the
+    graph is built in one `DocGraph.from_columns` call (rows: ``q``, ``doc``, the candidates
+    parents first, ``answer``)."""
     record = record if isinstance(record, Record) else Record(record)
     question = record.get("question_text", expect=str).strip()
     document = record.get("document_text", expect=str)
     if not question:
         raise record.error("question_text is empty", "question_text")
-    raw_candidates = record.items("long_answer_candidates", expect=dict)
-    bounds = np.array(
-        [
-            [
-                record.get("long_answer_candidates", i, "start_token", expect=int),
-                record.get("long_answer_candidates", i, "end_token", expect=int),
-            ]
-            for i in range(len(raw_candidates))
-        ],
-        dtype=np.int64,
-    ).reshape(-1, 2)
+    raw_candidates = record.get("long_answer_candidates", expect=list)
+    bounds = _nq_candidate_bounds(record, raw_candidates)
 
     tokens = _TokenTable(document, keep_html_tokens)
     bad = np.flatnonzero((bounds[:, 0] < 0) | (bounds[:, 1] > tokens.count) | (bounds[:, 0] >= bounds[:, 1]))
@@ -342,7 +433,7 @@ def nq_graph(record: Record | Any, *, keep_html_tokens: bool = False) -> DocGrap
         )
     offset = len(question) + 1
     text = question + "\n" + tokens.text
-    graph = DocGraph(text, doc_id=_doc_id(record, "example_id"), source=record.file)
+    doc_id = _doc_id(record, "example_id")
 
     annotations = _nq_annotations(record, len(raw_candidates), tokens.count)
     has_long_answer = sum(a.long >= 0 for a in annotations) >= min(2, len(annotations)) and len(annotations) > 0
@@ -355,38 +446,84 @@ def nq_graph(record: Record | Any, *, keep_html_tokens: bool = False) -> DocGrap
             record.warn("short_answers", message, "annotations", a, "short_answers", k)
     yes_no = next((a.yes_no for a in annotations if a.yes_no != "NONE"), "NONE")
     with_text = [tuple(map(int, s)) for s in short_spans if s[1] > s[0]]
-    graph.add_node("q", "question", (0, len(question)), short_answers=with_text, yes_no_answer=yes_no)
-    graph.add_node(
-        "doc",
-        "document",
-        (offset, len(text)) if tokens.text else (offset, offset),
-        url=record.get("document_url", expect=str, default=None),
-    )
+    url = record.get("document_url", expect=str, default=None)
 
     spans = tokens.char_spans(bounds) + offset
-    first_tags = [tokens.first_token(int(s)).lower() for s in bounds[:, 0]]
-    open_parents: list[tuple[int, str]] = []  # enclosing candidates: (end char, node id)
-    for i in np.lexsort((-spans[:, 1], spans[:, 0])):  # by start, longest first: parents first
-        start, end = (int(x) for x in spans[i])
-        if end <= start:
-            continue
-        while open_parents and open_parents[-1][0] < end:
-            open_parents.pop()
-        parent = open_parents[-1][1] if open_parents else "doc"
-        node_id = f"c{i}"
-        graph.add_child(
-            parent,
-            node_id,
-            "candidate",
-            (start, end),
-            kind=_candidate_kind(first_tags[i]),
-            top_level=bool(record.get("long_answer_candidates", int(i), "top_level", expect=bool, default=True)),
-            index=int(i),
-            is_long_answer=int(i) in long_answers,
-        )
-        open_parents.append((end, node_id))
-    _add_nq_answer(graph, annotations, spans, short_spans, has_long_answer)
-    return graph
+    order = np.lexsort((-spans[:, 1], spans[:, 0]))  # by start, longest first: parents first
+    order = order[spans[order, 1] > spans[order, 0]]  # candidates with text
+    candidates = order.tolist()
+    top_level = _nq_top_level(record, raw_candidates, candidates)
+    parent_rows = _enclosing_rows(spans[order, 1].tolist(), first_row=2, outer_row=1)
+    answer_type, answer_span = _nq_answer(annotations, spans, short_spans, has_long_answer)
+
+    n = 3 + len(candidates)
+    doc_span = (offset, len(text)) if tokens.text else (offset, offset)
+    node_spans = np.concatenate([[(0, len(question)), doc_span], spans[order], [answer_span or (-1, -1)]])
+    before, after = [MISSING] * (2 + len(candidates)), [MISSING]
+    attrs = {  # in the order `add_node` calls would make the columns
+        "short_answers": [with_text, *before[1:], *after],
+        "yes_no_answer": [yes_no, *before[1:], *after],
+        "url": [MISSING, url, *before[2:], *after],
+    }
+    if candidates:
+        tags = [tokens.first_token(int(bounds[i, 0])).lower() for i in candidates]
+        attrs["kind"] = [MISSING, MISSING, *map(_candidate_kind, tags), *after]
+        attrs["top_level"] = [MISSING, MISSING, *top_level, *after]
+        attrs["index"] = [MISSING, MISSING, *candidates, *after]
+        attrs["is_long_answer"] = [MISSING, MISSING, *[i in long_answers for i in candidates], *after]
+    attrs["answer_type"] = [*before, answer_type]
+    return DocGraph.from_columns(
+        text,
+        ["q", "doc", *[f"c{i}" for i in candidates], "answer"],
+        ["question", "document", *["candidate"] * len(candidates), "answer"],
+        node_spans,
+        attrs,
+        (parent_rows, CONTAINS, range(2, n - 1)),
+        doc_id=doc_id,
+        source=record.file,
+    )
+
+
+def _nq_candidate_bounds(record: Record, candidates: list) -> np.ndarray:
+    """[n, 2] token ranges of the long-answer candidates; a candidate that is not an object with
+    integer ``start_token`` / ``end_token`` goes through `Record.get`, which names what is wrong."""
+    if all(
+        type(c) is dict and type(c.get("start_token")) is int and type(c.get("end_token")) is int for c in candidates
+    ):
+        return np.array([(c["start_token"], c["end_token"]) for c in candidates], dtype=np.int64).reshape(-1, 2)
+    record.items("long_answer_candidates", expect=dict)
+    return np.array(
+        [
+            [
+                record.get("long_answer_candidates", i, "start_token", expect=int),
+                record.get("long_answer_candidates", i, "end_token", expect=int),
+            ]
+            for i in range(len(candidates))
+        ],
+        dtype=np.int64,
+    ).reshape(-1, 2)
+
+
+def _nq_top_level(record: Record, raw_candidates: list, candidates: list[int]) -> list[bool]:
+    """``top_level`` of each candidate (true where absent), checked in the order of `candidates`."""
+    values = [raw_candidates[i].get("top_level", True) for i in candidates]
+    if all(type(v) is bool for v in values):
+        return values
+    return [bool(record.get("long_answer_candidates", i, "top_level", expect=bool, default=True)) for i in candidates]
+
+
+def _enclosing_rows(ends: list[int], first_row: int, outer_row: int) -> list[int]:
+    """Row of the innermost enclosing interval of each interval (sorted by start, longest first,
+    at rows `first_row`...): the latest earlier one that ends no sooner; `outer_row` if none."""
+    parents, open_ends, open_rows = [], [], []
+    for row, end in enumerate(ends, first_row):
+        while open_ends and open_ends[-1] < end:
+            open_ends.pop()
+            open_rows.pop()
+        parents.append(open_rows[-1] if open_rows else outer_row)
+        open_ends.append(end)
+        open_rows.append(row)
+    return parents
 
 
 @dataclass
@@ -423,27 +560,22 @@ def _nq_annotations(record: Record, n_candidates: int, n_tokens: int) -> list[_N
     return out
 
 
-def _add_nq_answer(
-    graph: DocGraph,
-    annotations: list[_NqAnnotation],
-    candidate_spans: np.ndarray,
-    short_spans: np.ndarray,
-    has_long_answer: bool,
-) -> None:
-    """BERT-joint's target as an `answer` node: short span; yes/no or long with the long answer's span; null."""
+def _nq_answer(
+    annotations: list[_NqAnnotation], candidate_spans: np.ndarray, short_spans: np.ndarray, has_long_answer: bool
+) -> tuple[str, tuple[int, int] | None]:
+    """BERT-joint's target (answer_type, span): short span; yes/no or long with the long answer's span; null."""
     with_text = [tuple(map(int, s)) for s in short_spans if s[1] > s[0]]
     long = next((a.long for a in annotations if a.long >= 0), -1) if has_long_answer else -1
     long_span = tuple(map(int, candidate_spans[long])) if long >= 0 else None
     long_span = long_span if long_span is not None and long_span[1] > long_span[0] else None
     yes_no = next((a.yes_no.lower() for a in annotations if a.yes_no in ("YES", "NO")), None)
     if with_text:
-        graph.add_node("answer", "answer", with_text[0], answer_type="short")
-    elif yes_no is not None and long_span is not None:
-        graph.add_node("answer", "answer", long_span, answer_type=yes_no)
-    elif long_span is not None:
-        graph.add_node("answer", "answer", long_span, answer_type="long")
-    else:
-        graph.add_node("answer", "answer", None, answer_type="null")
+        return "short", with_text[0]
+    if yes_no is not None and long_span is not None:
+        return yes_no, long_span
+    if long_span is not None:
+        return "long", long_span
+    return "null", None
 
 
 def _candidate_kind(first_tag: str) -> str:
