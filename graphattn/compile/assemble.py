@@ -23,7 +23,6 @@ from graphattn.compile.truncate import Selection, _nearest_of_type, doc_sizes
 from graphattn.contract import EtcInstance, TruncationReport
 from graphattn.errors import CompileError, format_path
 from graphattn.schema import Feature, Schema, feature_value_problem
-from graphattn.tokenize import plain_text
 
 SPECIAL, NODE, PER_TOKEN, BLOCK = 0, 1, 2, 3
 
@@ -366,6 +365,8 @@ def _unique_last(a: np.ndarray, b: np.ndarray, label: np.ndarray, width: int):
     if a.size == 0:
         return a.astype(np.int32), b.astype(np.int32), label.astype(np.int32)
     key = a.astype(np.int64) * width + b
+    if np.all(key[1:] > key[:-1]):  # one relation's links come in order: all distinct, nothing to sort
+        return a.astype(np.int32), b.astype(np.int32), label.astype(np.int32)
     _, first_from_end = np.unique(key[::-1], return_index=True)
     keep = np.sort(a.size - 1 - first_from_end)
     return a[keep].astype(np.int32), b[keep].astype(np.int32), label[keep].astype(np.int32)
@@ -593,7 +594,7 @@ def assemble(
         long_doc_index=cat["doc"],
         long_owners={level: side.owners[i] for i, level in enumerate(levels)},
         doc_ids=[lay.graph.doc_id for lay in layouts],
-        texts=[plain_text(lay.graph.text) for lay in layouts],  # U+FFFD for a lone surrogate, as the tokens saw it
+        texts=[lay.text for lay in layouts],  # U+FFFD for a lone surrogate, as the tokens saw it
         truncation=report,
         features={k: np.concatenate(v) for k, v in features.items()},
         global_doc_index=gcat["doc"],

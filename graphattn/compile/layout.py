@@ -25,7 +25,7 @@ from graphattn.compile.ranges import coverage
 from graphattn.errors import CompileError, GraphError
 from graphattn.graph import DocGraph
 from graphattn.schema import Schema
-from graphattn.tokenize import Encoding, Tokenizer, spans_to_token_ranges
+from graphattn.tokenize import Encoding, Tokenizer, plain_text, spans_to_token_ranges
 
 
 @dataclass
@@ -50,6 +50,7 @@ class DocLayout:
     edges: dict[str, tuple[np.ndarray, np.ndarray]]  # relation -> (src, dst) node indices
     tokenized_chars: int = -1  # the text was tokenized up to here (its length: all of it)
     long_past_cut: np.ndarray | None = None  # [N] bool: long text past `tokenized_chars` (see encode)
+    text: str = ""  # the graph's text as the tokenizer saw it (`plain_text`: U+FFFD for a lone surrogate)
 
     @property
     def cut_short(self) -> bool:
@@ -334,6 +335,7 @@ class CheckedGraph:
     selected: np.ndarray
     edges: dict[str, tuple[np.ndarray, np.ndarray]]
     long_types: list[int]
+    text: str  # `plain_text` of the graph's text, made once: a page's text is megabytes
 
     @property
     def has_span(self) -> np.ndarray:
@@ -346,7 +348,7 @@ class CheckedGraph:
             long_spans = self.spans[np.isin(self.node_type, self.long_types) & self.has_span]
         per_token = [i for i, t in enumerate(self.type_names) if schema.node_types[t].global_mode == "per_token"]
         whole = self.spans[self.selected & np.isin(self.node_type, per_token) & self.has_span]
-        return TextPlan(self.graph.text, long_token_bound(schema), long_spans, whole)
+        return TextPlan(self.text, long_token_bound(schema), long_spans, whole)
 
 
 def check_graph(graph: DocGraph, schema: Schema) -> CheckedGraph:
@@ -362,8 +364,7 @@ def check_graph(graph: DocGraph, schema: Schema) -> CheckedGraph:
     spans = _effective_spans(graph, node_ids, spans, own_span, parent, depth)
     has_span = spans[:, 0] >= 0
     n = len(node_ids)
-    spanned = np.flatnonzero(has_span)
-    order = spanned[np.lexsort((spanned, depth[spanned], -spans[spanned, 1], spans[spanned, 0]))]
+    order = _document_order(np.flatnonzero(has_span), spans, depth)
     rank = np.empty(n, dtype=np.int64)
     rank[order] = np.arange(order.size)
     rank[~has_span] = order.size + np.arange(n - order.size)
@@ -380,7 +381,25 @@ def check_graph(graph: DocGraph, schema: Schema) -> CheckedGraph:
         _selected(graph, schema, node_type, type_names),
         edges,
         long_types,
+        plain_text(graph.text),
     )
+
+
+def _document_order(spanned: np.ndarray, spans: np.ndarray, depth: np.ndarray) -> np.ndarray:
+    """Spanned nodes sorted by (start, -end, depth, row): pre-order over the text.
+
+    Readers that walk a tree (HTML, the JSON layouts) already add nodes in that order, so the
+    order is checked in one pass first and sorted only when it does not hold."""
+    keys = (spans[spanned, 0], -spans[spanned, 1], depth[spanned])  # row order breaks the last ties
+    if spanned.size < 2:
+        return spanned
+    before, equal = np.zeros(spanned.size - 1, dtype=bool), np.ones(spanned.size - 1, dtype=bool)
+    for key in keys:
+        before |= equal & (key[:-1] < key[1:])
+        equal &= key[:-1] == key[1:]
+    if (before | equal).all():
+        return spanned
+    return spanned[np.lexsort((spanned, *keys[::-1]))]
 
 
 def layout_from(checked: CheckedGraph, encoding: Encoding, tokenized_chars: int, schema: Schema) -> DocLayout:
@@ -429,6 +448,7 @@ def layout_from(checked: CheckedGraph, encoding: Encoding, tokenized_chars: int,
         edges=checked.edges,
         tokenized_chars=tokenized_chars,
         long_past_cut=long_past_cut,
+        text=checked.text,
     )
     for attr in ("long", "segment", "sep_after", "ignore_hard_g2l", "ignore_hard_l2g", "is_global"):
         layout._type_table[attr] = np.array([bool(getattr(schema.node_types[t], attr)) for t in type_names] + [False])
@@ -444,17 +464,21 @@ def _long_text_past(checked: CheckedGraph, stop: int, is_long_node: np.ndarray |
     if stop >= len(text) or not reach.any():
         return out
     points = np.frombuffer(text[stop:].encode("utf-32-le"), dtype="<u4")
-    text_here = ~np.isin(points, _WHITESPACE_POINTS, kind="table")
+    text_here = ~_IS_WHITESPACE[np.minimum(points, _IS_WHITESPACE.size - 1)]
     if is_long_node is not None:
         long = np.flatnonzero(is_long_node & reach)
         text_here &= coverage(points.size, np.maximum(spans[long, 0], stop) - stop, spans[long, 1] - stop)
-    cum = np.concatenate([[0], np.cumsum(text_here)])
+    cum = np.zeros(points.size + 1, dtype=np.int32 if points.size < 2**31 else np.int64)  # int32: half the pass
+    np.cumsum(text_here, out=cum[1:])
     rows = np.flatnonzero(reach)
     out[rows] = cum[spans[rows, 1] - stop] > cum[np.maximum(spans[rows, 0], stop) - stop]
     return out
 
 
-_WHITESPACE_POINTS = np.array([c for c in range(0x3001) if chr(c).isspace()], dtype=np.uint32)  # str.isspace
+# str.isspace by code point, as one lookup: every space character is below U+3001 (the last slot,
+# False, stands for all code points above).
+_IS_WHITESPACE = np.array([chr(c).isspace() for c in range(0x3002)], dtype=bool)
+_IS_WHITESPACE[-1] = False
 
 
 def build_layout(graph: DocGraph, schema: Schema, tokenizer: Tokenizer) -> DocLayout:

@@ -68,16 +68,15 @@ def count_in_ranges(mask: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> n
 
 
 def take_or(values: np.ndarray, index: np.ndarray, default) -> np.ndarray:
-    """``values[index]`` where index >= 0, `default` elsewhere (safe for empty `values`)."""
+    """``values[index]`` where index >= 0, `default` where it is -1 (safe for empty `values`).
+
+    -1 is how every lookup here says "none" (`innermost`), so it picks a slot appended after the
+    values: one take instead of a masked gather and a fix-up (this runs ~20 times per document)."""
     values = np.asarray(values)
-    dtype = _take_dtype(values.dtype, default)
-    if values.shape[0] == 0:
-        return np.full((*index.shape, *values.shape[1:]), default, dtype=dtype)
-    ok = index >= 0
-    out = values[np.where(ok, index, 0)].astype(dtype, copy=False)
-    if not ok.all():
-        out[~ok] = default
-    return out
+    padded = np.empty((values.shape[0] + 1, *values.shape[1:]), dtype=_take_dtype(values.dtype, default))
+    padded[:-1] = values
+    padded[-1] = default
+    return padded[index]
 
 
 @lru_cache(maxsize=256)

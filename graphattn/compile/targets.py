@@ -126,7 +126,9 @@ def span_rows(
 
 # -- reading the labels off the graph ------------------------------------------------------------
 def _attr_values(doc: DocNodes, nodes: np.ndarray, attr: str) -> list:
-    return [doc.graph.node(doc.node_ids[i]).attrs.get(attr) for i in nodes.tolist()]
+    """The attr of each of `nodes` (None where absent), read from the graph's column in one call."""
+    present, column = doc.graph.attr_column(attr, nodes)
+    return [value if has else None for value, has in zip(column.tolist(), present.tolist())]
 
 
 def _class_id(value: Any, classes: tuple, spec: TargetSpec, doc: DocNodes, node: int, what: str) -> int:
@@ -144,10 +146,18 @@ def node_classes(doc: DocNodes, spec: TargetSpec) -> np.ndarray:
     """[N] class id of each labelled node of a global_labels target, IGNORE elsewhere."""
     labelled = np.flatnonzero(doc.node_is(spec.node_types) & doc.selected)
     out = np.full(len(doc.node_ids), TARGET_IGNORE, np.int32)
+    seen: dict[tuple[type, Any], int] = {}  # a handful of distinct values over many nodes
     for node, value in zip(labelled.tolist(), _attr_values(doc, labelled, spec.attr)):
         value = spec.default if value is None else value
-        if value is not None:
-            out[node] = _class_id(value, spec.classes, spec, doc, node, f"{spec.attr} =")
+        if value is None:
+            continue
+        key = (type(value), value) if isinstance(value, (str, int, float, bool)) else None
+        class_id = seen.get(key) if key is not None else None
+        if class_id is None:
+            class_id = _class_id(value, spec.classes, spec, doc, node, f"{spec.attr} =")
+            if key is not None:
+                seen[key] = class_id
+        out[node] = class_id
     return out
 
 

@@ -1,6 +1,7 @@
 """The shard format, in one place: what a shard holds, how it is read, and the datasets over it.
 
     format.py    columns, dtypes and footer of a shard (`ShardColumns`, `instance_row`, `read_info`)
+    arrow.py     Arrow columns built from buffers (no pandas import in workers)
     dataset.py   `ShardDataset`, `ShardIterableDataset`, `read_instance`, `read_table`, `collate`
     inspect.py   `graphattn inspect`: summaries and one instance, printed
     writer.py    `write_shards`: instances compiled in Python, as shards

@@ -48,6 +48,7 @@ from graphattn.contract import EtcInstance, TruncationReport
 from graphattn.errors import GraphattnError
 from graphattn.labels import LabelVocab
 from graphattn.schema_targets import target_arrays
+from graphattn.shards import arrow
 
 FORMAT = "graphattn-shards/3"  # 2: hard-mask flags per query row only; 3: task targets (target:*, dropped_targets)
 ROWS_PER_GROUP = 64  # rows per Parquet row group: the unit of random access and of worker sharding
@@ -329,28 +330,10 @@ def spans_from_columns(gap: np.ndarray, length: np.ndarray) -> np.ndarray:
 
 
 def rows_to_table(rows: Sequence[dict[str, Any]], layout: ShardColumns) -> pa.Table:
-    """Rows (from `instance_row`) -> an Arrow table with the run's schema; list columns built flat."""
+    """Rows (from `instance_row`) -> an Arrow table with the run's schema, columns built from buffers."""
     schema = layout.arrow_schema()
-    arrays = []
-    for fld in schema:
-        values = [row[fld.name] for row in rows]
-        if (
-            pa.types.is_list(fld.type)
-            and not pa.types.is_string(fld.type.value_type)
-            and fld.name not in ("source_lines", "source_records")
-        ):
-            arrays.append(_list_array(values, fld.type))
-        else:
-            arrays.append(pa.array(values, type=fld.type))
+    arrays = [arrow.column([row[fld.name] for row in rows], fld.type) for fld in schema]
     return pa.Table.from_arrays(arrays, schema=schema)
-
-
-def _list_array(values: list[np.ndarray], type: pa.ListType) -> pa.Array:
-    lengths = np.fromiter((len(v) for v in values), np.int64, len(values))
-    offsets = np.zeros(len(values) + 1, np.int32)
-    np.cumsum(lengths, out=offsets[1:])
-    flat = pa.array(np.concatenate(values), type=type.value_type) if values else pa.array([], type=type.value_type)
-    return pa.ListArray.from_arrays(pa.array(offsets), flat)
 
 
 # -- writing ---------------------------------------------------------------------------------
