@@ -8,9 +8,10 @@ Containment (document > paragraph > sentence) is an ordinary relation, conventio
 Storage is columnar, so that a page of 100k elements is a few arrays rather than 100k objects:
 node ids (a list), type codes, span starts and ends (-1: no span), edges as source/target row
 indices with relation codes, and attrs as one column per name (`graph_columns`). Builders add
-one node at a time (`add_node`, `add_child`) or many (`add_nodes`, `add_edges`: what the HTML
-reader uses); the compiler reads the columns (`type_codes`, `span_array`, `edge_arrays`,
-`attr_column`). `graph.nodes`, `graph.node(id)`, `graph.edges` and iteration give `Node` /
+one node at a time (`add_node`, `add_child`), many (`add_nodes`, `add_edges`: what the HTML
+reader uses), or a whole graph at once (`from_columns`: what the JSON readers use), checked as
+`add_node` checks but over arrays; the compiler reads the columns (`type_codes`, `span_array`,
+`edge_arrays`, `attr_column`, `attr_values`). `graph.nodes`, `graph.node(id)`, `graph.edges` and iteration give `Node` /
 `Edge` views of rows: reading them reads the columns, and writing a view's span, type or attrs
 writes the columns, checked like `add_node` (a span past the text raises there and then).
 

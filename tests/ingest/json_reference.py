@@ -14,8 +14,10 @@ from typing import Any
 import numpy as np
 
 from graphattn.graph import DocGraph
-from graphattn.ingest.json import Record, _candidate_kind, _doc_id, _nq_annotations, _NqAnnotation, _TokenTable
 from graphattn.ingest.mapping import Spec, _apply, _Build, load_mapping
+from graphattn.ingest.nq import _candidate_kind, _nq_annotations, _NqAnnotation, _TokenTable
+from graphattn.ingest.records import Record
+from graphattn.ingest.records import doc_id_of as _doc_id
 
 
 class _Text:
@@ -134,6 +136,45 @@ def _add_hotpotqa_answer(record: Record, graph: DocGraph, answer: str, paragraph
                 graph.add_node("answer", "answer", span, answer_type="span", text=answer)
                 return
     record.warn("answer", f"answer {answer!r} is not in any paragraph of the context", "answer")
+
+
+# -- WikiHop
+def reference_wikihop_graph(record: Record | Any, *, nlp=None) -> DocGraph:
+    """WikiHop, node by node."""
+    from graphattn.ingest import text as text_ingest  # spaCy loads only for the format that needs it
+
+    record = record if isinstance(record, Record) else Record(record)
+    query = record.get("query", expect=str).strip()
+    candidates = [c.strip() for c in record.items("candidates", expect=str)]
+    supports = [s.strip() for s in record.items("supports", expect=str)]
+    answer = record.get("answer", expect=str, default=None)
+    if not query:
+        raise record.error("query is empty", "query")
+    for i, candidate in enumerate(candidates):
+        if not candidate:
+            raise record.error("candidate is empty", "candidates", i)
+    lowered = [c.lower() for c in candidates]
+    wanted = answer.strip().lower() if answer is not None else None
+    if wanted is not None and wanted not in lowered:
+        record.warn("answer", f"answer {answer!r} is not one of the {len(candidates)} candidates", "answer")
+
+    text = _Text()
+    candidate_spans = [text.add(c, "\n") for c in candidates]
+    query_span = text.add(query, "\n")
+    document_spans = [(i, text.add(s, "\n\n")) for i, s in enumerate(supports) if s]
+
+    graph = DocGraph(text.text(), doc_id=_doc_id(record, "id"), source=record.file)
+    answer_index = lowered.index(wanted) if wanted in lowered else -1
+    for i, (candidate, span) in enumerate(zip(candidates, candidate_spans)):
+        graph.add_node(f"c{i}", "candidate", span, text=candidate, index=i, is_answer=i == answer_index)
+    graph.add_node("q", "query", query_span, answer=answer)
+    documents = []
+    for i, span in document_spans:
+        graph.add_node(f"d{i}", "document", span, index=i)
+        documents.append(f"d{i}")
+    text_ingest.add_sentences(graph, documents, nlp=nlp)
+    text_ingest.link_mentions(graph, {f"c{i}": c for i, c in enumerate(candidates)}, within=documents, nlp=nlp)
+    return graph
 
 
 # -- NQ simplified

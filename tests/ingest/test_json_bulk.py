@@ -9,14 +9,19 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from ingest_samples import HOTPOT, NQ
-from json_reference import reference_hotpotqa_graph, reference_json_graph, reference_nq_graph
+from ingest_samples import HOTPOT, NQ, WIKIHOP
+from json_reference import (
+    reference_hotpotqa_graph,
+    reference_json_graph,
+    reference_nq_graph,
+    reference_wikihop_graph,
+)
 from test_ingest_mapping import HOTPOT_MAPPING
 
 from graphattn.errors import GraphattnError, GraphError
 from graphattn.graph import CONTAINS, DocGraph
 from graphattn.graph_columns import MISSING
-from graphattn.ingest.json import Record, hotpotqa_graph, nq_graph
+from graphattn.ingest.json import Record, hotpotqa_graph, nq_graph, wikihop_graph
 from graphattn.ingest.mapping import json_graph
 
 
@@ -213,6 +218,22 @@ def test_nq_sample_and_bad_candidates_equal_node_by_node():
         record = {**NQ, "long_answer_candidates": [*NQ["long_answer_candidates"], broken]}
         result, _ = same_as_reference(nq_graph, reference_nq_graph, Record(record, file="nq.json"))
         assert result[0] == "IngestError" and "$.long_answer_candidates[" in result[1]
+
+
+# -- WikiHop --------------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    "change",
+    [
+        {},
+        {"candidates": [], "answer": "x"},
+        {"supports": ["", " "]},
+        {"candidates": [], "supports": []},
+        {"answer": "not a candidate"},
+        {"candidates": ["sport", " "]},
+    ],
+)
+def test_wikihop_bulk_equals_node_by_node(change):
+    same_as_reference(wikihop_graph, reference_wikihop_graph, Record({**WIKIHOP, **change}, file="w.json", line=1))
 
 
 # -- mapping-driven --------------------------------------------------------------------------------
