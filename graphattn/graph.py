@@ -11,9 +11,10 @@ indices with relation codes, and attrs as one column per name (`graph_columns`).
 one node at a time (`add_node`, `add_child`), many (`add_nodes`, `add_edges`: what the HTML
 reader uses), or a whole graph at once (`from_columns`: what the JSON readers use), checked as
 `add_node` checks but over arrays; the compiler reads the columns (`type_codes`, `span_array`,
-`edge_arrays`, `attr_column`, `attr_values`). `graph.nodes`, `graph.node(id)`, `graph.edges` and iteration give `Node` /
-`Edge` views of rows: reading them reads the columns, and writing a view's span, type or attrs
-writes the columns, checked like `add_node` (a span past the text raises there and then).
+`edge_arrays`, `attr_column`, `attr_values`). `graph.nodes`, `graph.node(id)`, `graph.edges`
+and iteration give `Node` / `Edge` views of rows: reading them reads the columns, and writing a
+view's span, type or attrs writes the columns, checked like `add_node` (a span past the text
+raises there and then).
 
 The graph checks what it can know alone (ids, dangling edges, spans: pairs of integers inside
 the text); what the schema decides (which types and relations exist, overlapping spans of one

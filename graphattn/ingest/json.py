@@ -35,6 +35,7 @@ Natural Questions simplified: `graphattn.ingest.nq`.
 
 from __future__ import annotations
 
+import operator
 import os
 from collections.abc import Callable, Iterator
 from itertools import accumulate
@@ -163,6 +164,9 @@ def _hotpotqa_facts(record: Record) -> list[tuple[str, int]]:
     ]
 
 
+_PLUS_ONE = (1).__add__  # a sentence advances the text by its separator and itself
+
+
 class _HotpotRows:
     """Text, node rows, attr columns and `contains` edges of a HotpotQA record.
 
@@ -189,9 +193,10 @@ class _HotpotRows:
         blocks = []
         for i, (title, sentences) in enumerate(zip(titles, sentence_lists)):
             row = len(self.ids)
-            stripped = [s.strip() for s in sentences]
-            kept_index = [j for j, s in enumerate(stripped) if s]
-            kept = [stripped[j] for j in kept_index] if len(kept_index) < len(stripped) else stripped
+            # map() rather than comprehensions: a record has tens of nodes, so call overhead is the cost
+            stripped = list(map(str.strip, sentences))
+            kept_index = list(range(len(stripped))) if all(stripped) else [j for j, s in enumerate(stripped) if s]
+            kept = stripped if len(kept_index) == len(stripped) else [stripped[j] for j in kept_index]
             support = [False] * len(kept)
             if title in fact_titles:
                 support = [(title, j) in supported for j in kept_index]
@@ -201,18 +206,18 @@ class _HotpotRows:
             self.sentence_rows += range(row + 2, row + 2 + len(kept))
             self.contains_src += [row] * (1 + len(kept))
             self.contains_dst += range(row + 1, row + 2 + len(kept))
-            self.ids += [f"p{i}", f"p{i}.title", *[f"p{i}.s{j}" for j in kept_index]]
+            self.ids += [f"p{i}", f"p{i}.title", *map(f"p{i}.s{{}}".format, kept_index)]
             self.types += ["paragraph", "title", *["sentence"] * len(kept)]
-            lengths = [*map(len, kept)]
+            lengths = list(map(len, kept))
             own += [0, len(title), *lengths]
-            advance += [0, 2 + len(title), *[1 + length for length in lengths]]
+            advance += [0, 2 + len(title), *map(_PLUS_ONE, lengths)]
             titled += [title, *[MISSING] * (1 + len(kept))]
             indexes += [i, MISSING, *kept_index]
             supporting += [any(support)] * 2 + support
             blocks.append("\n\n" + title + ("\n" + " ".join(kept) if kept else ""))
         self.text = question + "".join(blocks)
         ends = [*accumulate(advance), 0]
-        starts = [end - length for end, length in zip(ends, own)] + [0]
+        starts = [*map(operator.sub, ends, own), 0]
         for row, end in zip(paragraph_rows, [*paragraph_rows[1:], len(self.ids)]):
             starts[row], ends[row] = starts[row + 1], ends[end - 1]
         self.spans = np.array([starts, ends], dtype=np.int64).T  # one row more, for the answer
