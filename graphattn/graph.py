@@ -391,6 +391,9 @@ class DocGraph:
 
         `relation` is one relation for all, one per edge, or ``(names, codes)`` like `add_nodes`' types.
         """
+        if isinstance(relation, str) and type(src) in (list, range) and type(dst) in (list, range):
+            self._add_edge_rows(src, relation, dst)  # a reader's few edges: no numpy round trip
+            return
         src, dst = np.asarray(src, dtype=np.int64), np.asarray(dst, dtype=np.int64)
         n_nodes = len(self._ids)
         if src.shape != dst.shape or src.ndim != 1:
@@ -414,6 +417,21 @@ class DocGraph:
         self._src.frombytes(src.tobytes())
         self._dst.frombytes(dst.tobytes())
         self._rel.frombytes(codes.tobytes())
+
+    def _add_edge_rows(self, src: list[int] | range, relation: str, dst: list[int] | range) -> None:
+        """`add_edges` of one relation for Python lists of rows, checked with Python's min / max."""
+        try:
+            src_rows, dst_rows = array("q", src), array("q", dst)
+        except TypeError:  # rows that are no integers: numpy's conversion says what they are
+            src_rows = dst_rows = None
+        if src_rows is None or len(src_rows) != len(dst_rows) or not len(src_rows):
+            self.add_edges(np.asarray(src), relation, np.asarray(dst))
+            return
+        if min(min(src_rows), min(dst_rows)) < 0 or max(max(src_rows), max(dst_rows)) >= len(self._ids):
+            self.add_edges(np.asarray(src), relation, np.asarray(dst))  # raises, naming the first bad edge
+        self._src.extend(src_rows)
+        self._dst.extend(dst_rows)
+        self._rel.extend(array("q", [self._relation_code(relation)]) * len(src_rows))
 
     @classmethod
     def from_columns(
