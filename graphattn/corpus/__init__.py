@@ -1,4 +1,4 @@
-"""Compile whole corpora into Parquet shards, on a local process pool or on Ray Data.
+"""Compile whole corpora into Parquet shards, on a local process pool or on Ray actors.
 
 `graphattn compile` (cli.py) plans the inputs (sources.py), cuts them into shards of fixed
 document ranges (pipeline.py), compiles each shard in a worker (worker.py; ray_engine.py for

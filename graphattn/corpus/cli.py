@@ -53,7 +53,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--engine",
         choices=("local", "ray"),
         default="local",
-        help="local process pool, or Ray Data (needs the graphattn[ray] extra)",
+        help="local process pool, or Ray actors (needs the graphattn[ray] extra)",
     )
     parser.add_argument(
         "--ray-address", metavar="A", help="join this Ray cluster instead of starting a local Ray instance"

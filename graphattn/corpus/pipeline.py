@@ -5,7 +5,7 @@
 
 The driver expands the inputs, numbers every document in input order and cuts the numbers into
 shards of `shard_size` documents (`plan`). Each shard is compiled by one worker (a local process
-pool by default, Ray Data with ``engine="ray"``) into Parquet bytes, written atomically and
+pool by default, Ray actors with ``engine="ray"``) into Parquet bytes, written atomically and
 followed by the shard's done-marker: by the driver for the local pool, by the Ray actors
 themselves on a cluster (the driver then only counts). Since shard contents follow from the document
 numbers alone, the bytes are the same for any number of workers and for either engine, and a

@@ -83,7 +83,7 @@ def main(work: Path, cluster) -> dict:
         "identical": directory_bytes(work / "ray") == directory_bytes(work / "local"),
         "bytes_returned": any(isinstance(v, (bytes, bytearray)) for w in written for v in vars(w).values()),
     }
-    _driver_run(work, "warm", 10, sentences=5)  # Ray Data's one-time imports and caches
+    _driver_run(work, "warm", 10, sentences=5)  # the driver's one-time imports and Ray's caches
     _, result["small_peak"], _ = _driver_run(work, "small", 20, sentences=600)
     written, result["large_peak"], _ = _driver_run(work, "large", 100, sentences=600)
     result["large_shard_bytes"] = sum((work / "large" / f"shard-{w.index:05d}.parquet").stat().st_size for w in written)

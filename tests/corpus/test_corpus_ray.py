@@ -1,7 +1,8 @@
-"""The Ray Data engine on a local Ray instance with 2 CPUs: its shards equal the local engine's."""
+"""The Ray engine on a local Ray instance with 2 CPUs: its shards equal the local engine's."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -15,7 +16,6 @@ ray = pytest.importorskip("ray", reason="Ray is the optional graphattn[ray] extr
 
 
 def test_ray_engine_writes_the_local_engines_bytes(tmp_path):
-    pytest.importorskip("ray.data", reason="Ray Data needs the graphattn[ray] extra (ray[data])")
     expected = make_corpus(tmp_path / "docs", seed=2)
     schema = small_schema(tmp_path / "small.yaml")
     common = dict(inputs=[str(tmp_path / "docs")], schema=schema, tokenizer=TOKENIZER, shard_size=6, progress=False)
@@ -55,3 +55,21 @@ def test_the_local_engine_never_imports_ray(tmp_path):
         "assert 'ray' not in sys.modules, 'ray was imported'\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True, capture_output=True)
+
+
+def test_the_local_instance_runs_actors_at_the_drivers_priority():
+    """Ray starts workers at niceness 15; on a machine shared with other work, actors at that
+    priority would yield to every other process while the local engine's workers do not."""
+    from graphattn.corpus.ray_engine import start_ray
+
+    try:
+        assert start_ray(1, None), "no Ray instance was running, so this call started one"
+    except Exception as err:  # noqa: BLE001
+        if "could not start or join" in str(err):
+            pytest.skip(f"a local Ray instance cannot start on this machine: {err}")
+        raise
+    try:
+        niceness = ray.get(ray.remote(num_cpus=1)(lambda: os.nice(0)).remote())
+        assert niceness == os.nice(0)
+    finally:
+        ray.shutdown()

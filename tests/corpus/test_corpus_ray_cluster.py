@@ -18,7 +18,6 @@ from pathlib import Path
 import pytest
 
 pytest.importorskip("ray", reason="Ray is the optional graphattn[ray] extra")
-pytest.importorskip("ray.data", reason="Ray Data needs the graphattn[ray] extra (ray[data])")
 pytestmark = pytest.mark.slow
 
 
