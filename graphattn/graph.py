@@ -8,11 +8,13 @@ Containment (document > paragraph > sentence) is an ordinary relation, conventio
 Storage is columnar, so that a page of 100k elements is a few arrays rather than 100k objects:
 node ids (a list), type codes, span starts and ends (-1: no span), edges as source/target row
 indices with relation codes, and attrs as one column per name (`graph_columns`). Builders add
-one node at a time (`add_node`, `add_child`) or many (`add_nodes`, `add_edges`: what the HTML
-reader uses); the compiler reads the columns (`type_codes`, `span_array`, `edge_arrays`,
-`attr_column`). `graph.nodes`, `graph.node(id)`, `graph.edges` and iteration give `Node` /
-`Edge` views of rows: reading them reads the columns, and writing a view's span, type or attrs
-writes the columns, checked like `add_node` (a span past the text raises there and then).
+one node at a time (`add_node`, `add_child`), many (`add_nodes`, `add_edges`: what the HTML
+reader uses), or a whole graph at once (`from_columns`: what the JSON readers use), checked as
+`add_node` checks but over arrays; the compiler reads the columns (`type_codes`, `span_array`,
+`edge_arrays`, `attr_column`, `attr_values`). `graph.nodes`, `graph.node(id)`, `graph.edges`
+and iteration give `Node` / `Edge` views of rows: reading them reads the columns, and writing a
+view's span, type or attrs writes the columns, checked like `add_node` (a span past the text
+raises there and then).
 
 The graph checks what it can know alone (ids, dangling edges, spans: pairs of integers inside
 the text); what the schema decides (which types and relations exist, overlapping spans of one
@@ -23,14 +25,14 @@ from __future__ import annotations
 
 import numbers
 from array import array
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from graphattn.errors import GraphError
-from graphattn.graph_columns import Column, RowAttrs, add_columns, set_attrs
+from graphattn.graph_columns import Column, RowAttrs, add_columns, check_columns, set_attrs
 
 if TYPE_CHECKING:
     import networkx as nx
@@ -277,7 +279,7 @@ class DocGraph:
     def add_nodes(
         self,
         ids: Sequence[str],
-        types: str | Sequence[str],
+        types: str | Sequence[str] | tuple[Sequence[str], np.ndarray],
         spans: np.ndarray | None = None,
         attrs: Mapping[str, Any] | None = None,
         *,
@@ -286,58 +288,173 @@ class DocGraph:
         """Add many nodes at once; returns the row of the first. The bulk path of builders.
 
         `types` is one type for all, one per node, or ``(names, codes)`` with an int array of
-        indices into `names`; `spans` an int array [n, 2] (-1, -1: no
-        span); each attr a list or array of n values, or ``(values, present)`` with a bool mask
-        for an attr only some of the nodes have. Arrays are kept as given (not copied). With
-        ``validate=False`` ids, types and spans are not checked: for builders whose output holds
-        the rules by construction (their tests should build the same graph with validation on).
+        indices into `names` (names are registered in the order given, those no node uses left
+        out: list them in the order nodes first use them to number types as `add_node` would);
+        `spans` an int array [n, 2] (-1, -1: no span); each attr a list of n values (`MISSING`
+        where a node has none), an array of n, or ``(values, present)`` with a bool mask for an
+        attr only some of the nodes have. Arrays are kept as given (not copied). The checks are
+        `add_node`'s, run over the arrays, and the first failing row raises `add_node`'s error;
+        ``validate=False`` skips ids, types and spans: for builders whose output holds the rules
+        by construction (their tests should build the same graph with validation on).
         """
         n = len(ids)
         first = len(self._ids)
-        ids = [str(i) for i in ids] if validate else list(ids)
-        if isinstance(types, str):
-            codes = np.full(n, self._type_code(ids[0] if n else None, types), dtype=np.int64)
-        elif isinstance(types, tuple) and len(types) == 2 and isinstance(types[1], np.ndarray):
-            names, local = types
-            if local.shape != (n,) or (n and not 0 <= local.min() <= local.max() < len(names)):
-                raise GraphError(f"type codes must be [{n}] indices into {len(names)} names", file=self.source)
-            codes = np.array([self._type_code(None, name) for name in names] + [0], dtype=np.int64)[local]
-        else:
-            if len(types) != n:
-                raise GraphError(f"{len(types)} types for {n} nodes", file=self.source)
-            distinct = dict.fromkeys(types)
-            table = {t: self._type_code(ids[types.index(t)] if validate else None, t) for t in distinct}
-            codes = np.fromiter((table[t] for t in types), dtype=np.int64, count=n)
+        ids = [i if i.__class__ is str else str(i) for i in ids] if validate else list(ids)
         spans = np.full((n, 2), -1, dtype=np.int64) if spans is None else np.asarray(spans)
+        type_names, local = self._local_type_codes(n, types)
         if validate:
-            self._check_new_ids(ids)
-            spans = self._check_spans(ids, spans)
+            self._check_new_nodes(ids, type_names, local, spans)
+        if attrs:
+            attrs = dict(attrs)
+            bad = next((k for k in attrs if not isinstance(k, str)), None)
+            if bad is not None:
+                raise GraphError(f"attr names must be strings, got {bad!r}", file=self.source)
+            check_columns(attrs, n, "nodes")
+        table = _code_table(type_names, local, lambda name: self._type_code(None, name))
         self._ids.extend(ids)
-        self._types.frombytes(codes.astype(np.int64, copy=False).tobytes())
+        self._types.frombytes(np.full(n, table[0]).tobytes() if len(table) == 1 else table[local].tobytes())
         self._starts.frombytes(np.ascontiguousarray(spans[:, 0], dtype=np.int64).tobytes())
         self._ends.frombytes(np.ascontiguousarray(spans[:, 1], dtype=np.int64).tobytes())
         if attrs:
-            add_columns(self._node_attrs, first, n, dict(attrs), "nodes")
+            add_columns(self._node_attrs, first, attrs)
         return first
 
-    def add_edges(self, src: Sequence[int] | np.ndarray, relation: str, dst: Sequence[int] | np.ndarray) -> None:
-        """Add many edges of one relation between node *rows* (as `add_nodes` numbers them)."""
+    def _local_type_codes(self, n: int, types: Any, what: str = "nodes") -> tuple[Sequence[Any], np.ndarray]:
+        """`add_nodes`' types (or `add_edges`' relations) as (names, int64 [n] index into names),
+        names not yet checked."""
+        if isinstance(types, str):
+            return (types,), np.zeros(n, dtype=np.int64)
+        if isinstance(types, tuple) and len(types) == 2 and isinstance(types[1], np.ndarray):
+            names, local = types
+            if local.shape != (n,) or (n and not 0 <= local.min() <= local.max() < len(names)):
+                raise GraphError(f"codes must be [{n}] indices into {len(names)} names", file=self.source)
+            return names, local.astype(np.int64, copy=False)
+        if len(types) != n:
+            raise GraphError(f"{len(types)} names for {n} {what}", file=self.source)
+        try:
+            table = {t: k for k, t in enumerate(dict.fromkeys(types))}
+        except TypeError:  # an unhashable name (a list, a dict)
+            table = {None: 0}
+        if not all(t.__class__ is str for t in table):  # a bad name: kept one per row, so the row is named
+            return list(types), np.arange(n, dtype=np.int64)
+        return list(table), np.fromiter((table[t] for t in types), dtype=np.int64, count=n)
+
+    def _check_new_nodes(self, ids: list[str], type_names: Sequence[Any], local: np.ndarray, spans: np.ndarray) -> None:
+        """`add_node`'s checks over a batch: the first row that fails raises that row's error."""
+        n = len(ids)
+        if spans.ndim != 2 or spans.shape != (n, 2) or spans.dtype.kind not in "iu":
+            raise GraphError(
+                f"spans must be an integer array [{n}, 2], got {spans.dtype} {list(spans.shape)}", file=self.source
+            )
+        index = self._index()
+        duplicate = n  # first row whose id an earlier row (or the graph) has
+        if len(set(ids)) < n or not index.keys().isdisjoint(ids):
+            seen: dict[str, int] = {}
+            for row, node_id in enumerate(ids):
+                if node_id in index or node_id in seen:
+                    duplicate = row
+                    break
+                seen[node_id] = row
+        bad_names = [k for k, name in enumerate(type_names) if not isinstance(name, str) or not name]
+        bad_type = int(np.flatnonzero(np.isin(local, bad_names))[0]) if bad_names and n else n
+        bad_span = self._first_bad_span(spans)
+        row = min(duplicate, bad_type, bad_span)
+        if row == n:
+            return
+        node_id = ids[row]
+        if row == duplicate:
+            earlier = self.node(node_id).type if node_id in index else type_names[local[ids.index(node_id)]]
+            raise GraphError(f"duplicate node id (first has type {earlier!r})", file=self.source, node=node_id)
+        if row == bad_type:
+            self._type_code(node_id, type_names[local[row]])  # raises with the usual message
+        self._check_span(node_id, (int(spans[row, 0]), int(spans[row, 1])))  # raises with the usual message
+        raise GraphError("a span without a start must be (-1, -1)", file=self.source, node=node_id)
+
+    def _first_bad_span(self, spans: np.ndarray) -> int:
+        """The first row whose span is neither (-1, -1) nor inside the text; len(spans) if none."""
+        if not len(spans):
+            return 0
+        starts, ends = spans[:, 0], spans[:, 1]
+        if starts.min() >= 0 and ends.max() <= len(self._text) and (ends - starts).min() >= 0:
+            return len(spans)  # every node has a span, inside the text: the common case, four operations
+        has = starts >= 0
+        bad = (has & ((ends < starts) | (ends > len(self._text)))) | (~has & ((starts != -1) | (ends != -1)))
+        return int(np.argmax(bad)) if bad.any() else len(spans)
+
+    def add_edges(
+        self,
+        src: Sequence[int] | np.ndarray,
+        relation: str | Sequence[str] | tuple[Sequence[str], np.ndarray],
+        dst: Sequence[int] | np.ndarray,
+    ) -> None:
+        """Add many edges between node *rows* (as `add_nodes` numbers them), in the order given.
+
+        `relation` is one relation for all, one per edge, or ``(names, codes)`` like `add_nodes`' types.
+        """
+        if isinstance(relation, str) and type(src) in (list, range) and type(dst) in (list, range):
+            self._add_edge_rows(src, relation, dst)  # a reader's few edges: no numpy round trip
+            return
         src, dst = np.asarray(src, dtype=np.int64), np.asarray(dst, dtype=np.int64)
         n_nodes = len(self._ids)
         if src.shape != dst.shape or src.ndim != 1:
             raise GraphError(
                 f"edge rows must be two 1-d arrays of one length, got {src.shape} and {dst.shape}", file=self.source
             )
-        bad = (src < 0) | (src >= n_nodes) | (dst < 0) | (dst >= n_nodes)
-        if bad.any():
+        if src.size and (min(src.min(), dst.min()) < 0 or max(src.max(), dst.max()) >= n_nodes):
+            bad = (src < 0) | (src >= n_nodes) | (dst < 0) | (dst >= n_nodes)
             i = int(np.argmax(bad))
             raise GraphError(
                 f"edge {i} of a bulk add joins rows {int(src[i])} -> {int(dst[i])}, outside the {n_nodes} nodes",
                 file=self.source,
             )
+        if not src.size:
+            return  # nothing to add, and no relation to register (as `add_edge` would not)
+        if isinstance(relation, str):
+            codes = np.full(src.shape, self._relation_code(relation), dtype=np.int64)
+        else:
+            names, local = self._local_type_codes(src.size, relation, "edges")
+            codes = _code_table(names, local, lambda name: self._relation_code(str(name)))[local]
         self._src.frombytes(src.tobytes())
         self._dst.frombytes(dst.tobytes())
-        self._rel.frombytes(np.full(src.shape, self._relation_code(str(relation)), dtype=np.int64).tobytes())
+        self._rel.frombytes(codes.tobytes())
+
+    def _add_edge_rows(self, src: list[int] | range, relation: str, dst: list[int] | range) -> None:
+        """`add_edges` of one relation for Python lists of rows, checked with Python's min / max."""
+        try:
+            src_rows, dst_rows = array("q", src), array("q", dst)
+        except TypeError:  # rows that are no integers: numpy's conversion says what they are
+            src_rows = dst_rows = None
+        if src_rows is None or len(src_rows) != len(dst_rows) or not len(src_rows):
+            self.add_edges(np.asarray(src), relation, np.asarray(dst))
+            return
+        if min(min(src_rows), min(dst_rows)) < 0 or max(max(src_rows), max(dst_rows)) >= len(self._ids):
+            self.add_edges(np.asarray(src), relation, np.asarray(dst))  # raises, naming the first bad edge
+        self._src.extend(src_rows)
+        self._dst.extend(dst_rows)
+        self._rel.extend(array("q", [self._relation_code(relation)]) * len(src_rows))
+
+    @classmethod
+    def from_columns(
+        cls,
+        text: str,
+        ids: Sequence[str],
+        types: str | Sequence[str] | tuple[Sequence[str], np.ndarray],
+        spans: np.ndarray | None = None,
+        attrs: Mapping[str, Any] | None = None,
+        edges: tuple[np.ndarray, str | Sequence[str] | tuple[Sequence[str], np.ndarray], np.ndarray] | None = None,
+        *,
+        doc_id: str | None = None,
+        source: str | None = None,
+    ) -> DocGraph:
+        """A whole graph in one call, from node columns (`add_nodes`' arguments) and edges as
+        ``(source rows, relation(s), target rows)`` (`add_edges`'): what readers that know every
+        node up front use, so that building costs a few array operations, not calls per node.
+        Checked like `add_node` / `add_edge` (the first bad row raises their error)."""
+        graph = cls(text, doc_id, source)
+        graph.add_nodes(ids, types, spans, attrs)
+        if edges is not None:
+            graph.add_edges(*edges)
+        return graph
 
     def extend(self, nodes: Iterable[Node], edges: Iterable[Edge] = (), *, validate: bool = True) -> None:
         """Add many nodes, then many edges (they may join any nodes of the graph by then).
@@ -410,28 +527,6 @@ class DocGraph:
                 node=node_id,
             )
         return start, end
-
-    def _check_spans(self, ids: list[str], spans: np.ndarray) -> np.ndarray:
-        if spans.ndim != 2 or spans.shape != (len(ids), 2) or not np.issubdtype(spans.dtype, np.integer):
-            raise GraphError(
-                f"spans must be an integer array [{len(ids)}, 2], got {spans.dtype} {list(spans.shape)}",
-                file=self.source,
-            )
-        has = spans[:, 0] >= 0
-        bad = (has & ((spans[:, 1] < spans[:, 0]) | (spans[:, 1] > len(self._text)))) | (~has & (spans[:, 1] != -1))
-        if bad.any():
-            row = int(np.argmax(bad))
-            self._check_span(ids[row], (int(spans[row, 0]), int(spans[row, 1])))  # raises with the usual message
-            raise GraphError("a span without a start must be (-1, -1)", file=self.source, node=ids[row])
-        return spans
-
-    def _check_new_ids(self, ids: list[str]) -> None:
-        index = self._index()
-        seen: set[str] = set()
-        for node_id in ids:
-            if node_id in index or node_id in seen:
-                raise GraphError("duplicate node id", file=self.source, node=node_id)
-            seen.add(node_id)
 
     def _set_span(self, row: int, span: Any) -> None:
         start, end = (-1, -1) if span is None else self._check_span(self._ids[row], span)
@@ -524,6 +619,18 @@ class DocGraph:
             return np.zeros(m, dtype=bool), np.full(m, None, dtype=object)
         return column.dense(n) if rows is None else column.rows(np.asarray(rows, dtype=np.int64))
 
+    def attr_values(self, name: str, rows: np.ndarray | Sequence[int], default: Any = None) -> list:
+        """One node attr of `rows` as plain Python values (`default` where a row has none): what
+        ``[graph.node(ids[r]).attrs.get(name, default) for r in rows]`` gives, without a view per node."""
+        column = self._node_attrs.get(name)
+        rows = np.asarray(rows, dtype=np.int64)
+        if column is None:
+            return [default] * rows.size
+        present, values = column.rows(rows)
+        if present.all():
+            return values.tolist()
+        return [v if p else default for v, p in zip(values.tolist(), present.tolist())]
+
     # -- plain dicts ----------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
         nodes = []
@@ -598,6 +705,16 @@ class DocGraph:
                 raise GraphError(f"networkx edge {src!r} -> {dst!r} has no 'relation'", node=str(src))
             graph.add_edge(str(src), relation, str(dst), **data)
         return graph
+
+
+def _code_table(names: Sequence[Any], local: np.ndarray, register: Callable[[Any], int]) -> np.ndarray:
+    """The graph's code of each of `names` (those `local` uses, registered in the order given)."""
+    table = np.zeros(len(names), dtype=np.int64)
+    used = np.bincount(local, minlength=len(names)) > 0 if len(names) > 1 else [len(local) > 0]
+    for k, name in enumerate(names):
+        if used[k]:
+            table[k] = register(name)
+    return table
 
 
 def _checked_attrs(attrs: Any, source: str | None, node: str, path: tuple = ()) -> dict[str, Any]:

@@ -12,7 +12,7 @@ per node).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, MutableMapping
+from collections.abc import Callable, Iterator, MutableMapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -222,16 +222,36 @@ def set_attrs(columns: dict[str, Column], row: int, attrs: dict[str, Any]) -> No
         column.set(row, value)
 
 
-def add_columns(columns: dict[str, Column], start: int, n: int, attrs: dict[str, Any], what: str) -> None:
-    """Bulk attrs for rows ``[start, start + n)``: each value an array/list of n (or a `Deferred`
-    one), or (values, present)."""
+def check_columns(attrs: dict[str, Any], n: int, what: str) -> None:
+    """Every bulk attr holds one value per row (checked before any column changes)."""
     for key, given in attrs.items():
-        values, present = given if isinstance(given, tuple) else (given, None)
+        values, present = given if given.__class__ is tuple else (given, None)
         if (not isinstance(values, Deferred) and len(values) != n) or (present is not None and len(present) != n):
             raise ValueError(f"attr column {key!r} has {len(values)} values for {n} {what}")
+
+
+def add_columns(columns: dict[str, Column], start: int, attrs: dict[str, Any]) -> None:
+    """Bulk attrs for rows ``[start, start + n)`` (`check_columns` first): each value a list of n
+    (`MISSING` where a row has none), an array of n (or a `Deferred` one), or (values, present)."""
+    for key, given in attrs.items():
+        column = columns.get(key)
+        if column is None and given.__class__ is list:  # a reader's new column: kept as one list
+            columns[key] = Column(start, list(given))
+            continue
+        values, present = given if given.__class__ is tuple else (given, None)
         if present is not None:
             present = np.asarray(present, dtype=bool)
-        column = columns.get(key)
         if column is None:
             column = columns[key] = Column()
         column.extend(start, values, present)
+
+
+def scattered(n: int, rows: Sequence[int] | np.ndarray, values: Sequence[Any]) -> tuple[np.ndarray, np.ndarray]:
+    """An attr that only `rows` of n have, as `add_nodes` takes it: (values, present), object
+    values (None elsewhere), each value kept as the object given (a list stays one value)."""
+    out = np.full(n, None, dtype=object)
+    present = np.zeros(n, dtype=bool)
+    if len(values):
+        out[rows] = np.fromiter(values, dtype=object, count=len(values))
+        present[rows] = True
+    return out, present

@@ -44,8 +44,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from graphattn.errors import IngestError
 from graphattn.graph import CONTAINS, DocGraph
+from graphattn.graph_columns import MISSING
 from graphattn.ingest.json import Record
 from graphattn.schema_io import parse_bounded, read_bounded_text
 
@@ -157,30 +160,51 @@ class _Build:
 
 
 def json_graph(record: Record | Any, mapping: Mapping | str | os.PathLike | Spec) -> DocGraph:
-    """Build a DocGraph from one JSON record with a mapping (see the module docstring)."""
+    """Build a DocGraph from one JSON record with a mapping (see the module docstring): the
+    mapping's walk collects the nodes, and the graph is built from their columns in one call."""
     record = record if isinstance(record, Record) else Record(record)
     spec = load_mapping(mapping)
     build = _Build(record)
     doc_id = record.get(spec.id, expect=(str, int)) if spec.id else None
     top = Spec(fields=spec.fields, each=spec.each, separator=spec.separator, attrs=spec.attrs, links=spec.links)
     _apply(build, top, record.data, (), parent="doc" if spec.root else None)
-    graph = DocGraph("".join(build.parts), doc_id=None if doc_id is None else str(doc_id), source=record.file)
+    text = "".join(build.parts)
+    nodes = build.nodes
     if spec.root:
-        graph.add_node("doc", spec.root, (0, len(graph.text)))
-    for node_id, node_type, span, attrs, parent, relation in build.nodes:
-        graph.add_node(node_id, node_type, span, **attrs)
-        if parent is not None and relation is not None:
-            graph.add_edge(parent, relation, node_id)
+        nodes = [("doc", spec.root, (0, len(text)), {}, None, None), *nodes]
+    ids = [node[0] for node in nodes]
+    row_of = {node_id: row for row, node_id in enumerate(ids)}
+    parent_edges = [
+        (row_of[node[4]], node[5], row) for row, node in enumerate(nodes) if node[4] is not None and node[5] is not None
+    ]
+    names = dict.fromkeys(name for node in nodes for name in node[3])  # columns in first-use order
+    graph = DocGraph.from_columns(
+        text,
+        ids,
+        [node[1] for node in nodes],
+        np.array([node[2] for node in nodes], dtype=np.int64).reshape(-1, 2),
+        {name: [node[3].get(name, MISSING) for node in nodes] for name in names},
+        _edge_columns(parent_edges),
+        doc_id=None if doc_id is None else str(doc_id),
+        source=record.file,
+    )
+    links = []  # checked once the nodes are (so a node error comes first, as it would node by node)
     for src, relation, target, path in build.links:
         targets = target if isinstance(target, list) else [target]
         for i, dst in enumerate(targets):
             where = path if not isinstance(target, list) else (*path, i)
             if not isinstance(dst, (str, int)) or isinstance(dst, bool):
                 raise record.error(f"a link must name a node id (string or integer), got {dst!r}", *where)
-            if str(dst) not in graph.nodes:
+            if str(dst) not in row_of:
                 raise record.error(f"link to node id {str(dst)!r}, which this record does not define", *where)
-            graph.add_edge(src, relation, str(dst))
+            links.append((row_of[src], relation, row_of[str(dst)]))
+    graph.add_edges(*_edge_columns(links))
     return graph
+
+
+def _edge_columns(edges: list[tuple[int, str, int]]) -> tuple[list[int], list[str], list[int]]:
+    """(source rows, relations, target rows) of (source row, relation, target row) triples."""
+    return [e[0] for e in edges], [e[1] for e in edges], [e[2] for e in edges]
 
 
 def _apply(build: _Build, spec: Spec, value: Any, path: tuple, parent: str | None) -> bool:

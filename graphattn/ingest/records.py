@@ -12,7 +12,7 @@ stream: a multi-GB NQ file is never held whole, and a line is only parsed when a
 Corpus runs use the last two: they count and locate records once (offsets and line numbers),
 then read byte ranges in workers, where every line, good or bad, is one document.
 Errors are `IngestError`s naming the file and the line (JSON lines) or the JSON line/column of
-an array file; `Record` (in `graphattn.ingest.json`) adds the key path inside a record.
+an array file; `Record` adds the key path inside a record.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from graphattn.errors import IngestError
+from graphattn.errors import IngestError, warn_label
 
 JSON_LINES_SUFFIXES = (".jsonl", ".ndjson")
 
@@ -177,3 +177,84 @@ def _whole_document(path: Path) -> Iterator[RecordRef]:
             yield RecordRef(record, source, None, index)
     else:
         yield RecordRef(data, source, None, -1)
+
+
+# -- typed access into one record ------------------------------------------------------------
+_MISSING = object()
+_JSON_TYPES = {
+    str: "a string",
+    int: "an integer",
+    list: "a list",
+    dict: "an object",
+    bool: "a boolean",
+    float: "a number",
+}
+
+
+class Record:
+    """Typed access into one record: every missing key or wrong type names file, line, path."""
+
+    def __init__(self, data: Any, file: str | None = None, line: int | None = None, base_path: tuple = ()):
+        self.data, self.file, self.line, self.base_path = data, file, line, tuple(base_path)
+
+    @classmethod
+    def of(cls, ref: RecordRef) -> Record:
+        return cls(ref.data, ref.file, ref.line, ref.base_path)
+
+    def error(self, message: str, *path: str | int) -> IngestError:
+        return IngestError(message, file=self.file, line=self.line, path=(*self.base_path, *path))
+
+    def warn(self, label: str, message: str, *path: str | int) -> None:
+        """A `LabelWarning`: the record's label `label` at `path` matches nothing."""
+        warn_label(message, label, file=self.file, line=self.line, path=(*self.base_path, *path))
+
+    def get(self, *path: str | int, expect: type | tuple[type, ...] = object, default: Any = _MISSING) -> Any:
+        """The value at `path`; `default` (if given) when the last key is absent."""
+        value = self.data
+        for depth, key in enumerate(path):
+            where = path[:depth]
+            if isinstance(key, int):
+                if not isinstance(value, list):
+                    raise self.error(f"expected a list, got {_json_type(value)}", *where)
+                if key >= len(value):
+                    raise self.error(f"expected at least {key + 1} item(s), got {len(value)}", *where)
+                value = value[key]
+            else:
+                if not isinstance(value, dict):
+                    raise self.error(f"expected an object, got {_json_type(value)}", *where)
+                if key not in value:
+                    if default is not _MISSING and depth == len(path) - 1:
+                        return default
+                    raise self.error(f"missing key {key!r}", *where)
+                value = value[key]
+        expected = expect if isinstance(expect, tuple) else (expect,)
+        if expect is not object and (
+            not isinstance(value, expected) or (isinstance(value, bool) and bool not in expected)
+        ):
+            names = " or ".join(_JSON_TYPES.get(t, t.__name__) for t in expected)
+            raise self.error(f"expected {names}, got {_json_type(value)} {_preview(value)}", *path)
+        return value
+
+    def items(self, *path: str | int, expect: type | tuple[type, ...] = object) -> list:
+        """Check that `path` holds a list whose items are all of `expect`; return it."""
+        values = self.get(*path, expect=list)
+        for index in range(len(values)):
+            self.get(*path, index, expect=expect)
+        return values
+
+
+def _json_type(value: Any) -> str:
+    if value is None:
+        return "null"
+    return _JSON_TYPES.get(type(value), type(value).__name__)
+
+
+def _preview(value: Any) -> str:
+    text = json.dumps(value, ensure_ascii=False) if not isinstance(value, str) else repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def doc_id_of(record: Record, key: str) -> str | None:
+    """The record's id (a string or integer at `key`) as a string; None if it has none."""
+    value = record.get(key, expect=(str, int), default=None)
+    return None if value is None else str(value)
