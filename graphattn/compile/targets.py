@@ -127,8 +127,7 @@ def span_rows(
 # -- reading the labels off the graph ------------------------------------------------------------
 def _attr_values(doc: DocNodes, nodes: np.ndarray, attr: str) -> list:
     """The attr of each of `nodes` (None where absent), read from the graph's column in one call."""
-    present, column = doc.graph.attr_column(attr, nodes)
-    return [value if has else None for value, has in zip(column.tolist(), present.tolist())]
+    return doc.graph.attr_values(attr, nodes)
 
 
 def _class_id(value: Any, classes: tuple, spec: TargetSpec, doc: DocNodes, node: int, what: str) -> int:
