@@ -152,20 +152,16 @@ def _cut_globals(docs: list[_Doc], schema: Schema, report: TruncationReport) -> 
         lost = doc.g_node[cut]
         keep = slice(0, doc.g_kind.shape[0] - take)
         doc.g_kind, doc.g_node, doc.g_token = doc.g_kind[keep], doc.g_node[keep], doc.g_token[keep]
-        whole = set(lost[lost >= 0].tolist()) - set(doc.g_node[doc.g_node >= 0].tolist())
-        report.dropped_nodes.extend(_node_label(doc, i, len(docs)) for i in sorted(whole))
+        whole = np.setdiff1d(lost[lost >= 0], doc.g_node[doc.g_node >= 0])  # sorted, unique
+        report.dropped_nodes.extend(_node_labels(doc, whole, len(docs)))
         excess -= take
         if excess <= 0:
             break
 
 
-def _node_label(doc: _Doc, node: int, n_docs: int) -> str:
-    node_id = doc.lay.node_ids[node]
-    return node_id if n_docs == 1 or doc.lay.graph.doc_id is None else f"{doc.lay.graph.doc_id}/{node_id}"
-
-
 def _node_labels(doc: _Doc, nodes: np.ndarray, n_docs: int) -> list[str]:
-    """`_node_label` of many nodes at once (a page past its cut drops thousands)."""
+    """How the truncation report names nodes: the node id, prefixed with the doc id when the
+    instance packs several documents (a page past its cut drops thousands at once)."""
     ids = np.asarray(doc.lay.node_ids, dtype=object)[nodes]
     if n_docs > 1 and doc.lay.graph.doc_id is not None:
         ids = f"{doc.lay.graph.doc_id}/" + ids
