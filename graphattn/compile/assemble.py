@@ -16,7 +16,7 @@ import numpy as np
 
 from graphattn.compact import CompactSideInputs
 from graphattn.compile.layout import DocLayout, document_error, schema_ref
-from graphattn.compile.ranges import count_in_ranges, coverage, expand_ranges, innermost, take_or
+from graphattn.compile.ranges import count_in_ranges, coverage, expand_ranges, innermost, searchsorted_left, take_or
 from graphattn.compile.targets import DocNodes, lower_targets
 from graphattn.compile.tokens import TokenTable
 from graphattn.compile.truncate import Selection, _nearest_of_type, doc_sizes
@@ -78,7 +78,7 @@ def _long_part(lay: DocLayout, sel: Selection, schema: Schema) -> _Doc:
     """The document's long body: kept tokens with a [SEP] after each `sep_after` node."""
     kept = np.flatnonzero(lay.is_long & sel.keep)
     n = kept.shape[0]
-    kr = np.searchsorted(kept, lay.ranges)
+    kr = searchsorted_left(kept, lay.ranges)
     has_kept = kr[:, 1] > kr[:, 0]
     alive = ~lay.in_long | has_kept
     seps = np.flatnonzero(lay.type_flag("sep_after") & has_kept)
@@ -373,9 +373,9 @@ def _features(doc: _Doc, schema: Schema) -> dict[str, np.ndarray]:
     """`global:<name>` [Gd] from each global's node, `long:<name>` [Ld] from the innermost holder."""
     lay = doc.lay
     out = {}
+    alive = np.flatnonzero(doc.alive)  # globals and long tokens come from live nodes only
     for i, feat in enumerate(schema.features):
         dtype = np.float32 if feat.dtype == "float32" else np.int32
-        alive = np.flatnonzero(doc.alive)  # globals and long tokens come from live nodes only
         present, column = lay.graph.attr_column(feat.attr, alive)
         holders = alive[present]
         values = np.full(lay.n_nodes + 1, feat.default, dtype=np.float64)
@@ -451,7 +451,7 @@ def _doc_nodes(doc: _Doc, schema: Schema, loffset: int) -> DocNodes:
     total = count_in_ranges(lay.is_long, lay.ranges[:, 0], lay.ranges[:, 1])
     has_text = total > 0 if lay.long_past_cut is None else (total > 0) | lay.long_past_cut  # past the cut too
     long_tokens = np.flatnonzero(lay.is_long)
-    first_long = take_or(long_tokens, np.where(total > 0, np.searchsorted(long_tokens, lay.ranges[:, 0]), -1), -1)
+    first_long = take_or(long_tokens, np.where(total > 0, searchsorted_left(long_tokens, lay.ranges[:, 0]), -1), -1)
     holds_first = has_kept & (take_or(doc.kept, np.where(has_kept, kept_from, -1), -2) == first_long)
     n_globals = doc.g_kind.shape[0]
     prefix = {name: i for i, name in enumerate(schema.global_prefix) if i < n_globals and doc.g_kind[i] == SPECIAL}

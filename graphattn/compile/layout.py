@@ -168,7 +168,7 @@ def _hierarchy(graph, schema, node_ids, edges) -> tuple[np.ndarray, np.ndarray]:
     jump = np.append(jump, n)
     dist = np.append((parent >= 0).astype(np.int64), 0)
     for _ in range(int(np.ceil(np.log2(n + 2))) + 1):
-        dist = dist + np.where(jump < n, dist[jump], 0)
+        dist += dist[jump]  # the sentinel's distance stays 0, so no mask is needed
         jump = jump[jump]
         if (jump == n).all():
             break
@@ -215,7 +215,8 @@ def _effective_spans(graph, node_ids, spans, has_span, parent, depth) -> np.ndar
         outer = f"its parent {node_ids[p]!r}'s span [{spans[p, 0]}, {spans[p, 1]})"
         _fail(graph, f"span [{spans[c, 0]}, {spans[c, 1]}) lies outside {outer}", node_ids[c])
     covered = has_span.copy()
-    by_depth = np.argsort(depth, kind="stable")  # each level's nodes, without a pass over all nodes per level
+    # each level's nodes, without a pass over all nodes per level (int16 depths sort by radix, O(N))
+    by_depth = np.argsort(depth.astype(np.int16) if depth.max(initial=0) < 2**15 else depth, kind="stable")
     level_start = np.searchsorted(depth[by_depth], np.arange(int(depth.max(initial=0)) + 2))
     for d in range(int(depth.max(initial=0)), 0, -1):  # one step per hierarchy level, deepest first
         level = by_depth[level_start[d] : level_start[d + 1]]
@@ -416,8 +417,8 @@ def layout_from(checked: CheckedGraph, encoding: Encoding, tokenized_chars: int,
     graph, spans, has_span, node_type = checked.graph, checked.spans, checked.has_span, checked.node_type
     offsets = encoding.offsets
     T = int(encoding.ids.shape[0])
-    ranges = np.zeros((len(checked.node_ids), 2), dtype=np.int64)
-    ranges[has_span & (spans[:, 0] >= tokenized_chars)] = T  # past the tokenized part: no token starts there
+    ranges = np.empty((len(checked.node_ids), 2), dtype=np.int64)  # past the tokenized part no token starts:
+    ranges[:] = np.where(has_span & (spans[:, 0] >= tokenized_chars), T, 0)[:, None]  # [T, T]; no span: [0, 0)
     looked_up = has_span & (spans[:, 0] < tokenized_chars)
     if looked_up.any():
         ranges[looked_up] = spans_to_token_ranges(offsets, spans[looked_up])
@@ -473,7 +474,7 @@ def _long_text_past(checked: CheckedGraph, stop: int, is_long_node: np.ndarray |
     if stop >= len(text) or not reach.any():
         return out
     points = np.frombuffer(text[stop:].encode("utf-32-le"), dtype="<u4")
-    text_here = ~_IS_WHITESPACE[np.minimum(points, _IS_WHITESPACE.size - 1)]
+    text_here = ~np.take(_IS_WHITESPACE, points, mode="clip")  # code points past the table read its last slot
     if is_long_node is not None:
         long = np.flatnonzero(is_long_node & reach)
         text_here &= coverage(points.size, np.maximum(spans[long, 0], stop) - stop, spans[long, 1] - stop)

@@ -72,6 +72,18 @@ def innermost(n: int, starts: np.ndarray, ends: np.ndarray, ranks: np.ndarray) -
     return out
 
 
+def searchsorted_left(sorted_values: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """``np.searchsorted(sorted_values, values)``; values past the last one are answered without a
+    search. A page cut after its first tokens asks for every node's range in a few thousand kept
+    tokens, and nearly all of them lie past the end."""
+    if values.size <= 8 * sorted_values.size or sorted_values.size == 0:
+        return np.searchsorted(sorted_values, values)
+    out = np.full(values.shape, sorted_values.size, dtype=np.intp)
+    inside = values <= sorted_values[-1]
+    out[inside] = np.searchsorted(sorted_values, values[inside])
+    return out
+
+
 def count_in_ranges(mask: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
     """For each range, how many positions inside it hold `mask`."""
     cum = np.concatenate([[0], np.cumsum(mask, dtype=np.int64)])

@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from graphattn.compile.ranges import coverage, expand_ranges, innermost, take_or
+from graphattn.compile.ranges import coverage, expand_ranges, innermost, searchsorted_left, take_or
 
 
 def test_coverage_of_disjoint_adjacent_overlapping_empty_and_clipped_ranges():
@@ -29,3 +29,10 @@ def test_expand_ranges_and_innermost():
     # a paragraph [0, 6) holding sentences [0, 2) and [3, 6): the higher rank (the sentence) wins
     got = innermost(7, np.array([0, 0, 3]), np.array([6, 2, 6]), np.array([0, 1, 2]))
     np.testing.assert_array_equal(got, [1, 1, 0, 2, 2, 2, -1])
+
+
+def test_searchsorted_left_answers_values_past_the_end_without_searching():
+    kept = np.array([2, 5])
+    values = np.array([0, 2, 3, 5, 6, 9, 9, 9, 9, 9, 9, 9, 9, 9, 9, 9, 9, 9])  # more than 8 per kept token
+    np.testing.assert_array_equal(searchsorted_left(kept, values), [0, 0, 1, 1] + [2] * 14)
+    np.testing.assert_array_equal(searchsorted_left(np.zeros(0, np.int64), np.array([4, -1])), [0, 0])
