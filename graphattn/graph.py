@@ -429,6 +429,7 @@ class DocGraph:
             return
         if min(min(src_rows), min(dst_rows)) < 0 or max(max(src_rows), max(dst_rows)) >= len(self._ids):
             self.add_edges(np.asarray(src), relation, np.asarray(dst))  # raises, naming the first bad edge
+            return
         self._src.extend(src_rows)
         self._dst.extend(dst_rows)
         self._rel.extend(array("q", [self._relation_code(relation)]) * len(src_rows))

@@ -12,7 +12,7 @@ per node).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, MutableMapping, Sequence
+from collections.abc import Callable, Iterator, MutableMapping
 from typing import Any
 
 import numpy as np
@@ -244,14 +244,3 @@ def add_columns(columns: dict[str, Column], start: int, attrs: dict[str, Any]) -
         if column is None:
             column = columns[key] = Column()
         column.extend(start, values, present)
-
-
-def scattered(n: int, rows: Sequence[int] | np.ndarray, values: Sequence[Any]) -> tuple[np.ndarray, np.ndarray]:
-    """An attr that only `rows` of n have, as `add_nodes` takes it: (values, present), object
-    values (None elsewhere), each value kept as the object given (a list stays one value)."""
-    out = np.full(n, None, dtype=object)
-    present = np.zeros(n, dtype=bool)
-    if len(values):
-        out[rows] = np.fromiter(values, dtype=object, count=len(values))
-        present[rows] = True
-    return out, present

@@ -118,8 +118,8 @@ def hotpotqa_graph(record: Record | Any) -> DocGraph:
         rows.spans[n] = span if span is not None else (-1, -1)
         for column in attrs.values():
             column.append(MISSING)
-        attrs["answer_type"] = [*attrs["answer"][1:], answer_type]  # MISSING but in the last row
-        attrs["text"] = [*attrs["answer"][1:], answer.strip()]
+        attrs["answer_type"] = [MISSING] * n + [answer_type]  # only the answer row has these
+        attrs["text"] = [MISSING] * n + [answer.strip()]
         n += 1
     return DocGraph.from_columns(
         rows.text,

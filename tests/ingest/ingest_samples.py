@@ -76,3 +76,23 @@ NQ = {
         }
     ],
 }
+
+
+# A mapping file for records of people (ingest/mapping.py): ids, attrs, links, nested fields.
+PEOPLE_MAPPING = {
+    "fields": {
+        "people": {
+            "each": {
+                "type": "person",
+                "id": "name",
+                "attrs": {"years": "age"},
+                "links": {"knows": "knows"},
+                "relation": None,
+                "fields": {
+                    "bio": {"type": "bio", "relation": "described_by"},
+                    "nick": {"type": "nick", "optional": True},
+                },
+            }
+        }
+    },
+}

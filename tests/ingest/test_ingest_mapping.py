@@ -6,6 +6,7 @@ import functools
 import json
 
 import pytest
+from ingest_samples import PEOPLE_MAPPING
 
 from graphattn.errors import IngestError
 from graphattn.ingest.json import Record, read_json
@@ -53,23 +54,7 @@ def test_containers_text_and_separators():
 
 
 def test_ids_attrs_links_and_relations():
-    mapping = {
-        "fields": {
-            "people": {
-                "each": {
-                    "type": "person",
-                    "id": "name",
-                    "attrs": {"years": "age"},
-                    "links": {"knows": "knows"},
-                    "relation": None,
-                    "fields": {
-                        "bio": {"type": "bio", "relation": "described_by"},
-                        "nick": {"type": "nick", "optional": True},
-                    },
-                }
-            }
-        }
-    }
+    mapping = PEOPLE_MAPPING
     record = {
         "people": [
             {"name": "ann", "age": 31, "bio": "Ann writes.", "knows": ["bob"]},

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from ingest_samples import HOTPOT, NQ, WIKIHOP
+from ingest_samples import HOTPOT, NQ, PEOPLE_MAPPING, WIKIHOP
 from json_reference import (
     reference_hotpotqa_graph,
     reference_json_graph,
@@ -237,24 +237,7 @@ def test_wikihop_bulk_equals_node_by_node(change):
 
 
 # -- mapping-driven --------------------------------------------------------------------------------
-PEOPLE = {
-    "fields": {
-        "people": {
-            "each": {
-                "type": "person",
-                "id": "name",
-                "attrs": {"years": "age"},
-                "links": {"knows": "knows"},
-                "relation": None,
-                "fields": {
-                    "bio": {"type": "bio", "relation": "described_by"},
-                    "nick": {"type": "nick", "optional": True},
-                },
-            }
-        }
-    },
-    "root": "doc",
-}
+PEOPLE = {**PEOPLE_MAPPING, "root": "doc"}
 _PERSON = st.fixed_dictionaries(
     {"name": st.sampled_from(["ann", "bob", "doc", "cy"]), "bio": st.sampled_from(["Ann writes.", " ", "x"])},
     optional={
