@@ -471,11 +471,19 @@ def _doc_nodes(doc: _Doc, schema: Schema, loffset: int) -> DocNodes:
     )
 
 
-def assemble(
-    layouts: list[DocLayout], selections: list[Selection], schema: Schema, table: TokenTable, *, compact: bool = False
-) -> EtcInstance:
-    """Lower documents (with the tokens chosen from each) into one EtcInstance."""
-    vocab = schema.label_vocab()
+@dataclass
+class TokenLookups:
+    """What an instance holds per long position, for all its documents together (instance order)."""
+
+    long: dict[str, np.ndarray]  # ids, types, spans, doc, boundary, hard_l2g
+    owners: dict[str, np.ndarray]  # level -> int64 [L]: owning global (instance coordinates), -1
+    inner_segment: list[np.ndarray]  # per document, per body position: innermost segment node, -1
+
+
+def begin_instance(
+    layouts: list[DocLayout], selections: list[Selection], schema: Schema
+) -> tuple[list[_Doc], TruncationReport]:
+    """The documents' long and global sequences (globals cut to fit), and the report so far."""
     report = TruncationReport()
     for sel in selections:
         report.messages.extend(sel.messages)
@@ -497,15 +505,17 @@ def assemble(
     _cut_globals(docs, schema, report)
     for doc in docs:
         _index_globals(doc)
+    return docs, report
 
-    levels = schema.global_types
+
+def token_lookups(docs: list[_Doc], schema: Schema, table: TokenTable) -> TokenLookups:
+    """Per long position of one instance: token ids, type ids, spans, document, l2l run starts,
+    hard-l2g rows and owners at every level (`batch.batch_lookups` does this for many at once)."""
     long_parts: dict[str, list] = {k: [] for k in ("ids", "types", "spans", "doc", "boundary", "hard_l2g")}
-    global_parts: dict[str, list] = {k: [] for k in ("ids", "types", "doc", "segment", "blockable", "hard_g2l")}
     hard_l2g = _hard_l2g_rows(schema)
-    owners = {level: [] for level in levels}
-    features: dict[str, list] = {}
-    long_links, g2g_links, node_ids, node_types, target_docs = [], [], [], [], []
-    loffset = goffset = node_offset = 0
+    owners: dict[str, list] = {level: [] for level in schema.global_types}
+    inner_segments = []
+    goffset = 0
     for d, doc in enumerate(docs):
         lay = doc.lay
         body_ids = take_or(lay.token_ids, doc.body_token, table.sep if table.sep is not None else 0)
@@ -515,17 +525,52 @@ def assemble(
         long_parts["doc"].append(np.full(doc.long_length, d, dtype=np.int32))
         boundary, inner_segment = _segment_boundaries(doc)
         long_parts["boundary"].append(boundary)
+        inner_segments.append(inner_segment)
         # A long query row is under hard l2g unless a node covering it ignores it ([CLS] never is).
         restricted = hard_l2g & ~_covered_by(doc, lay.type_flag("ignore_hard_l2g"))
         long_parts["hard_l2g"].append(doc.with_prefix(restricted, False))
-        for level in levels:
+        for level in owners:
             owners[level].append(_owners(doc, schema, level, goffset))
+        goffset += doc.g_kind.shape[0]
+    return TokenLookups(
+        {k: np.concatenate(v) for k, v in long_parts.items()},
+        {level: np.concatenate(v) for level, v in owners.items()},
+        inner_segments,
+    )
 
+
+def assemble(
+    layouts: list[DocLayout], selections: list[Selection], schema: Schema, table: TokenTable, *, compact: bool = False
+) -> EtcInstance:
+    """Lower documents (with the tokens chosen from each) into one EtcInstance."""
+    docs, report = begin_instance(layouts, selections, schema)
+    return finish_instance(docs, report, token_lookups(docs, schema, table), selections, schema, table, compact)
+
+
+def finish_instance(
+    docs: list[_Doc],
+    report: TruncationReport,
+    lookups: TokenLookups,
+    selections: list[Selection],
+    schema: Schema,
+    table: TokenTable,
+    compact: bool,
+) -> EtcInstance:
+    """The instance from its documents and their per-token lookups: globals, links, features, targets."""
+    vocab = schema.label_vocab()
+    layouts = [doc.lay for doc in docs]
+    levels = schema.global_types
+    global_parts: dict[str, list] = {k: [] for k in ("ids", "types", "doc", "segment", "blockable", "hard_g2l")}
+    features: dict[str, list] = {}
+    long_links, g2g_links, node_ids, node_types, target_docs = [], [], [], [], []
+    loffset = goffset = node_offset = 0
+    for d, doc in enumerate(docs):
+        lay = doc.lay
         flags = _global_flags(doc, schema)
         global_parts["ids"].append(_global_token_ids(doc, schema, table))
         global_parts["types"].append(flags["type_ids"])
         global_parts["doc"].append(np.full(doc.g_kind.shape[0], d, dtype=np.int32))
-        global_parts["segment"].append(_global_segments(doc, inner_segment, node_offset))
+        global_parts["segment"].append(_global_segments(doc, lookups.inner_segment[d], node_offset))
         for key in ("blockable", "hard_g2l"):
             global_parts[key].append(flags[key])
         names, types = _names(doc, schema)
@@ -542,7 +587,7 @@ def assemble(
         goffset += doc.g_kind.shape[0]
         node_offset += lay.n_nodes
 
-    cat = {k: np.concatenate(v) for k, v in long_parts.items()}
+    cat = lookups.long
     gcat = {k: np.concatenate(v) for k, v in global_parts.items()}
     L, G = cat["ids"].shape[0], gcat["ids"].shape[0]
     if L > schema.max_long_length:
@@ -557,7 +602,7 @@ def assemble(
         local_radius=schema.local_radius,
         max_distance=schema.relative_pos_max_distance,
         levels=levels,
-        owners=np.stack([np.concatenate(owners[lv]) for lv in levels]).astype(np.int32)
+        owners=np.stack([lookups.owners[lv] for lv in levels]).astype(np.int32)
         if levels
         else np.zeros((0, L), np.int32),
         long_doc=cat["doc"],
