@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from graphattn.compile.assemble import assemble
+from graphattn.compile.assemble_batch import assemble_many
 from graphattn.compile.layout import DocLayout, build_layout, build_layouts
 from graphattn.compile.tokens import TokenTable, resolve_tokens
 from graphattn.compile.truncate import Selection, doc_sizes, select, window_selections
@@ -113,6 +114,33 @@ def _instances(layout: DocLayout, schema: Schema, table: TokenTable, compact: bo
     return [assemble([layout], [sel], schema, table, compact=compact) for sel in window_selections(layout, schema)]
 
 
+def _instances_many(
+    layouts: list[DocLayout | Exception], schema: Schema, table: TokenTable, compact: bool
+) -> list[list[EtcInstance] | Exception]:
+    """`_instances` of each layout (or its exception, passed on), assembled in one batch
+    (`assemble_many`): each document gets its instances, or the first exception it met."""
+    out: list[list[EtcInstance] | Exception] = []
+    items, owner = [], []  # one item per instance, and the document it belongs to
+    for d, layout in enumerate(layouts):
+        try:
+            if isinstance(layout, Exception):
+                raise layout
+            if schema.truncation.policy != "windows":
+                selections = [select([layout], schema)]
+            else:
+                selections = [[sel] for sel in window_selections(layout, schema)]
+        except Exception as err:  # noqa: BLE001 - per document
+            out.append(err)
+            continue
+        out.append([])
+        items.extend(([layout], sels) for sels in selections)
+        owner.extend([d] * len(selections))
+    for d, result in zip(owner, assemble_many(items, schema, table, compact=compact)):
+        if isinstance(out[d], list):  # a document's first failing instance stands for it
+            out[d] = out[d] + [result] if not isinstance(result, Exception) else result
+    return out
+
+
 OnError = Callable[[int, DocGraph, Exception], None]
 """`on_error(index, graph, error)`: the input at `index` failed and was left out."""
 
@@ -140,16 +168,14 @@ def compile_many(
     for first in range(0, len(graphs), BATCH_SIZE):
         batch = graphs[first : first + BATCH_SIZE]
         layouts = build_layouts(batch, schema, tokenizer)
-        for index, graph, layout in zip(range(first, first + len(batch)), batch, layouts):
-            try:
-                if isinstance(layout, Exception):
-                    raise layout
-                out.append(_instances(layout, schema, table, compact))
-            except Exception as err:  # noqa: BLE001 - reported per document when asked to
+        results = _instances_many(layouts, schema, table, compact)
+        for index, graph, result in zip(range(first, first + len(batch)), batch, results):
+            if isinstance(result, Exception):
                 if on_error is None:
-                    raise
-                on_error(index, graph, err)
-                out.append([])
+                    raise result
+                on_error(index, graph, result)
+                result = []
+            out.append(result)
     return out
 
 

@@ -23,6 +23,20 @@ def expand_ranges(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.
     return positions, which
 
 
+def ragged_offsets(lengths) -> tuple[np.ndarray, int]:
+    """Where each piece of a ragged array (pieces of these lengths laid end to end) starts, and
+    the total length: ``[2, 0, 3] -> ([0, 2, 2], 5)``."""
+    lengths = np.asarray(lengths, dtype=np.int64)
+    ends = np.cumsum(lengths)
+    return ends - lengths, int(ends[-1]) if lengths.size else 0
+
+
+def ragged_rows(lengths) -> np.ndarray:
+    """The piece each position of a ragged array belongs to: ``[2, 0, 3] -> [0, 0, 2, 2, 2]``."""
+    lengths = np.asarray(lengths, dtype=np.int64)
+    return np.repeat(np.arange(lengths.shape[0]), lengths)
+
+
 def coverage(n: int, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
     """bool [n]: position covered by at least one range.
 

@@ -1,0 +1,249 @@
+"""Assembly of many instances at once: the per-token lookups of a whole batch in one pass.
+
+`assemble` looks up, per document, which node covers each long position (owners at every
+level, type ids, l2l run starts, hard-l2g rows): a few dozen numpy calls on arrays of a
+thousand tokens, so a document costs its calls, not its tokens. Here the documents of all the
+instances of a batch are laid end to end, as one ragged array (values + offsets): long
+positions `[long_start[d], long_start[d] + long_length[d])` belong to document d, its nodes are
+rows `[node_start[d], ...)` of the concatenated node arrays. Ranges of different documents
+never overlap, so "the innermost node covering a position" over the concatenation is each
+document's own answer; the lookups run once per batch and are cut per instance at the end.
+
+Per document (and per instance) stay the parts that can fail on bad input, each failing on its
+own (`begin_instance`: no text fits; `finish_instance`: links, features, targets), so a document
+that fails gets its exception in its place and the others compile. The result is identical to
+`assemble` of each instance alone.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from graphattn.compile.assemble import (
+    TokenLookups,
+    _Doc,
+    _hard_l2g_rows,
+    _owners,
+    begin_instance,
+    finish_instance,
+    token_lookups,
+)
+from graphattn.compile.layout import DocLayout
+from graphattn.compile.ranges import coverage, innermost, ragged_offsets, ragged_rows, take_or
+from graphattn.compile.tokens import TokenTable
+from graphattn.compile.truncate import Selection
+from graphattn.contract import EtcInstance
+from graphattn.schema import Schema
+
+Item = tuple[list[DocLayout], list[Selection]]
+"""One instance to assemble: its documents' layouts and the tokens chosen from each."""
+
+
+def assemble_many(
+    items: Sequence[Item], schema: Schema, table: TokenTable, *, compact: bool = False
+) -> list[EtcInstance | Exception]:
+    """`assemble` of each item, the per-token lookups done once for all of them.
+
+    An item that fails gets its exception in its place (any exception, as `assemble` raises it)."""
+    out: list[EtcInstance | Exception | None] = [None] * len(items)
+    begun: list[tuple[int, list[_Doc], object]] = []
+    for i, (layouts, selections) in enumerate(items):
+        try:
+            docs, report = begin_instance(layouts, selections, schema)
+        except Exception as err:  # noqa: BLE001 - per instance
+            out[i] = err
+            continue
+        begun.append((i, docs, report))
+    try:
+        lookups = batch_lookups([docs for _, docs, _ in begun], schema, table)
+    except Exception:  # noqa: BLE001 - a batch the vectorized path cannot take: each instance alone
+        lookups = [None] * len(begun)
+    for (i, docs, report), lookup in zip(begun, lookups):
+        try:
+            lookup = lookup if lookup is not None else token_lookups(docs, schema, table)
+            out[i] = finish_instance(docs, report, lookup, items[i][1], schema, table, compact)  # type: ignore[arg-type]
+        except Exception as err:  # noqa: BLE001 - per instance
+            out[i] = err
+    return out  # type: ignore[return-value]
+
+
+@dataclass
+class _Batch:
+    """The documents of many instances end to end: per long position and per node, batch-wide."""
+
+    docs: list[_Doc]
+    long_start: np.ndarray  # [D] first long position of each document
+    long_length: np.ndarray  # [D]
+    node_start: np.ndarray  # [D] first row of each document's nodes
+    doc_of: np.ndarray  # [Ltot] document of each long position
+    token: np.ndarray  # [Ltot] the document's token index at each position, -1 for a prefix or inserted [SEP]
+    prefix: np.ndarray  # [Ltot] bool: a long_prefix position
+    node_type: np.ndarray  # [Ntot] index into the schema's node types
+    alive: np.ndarray  # [Ntot] bool
+    rank: np.ndarray  # [Ntot] document order, offset per document (unique across the batch)
+    body: np.ndarray  # [Ntot, 2] the node's body range, in batch long positions
+    range_start: np.ndarray  # [Ntot] the node's first token (document coordinates)
+    gpos: np.ndarray  # [Ntot] the node's first global in its instance, -1 for none
+    gcount: np.ndarray  # [Ntot] how many globals it has
+
+    @property
+    def length(self) -> int:
+        return int(self.doc_of.shape[0])
+
+    def innermost_of(self, nodes: np.ndarray) -> np.ndarray:
+        """Per batch long position: index into `nodes` of the innermost one covering it, -1 if none."""
+        return innermost(self.length, self.body[nodes, 0], self.body[nodes, 1], self.rank[nodes])
+
+
+def _type_table(schema: Schema, fn, dtype) -> np.ndarray:
+    """A value per schema node type (in `schema.node_types` order)."""
+    return np.array([fn(t) for t in schema.node_types.values()], dtype=dtype)
+
+
+def _concat_batch(docs: list[_Doc], goffsets: list[int], schema: Schema) -> _Batch:
+    type_index = {name: i for i, name in enumerate(schema.node_types)}
+    n_prefix = docs[0].n_prefix
+    long_length = np.array([doc.long_length for doc in docs], dtype=np.int64)
+    body_length = long_length - n_prefix
+    n_nodes = np.array([doc.lay.n_nodes for doc in docs], dtype=np.int64)
+    long_start, total = ragged_offsets(long_length)
+    node_start, _ = ragged_offsets(n_nodes)
+    doc_of = ragged_rows(long_length)
+    # Body positions: after each document's prefix; the prefix positions are the others.
+    body_start, body_total = ragged_offsets(body_length)
+    body_pos = np.arange(body_total) + np.repeat(long_start + n_prefix - body_start, body_length)
+    token = np.full(total, -1, dtype=np.int64)
+    token[body_pos] = np.concatenate([doc.body_token for doc in docs])
+    prefix = np.ones(total, dtype=bool)
+    prefix[body_pos] = False
+    node_type = np.concatenate(
+        [np.array([type_index[t] for t in doc.lay.type_names], dtype=np.int64)[doc.lay.node_type] for doc in docs]
+    )
+    gpos = np.concatenate([np.where(doc.node_gpos >= 0, doc.node_gpos + g, -1) for doc, g in zip(docs, goffsets)])
+    return _Batch(
+        docs=docs,
+        long_start=long_start,
+        long_length=long_length,
+        node_start=node_start,
+        doc_of=doc_of,
+        token=token,
+        prefix=prefix,
+        node_type=node_type,
+        alive=np.concatenate([doc.alive for doc in docs]),
+        rank=np.concatenate([doc.lay.rank for doc in docs]) + np.repeat(node_start, n_nodes),
+        body=np.concatenate([doc.br for doc in docs]) + np.repeat(long_start + n_prefix, n_nodes)[:, None],
+        range_start=np.concatenate([doc.lay.ranges[:, 0] for doc in docs]),
+        gpos=gpos,
+        gcount=np.concatenate([doc.node_gcount for doc in docs]),
+    )
+
+
+def batch_lookups(instances: list[list[_Doc]], schema: Schema, table: TokenTable) -> list[TokenLookups]:
+    """`token_lookups` of each instance (its documents), computed over all of them at once."""
+    if not instances:
+        return []
+    docs = [doc for inst in instances for doc in inst]
+    goffsets = [g for inst in instances for g in ragged_offsets([d.g_kind.shape[0] for d in inst])[0].tolist()]
+    batch = _concat_batch(docs, goffsets, schema)
+    long = {
+        "ids": _long_token_ids(batch, table),
+        "types": _long_type_ids(batch, schema),
+        "spans": _long_spans(batch),
+        "doc": np.concatenate([np.arange(len(inst)) for inst in instances]).astype(np.int32)[batch.doc_of],
+        "hard_l2g": _hard_l2g(batch, schema),
+    }
+    long["boundary"], inner_segment = _segment_boundaries(batch, schema)
+    owners = {level: _level_owners(batch, schema, level, goffsets) for level in schema.global_types}
+
+    out, first_doc = [], 0
+    for inst in instances:
+        d0, d1 = first_doc, first_doc + len(inst)
+        start, stop = int(batch.long_start[d0]), int(batch.long_start[d1 - 1] + batch.long_length[d1 - 1])
+        inner = [
+            inner_segment[batch.long_start[d] + doc.n_prefix : batch.long_start[d] + batch.long_length[d]]
+            for d, doc in zip(range(d0, d1), inst)
+        ]
+        out.append(
+            TokenLookups(
+                {k: v[start:stop] for k, v in long.items()},
+                {level: v[start:stop] for level, v in owners.items()},
+                inner,
+            )
+        )
+        first_doc = d1
+    return out
+
+
+def _long_token_ids(batch: _Batch, table: TokenTable) -> np.ndarray:
+    ids = np.full(batch.length, table.sep if table.sep is not None else 0, dtype=np.int32)
+    ids[batch.prefix] = np.tile(table.long_prefix, len(batch.docs))
+    real = np.flatnonzero(batch.token >= 0)
+    token_ids, token_start = _concat_tokens(batch, lambda lay: lay.token_ids)
+    ids[real] = token_ids[batch.token[real] + token_start[batch.doc_of[real]]]
+    return ids
+
+
+def _long_spans(batch: _Batch) -> np.ndarray:
+    spans = np.full((batch.length, 2), -1, dtype=np.int32)
+    real = np.flatnonzero(batch.token >= 0)
+    offsets, token_start = _concat_tokens(batch, lambda lay: lay.offsets)
+    spans[real] = offsets[batch.token[real] + token_start[batch.doc_of[real]]]
+    return spans
+
+
+def _concat_tokens(batch: _Batch, column) -> tuple[np.ndarray, np.ndarray]:
+    parts = [column(doc.lay) for doc in batch.docs]
+    return np.concatenate(parts), ragged_offsets([p.shape[0] for p in parts])[0]
+
+
+def _long_type_ids(batch: _Batch, schema: Schema) -> np.ndarray:
+    type_ids = _type_table(schema, lambda t: -1 if t.type_id is None else t.type_id, np.int64)
+    nodes = np.flatnonzero((type_ids[batch.node_type] >= 0) & batch.alive)
+    return take_or(type_ids[batch.node_type[nodes]], batch.innermost_of(nodes), 0).astype(np.int32)
+
+
+def _hard_l2g(batch: _Batch, schema: Schema) -> np.ndarray:
+    ignores = _type_table(schema, lambda t: bool(t.ignore_hard_l2g), bool)
+    nodes = np.flatnonzero(ignores[batch.node_type] & batch.alive)
+    restricted = _hard_l2g_rows(schema) & ~coverage(batch.length, batch.body[nodes, 0], batch.body[nodes, 1])
+    restricted[batch.prefix] = False
+    return restricted
+
+
+def _segment_boundaries(batch: _Batch, schema: Schema) -> tuple[np.ndarray, np.ndarray]:
+    """bool [Ltot]: a new l2l run starts here (at every document's start, and where the innermost
+    segment node of any one type changes); and per position its innermost segment node, as the
+    document's own node index (-1: none)."""
+    is_segment = _type_table(schema, lambda t: bool(t.segment), bool)
+    boundary = np.zeros(batch.length, dtype=bool)
+    for t in np.flatnonzero(is_segment).tolist():
+        nodes = np.flatnonzero((batch.node_type == t) & batch.alive)
+        if nodes.size == 0:
+            continue
+        key = take_or(nodes, batch.innermost_of(nodes), -1)
+        boundary[1:] |= key[1:] != key[:-1]
+    boundary[batch.long_start[batch.long_start < batch.length]] = True
+    segments = np.flatnonzero(is_segment[batch.node_type] & batch.alive)
+    inner = take_or(segments, batch.innermost_of(segments), -1)
+    return boundary, np.where(inner >= 0, inner - batch.node_start[batch.doc_of], -1)
+
+
+def _level_owners(batch: _Batch, schema: Schema, level: str, goffsets: list[int]) -> np.ndarray:
+    """int64 [Ltot]: the global (instance coordinates) owning each position at `level`, -1 for none."""
+    if schema.fixed_blocks is not None and level == schema.fixed_blocks.name:  # arithmetic per document
+        return np.concatenate([_owners(doc, schema, level, g) for doc, g in zip(batch.docs, goffsets)])
+    level_type = list(schema.node_types).index(level)
+    nodes = np.flatnonzero((batch.node_type == level_type) & (batch.gpos >= 0))
+    node = take_or(nodes, batch.innermost_of(nodes), -1)
+    first = take_or(batch.gpos, node, -1)
+    if schema.node_types[level].global_mode == "per_token":  # each wordpiece owned by its own copy
+        offset = batch.token - take_or(batch.range_start, node, 0)
+        valid = (node >= 0) & (batch.token >= 0) & (offset < take_or(batch.gcount, node, 0))
+        return np.where(valid, first + offset, -1)
+    return np.where(node >= 0, first, -1)
+
+
+__all__ = ["Item", "assemble_many", "batch_lookups"]
