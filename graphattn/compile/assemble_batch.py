@@ -148,14 +148,15 @@ def batch_lookups(instances: list[list[_Doc]], schema: Schema, table: TokenTable
     docs = [doc for inst in instances for doc in inst]
     goffsets = [g for inst in instances for g in ragged_offsets([d.g_kind.shape[0] for d in inst])[0].tolist()]
     batch = _concat_batch(docs, goffsets, schema)
+    boundary, inner_segment = _segment_boundaries(batch, schema)
     long = {
         "ids": _long_token_ids(batch, table),
         "types": _long_type_ids(batch, schema),
         "spans": _long_spans(batch),
         "doc": np.concatenate([np.arange(len(inst)) for inst in instances]).astype(np.int32)[batch.doc_of],
+        "boundary": boundary,
         "hard_l2g": _hard_l2g(batch, schema),
     }
-    long["boundary"], inner_segment = _segment_boundaries(batch, schema)
     owners = {level: _level_owners(batch, schema, level, goffsets) for level in schema.global_types}
 
     out, first_doc = [], 0

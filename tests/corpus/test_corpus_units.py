@@ -10,7 +10,7 @@ from corpus_helpers import TOKENIZER, make_corpus, small_schema
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from graphattn.compile import compile_windows, compiler
+from graphattn.compile import assemble_batch, compile_windows, compiler
 from graphattn.corpus.pipeline import CompileOptions, plan, run_compile
 from graphattn.corpus.sources import InputFile, expand_inputs, plan_file, sniff_format
 from graphattn.errors import GraphattnError
@@ -114,14 +114,14 @@ def test_json_files_are_told_apart_by_their_keys(tmp_path):
 
 def test_an_unexpected_exception_rejects_one_document_and_names_the_code(tmp_path, monkeypatch):
     make_corpus(tmp_path / "docs", seed=5)
-    original = compiler._instances  # a document's instances from its layout, inside compile_many
+    original = assemble_batch.finish_instance  # one instance from its documents, inside compile_many's batch
 
-    def failing(layout, *args, **kwargs):
-        if layout.graph.doc_id == "j2":
+    def failing(docs, *args, **kwargs):
+        if docs[0].lay.graph.doc_id == "j2":
             raise ZeroDivisionError("boom")
-        return original(layout, *args, **kwargs)
+        return original(docs, *args, **kwargs)
 
-    monkeypatch.setattr(compiler, "_instances", failing)
+    monkeypatch.setattr(assemble_batch, "finish_instance", failing)
     out = tmp_path / "out"
     unpacked = small_schema(tmp_path / "one-per-instance.yaml", packing={"max_documents": 1})
     run_compile(
