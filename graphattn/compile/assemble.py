@@ -473,11 +473,11 @@ def _doc_nodes(doc: _Doc, schema: Schema, loffset: int) -> DocNodes:
 
 @dataclass
 class TokenLookups:
-    """What an instance holds per long position, for all its documents together (instance order)."""
+    """What an instance holds per long position and per global, all its documents together."""
 
-    long: dict[str, np.ndarray]  # ids, types, spans, doc, boundary, hard_l2g
+    long: dict[str, np.ndarray]  # [L] ids, types, spans, doc, boundary, hard_l2g
     owners: dict[str, np.ndarray]  # level -> int64 [L]: owning global (instance coordinates), -1
-    inner_segment: list[np.ndarray]  # per document, per body position: innermost segment node, -1
+    globals: dict[str, np.ndarray]  # [G] ids, types, doc, segment, blockable, hard_g2l
 
 
 def begin_instance(
@@ -510,12 +510,13 @@ def begin_instance(
 
 def token_lookups(docs: list[_Doc], schema: Schema, table: TokenTable) -> TokenLookups:
     """Per long position of one instance: token ids, type ids, spans, document, l2l run starts,
-    hard-l2g rows and owners at every level (`batch.batch_lookups` does this for many at once)."""
+    hard-l2g rows and owners at every level; per global: token and type ids, document, segment,
+    mask flags (`assemble_batch.batch_lookups` does this for many instances at once)."""
     long_parts: dict[str, list] = {k: [] for k in ("ids", "types", "spans", "doc", "boundary", "hard_l2g")}
+    global_parts: dict[str, list] = {k: [] for k in ("ids", "types", "doc", "segment", "blockable", "hard_g2l")}
     hard_l2g = _hard_l2g_rows(schema)
     owners: dict[str, list] = {level: [] for level in schema.global_types}
-    inner_segments = []
-    goffset = 0
+    goffset = node_offset = 0
     for d, doc in enumerate(docs):
         lay = doc.lay
         body_ids = take_or(lay.token_ids, doc.body_token, table.sep if table.sep is not None else 0)
@@ -525,17 +526,25 @@ def token_lookups(docs: list[_Doc], schema: Schema, table: TokenTable) -> TokenL
         long_parts["doc"].append(np.full(doc.long_length, d, dtype=np.int32))
         boundary, inner_segment = _segment_boundaries(doc)
         long_parts["boundary"].append(boundary)
-        inner_segments.append(inner_segment)
         # A long query row is under hard l2g unless a node covering it ignores it ([CLS] never is).
         restricted = hard_l2g & ~_covered_by(doc, lay.type_flag("ignore_hard_l2g"))
         long_parts["hard_l2g"].append(doc.with_prefix(restricted, False))
         for level in owners:
             owners[level].append(_owners(doc, schema, level, goffset))
+
+        flags = _global_flags(doc, schema)
+        global_parts["ids"].append(_global_token_ids(doc, schema, table))
+        global_parts["types"].append(flags["type_ids"])
+        global_parts["doc"].append(np.full(doc.g_kind.shape[0], d, dtype=np.int32))
+        global_parts["segment"].append(_global_segments(doc, inner_segment, node_offset))
+        for key in ("blockable", "hard_g2l"):
+            global_parts[key].append(flags[key])
         goffset += doc.g_kind.shape[0]
+        node_offset += lay.n_nodes
     return TokenLookups(
         {k: np.concatenate(v) for k, v in long_parts.items()},
         {level: np.concatenate(v) for level, v in owners.items()},
-        inner_segments,
+        {k: np.concatenate(v) for k, v in global_parts.items()},
     )
 
 
@@ -560,19 +569,10 @@ def finish_instance(
     vocab = schema.label_vocab()
     layouts = [doc.lay for doc in docs]
     levels = schema.global_types
-    global_parts: dict[str, list] = {k: [] for k in ("ids", "types", "doc", "segment", "blockable", "hard_g2l")}
     features: dict[str, list] = {}
     long_links, g2g_links, node_ids, node_types, target_docs = [], [], [], [], []
-    loffset = goffset = node_offset = 0
-    for d, doc in enumerate(docs):
-        lay = doc.lay
-        flags = _global_flags(doc, schema)
-        global_parts["ids"].append(_global_token_ids(doc, schema, table))
-        global_parts["types"].append(flags["type_ids"])
-        global_parts["doc"].append(np.full(doc.g_kind.shape[0], d, dtype=np.int32))
-        global_parts["segment"].append(_global_segments(doc, lookups.inner_segment[d], node_offset))
-        for key in ("blockable", "hard_g2l"):
-            global_parts[key].append(flags[key])
+    loffset = goffset = 0
+    for doc in docs:
         names, types = _names(doc, schema)
         node_ids.extend(names)
         node_types.extend(types)
@@ -585,10 +585,9 @@ def finish_instance(
             target_docs.append(_doc_nodes(doc, schema, loffset))
         loffset += doc.long_length
         goffset += doc.g_kind.shape[0]
-        node_offset += lay.n_nodes
 
     cat = lookups.long
-    gcat = {k: np.concatenate(v) for k, v in global_parts.items()}
+    gcat = lookups.globals
     L, G = cat["ids"].shape[0], gcat["ids"].shape[0]
     if L > schema.max_long_length:
         report.messages.append(

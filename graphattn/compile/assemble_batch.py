@@ -23,6 +23,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from graphattn.compile.assemble import (
+    BLOCK,
+    NODE,
+    PER_TOKEN,
+    SPECIAL,
     TokenLookups,
     _Doc,
     _hard_l2g_rows,
@@ -34,7 +38,7 @@ from graphattn.compile.assemble import (
 from graphattn.compile.layout import DocLayout
 from graphattn.compile.ranges import coverage, innermost, ragged_offsets, ragged_rows, take_or
 from graphattn.compile.tokens import TokenTable
-from graphattn.compile.truncate import Selection
+from graphattn.compile.truncate import Selection, _nearest_of_type
 from graphattn.contract import EtcInstance
 from graphattn.schema import Schema
 
@@ -88,6 +92,11 @@ class _Batch:
     range_start: np.ndarray  # [Ntot] the node's first token (document coordinates)
     gpos: np.ndarray  # [Ntot] the node's first global in its instance, -1 for none
     gcount: np.ndarray  # [Ntot] how many globals it has
+    parent: np.ndarray  # [Ntot] hierarchy parent (batch row), -1 for roots
+    g_doc: np.ndarray  # [Gtot] document of each global
+    g_kind: np.ndarray  # [Gtot] SPECIAL, NODE, PER_TOKEN or BLOCK
+    g_node: np.ndarray  # [Gtot] the global's node (batch row), -1 for the compiler's own
+    g_token: np.ndarray  # [Gtot] see `_Doc.g_token` (document coordinates)
 
     @property
     def length(self) -> int:
@@ -98,7 +107,7 @@ class _Batch:
         return innermost(self.length, self.body[nodes, 0], self.body[nodes, 1], self.rank[nodes])
 
 
-def _type_table(schema: Schema, fn, dtype) -> np.ndarray:
+def _type_table(schema: Schema, fn, dtype=None) -> np.ndarray:
     """A value per schema node type (in `schema.node_types` order)."""
     return np.array([fn(t) for t in schema.node_types.values()], dtype=dtype)
 
@@ -123,6 +132,9 @@ def _concat_batch(docs: list[_Doc], goffsets: list[int], schema: Schema) -> _Bat
         [np.array([type_index[t] for t in doc.lay.type_names], dtype=np.int64)[doc.lay.node_type] for doc in docs]
     )
     gpos = np.concatenate([np.where(doc.node_gpos >= 0, doc.node_gpos + g, -1) for doc, g in zip(docs, goffsets)])
+    g_doc = ragged_rows([doc.g_kind.shape[0] for doc in docs])
+    g_node = np.concatenate([doc.g_node for doc in docs])
+    parent = np.concatenate([doc.lay.parent for doc in docs]) + np.repeat(node_start, n_nodes)
     return _Batch(
         docs=docs,
         long_start=long_start,
@@ -138,6 +150,11 @@ def _concat_batch(docs: list[_Doc], goffsets: list[int], schema: Schema) -> _Bat
         range_start=np.concatenate([doc.lay.ranges[:, 0] for doc in docs]),
         gpos=gpos,
         gcount=np.concatenate([doc.node_gcount for doc in docs]),
+        parent=np.where(parent >= np.repeat(node_start, n_nodes), parent, -1),
+        g_doc=g_doc,
+        g_kind=np.concatenate([doc.g_kind for doc in docs]),
+        g_node=np.where(g_node >= 0, g_node + node_start[g_doc], -1),
+        g_token=np.concatenate([doc.g_token for doc in docs]),
     )
 
 
@@ -149,32 +166,86 @@ def batch_lookups(instances: list[list[_Doc]], schema: Schema, table: TokenTable
     goffsets = [g for inst in instances for g in ragged_offsets([d.g_kind.shape[0] for d in inst])[0].tolist()]
     batch = _concat_batch(docs, goffsets, schema)
     boundary, inner_segment = _segment_boundaries(batch, schema)
+    doc_in_instance = np.concatenate([np.arange(len(inst)) for inst in instances]).astype(np.int32)
     long = {
         "ids": _long_token_ids(batch, table),
         "types": _long_type_ids(batch, schema),
         "spans": _long_spans(batch),
-        "doc": np.concatenate([np.arange(len(inst)) for inst in instances]).astype(np.int32)[batch.doc_of],
+        "doc": doc_in_instance[batch.doc_of],
         "boundary": boundary,
         "hard_l2g": _hard_l2g(batch, schema),
     }
     owners = {level: _level_owners(batch, schema, level, goffsets) for level in schema.global_types}
+    first_of_instance = np.repeat(ragged_offsets([len(inst) for inst in instances])[0], [len(i) for i in instances])
+    globals_ = _global_arrays(batch, schema, table, inner_segment, batch.node_start[first_of_instance])
+    globals_["doc"] = doc_in_instance[batch.g_doc]
+    globals_ = {k: globals_[k] for k in ("ids", "types", "doc", "segment", "blockable", "hard_g2l")}
 
+    g_start, _ = ragged_offsets([doc.g_kind.shape[0] for doc in docs])
+    g_stop = g_start + [doc.g_kind.shape[0] for doc in docs]
     out, first_doc = [], 0
     for inst in instances:
         d0, d1 = first_doc, first_doc + len(inst)
         start, stop = int(batch.long_start[d0]), int(batch.long_start[d1 - 1] + batch.long_length[d1 - 1])
-        inner = [
-            inner_segment[batch.long_start[d] + doc.n_prefix : batch.long_start[d] + batch.long_length[d]]
-            for d, doc in zip(range(d0, d1), inst)
-        ]
+        g0, g1 = int(g_start[d0]), int(g_stop[d1 - 1])
         out.append(
             TokenLookups(
                 {k: v[start:stop] for k, v in long.items()},
                 {level: v[start:stop] for level, v in owners.items()},
-                inner,
+                {k: v[g0:g1] for k, v in globals_.items()},
             )
         )
         first_doc = d1
+    return out
+
+
+def _global_arrays(
+    batch: _Batch, schema: Schema, table: TokenTable, inner_segment: np.ndarray, instance_node_start: np.ndarray
+) -> dict[str, np.ndarray]:
+    """Per global of the batch: token id, type id, segment (instance node index), g2g blockable,
+    its g2l row under the hard mask (see `assemble._global_flags`)."""
+    kind, node = batch.g_kind, batch.g_node
+    node_type = take_or(batch.node_type, node, 0)
+    is_node = (kind == NODE) | (kind == PER_TOKEN)
+    masks, blocks = schema.masks, schema.fixed_blocks
+
+    def by_type(fn, special, block):
+        values = np.where(is_node, _type_table(schema, fn, None)[node_type], special)
+        return np.where(kind == BLOCK, block, values)
+
+    block_hard_g2l = masks.hard_g2l if blocks is None or blocks.hard_g2l is None else blocks.hard_g2l
+    out = {
+        "blockable": by_type(
+            lambda t: schema.segments.blocks(t.name, t.name), False, schema.segments.block_g2g is True
+        ).astype(bool),
+        "hard_g2l": by_type(lambda t: masks.hard_g2l and not t.ignore_hard_g2l, False, block_hard_g2l).astype(bool),
+        "types": by_type(lambda t: t.global_type_id, 0, blocks.type_id if blocks else 0).astype(np.int32),
+    }
+    ids = np.zeros(kind.shape[0], dtype=np.int32)
+    special = kind == SPECIAL
+    ids[special] = table.global_prefix[batch.g_token[special]]
+    node_global = np.array([table.node_global.get(t, 0) for t in schema.node_types], dtype=np.int32)
+    of_node = kind == NODE
+    ids[of_node] = node_global[node_type[of_node]]
+    tok = np.flatnonzero(kind == PER_TOKEN)
+    token_ids, token_start = _concat_tokens(batch, lambda lay: lay.token_ids)
+    ids[tok] = token_ids[batch.g_token[tok] + token_start[batch.g_doc[tok]]]
+    if table.block is not None:
+        ids[kind == BLOCK] = table.block
+    out["ids"] = ids
+
+    # Segment: the nearest segment ancestor-or-self, else the segment its text is in.
+    is_segment = _type_table(schema, lambda t: bool(t.segment), bool)[batch.node_type]
+    seg = np.full(node.shape[0], -1, dtype=np.int64)
+    own = take_or(is_segment, node, False)
+    seg[own] = node[own]
+    rest = np.flatnonzero((node >= 0) & ~own)
+    if rest.size:
+        seg[rest] = _nearest_of_type(batch.parent, node[rest], is_segment)
+        body = batch.body[node[rest]]
+        by_span = rest[(seg[rest] < 0) & (body[:, 1] > body[:, 0])]
+        seg[by_span] = inner_segment[batch.body[node[by_span], 0]]
+    out["segment"] = np.where(seg >= 0, seg - instance_node_start[batch.g_doc], -1)
     return out
 
 
@@ -217,7 +288,7 @@ def _hard_l2g(batch: _Batch, schema: Schema) -> np.ndarray:
 def _segment_boundaries(batch: _Batch, schema: Schema) -> tuple[np.ndarray, np.ndarray]:
     """bool [Ltot]: a new l2l run starts here (at every document's start, and where the innermost
     segment node of any one type changes); and per position its innermost segment node, as the
-    document's own node index (-1: none)."""
+    batch row (-1: none)."""
     is_segment = _type_table(schema, lambda t: bool(t.segment), bool)
     boundary = np.zeros(batch.length, dtype=bool)
     for t in np.flatnonzero(is_segment).tolist():
@@ -228,8 +299,7 @@ def _segment_boundaries(batch: _Batch, schema: Schema) -> tuple[np.ndarray, np.n
         boundary[1:] |= key[1:] != key[:-1]
     boundary[batch.long_start[batch.long_start < batch.length]] = True
     segments = np.flatnonzero(is_segment[batch.node_type] & batch.alive)
-    inner = take_or(segments, batch.innermost_of(segments), -1)
-    return boundary, np.where(inner >= 0, inner - batch.node_start[batch.doc_of], -1)
+    return boundary, take_or(segments, batch.innermost_of(segments), -1)
 
 
 def _level_owners(batch: _Batch, schema: Schema, level: str, goffsets: list[int]) -> np.ndarray:
