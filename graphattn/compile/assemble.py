@@ -481,9 +481,10 @@ class TokenLookups:
 
 
 def begin_instance(
-    layouts: list[DocLayout], selections: list[Selection], schema: Schema
+    layouts: list[DocLayout], selections: list[Selection], schema: Schema, docs: list[_Doc] | None = None
 ) -> tuple[list[_Doc], TruncationReport]:
-    """The documents' long and global sequences (globals cut to fit), and the report so far."""
+    """The documents' long and global sequences (globals cut to fit), and the report so far.
+    `docs`: their long parts made already (`_long_part` of each, as `assemble_batch` makes them)."""
     report = TruncationReport()
     for sel in selections:
         report.messages.extend(sel.messages)
@@ -491,7 +492,8 @@ def begin_instance(
     report.long_tokens_before = sum(b[0] for b in before)
     report.globals_before = sum(b[1] for b in before)
 
-    docs = [_long_part(lay, sel, schema) for lay, sel in zip(layouts, selections)]
+    if docs is None:
+        docs = [_long_part(lay, sel, schema) for lay, sel in zip(layouts, selections)]
     if all(doc.body_length == 0 for doc in docs):
         raise document_error(
             layouts[0].graph,

@@ -54,9 +54,15 @@ def assemble_many(
     An item that fails gets its exception in its place (any exception, as `assemble` raises it)."""
     out: list[EtcInstance | Exception | None] = [None] * len(items)
     begun: list[tuple[int, list[_Doc], object]] = []
+    try:
+        pairs = [(lay, sel) for layouts, selections in items for lay, sel in zip(layouts, selections)]
+        made = iter(long_parts(pairs, schema))
+        long = [[next(made) for _ in layouts] for layouts, _ in items]
+    except Exception:  # noqa: BLE001 - as for the lookups below: each document alone
+        long = [None] * len(items)
     for i, (layouts, selections) in enumerate(items):
         try:
-            docs, report = begin_instance(layouts, selections, schema)
+            docs, report = begin_instance(layouts, selections, schema, long[i])
         except Exception as err:  # noqa: BLE001 - per instance
             out[i] = err
             continue
@@ -72,6 +78,63 @@ def assemble_many(
         except Exception as err:  # noqa: BLE001 - per instance
             out[i] = err
     return out  # type: ignore[return-value]
+
+
+def long_parts(pairs: list[tuple[DocLayout, Selection]], schema: Schema) -> list[_Doc]:
+    """`assemble._long_part` of each (layout, selection), over the documents laid end to end:
+    their tokens (offset per document), kept tokens and nodes as one array each."""
+    if not pairs:
+        return []
+    lays = [lay for lay, _ in pairs]
+    token_start, _ = ragged_offsets([lay.n_tokens for lay in lays])
+    n_nodes = [lay.n_nodes for lay in lays]
+    node_start, _ = ragged_offsets(n_nodes)
+    node_doc = ragged_rows(n_nodes)
+    kept = np.flatnonzero(np.concatenate([lay.is_long & sel.keep for lay, sel in pairs]))  # batch token index
+    kept_start = np.searchsorted(kept, token_start)
+    n_kept = np.diff(np.append(kept_start, kept.shape[0]))
+    # Node ranges among the document's kept tokens, and the [SEP]s: after the last kept token of
+    # each `sep_after` node, the inner node's first where several end together.
+    kr = np.searchsorted(kept, np.concatenate([lay.ranges for lay in lays]) + token_start[node_doc, None])
+    kr -= kept_start[node_doc, None]
+    has_kept = kr[:, 1] > kr[:, 0]
+    alive = ~np.concatenate([lay.in_long for lay in lays]) | has_kept
+    rank = np.concatenate([lay.rank for lay in lays]) + np.repeat(node_start, n_nodes)
+    seps = np.flatnonzero(np.concatenate([lay.type_flag("sep_after") for lay in lays]) & has_kept)
+    last = kr[seps, 1] - 1 + kept_start[node_doc[seps]]  # batch index of the kept token each [SEP] follows
+    order = np.lexsort((-rank[seps], last))
+    seps, last = seps[order], last[order]
+    seps_before = np.searchsorted(node_doc[seps], np.arange(len(lays)))  # [SEP]s of the documents before
+    body_start = kept_start + seps_before
+    body = np.insert(kept, last + 1, -1)
+    body_doc = ragged_rows(n_kept + np.diff(np.append(seps_before, seps.shape[0])))
+    body_token = np.where(body >= 0, body - token_start[body_doc], -1)
+    kept_doc = ragged_rows(n_kept)
+    kept_pos = np.arange(kept.shape[0]) + np.searchsorted(last, np.arange(kept.shape[0]), side="left")
+    # A node's body range ends after the [SEP]s that follow its last kept token and belong to it
+    # or to nodes inside it (rank >= its rank): one sorted key per [SEP], as in `_long_part`.
+    scale = int(rank.max(initial=0)) + 1
+    sep_keys = last * scale + (scale - 1 - rank[seps])
+    node_last = np.clip(kr[:, 1] - 1, 0, np.maximum(n_kept - 1, 0)[node_doc]) + kept_start[node_doc]
+    own_seps = np.searchsorted(sep_keys, node_last * scale + (scale - 1 - rank), side="right") - np.searchsorted(
+        sep_keys, node_last * scale, side="left"
+    )
+    at = lambda k: kept_pos[np.clip(k, 0, kept.shape[0] - 1)] if kept.shape[0] else np.zeros_like(k)  # noqa: E731
+    first = kr[:, 0] + kept_start[node_doc]
+    br = np.stack([at(first), at(node_last) + 1 + own_seps], axis=1) - body_start[node_doc, None]
+    br = np.where(has_kept[:, None], br, 0)
+    kept -= token_start[kept_doc]
+    kept_pos -= body_start[kept_doc]
+    n_prefix = len(schema.long_prefix)
+    docs = []
+    for d, lay in enumerate(lays):
+        k0, k1, n0, n1 = kept_start[d], kept_start[d] + n_kept[d], node_start[d], node_start[d] + n_nodes[d]
+        b0 = body_start[d]
+        b1 = b0 + n_kept[d] + (seps_before[d + 1] if d + 1 < len(lays) else seps.shape[0]) - seps_before[d]
+        docs.append(
+            _Doc(lay, kept[k0:k1], kr[n0:n1], br[n0:n1], kept_pos[k0:k1], body_token[b0:b1], alive[n0:n1], n_prefix)
+        )
+    return docs
 
 
 @dataclass
@@ -317,4 +380,4 @@ def _level_owners(batch: _Batch, schema: Schema, level: str, goffsets: list[int]
     return np.where(node >= 0, first, -1)
 
 
-__all__ = ["Item", "assemble_many", "batch_lookups"]
+__all__ = ["Item", "assemble_many", "batch_lookups", "long_parts"]
