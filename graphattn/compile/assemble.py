@@ -481,10 +481,15 @@ class TokenLookups:
 
 
 def begin_instance(
-    layouts: list[DocLayout], selections: list[Selection], schema: Schema, docs: list[_Doc] | None = None
+    layouts: list[DocLayout],
+    selections: list[Selection],
+    schema: Schema,
+    docs: list[_Doc] | None = None,
+    globals_made: bool = False,
 ) -> tuple[list[_Doc], TruncationReport]:
     """The documents' long and global sequences (globals cut to fit), and the report so far.
-    `docs`: their long parts made already (`_long_part` of each, as `assemble_batch` makes them)."""
+    `docs`: their long parts made already (`_long_part` of each, as `assemble_batch` makes them),
+    with their global sequences too if `globals_made` (`_global_part`)."""
     report = TruncationReport()
     for sel in selections:
         report.messages.extend(sel.messages)
@@ -501,7 +506,8 @@ def begin_instance(
             f"after its prefix and separators ({schema_ref(schema)})",
         )
     for doc in docs:
-        _global_part(doc, schema)
+        if not globals_made:
+            _global_part(doc, schema)
         dropped = np.flatnonzero(doc.lay.in_long & ~doc.alive)
         report.dropped_nodes.extend(_node_labels(doc, dropped, len(docs)))
     _cut_globals(docs, schema, report)

@@ -36,7 +36,7 @@ from graphattn.compile.assemble import (
     token_lookups,
 )
 from graphattn.compile.layout import DocLayout
-from graphattn.compile.ranges import coverage, innermost, ragged_offsets, ragged_rows, take_or
+from graphattn.compile.ranges import coverage, expand_ranges, innermost, ragged_offsets, ragged_rows, take_or
 from graphattn.compile.tokens import TokenTable
 from graphattn.compile.truncate import Selection, _nearest_of_type
 from graphattn.contract import EtcInstance
@@ -58,11 +58,12 @@ def assemble_many(
         pairs = [(lay, sel) for layouts, selections in items for lay, sel in zip(layouts, selections)]
         made = iter(long_parts(pairs, schema))
         long = [[next(made) for _ in layouts] for layouts, _ in items]
+        global_parts([doc for docs in long for doc in docs], schema)
     except Exception:  # noqa: BLE001 - as for the lookups below: each document alone
         long = [None] * len(items)
     for i, (layouts, selections) in enumerate(items):
         try:
-            docs, report = begin_instance(layouts, selections, schema, long[i])
+            docs, report = begin_instance(layouts, selections, schema, long[i], globals_made=long[i] is not None)
         except Exception as err:  # noqa: BLE001 - per instance
             out[i] = err
             continue
@@ -135,6 +136,53 @@ def long_parts(pairs: list[tuple[DocLayout, Selection]], schema: Schema) -> list
             _Doc(lay, kept[k0:k1], kr[n0:n1], br[n0:n1], kept_pos[k0:k1], body_token[b0:b1], alive[n0:n1], n_prefix)
         )
     return docs
+
+
+def global_parts(docs: list[_Doc], schema: Schema) -> None:
+    """`assemble._global_part` of each document, over all of them at once: each piece of each
+    document's global sequence (prefix, each global_order group's members, fixed blocks) is made
+    for the whole batch, then one stable sort by (document, piece) puts them in each one's order."""
+    if not docs:
+        return
+    lays = [doc.lay for doc in docs]
+    type_index = {name: i for i, name in enumerate(schema.node_types)}
+    n_nodes = [lay.n_nodes for lay in lays]
+    node_start, _ = ragged_offsets(n_nodes)
+    node_type = np.concatenate([np.array([type_index[t] for t in lay.type_names], np.int64)[lay.node_type] for lay in lays])
+    rank = np.concatenate([lay.rank for lay in lays]) + np.repeat(node_start, n_nodes)
+    node_doc = ragged_rows(n_nodes)
+    ranges = np.concatenate([lay.ranges for lay in lays])
+    candidates = np.concatenate([lay.selected for lay in lays]) & np.concatenate([doc.alive for doc in docs])
+    per_token_type = _type_table(schema, lambda t: t.global_mode == "per_token", bool)
+    blocks_name = schema.fixed_blocks.name if schema.fixed_blocks else None
+    n_prefix = len(schema.global_prefix)
+    n_docs = len(docs)
+    # pieces: (document, piece number, kind, node (document row), token)
+    pieces = [(np.repeat(np.arange(n_docs), n_prefix), np.zeros(n_docs * n_prefix, np.int64),
+               np.full(n_docs * n_prefix, SPECIAL), np.full(n_docs * n_prefix, -1), np.tile(np.arange(n_prefix), n_docs))]
+    for g, group in enumerate(schema.global_order):
+        in_group = np.array([name in group for name in schema.node_types], dtype=bool)
+        members = np.flatnonzero(candidates & in_group[node_type])
+        members = members[np.argsort(rank[members], kind="stable")]  # by document, then document order
+        per_token = per_token_type[node_type[members]]
+        counts = np.where(per_token, ranges[members, 1] - ranges[members, 0], 1)
+        positions, which = expand_ranges(np.zeros_like(counts), counts)
+        node = members[which]
+        pieces.append((node_doc[node], np.full(node.shape[0], 2 * g + 1), np.where(per_token[which], PER_TOKEN, NODE),
+                       node - node_start[node_doc[node]], np.where(per_token[which], ranges[node, 0] + positions, -1)))
+        if blocks_name in group:
+            n_blocks = -(-np.array([doc.long_length for doc in docs]) // schema.fixed_blocks.tokens_per_block)
+            block_doc = ragged_rows(n_blocks)
+            block = np.arange(block_doc.shape[0]) - ragged_offsets(n_blocks)[0][block_doc]
+            pieces.append((block_doc, np.full(block.shape[0], 2 * g + 2), np.full(block.shape[0], BLOCK),
+                           np.full(block.shape[0], -1), block))
+    doc, piece, kind, node, token = (np.concatenate(column).astype(np.int64) for column in zip(*pieces))
+    order = np.argsort(doc * (2 * len(schema.global_order) + 2) + piece, kind="stable")
+    kind, node, token = kind[order], node[order], token[order]
+    start = np.searchsorted(doc[order], np.arange(n_docs + 1))
+    for d, one in enumerate(docs):
+        part = slice(start[d], start[d + 1])
+        one.g_kind, one.g_node, one.g_token = kind[part], node[part], token[part]
 
 
 @dataclass
@@ -380,4 +428,4 @@ def _level_owners(batch: _Batch, schema: Schema, level: str, goffsets: list[int]
     return np.where(node >= 0, first, -1)
 
 
-__all__ = ["Item", "assemble_many", "batch_lookups", "long_parts"]
+__all__ = ["Item", "assemble_many", "batch_lookups", "global_parts", "long_parts"]

@@ -11,8 +11,8 @@ import pytest
 from compile_helpers import WordTokenizer, schema_dict, sentences_doc
 
 from graphattn.compile import compile_many, compile_windows
-from graphattn.compile.assemble import _long_part, assemble, begin_instance, token_lookups
-from graphattn.compile.assemble_batch import assemble_many, batch_lookups, long_parts
+from graphattn.compile.assemble import _global_part, _long_part, assemble, begin_instance, token_lookups
+from graphattn.compile.assemble_batch import assemble_many, batch_lookups, global_parts, long_parts
 from graphattn.compile.compiler import _prepare
 from graphattn.compile.layout import build_layout
 from graphattn.compile.truncate import select, window_selections
@@ -127,8 +127,12 @@ def test_batch_equals_one_instance_at_a_time(overrides, compact):
     assert (truncated >= 2) == (schema.max_long_length < 512)
     # the batched steps themselves (assemble_many would fall back to each document alone)
     pairs = [(lay, sel) for lays, sels in items for lay, sel in zip(lays, sels)]
-    for (lay, sel), got in zip(pairs, long_parts(pairs, schema)):
-        assert_identical(got, _long_part(lay, sel, schema), lay.graph.doc_id)
+    batched = long_parts(pairs, schema)
+    global_parts(batched, schema)
+    for (lay, sel), got in zip(pairs, batched):
+        want = _long_part(lay, sel, schema)
+        _global_part(want, schema)
+        assert_identical(got, want, lay.graph.doc_id)
     begun = [begin_instance(lays, sels, schema)[0] for lays, sels in items if lays[0].graph.doc_id != "bad-label"]
     for got, docs in zip(batch_lookups(begun, schema, table), begun):
         assert_identical(got, token_lookups(docs, schema, table))
