@@ -19,7 +19,7 @@ from graphattn.compile.layout import DocLayout, document_error, schema_ref
 from graphattn.compile.ranges import count_in_ranges, coverage, expand_ranges, innermost, searchsorted_left, take_or
 from graphattn.compile.targets import DocNodes, lower_targets
 from graphattn.compile.tokens import TokenTable
-from graphattn.compile.truncate import Selection, _nearest_of_type, doc_sizes
+from graphattn.compile.truncate import Selection, _nearest_of_type, whole_sizes
 from graphattn.contract import EtcInstance, TruncationReport
 from graphattn.errors import CompileError, format_path
 from graphattn.schema import Feature, Schema, feature_value_problem
@@ -493,7 +493,7 @@ def begin_instance(
     report = TruncationReport()
     for sel in selections:
         report.messages.extend(sel.messages)
-    before = [doc_sizes(lay, schema, lay.is_long, whole=True) for lay in layouts]
+    before = [whole_sizes(lay, schema) for lay in layouts]
     report.long_tokens_before = sum(b[0] for b in before)
     report.globals_before = sum(b[1] for b in before)
 

@@ -24,7 +24,7 @@ from graphattn.compile.assemble import assemble
 from graphattn.compile.assemble_batch import assemble_many
 from graphattn.compile.layout import DocLayout, build_layout, build_layouts
 from graphattn.compile.tokens import TokenTable, resolve_tokens
-from graphattn.compile.truncate import Selection, doc_sizes, select, window_selections
+from graphattn.compile.truncate import Selection, select, whole_sizes, window_selections
 from graphattn.contract import EtcInstance
 from graphattn.errors import CompileError
 from graphattn.graph import DocGraph
@@ -238,7 +238,7 @@ def pack_groups(
         try:
             if isinstance(layout, Exception):
                 raise layout
-            long_len, n_globals = doc_sizes(layout, schema, layout.is_long, whole=True)
+            long_len, n_globals = whole_sizes(layout, schema)
         except Exception as err:  # noqa: BLE001 - reported per document when asked to
             if on_error is None:
                 raise

@@ -83,6 +83,7 @@ class DocLayout:
     def __post_init__(self) -> None:
         self._type_table: dict[str, np.ndarray] = {}
         self._flags: dict[str, np.ndarray] = {}
+        self._whole_sizes: tuple | None = None  # (schema, sizes): `truncate.whole_sizes`, made once
 
     @property
     def doc_label(self) -> str:

@@ -57,6 +57,15 @@ def doc_sizes(layout: DocLayout, schema: Schema, keep: np.ndarray, *, whole: boo
     return long_len, n_globals
 
 
+def whole_sizes(layout: DocLayout, schema: Schema) -> tuple[int, int]:
+    """`doc_sizes` of the whole document (every long token kept, `whole`), made once per layout
+    and schema: selection, assembly's truncation report and packing each ask for it."""
+    cached = layout._whole_sizes
+    if cached is None or cached[0] is not schema:
+        cached = layout._whole_sizes = (schema, doc_sizes(layout, schema, layout.is_long, whole=True))
+    return cached[1]
+
+
 def _sizes(layouts: list[DocLayout], schema: Schema, keeps: list[np.ndarray], whole: bool = False) -> tuple[int, int]:
     sizes = [doc_sizes(lay, schema, keep, whole=whole) for lay, keep in zip(layouts, keeps)]
     return sum(s[0] for s in sizes), sum(s[1] for s in sizes)
@@ -174,7 +183,8 @@ def _drop_longest_first(layouts, schema: Schema, keeps, messages: list[str]) -> 
 def select(layouts: list[DocLayout], schema: Schema) -> list[Selection]:
     """One selection per document for a single instance (windows: the first window)."""
     keeps = [lay.is_long.copy() for lay in layouts]
-    long_len, n_globals = _sizes(layouts, schema, keeps, whole=True)
+    sizes = [whole_sizes(lay, schema) for lay in layouts]
+    long_len, n_globals = sum(s[0] for s in sizes), sum(s[1] for s in sizes)
     policy = schema.truncation.policy
     messages: list[str] = []
     fits_long, fits_global = long_len <= schema.max_long_length, n_globals <= schema.max_global_length
