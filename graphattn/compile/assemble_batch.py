@@ -373,7 +373,9 @@ def _long_spans(batch: _Batch) -> np.ndarray:
     spans = np.full((batch.length, 2), -1, dtype=np.int32)
     real = np.flatnonzero(batch.token >= 0)
     offsets, token_start = _concat_tokens(batch, lambda lay: lay.offsets)
-    spans[real] = offsets[batch.token[real] + token_start[batch.doc_of[real]]]
+    # each (start, end) pair moved as one int64: a 1-D take instead of a row gather
+    pairs = np.ascontiguousarray(offsets).view(np.int64).reshape(-1)
+    spans.view(np.int64).reshape(-1)[real] = pairs[batch.token[real] + token_start[batch.doc_of[real]]]
     return spans
 
 
