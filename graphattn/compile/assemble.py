@@ -478,6 +478,7 @@ class TokenLookups:
     long: dict[str, np.ndarray]  # [L] ids, types, spans, doc, boundary, hard_l2g
     owners: dict[str, np.ndarray]  # level -> int64 [L]: owning global (instance coordinates), -1
     globals: dict[str, np.ndarray]  # [G] ids, types, doc, segment, blockable, hard_g2l
+    targets: list[DocNodes] | None = None  # per document, what target lowering needs (made later if None)
 
 
 def begin_instance(
@@ -589,7 +590,7 @@ def finish_instance(
         g2g_links.extend(gg)
         for key, value in _features(doc, schema).items():
             features.setdefault(key, []).append(value)
-        if schema.targets:
+        if schema.targets and lookups.targets is None:
             target_docs.append(_doc_nodes(doc, schema, loffset))
         loffset += doc.long_length
         goffset += doc.g_kind.shape[0]
@@ -625,6 +626,7 @@ def finish_instance(
     )
     if not compact:
         _check_dense_size(L, G, schema)
+    target_docs = lookups.targets if lookups.targets is not None else target_docs
     targets = lower_targets(schema.targets, target_docs, windowed=any(sel.window is not None for sel in selections))
     report.dropped_targets.extend(targets.dropped)
     report.messages.extend(targets.messages)

@@ -36,7 +36,16 @@ from graphattn.compile.assemble import (
     token_lookups,
 )
 from graphattn.compile.layout import DocLayout
-from graphattn.compile.ranges import coverage, expand_ranges, innermost, ragged_offsets, ragged_rows, take_or
+from graphattn.compile.ranges import (
+    count_in_ranges,
+    coverage,
+    expand_ranges,
+    innermost,
+    ragged_offsets,
+    ragged_rows,
+    take_or,
+)
+from graphattn.compile.targets import DocNodes
 from graphattn.compile.tokens import TokenTable
 from graphattn.compile.truncate import Selection, _nearest_of_type
 from graphattn.contract import EtcInstance
@@ -148,7 +157,9 @@ def global_parts(docs: list[_Doc], schema: Schema) -> None:
     type_index = {name: i for i, name in enumerate(schema.node_types)}
     n_nodes = [lay.n_nodes for lay in lays]
     node_start, _ = ragged_offsets(n_nodes)
-    node_type = np.concatenate([np.array([type_index[t] for t in lay.type_names], np.int64)[lay.node_type] for lay in lays])
+    node_type = np.concatenate(
+        [np.array([type_index[t] for t in lay.type_names], np.int64)[lay.node_type] for lay in lays]
+    )
     rank = np.concatenate([lay.rank for lay in lays]) + np.repeat(node_start, n_nodes)
     node_doc = ragged_rows(n_nodes)
     ranges = np.concatenate([lay.ranges for lay in lays])
@@ -158,8 +169,15 @@ def global_parts(docs: list[_Doc], schema: Schema) -> None:
     n_prefix = len(schema.global_prefix)
     n_docs = len(docs)
     # pieces: (document, piece number, kind, node (document row), token)
-    pieces = [(np.repeat(np.arange(n_docs), n_prefix), np.zeros(n_docs * n_prefix, np.int64),
-               np.full(n_docs * n_prefix, SPECIAL), np.full(n_docs * n_prefix, -1), np.tile(np.arange(n_prefix), n_docs))]
+    pieces = [
+        (
+            np.repeat(np.arange(n_docs), n_prefix),
+            np.zeros(n_docs * n_prefix, np.int64),
+            np.full(n_docs * n_prefix, SPECIAL),
+            np.full(n_docs * n_prefix, -1),
+            np.tile(np.arange(n_prefix), n_docs),
+        )
+    ]
     for g, group in enumerate(schema.global_order):
         in_group = np.array([name in group for name in schema.node_types], dtype=bool)
         members = np.flatnonzero(candidates & in_group[node_type])
@@ -168,14 +186,28 @@ def global_parts(docs: list[_Doc], schema: Schema) -> None:
         counts = np.where(per_token, ranges[members, 1] - ranges[members, 0], 1)
         positions, which = expand_ranges(np.zeros_like(counts), counts)
         node = members[which]
-        pieces.append((node_doc[node], np.full(node.shape[0], 2 * g + 1), np.where(per_token[which], PER_TOKEN, NODE),
-                       node - node_start[node_doc[node]], np.where(per_token[which], ranges[node, 0] + positions, -1)))
+        pieces.append(
+            (
+                node_doc[node],
+                np.full(node.shape[0], 2 * g + 1),
+                np.where(per_token[which], PER_TOKEN, NODE),
+                node - node_start[node_doc[node]],
+                np.where(per_token[which], ranges[node, 0] + positions, -1),
+            )
+        )
         if blocks_name in group:
             n_blocks = -(-np.array([doc.long_length for doc in docs]) // schema.fixed_blocks.tokens_per_block)
             block_doc = ragged_rows(n_blocks)
             block = np.arange(block_doc.shape[0]) - ragged_offsets(n_blocks)[0][block_doc]
-            pieces.append((block_doc, np.full(block.shape[0], 2 * g + 2), np.full(block.shape[0], BLOCK),
-                           np.full(block.shape[0], -1), block))
+            pieces.append(
+                (
+                    block_doc,
+                    np.full(block.shape[0], 2 * g + 2),
+                    np.full(block.shape[0], BLOCK),
+                    np.full(block.shape[0], -1),
+                    block,
+                )
+            )
     doc, piece, kind, node, token = (np.concatenate(column).astype(np.int64) for column in zip(*pieces))
     order = np.argsort(doc * (2 * len(schema.global_order) + 2) + piece, kind="stable")
     kind, node, token = kind[order], node[order], token[order]
@@ -292,6 +324,8 @@ def batch_lookups(instances: list[list[_Doc]], schema: Schema, table: TokenTable
     globals_["doc"] = doc_in_instance[batch.g_doc]
     globals_ = {k: globals_[k] for k in ("ids", "types", "doc", "segment", "blockable", "hard_g2l")}
 
+    first_long = batch.long_start[first_of_instance]
+    targets = _target_nodes(batch, schema, batch.long_start - first_long) if schema.targets else None
     g_start, _ = ragged_offsets([doc.g_kind.shape[0] for doc in docs])
     g_stop = g_start + [doc.g_kind.shape[0] for doc in docs]
     out, first_doc = [], 0
@@ -304,9 +338,57 @@ def batch_lookups(instances: list[list[_Doc]], schema: Schema, table: TokenTable
                 {k: v[start:stop] for k, v in long.items()},
                 {level: v[start:stop] for level, v in owners.items()},
                 {k: v[g0:g1] for k, v in globals_.items()},
+                targets[d0:d1] if targets is not None else None,
             )
         )
         first_doc = d1
+    return out
+
+
+def _target_nodes(batch: _Batch, schema: Schema, long_offset: np.ndarray) -> list[DocNodes]:
+    """`assemble._doc_nodes` of every document (`long_offset`: where each starts in its instance)."""
+    docs = batch.docs
+    node_doc = ragged_rows([doc.lay.n_nodes for doc in docs])
+    kept_start, _ = ragged_offsets([doc.kept.shape[0] for doc in docs])
+    token_start, _ = ragged_offsets([doc.lay.n_tokens for doc in docs])
+    kr = np.concatenate([doc.kr for doc in docs]) + kept_start[node_doc, None]  # batch kept index
+    has_kept = kr[:, 1] > kr[:, 0]
+    kept_pos = np.concatenate([doc.kept_pos for doc in docs])
+    base = (long_offset + docs[0].n_prefix)[node_doc]
+    first = np.where(has_kept, base + take_or(kept_pos, np.where(has_kept, kr[:, 0], -1), 0), -1)
+    last = np.where(has_kept, base + take_or(kept_pos, np.where(has_kept, kr[:, 1] - 1, -1), 0), -1)
+    ranges = np.concatenate([doc.lay.ranges for doc in docs]) + token_start[node_doc, None]
+    is_long = np.concatenate([doc.lay.is_long for doc in docs])
+    total = count_in_ranges(is_long, ranges[:, 0], ranges[:, 1])
+    past = [doc.lay.long_past_cut for doc in docs]
+    past = np.concatenate([p if p is not None else np.zeros(doc.lay.n_nodes, bool) for p, doc in zip(past, docs)])
+    long_tokens = np.flatnonzero(is_long)
+    first_long = take_or(long_tokens, np.where(total > 0, np.searchsorted(long_tokens, ranges[:, 0]), -1), -1)
+    kept = np.concatenate([doc.kept + token_start[d] for d, doc in enumerate(docs)])  # batch token index
+    holds_first = has_kept & (take_or(kept, np.where(has_kept, kr[:, 0], -1), -2) == first_long)
+    complete = (total > 0) & (kr[:, 1] - kr[:, 0] == total)
+    has_text = (total > 0) | past  # past the cut too
+    out = []
+    for d, doc in enumerate(docs):
+        lay, rows = doc.lay, slice(int(batch.node_start[d]), int(batch.node_start[d]) + doc.lay.n_nodes)
+        n_globals = doc.g_kind.shape[0]
+        prefix = {n: i for i, n in enumerate(schema.global_prefix) if i < n_globals and doc.g_kind[i] == SPECIAL}
+        out.append(
+            DocNodes(
+                graph=lay.graph,
+                node_ids=lay.node_ids,
+                node_is=lay.of_types,
+                rank=lay.rank,
+                selected=lay.selected,
+                global_nodes=doc.g_node,
+                prefix=prefix,
+                first=first[rows],
+                last=last[rows],
+                complete=complete[rows],
+                has_text=has_text[rows],
+                holds_first=holds_first[rows],
+            )
+        )
     return out
 
 

@@ -11,7 +11,7 @@ import pytest
 from compile_helpers import WordTokenizer, schema_dict, sentences_doc
 
 from graphattn.compile import compile_many, compile_windows
-from graphattn.compile.assemble import _global_part, _long_part, assemble, begin_instance, token_lookups
+from graphattn.compile.assemble import _doc_nodes, _global_part, _long_part, assemble, begin_instance, token_lookups
 from graphattn.compile.assemble_batch import assemble_many, batch_lookups, global_parts, long_parts
 from graphattn.compile.compiler import _prepare
 from graphattn.compile.layout import build_layout
@@ -135,7 +135,10 @@ def test_batch_equals_one_instance_at_a_time(overrides, compact):
         assert_identical(got, want, lay.graph.doc_id)
     begun = [begin_instance(lays, sels, schema)[0] for lays, sels in items if lays[0].graph.doc_id != "bad-label"]
     for got, docs in zip(batch_lookups(begun, schema, table), begun):
-        assert_identical(got, token_lookups(docs, schema, table))
+        want = token_lookups(docs, schema, table)
+        offsets = np.cumsum([0] + [doc.long_length for doc in docs])
+        want.targets = [_doc_nodes(doc, schema, int(offset)) for doc, offset in zip(docs, offsets)]
+        assert_identical(got, want)
 
 
 def test_compile_many_reports_each_failing_document_and_compiles_the_others():
