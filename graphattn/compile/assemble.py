@@ -15,14 +15,15 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from graphattn.compact import CompactSideInputs
+from graphattn.compile.features import doc_features
 from graphattn.compile.layout import DocLayout, document_error, schema_ref
 from graphattn.compile.ranges import count_in_ranges, coverage, expand_ranges, innermost, searchsorted_left, take_or
 from graphattn.compile.targets import DocNodes, lower_targets
 from graphattn.compile.tokens import TokenTable
 from graphattn.compile.truncate import Selection, _nearest_of_type, whole_sizes
 from graphattn.contract import EtcInstance, TruncationReport
-from graphattn.errors import CompileError, format_path
-from graphattn.schema import Feature, Schema, feature_value_problem
+from graphattn.errors import CompileError
+from graphattn.schema import Schema
 
 SPECIAL, NODE, PER_TOKEN, BLOCK = 0, 1, 2, 3
 
@@ -369,57 +370,6 @@ def _unique_last(a: np.ndarray, b: np.ndarray, label: np.ndarray, width: int):
     return a[keep].astype(np.int32), b[keep].astype(np.int32), label[keep].astype(np.int32)
 
 
-def _features(doc: _Doc, schema: Schema) -> dict[str, np.ndarray]:
-    """`global:<name>` [Gd] from each global's node, `long:<name>` [Ld] from the innermost holder."""
-    lay = doc.lay
-    out = {}
-    alive = np.flatnonzero(doc.alive)  # globals and long tokens come from live nodes only
-    for i, feat in enumerate(schema.features):
-        dtype = np.float32 if feat.dtype == "float32" else np.int32
-        present, column = lay.graph.attr_column(feat.attr, alive)
-        holders = alive[present]
-        values = np.full(lay.n_nodes + 1, feat.default, dtype=np.float64)
-        if holders.size:
-            raw = column[present]  # a bulk builder's numeric column stays an array: checked with numpy
-            raw = raw if raw.dtype != object else raw.tolist()
-            values[holders] = _feature_values(raw, feat, lay, holders, schema, i)
-        out[f"global:{feat.name}"] = np.where(doc.g_node >= 0, values[doc.g_node], feat.default).astype(dtype)
-        live = holders
-        inner = doc.innermost_of(live)
-        per_body = take_or(values[live], inner, feat.default)
-        out[f"long:{feat.name}"] = doc.with_prefix(per_body.astype(dtype), feat.default)
-    return out
-
-
-def _feature_values(
-    raw: list | np.ndarray, feat: Feature, lay: DocLayout, holders: np.ndarray, schema: Schema, index: int
-) -> np.ndarray:
-    """The attr values of one feature as float64, each checked against the feature's dtype and range
-    (`feature_value_problem`): a bad value is a CompileError naming the node and the attr."""
-    if isinstance(raw, np.ndarray):  # a typed column: bool, int or float values need no check of their type
-        values = raw.astype(np.float64) if raw.dtype.kind in "biuf" else None
-    else:
-        plain = all(type(v) in (int, float, bool) for v in raw)
-        values = np.array(raw, dtype=np.float64) if plain and all(abs(v) < 2**63 for v in raw) else None
-    if values is not None:
-        ok = np.isfinite(values) & (values >= feat.minimum) & (values <= feat.maximum)
-        if feat.dtype == "int32":
-            ok &= values == np.round(values)
-        if ok.all():
-            return values
-    raw = raw.tolist() if isinstance(raw, np.ndarray) else raw
-    for h, value in zip(holders, raw):  # only on failure (or unusual types): find the first bad value
-        problem = feature_value_problem(value, feat.dtype, feat.minimum, feat.maximum)
-        if problem:
-            raise CompileError(
-                f"attr {feat.attr!r}: {problem} "
-                f"(feature {feat.name!r} of {schema_ref(schema)}, {format_path(('features', index))})",
-                file=lay.graph.source,
-                node=lay.node_ids[h],
-            )
-    return np.array([float(v) for v in raw], dtype=np.float64)
-
-
 DENSE_LIMIT_BYTES = 4 << 30
 """Most bytes the eight dense side-input tensors of one instance may take (int32 masks and ids:
 8 * (L * (2r + 1) + G * G + 2 * L * G)); past it compile_instance(compact=False) refuses before allocating.
@@ -588,7 +538,7 @@ def finish_instance(
         ll, gg = _edge_pairs(doc, schema, vocab, goffset, loffset)
         long_links.extend(ll)
         g2g_links.extend(gg)
-        for key, value in _features(doc, schema).items():
+        for key, value in doc_features(doc, schema).items():
             features.setdefault(key, []).append(value)
         if schema.targets and lookups.targets is None:
             target_docs.append(_doc_nodes(doc, schema, loffset))
