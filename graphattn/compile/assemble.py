@@ -254,19 +254,25 @@ def _hard_l2g_rows(schema: Schema) -> bool:
     return schema.masks.hard_l2g if blocks is None or blocks.hard_l2g is None else blocks.hard_l2g
 
 
-def _global_flags(doc: _Doc, schema: Schema) -> dict[str, np.ndarray]:
-    """Per global: g2g blockable, its g2l row under the hard mask, and global type id.
+def schema_types(lay: DocLayout, schema: Schema) -> np.ndarray:
+    """[N] each node's type as an index into `schema.node_types` (the layout's own index is into
+    the graph's `type_names`)."""
+    index = {name: i for i, name in enumerate(schema.node_types)}
+    return np.array([index[t] for t in lay.type_names], dtype=np.int64)[lay.node_type]
+
+
+def global_flags(kind: np.ndarray, node_type: np.ndarray, schema: Schema) -> dict[str, np.ndarray]:
+    """Per global: g2g blockable, its g2l row under the hard mask, and global type id, from its
+    kind and its node's type (index into `schema.node_types`; any value for the compiler's own).
 
     Hard masks are per query row (etcmodel): a global whose type ignores hard g2l, and the
     global_prefix tokens ([CLS]), attend to every long token of their document.
     """
-    lay, kind = doc.lay, doc.g_kind
-    node_type = lay.node_type[np.maximum(doc.g_node, 0)] if lay.n_nodes else np.zeros(kind.shape[0], np.int64)
     is_node = (kind == NODE) | (kind == PER_TOKEN)
     masks, blocks = schema.masks, schema.fixed_blocks
 
     def by_type(fn, special, block):
-        values = np.where(is_node, _per_type(lay, schema, fn)[node_type], special)
+        values = np.where(is_node, np.array([fn(t) for t in schema.node_types.values()])[node_type], special)
         return np.where(kind == BLOCK, block, values)
 
     block_hard_g2l = masks.hard_g2l if blocks is None or blocks.hard_g2l is None else blocks.hard_g2l
@@ -277,6 +283,13 @@ def _global_flags(doc: _Doc, schema: Schema) -> dict[str, np.ndarray]:
         "hard_g2l": by_type(lambda t: masks.hard_g2l and not t.ignore_hard_g2l, False, block_hard_g2l).astype(bool),
         "type_ids": by_type(lambda t: t.global_type_id, 0, blocks.type_id if blocks else 0).astype(np.int32),
     }
+
+
+def _global_flags(doc: _Doc, schema: Schema) -> dict[str, np.ndarray]:
+    lay, kind = doc.lay, doc.g_kind
+    types = schema_types(lay, schema)
+    node_type = types[np.maximum(doc.g_node, 0)] if lay.n_nodes else np.zeros(kind.shape[0], np.int64)
+    return global_flags(kind, node_type, schema)
 
 
 def _global_token_ids(doc: _Doc, schema: Schema, table: TokenTable) -> np.ndarray:
@@ -403,6 +416,12 @@ def _doc_nodes(doc: _Doc, schema: Schema, loffset: int) -> DocNodes:
     long_tokens = np.flatnonzero(lay.is_long)
     first_long = take_or(long_tokens, np.where(total > 0, searchsorted_left(long_tokens, lay.ranges[:, 0]), -1), -1)
     holds_first = has_kept & (take_or(doc.kept, np.where(has_kept, kept_from, -1), -2) == first_long)
+    return doc_nodes_of(doc, schema, first, last, (total > 0) & (kept_to - kept_from == total), has_text, holds_first)
+
+
+def doc_nodes_of(doc: _Doc, schema: Schema, first, last, complete, has_text, holds_first) -> DocNodes:
+    """`DocNodes` of a document from its per-node arrays (see `DocNodes` for each)."""
+    lay = doc.lay
     n_globals = doc.g_kind.shape[0]
     prefix = {name: i for i, name in enumerate(schema.global_prefix) if i < n_globals and doc.g_kind[i] == SPECIAL}
     return DocNodes(
@@ -415,7 +434,7 @@ def _doc_nodes(doc: _Doc, schema: Schema, loffset: int) -> DocNodes:
         prefix=prefix,
         first=first,
         last=last,
-        complete=(total > 0) & (kept_to - kept_from == total),
+        complete=complete,
         has_text=has_text,
         holds_first=holds_first,
     )

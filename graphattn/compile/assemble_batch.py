@@ -32,7 +32,10 @@ from graphattn.compile.assemble import (
     _hard_l2g_rows,
     _owners,
     begin_instance,
+    doc_nodes_of,
     finish_instance,
+    global_flags,
+    schema_types,
     token_lookups,
 )
 from graphattn.compile.layout import DocLayout
@@ -154,12 +157,9 @@ def global_parts(docs: list[_Doc], schema: Schema) -> None:
     if not docs:
         return
     lays = [doc.lay for doc in docs]
-    type_index = {name: i for i, name in enumerate(schema.node_types)}
     n_nodes = [lay.n_nodes for lay in lays]
     node_start, _ = ragged_offsets(n_nodes)
-    node_type = np.concatenate(
-        [np.array([type_index[t] for t in lay.type_names], np.int64)[lay.node_type] for lay in lays]
-    )
+    node_type = np.concatenate([schema_types(lay, schema) for lay in lays])
     rank = np.concatenate([lay.rank for lay in lays]) + np.repeat(node_start, n_nodes)
     node_doc = ragged_rows(n_nodes)
     ranges = np.concatenate([lay.ranges for lay in lays])
@@ -256,7 +256,6 @@ def _type_table(schema: Schema, fn, dtype=None) -> np.ndarray:
 
 
 def _concat_batch(docs: list[_Doc], goffsets: list[int], schema: Schema) -> _Batch:
-    type_index = {name: i for i, name in enumerate(schema.node_types)}
     n_prefix = docs[0].n_prefix
     long_length = np.array([doc.long_length for doc in docs], dtype=np.int64)
     body_length = long_length - n_prefix
@@ -271,9 +270,7 @@ def _concat_batch(docs: list[_Doc], goffsets: list[int], schema: Schema) -> _Bat
     token[body_pos] = np.concatenate([doc.body_token for doc in docs])
     prefix = np.ones(total, dtype=bool)
     prefix[body_pos] = False
-    node_type = np.concatenate(
-        [np.array([type_index[t] for t in doc.lay.type_names], dtype=np.int64)[doc.lay.node_type] for doc in docs]
-    )
+    node_type = np.concatenate([schema_types(doc.lay, schema) for doc in docs])
     gpos = np.concatenate([np.where(doc.node_gpos >= 0, doc.node_gpos + g, -1) for doc, g in zip(docs, goffsets)])
     g_doc = ragged_rows([doc.g_kind.shape[0] for doc in docs])
     g_node = np.concatenate([doc.g_node for doc in docs])
@@ -370,24 +367,9 @@ def _target_nodes(batch: _Batch, schema: Schema, long_offset: np.ndarray) -> lis
     has_text = (total > 0) | past  # past the cut too
     out = []
     for d, doc in enumerate(docs):
-        lay, rows = doc.lay, slice(int(batch.node_start[d]), int(batch.node_start[d]) + doc.lay.n_nodes)
-        n_globals = doc.g_kind.shape[0]
-        prefix = {n: i for i, n in enumerate(schema.global_prefix) if i < n_globals and doc.g_kind[i] == SPECIAL}
+        rows = slice(int(batch.node_start[d]), int(batch.node_start[d]) + doc.lay.n_nodes)
         out.append(
-            DocNodes(
-                graph=lay.graph,
-                node_ids=lay.node_ids,
-                node_is=lay.of_types,
-                rank=lay.rank,
-                selected=lay.selected,
-                global_nodes=doc.g_node,
-                prefix=prefix,
-                first=first[rows],
-                last=last[rows],
-                complete=complete[rows],
-                has_text=has_text[rows],
-                holds_first=holds_first[rows],
-            )
+            doc_nodes_of(doc, schema, first[rows], last[rows], complete[rows], has_text[rows], holds_first[rows])
         )
     return out
 
@@ -399,21 +381,8 @@ def _global_arrays(
     its g2l row under the hard mask (see `assemble._global_flags`)."""
     kind, node = batch.g_kind, batch.g_node
     node_type = take_or(batch.node_type, node, 0)
-    is_node = (kind == NODE) | (kind == PER_TOKEN)
-    masks, blocks = schema.masks, schema.fixed_blocks
-
-    def by_type(fn, special, block):
-        values = np.where(is_node, _type_table(schema, fn, None)[node_type], special)
-        return np.where(kind == BLOCK, block, values)
-
-    block_hard_g2l = masks.hard_g2l if blocks is None or blocks.hard_g2l is None else blocks.hard_g2l
-    out = {
-        "blockable": by_type(
-            lambda t: schema.segments.blocks(t.name, t.name), False, schema.segments.block_g2g is True
-        ).astype(bool),
-        "hard_g2l": by_type(lambda t: masks.hard_g2l and not t.ignore_hard_g2l, False, block_hard_g2l).astype(bool),
-        "types": by_type(lambda t: t.global_type_id, 0, blocks.type_id if blocks else 0).astype(np.int32),
-    }
+    out = global_flags(kind, node_type, schema)
+    out["types"] = out.pop("type_ids")
     ids = np.zeros(kind.shape[0], dtype=np.int32)
     special = kind == SPECIAL
     ids[special] = table.global_prefix[batch.g_token[special]]
