@@ -33,7 +33,16 @@ import numpy as np
 
 from graphattn.compile.ranges import coverage
 from graphattn.schema import Schema
-from graphattn.tokenize import Encoding, Tokenizer, spans_to_token_ranges
+from graphattn.tokenize import (
+    CHAR_ALONE,
+    CHAR_REMOVED,
+    CHAR_SPACE,
+    CHAR_WORD,
+    IS_WHITESPACE,
+    Encoding,
+    Tokenizer,
+    spans_to_token_ranges,
+)
 
 FIRST_CHARS_PER_TOKEN = 6  # the first prefix: 6 characters per long token kept (English wordpieces take 3-5)
 MIN_PREFIX_CHARS = 4096  # and never less (shorter texts are tokenized whole)
@@ -70,17 +79,27 @@ def suffix_exact(tokenizer: Tokenizer) -> bool:
     return prefix_exact(tokenizer) and bool(getattr(tokenizer, "suffix_exact", False))
 
 
+def may_cut(tokenizer: Tokenizer) -> bool:
+    """Whether a text may be tokenized only in part: the tokens of a prefix and of pieces between
+    cuts are the whole text's, and the tokenizer's character classes say where tokens start
+    (`long_text_past`; a tokenizer that keeps spaces in its tokens says nothing certain)."""
+    classes = getattr(tokenizer, "char_classes", None)
+    return suffix_exact(tokenizer) and callable(classes) and classes(_SPACE)[0] == CHAR_SPACE
+
+
+_SPACE = np.array([0x20], dtype=np.uint32)
+
+
 def encode_documents(plans: list[TextPlan], tokenizer: Tokenizer) -> list[tuple[Encoding | Exception, int]]:
     """(encoding, characters tokenized) per plan, one `encode_batch` call per round of growth;
     a text the tokenizer refuses gets its exception instead of an encoding."""
     results: list[tuple[Encoding | Exception, int]] = [(Encoding.empty(), 0)] * len(plans)  # nothing yet
-    resume = suffix_exact(tokenizer)
-    cuttable = prefix_exact(tokenizer)
+    cuttable = may_cut(tokenizer)
     wanted = {i: _first_guess(plan) if cuttable else len(plan.text) for i, plan in enumerate(plans)}
     while wanted:
         stops = {i: _cut_point(plans[i], chars) for i, chars in wanted.items()}
         order = list(stops)
-        starts = [results[i][1] if resume else 0 for i in order]
+        starts = [results[i][1] for i in order]  # grown from where the last prefix stopped
         encodings = _encode_batch([plans[i].text[start : stops[i]] for i, start in zip(order, starts)], tokenizer)
         wanted = {}
         for i, start, encoding in zip(order, starts, encodings):
@@ -94,7 +113,7 @@ def encode_documents(plans: list[TextPlan], tokenizer: Tokenizer) -> list[tuple[
                 found = _long_tokens(encoding, plan)
                 if found <= plan.bound:  # not enough yet: grow the prefix by what the rate so far says
                     rate = stop / max(found, 1)
-                    wanted[i] = max(2 * stop, int(rate * (plan.bound + 1) * GROWTH_MARGIN))
+                    wanted[i] = max(stop + MIN_PREFIX_CHARS, int(rate * (plan.bound + 1) * GROWTH_MARGIN))
     return results
 
 
@@ -147,3 +166,80 @@ def _encode_batch(texts: list[str], tokenizer: Tokenizer) -> list[Encoding | Exc
         except Exception as err:  # noqa: BLE001 - belongs to this document
             out.append(err)
     return out
+
+
+def long_text_past(
+    text: str, stop: int, spans: np.ndarray, long_spans: np.ndarray | None, tokenizer: Tokenizer
+) -> np.ndarray:
+    """bool [N]: the node's span (-1: none) holds, past character `stop` (where tokenizing
+    stopped), a long token of the whole text's tokens, found without tokenizing all of it.
+
+    The tokenizer's `char_classes` mark where tokens certainly start (the first character of
+    each pre-token) and where none can (spaces, characters its normalizer removes); a node with
+    long text but no certain start (its span begins inside a word, say) is decided by tokenizing
+    the text between the cuts around it, which gives the whole text's tokens there.
+    """
+    out = np.zeros(len(spans), dtype=bool)
+    reach = (spans[:, 0] >= 0) & (spans[:, 1] > stop)
+    if stop >= len(text) or not reach.any():
+        return out
+    points = np.frombuffer(text[stop:].encode("utf-32-le"), dtype="<u4")
+    classes = tokenizer.char_classes(points)
+    before = np.empty_like(classes)  # the class of the character before, removed ones skipped
+    before[0], before[1:] = CHAR_REMOVED, classes[:-1]  # text[stop] is a space after text: a cut
+    if (classes == CHAR_REMOVED).any():
+        last = np.where(classes != CHAR_REMOVED, np.arange(points.size), -1)
+        last = np.maximum.accumulate(last)[:-1]
+        before[1:] = np.where(last >= 0, classes[np.maximum(last, 0)], CHAR_REMOVED)
+    starts = (classes == CHAR_ALONE) | ((classes == CHAR_WORD) & ((before == CHAR_SPACE) | (before == CHAR_ALONE)))
+    maybe = classes > CHAR_REMOVED  # word, alone or unknown: may start a token
+    long = None
+    if long_spans is not None:
+        here = long_spans[long_spans[:, 1] > stop]
+        long = coverage(points.size, np.maximum(here[:, 0], stop) - stop, here[:, 1] - stop)
+        starts &= long
+        maybe &= long
+    rows = np.flatnonzero(reach)
+    first, end = np.maximum(spans[rows, 0], stop) - stop, spans[rows, 1] - stop
+    certain, possible = _any_in(starts, first, end), _any_in(maybe, first, end)
+    out[rows] = certain
+    unsure = ~certain & possible
+    if unsure.any():
+        token_starts = _token_starts(text, stop, points, first[unsure], end[unsure], tokenizer)
+        if long is not None:
+            token_starts = token_starts[long[token_starts]]
+        out[rows[unsure]] = np.searchsorted(token_starts, end[unsure]) > np.searchsorted(token_starts, first[unsure])
+    return out
+
+
+def _any_in(flags: np.ndarray, first: np.ndarray, end: np.ndarray) -> np.ndarray:
+    cum = np.zeros(flags.size + 1, dtype=np.int32 if flags.size < 2**31 else np.int64)  # int32: half the pass
+    np.cumsum(flags, out=cum[1:])
+    return cum[end] > cum[first]
+
+
+def _token_starts(
+    text: str, stop: int, points: np.ndarray, first: np.ndarray, end: np.ndarray, tokenizer: Tokenizer
+) -> np.ndarray:
+    """Sorted starts (relative to `stop`) of the whole text's tokens in the pieces between the
+    cuts around each [first, end), each piece tokenized on its own (`Tokenizer.suffix_exact`).
+    A piece the tokenizer refuses counts as starting a token at each of its characters."""
+    spaces = np.flatnonzero(points == 0x20)
+    cuts = spaces[(spaces == 0) | ~np.take(IS_WHITESPACE, points[spaces - 1], mode="clip")]  # as `_CUT` finds them
+    cuts = np.append(cuts, points.size)
+    piece_first = cuts[np.searchsorted(cuts, first, side="right") - 1]
+    piece_end = cuts[np.searchsorted(cuts, end, side="left")]
+    order = np.argsort(piece_first, kind="stable")
+    piece_first, piece_end = piece_first[order], np.maximum.accumulate(piece_end[order])
+    fresh = np.ones(piece_first.size, dtype=bool)
+    fresh[1:] = piece_first[1:] >= piece_end[:-1]  # a piece overlapping the one before joins it
+    group = np.cumsum(fresh) - 1
+    lo = piece_first[fresh]
+    hi = np.zeros(lo.size, dtype=np.int64)
+    np.maximum.at(hi, group, piece_end)
+    encodings = _encode_batch([text[stop + a : stop + b] for a, b in zip(lo.tolist(), hi.tolist())], tokenizer)
+    found = [
+        np.arange(a, b) if isinstance(e, Exception) else e.offsets[:, 0].astype(np.int64) + a
+        for a, b, e in zip(lo.tolist(), hi.tolist(), encodings)
+    ]
+    return np.concatenate(found) if found else np.zeros(0, np.int64)
