@@ -287,12 +287,12 @@ class HFTokenizer:
         character alone; any other gets `CHAR_UNKNOWN` throughout."""
         if self._char_table is None:
             self._char_table = np.full(0x110000, _UNCLASSIFIED, dtype=np.uint8)
-        classes = self._char_table[points]
+        classes = np.take(self._char_table, points)
         fresh = classes == _UNCLASSIFIED
         if fresh.any():
             new = np.unique(points[fresh])
             self._char_table[new] = self._classify(new.tolist())
-            classes = self._char_table[points]
+            classes[fresh] = self._char_table[points[fresh]]
         return classes
 
     def _classify(self, points: list[int]) -> np.ndarray:

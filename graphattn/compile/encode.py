@@ -31,7 +31,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from graphattn.compile.ranges import coverage
+from graphattn.compile.ranges import coverage, expand_ranges
 from graphattn.schema import Schema
 from graphattn.tokenize import (
     CHAR_ALONE,
@@ -44,9 +44,9 @@ from graphattn.tokenize import (
     spans_to_token_ranges,
 )
 
-FIRST_CHARS_PER_TOKEN = 6  # the first prefix: 6 characters per long token kept (English wordpieces take 3-5)
+FIRST_CHARS_PER_TOKEN = 3  # the first prefix: 3 characters per long token kept (see the module docstring)
 MIN_PREFIX_CHARS = 4096  # and never less (shorter texts are tokenized whole)
-GROWTH_MARGIN = 1.2  # a prefix too short grows to the bound's tokens at the rate it showed, and a fifth more
+GROWTH_MARGIN = 1.1  # a prefix too short grows to the bound's tokens at the rate it showed, and a tenth more
 _CUT = re.compile(r"(?<=\S) ")  # a space right after a non-space: where a prefix may end
 
 
@@ -187,23 +187,22 @@ def long_text_past(
     classes = tokenizer.char_classes(points)
     before = np.empty_like(classes)  # the class of the character before, removed ones skipped
     before[0], before[1:] = CHAR_REMOVED, classes[:-1]  # text[stop] is a space after text: a cut
-    if (classes == CHAR_REMOVED).any():
-        last = np.where(classes != CHAR_REMOVED, np.arange(points.size), -1)
-        last = np.maximum.accumulate(last)[:-1]
-        before[1:] = np.where(last >= 0, classes[np.maximum(last, 0)], CHAR_REMOVED)
+    removed = np.flatnonzero(classes == CHAR_REMOVED)  # rare: mend `before` after each run of them
+    if removed.size:
+        run_start = np.maximum.accumulate(np.where(np.diff(removed, prepend=-2) != 1, removed, 0))
+        after = removed + 1 < points.size
+        before[removed[after] + 1] = np.where(run_start > 0, classes[np.maximum(run_start - 1, 0)], CHAR_REMOVED)[after]
     starts = (classes == CHAR_ALONE) | ((classes == CHAR_WORD) & ((before == CHAR_SPACE) | (before == CHAR_ALONE)))
     maybe = classes > CHAR_REMOVED  # word, alone or unknown: may start a token
-    long = None
-    if long_spans is not None:
-        here = long_spans[long_spans[:, 1] > stop]
-        long = coverage(points.size, np.maximum(here[:, 0], stop) - stop, here[:, 1] - stop)
+    long = None if long_spans is None else _long_chars(long_spans, stop, classes)
+    if long is not None:
         starts &= long
         maybe &= long
     rows = np.flatnonzero(reach)
     first, end = np.maximum(spans[rows, 0], stop) - stop, spans[rows, 1] - stop
-    certain, possible = _any_in(starts, first, end), _any_in(maybe, first, end)
-    out[rows] = certain
-    unsure = ~certain & possible
+    out[rows] = certain = _any_in(starts, first, end)
+    rows, first, end = rows[~certain], first[~certain], end[~certain]  # few: a page's nodes mostly start words
+    unsure = _any_in(maybe, first, end)
     if unsure.any():
         token_starts = _token_starts(text, stop, points, first[unsure], end[unsure], tokenizer)
         if long is not None:
@@ -212,7 +211,30 @@ def long_text_past(
     return out
 
 
+def _long_chars(long_spans: np.ndarray, stop: int, classes: np.ndarray) -> np.ndarray | None:
+    """bool per character past `stop`: inside a long node; None when every character that may
+    start a token is (long text nodes that tile the text but for spaces: looks at the gaps only)."""
+    n = classes.size
+    here = long_spans[long_spans[:, 1] > stop]
+    first, end = np.maximum(here[:, 0], stop) - stop, here[:, 1] - stop
+    if first.size and np.all(first[1:] >= end[:-1]):  # disjoint and in order, as text nodes are
+        gap_first, gap_end = np.append(0, end), np.append(first, n)
+        width = gap_end - gap_first
+        if int(width.sum()) <= n // 8:
+            wide = width > 1  # most gaps are one separator or none
+            at, _ = expand_ranges(gap_first[wide], gap_end[wide])
+            if not (classes[gap_first[width == 1]] > CHAR_REMOVED).any() and not (classes[at] > CHAR_REMOVED).any():
+                return None
+    return coverage(n, first, end)
+
+
 def _any_in(flags: np.ndarray, first: np.ndarray, end: np.ndarray) -> np.ndarray:
+    """bool per [first, end): a flag is set there. Short ranges, or few of them, look at their
+    characters; else one running count over all."""
+    width = int((end - first).max(initial=0))
+    if width * first.size <= flags.size // 4:
+        at = first[:, None] + np.arange(width)
+        return (flags[np.minimum(at, flags.size - 1)] & (at < end[:, None])).any(axis=1)
     cum = np.zeros(flags.size + 1, dtype=np.int32 if flags.size < 2**31 else np.int64)  # int32: half the pass
     np.cumsum(flags, out=cum[1:])
     return cum[end] > cum[first]
@@ -222,13 +244,9 @@ def _token_starts(
     text: str, stop: int, points: np.ndarray, first: np.ndarray, end: np.ndarray, tokenizer: Tokenizer
 ) -> np.ndarray:
     """Sorted starts (relative to `stop`) of the whole text's tokens in the pieces between the
-    cuts around each [first, end), each piece tokenized on its own (`Tokenizer.suffix_exact`).
-    A piece the tokenizer refuses counts as starting a token at each of its characters."""
-    spaces = np.flatnonzero(points == 0x20)
-    cuts = spaces[(spaces == 0) | ~np.take(IS_WHITESPACE, points[spaces - 1], mode="clip")]  # as `_CUT` finds them
-    cuts = np.append(cuts, points.size)
-    piece_first = cuts[np.searchsorted(cuts, first, side="right") - 1]
-    piece_end = cuts[np.searchsorted(cuts, end, side="left")]
+    cuts around each [first, end), which tokenize as in the whole text (`Tokenizer.suffix_exact`).
+    Pieces the tokenizer refuses count as starting a token at each of their characters."""
+    piece_first, piece_end = _cut_around(points, first, end)
     order = np.argsort(piece_first, kind="stable")
     piece_first, piece_end = piece_first[order], np.maximum.accumulate(piece_end[order])
     fresh = np.ones(piece_first.size, dtype=bool)
@@ -237,9 +255,42 @@ def _token_starts(
     lo = piece_first[fresh]
     hi = np.zeros(lo.size, dtype=np.int64)
     np.maximum.at(hi, group, piece_end)
-    encodings = _encode_batch([text[stop + a : stop + b] for a, b in zip(lo.tolist(), hi.tolist())], tokenizer)
-    found = [
-        np.arange(a, b) if isinstance(e, Exception) else e.offsets[:, 0].astype(np.int64) + a
-        for a, b, e in zip(lo.tolist(), hi.tolist(), encodings)
-    ]
-    return np.concatenate(found) if found else np.zeros(0, np.int64)
+    # Each distinct piece once (a page repeats its boilerplate), all in one text: each starts
+    # with a cut's space and ends before one (or at the text's end: that piece is unique and
+    # last), so where they meet is a cut too and each tokenizes as on its own.
+    pieces = [text[stop + a : stop + b] for a, b in zip(lo.tolist(), hi.tolist())]
+    distinct: dict[str, int] = {}
+    which = np.array([distinct.setdefault(piece, len(distinct)) for piece in pieces], dtype=np.int64)
+    ordered = list(distinct)  # in first use (dicts keep it): only the last piece may end in a space, once
+    lengths = np.array([len(piece) for piece in ordered], dtype=np.int64)
+    joined_start = np.concatenate([[0], np.cumsum(lengths)])
+    (encoding,) = _encode_batch(["".join(ordered)], tokenizer)
+    if isinstance(encoding, Exception):  # no piece decided: each character may start a token
+        return np.flatnonzero(coverage(points.size, lo, hi))
+    at = encoding.offsets[:, 0].astype(np.int64)
+    owner = np.searchsorted(joined_start, at, side="right") - 1  # the distinct piece each token is in
+    at -= joined_start[owner]
+    first_token = np.searchsorted(owner, np.arange(len(ordered) + 1))  # each distinct piece's tokens
+    token, piece = expand_ranges(first_token[which], first_token[which + 1])
+    return at[token] + lo[piece]
+
+
+def _cut_around(points: np.ndarray, first: np.ndarray, end: np.ndarray, window: int = 256):
+    """The last cut at or before each `first` and the first at or after each `end` (the text's
+    end is one; so is position 0, where tokenizing stopped), as `_CUT` finds them: first in a
+    window around each, else over the whole text."""
+
+    def is_cut(at: np.ndarray) -> np.ndarray:
+        inside = at < points.size
+        here, before = points[np.minimum(at, points.size - 1)], points[np.maximum(at - 1, 0)]
+        return (at == 0) | ~inside | ((here == 0x20) & ~np.take(IS_WHITESPACE, before, mode="clip"))
+
+    back = np.maximum(first[:, None] - np.arange(window), 0)  # first, first - 1, ...
+    ahead = np.minimum(end[:, None] + np.arange(window), points.size)
+    cut_back, cut_ahead = is_cut(back), is_cut(ahead)
+    if cut_back.any(axis=1).all() and cut_ahead.any(axis=1).all():
+        rows = np.arange(first.size)
+        return back[rows, cut_back.argmax(axis=1)], ahead[rows, cut_ahead.argmax(axis=1)]
+    spaces = np.flatnonzero(points == 0x20)
+    cuts = np.append(spaces[is_cut(spaces)], points.size)
+    return cuts[np.searchsorted(cuts, first, side="right") - 1], cuts[np.searchsorted(cuts, end, side="left")]
