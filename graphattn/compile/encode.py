@@ -6,22 +6,31 @@ tokenized. `long_token_bound` says when such a bound exists (tail only: `drop_lo
 chooses what to drop from the sizes of all contexts, `windows` compiles every window and
 `error` reports the full size), and `encode_documents` then tokenizes a prefix of the text that
 holds more long tokens than the bound, growing it until it does or the text ends: the first
-prefix allows `FIRST_CHARS_PER_TOKEN` characters per token (a text shorter than that is
-tokenized whole, once), a prefix too short grows by the rate of tokens it showed. Every step
-depends on the document alone, so the cut (and the report) is deterministic.
+prefix allows `FIRST_CHARS_PER_TOKEN` characters per token (a text shorter than
+`MIN_PREFIX_CHARS` is tokenized whole, once; documentation pages take 1.9-2.9 characters per
+wordpiece, so 3 is one round for them), a prefix too short grows by tokenizing only what it adds,
+to the bound at the rate of tokens it showed and `GROWTH_MARGIN` more. Every step depends on the
+document alone, so the cut (and the report) is deterministic.
 
 A prefix is cut right before a space that follows a non-space, and only for tokenizers whose
-tokens there are provably those of the whole text (`Tokenizer.prefix_exact`: per-character
-normalizers, pre-tokenizers that split at spaces, no added token holding a space); any other
-tokenizer gets the whole text, as before. Selected ``per_token`` nodes, whose every wordpiece is
-a global, are never cut: the prefix extends past their end.
+tokens there are provably those of the whole text, and those of a piece between two such cuts
+too (`Tokenizer.prefix_exact`, `Tokenizer.suffix_exact`: per-character normalizers,
+pre-tokenizers that split at spaces, no added token holding a space), and that say where their
+tokens start (`char_classes`, below); any other tokenizer gets the whole text, as before.
+Selected ``per_token`` nodes, whose every wordpiece is a global, are never cut: the prefix
+extends past their end.
 
-A prefix grows by tokenizing only what it adds (``text[stop:new_stop]``, its offsets shifted)
-when the tokenizer says that gives the whole text's tokens there (`Tokenizer.suffix_exact`),
-else from the start again. The cuts do not depend on which, so neither do the instance and
-its report. (A tighter first guess would tokenize less, but the layout's count of globals past
-the cut, `layout._long_text_past`, counts non-space text that may yield no token, so the kept
-globals could then differ from those of the whole text.)
+Past the cut nothing is kept, but which nodes there hold long tokens still decides the instance
+(a global without long tokens is kept, one whose text was cut away is dropped) and the report.
+`long_text_past` finds them as the whole text's tokens would: the tokenizer's own normalizer and
+pre-tokenizer classify each character (`HFTokenizer.char_classes`: a space, a character the
+normalizer removes such as U+200B, one that starts a pre-token, punctuation alone), so a node
+holding a pre-token's first character holds a token and one of spaces and removed characters
+holds none; a node left unsure (one inside a word, whose token may start before it) is decided
+by tokenizing the text between the cuts around it. The cut changes the work, never the
+instance or its report (but for the sizes before truncation, which then count up to the cut).
+A tokenizer that keeps spaces in its tokens (byte-level BPE, Metaspace) says nothing certain
+and is not cut.
 """
 
 from __future__ import annotations
@@ -44,7 +53,7 @@ from graphattn.tokenize import (
     spans_to_token_ranges,
 )
 
-FIRST_CHARS_PER_TOKEN = 3  # the first prefix: 3 characters per long token kept (see the module docstring)
+FIRST_CHARS_PER_TOKEN = 3  # the first prefix: 3 characters per long token kept (module docstring)
 MIN_PREFIX_CHARS = 4096  # and never less (shorter texts are tokenized whole)
 GROWTH_MARGIN = 1.1  # a prefix too short grows to the bound's tokens at the rate it showed, and a tenth more
 _CUT = re.compile(r"(?<=\S) ")  # a space right after a non-space: where a prefix may end

@@ -216,6 +216,8 @@ def _effective_spans(graph, node_ids, spans, has_span, parent, depth) -> np.ndar
         outer = f"its parent {node_ids[p]!r}'s span [{spans[p, 0]}, {spans[p, 1]})"
         _fail(graph, f"span [{spans[c, 0]}, {spans[c, 1]}) lies outside {outer}", node_ids[c])
     covered = has_span.copy()
+    if has_span.all():  # every node has its own span (HTML, bulk builders): none to grow
+        return spans
     # each level's nodes, without a pass over all nodes per level (int16 depths sort by radix, O(N))
     by_depth = np.argsort(depth.astype(np.int16) if depth.max(initial=0) < 2**15 else depth, kind="stable")
     level_start = np.searchsorted(depth[by_depth], np.arange(int(depth.max(initial=0)) + 2))
