@@ -14,7 +14,8 @@ reader uses), or a whole graph at once (`from_columns`: what the JSON readers us
 `edge_arrays`, `attr_column`, `attr_values`). `graph.nodes`, `graph.node(id)`, `graph.edges`
 and iteration give `Node` / `Edge` views of rows: reading them reads the columns, and writing a
 view's span, type or attrs writes the columns, checked like `add_node` (a span past the text
-raises there and then).
+raises there and then). The views live in `graph_views`, the dict and networkx conversions in
+`graph_interchange`.
 
 The graph checks what it can know alone (ids, dangling edges, spans: pairs of integers inside
 the text); what the schema decides (which types and relations exist, overlapping spans of one
@@ -26,156 +27,19 @@ from __future__ import annotations
 import numbers
 from array import array
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from graphattn.errors import GraphError
-from graphattn.graph_columns import Column, RowAttrs, add_columns, check_columns, set_attrs
+from graphattn.graph_columns import Column, add_columns, check_columns, set_attrs
+from graphattn.graph_interchange import graph_from_dict, graph_from_networkx, graph_to_dict, graph_to_networkx
+from graphattn.graph_views import Edge, EdgesView, EdgeView, Node, NodesView, NodeView
 
 if TYPE_CHECKING:
     import networkx as nx
 
 CONTAINS = "contains"
-
-
-@dataclass
-class Node:
-    """A node as plain values (what `DocGraph.extend` takes); graphs hand out live views of it."""
-
-    id: str
-    type: str
-    span: tuple[int, int] | None = None
-    attrs: dict[str, Any] = field(default_factory=dict)
-
-
-@dataclass
-class Edge:
-    """An edge as plain values; `graph.edges` holds live views of it."""
-
-    src: str
-    relation: str
-    dst: str
-    attrs: dict[str, Any] = field(default_factory=dict)
-
-
-class _NodeView(Node):
-    """Row `row` of a graph, read (and written, with the graph's checks) through its columns."""
-
-    def __init__(self, graph: DocGraph, row: int):  # noqa: D107 - no dataclass fields of its own
-        self._graph, self._row = graph, row
-
-    @property
-    def id(self) -> str:  # type: ignore[override]
-        return self._graph._ids[self._row]
-
-    @property
-    def type(self) -> str:  # type: ignore[override]
-        return self._graph._type_names[self._graph._types[self._row]]
-
-    @type.setter
-    def type(self, value: str) -> None:
-        self._graph._types[self._row] = self._graph._type_code(self.id, value)
-
-    @property
-    def span(self) -> tuple[int, int] | None:  # type: ignore[override]
-        start = self._graph._starts[self._row]
-        return None if start < 0 else (start, self._graph._ends[self._row])
-
-    @span.setter
-    def span(self, value: Any) -> None:
-        self._graph._set_span(self._row, value)
-
-    @property
-    def attrs(self) -> RowAttrs:  # type: ignore[override]
-        return RowAttrs(self._graph._node_attrs, self._row)
-
-    @attrs.setter
-    def attrs(self, value: Mapping[str, Any]) -> None:
-        value = _checked_attrs(value, self._graph.source, self.id)
-        view = self.attrs
-        for key in list(view):
-            del view[key]
-        view.update(value)
-
-    def __repr__(self) -> str:
-        return f"Node(id={self.id!r}, type={self.type!r}, span={self.span!r}, attrs={dict(self.attrs)!r})"
-
-
-class _EdgeView(Edge):
-    def __init__(self, graph: DocGraph, row: int):  # noqa: D107
-        self._graph, self._row = graph, row
-
-    @property
-    def src(self) -> str:  # type: ignore[override]
-        return self._graph._ids[self._graph._src[self._row]]
-
-    @property
-    def relation(self) -> str:  # type: ignore[override]
-        return self._graph._relation_names[self._graph._rel[self._row]]
-
-    @property
-    def dst(self) -> str:  # type: ignore[override]
-        return self._graph._ids[self._graph._dst[self._row]]
-
-    @property
-    def attrs(self) -> RowAttrs:  # type: ignore[override]
-        return RowAttrs(self._graph._edge_attrs, self._row)
-
-    def __repr__(self) -> str:
-        return f"Edge(src={self.src!r}, relation={self.relation!r}, dst={self.dst!r}, attrs={dict(self.attrs)!r})"
-
-
-class _Nodes(Mapping):
-    """`graph.nodes`: node id -> Node view, in insertion order."""
-
-    def __init__(self, graph: DocGraph):
-        self._graph = graph
-
-    def __getitem__(self, node_id: str) -> Node:
-        return _NodeView(self._graph, self._graph._index()[node_id])
-
-    def __contains__(self, node_id: object) -> bool:
-        return node_id in self._graph._index()
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(list(self._graph._ids))
-
-    def __len__(self) -> int:
-        return len(self._graph._ids)
-
-    def __repr__(self) -> str:
-        return f"<{len(self)} nodes of {self._graph!r}>"
-
-
-class _Edges(Sequence):
-    """`graph.edges`: Edge views in insertion order; `append` adds an edge (checked)."""
-
-    def __init__(self, graph: DocGraph):
-        self._graph = graph
-
-    def __getitem__(self, i):  # type: ignore[override]
-        if isinstance(i, slice):
-            return [_EdgeView(self._graph, row) for row in range(len(self))[i]]
-        if i < 0:
-            i += len(self)
-        if not 0 <= i < len(self):
-            raise IndexError(i)
-        return _EdgeView(self._graph, i)
-
-    def __len__(self) -> int:
-        return len(self._graph._src)
-
-    def append(self, edge: Edge) -> None:
-        self._graph.add_edge(edge.src, edge.relation, edge.dst, **dict(edge.attrs))
-
-    def extend(self, edges: Iterable[Edge]) -> None:
-        for edge in edges:
-            self.append(edge)
-
-    def __repr__(self) -> str:
-        return f"<{len(self)} edges of {self._graph!r}>"
 
 
 class DocGraph:
@@ -246,7 +110,7 @@ class DocGraph:
         self._ends.append(end)
         if attrs:
             set_attrs(self._node_attrs, row, attrs)
-        return _NodeView(self, row)
+        return NodeView(self, row)
 
     def add_edge(self, src: str, relation: str, dst: str, **attrs: Any) -> Edge:
         src, dst = str(src), str(dst)
@@ -266,7 +130,7 @@ class DocGraph:
         self._rel.append(code if code is not None else self._relation_code(str(relation)))
         if attrs:
             set_attrs(self._edge_attrs, row, attrs)
-        return _EdgeView(self, row)
+        return EdgeView(self, row)
 
     def add_child(
         self, parent: str, node_id: str, type: str, span: tuple[int, int] | None = None, **attrs: Any
@@ -536,35 +400,35 @@ class DocGraph:
     # -- reading --------------------------------------------------------------------------
     @property
     def nodes(self) -> Mapping[str, Node]:
-        return _Nodes(self)
+        return NodesView(self)
 
     @property
-    def edges(self) -> _Edges:
-        return _Edges(self)
+    def edges(self) -> EdgesView:
+        return EdgesView(self)
 
     def __len__(self) -> int:
         return len(self._ids)
 
     def __iter__(self) -> Iterator[Node]:
-        return (_NodeView(self, row) for row in range(len(self._ids)))
+        return (NodeView(self, row) for row in range(len(self._ids)))
 
     def node(self, node_id: str) -> Node:
         row = self._index().get(node_id)
         if row is None:
             raise GraphError("no such node", file=self.source, node=node_id)
-        return _NodeView(self, row)
+        return NodeView(self, row)
 
     def nodes_of_type(self, type: str) -> list[Node]:
         code = self._type_codes.get(type)
         if code is None:
             return []
-        return [_NodeView(self, int(row)) for row in np.flatnonzero(self.type_codes()[0] == code)]
+        return [NodeView(self, int(row)) for row in np.flatnonzero(self.type_codes()[0] == code)]
 
     def edges_of(self, relation: str) -> list[Edge]:
         code = self._relation_codes.get(relation)
         if code is None:
             return []
-        return [_EdgeView(self, int(row)) for row in np.flatnonzero(np.frombuffer(self._rel, np.int64) == code)]
+        return [EdgeView(self, int(row)) for row in np.flatnonzero(np.frombuffer(self._rel, np.int64) == code)]
 
     def span_text(self, node_id: str) -> str:
         span = self.node(node_id).span
@@ -632,80 +496,25 @@ class DocGraph:
             return values.tolist()
         return [v if p else default for v, p in zip(values.tolist(), present.tolist())]
 
-    # -- plain dicts ----------------------------------------------------------------------
+    # -- plain dicts and networkx (graph_interchange) -----------------------------------------
     def to_dict(self) -> dict[str, Any]:
-        nodes = []
-        for view in self:
-            node: dict[str, Any] = {"id": view.id, "type": view.type}
-            if view.span is not None:
-                node["span"] = list(view.span)
-            attrs = dict(view.attrs)
-            if attrs:
-                node["attrs"] = attrs
-            nodes.append(node)
-        edges = []
-        for edge in self.edges:
-            item: dict[str, Any] = {"src": edge.src, "relation": edge.relation, "dst": edge.dst}
-            attrs = dict(edge.attrs)
-            if attrs:
-                item["attrs"] = attrs
-            edges.append(item)
-        return {"doc_id": self.doc_id, "text": self._text, "nodes": nodes, "edges": edges}
+        """``{"doc_id", "text", "nodes", "edges"}``, the form `from_dict` reads."""
+        return graph_to_dict(self)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any], source: str | None = None) -> DocGraph:
         """Build from ``{"text", "doc_id"?, "nodes": [{id, type, span?, attrs?}], "edges": [{src, relation, dst,
         attrs?}]}``; every value is checked (spans are pairs of ints, attrs mappings), naming the node."""
-        if not isinstance(data, dict):
-            raise GraphError(f"a document graph must be an object, got {type(data).__name__}", file=source)
-        if not isinstance(data.get("text"), str):
-            raise GraphError("missing or non-string key 'text'", file=source, path=("text",))
-        graph = cls(data["text"], data.get("doc_id"), source)
-        for i, raw in enumerate(_list_of_dicts(data, "nodes", source)):
-            for key in ("id", "type"):
-                if key not in raw:
-                    raise GraphError(f"node is missing key {key!r}", file=source, path=("nodes", i))
-            attrs = _checked_attrs(raw.get("attrs", {}), source, str(raw["id"]), ("nodes", i, "attrs"))
-            graph.add_node(raw["id"], raw["type"], raw.get("span"), **attrs)
-        for i, raw in enumerate(_list_of_dicts(data, "edges", source)):
-            missing = [k for k in ("src", "relation", "dst") if k not in raw]
-            if missing:
-                raise GraphError(f"edge is missing key(s) {missing}", file=source, path=("edges", i))
-            attrs = _checked_attrs(raw.get("attrs", {}), source, str(raw["src"]), ("edges", i, "attrs"))
-            graph.add_edge(raw["src"], raw["relation"], raw["dst"], **attrs)
-        return graph
+        return graph_from_dict(cls, data, source)
 
-    # -- networkx -------------------------------------------------------------------------
     def to_networkx(self) -> nx.MultiDiGraph:
         """A MultiDiGraph: node attrs `type`, `span`, attrs; edge key and attr `relation`."""
-        import networkx as nx  # only for the conversions: reading and compiling never need it
-
-        g = nx.MultiDiGraph(text=self._text, doc_id=self.doc_id)
-        for n in self:
-            g.add_node(n.id, type=n.type, span=n.span, **n.attrs)
-        for e in self.edges:
-            g.add_edge(e.src, e.dst, key=e.relation, relation=e.relation, **e.attrs)
-        return g
+        return graph_to_networkx(self)
 
     @classmethod
     def from_networkx(cls, g: nx.Graph, text: str | None = None, doc_id: str | None = None) -> DocGraph:
         """Inverse of `to_networkx`; any networkx graph whose nodes carry a `type` attribute."""
-        graph = cls(text if text is not None else g.graph.get("text", ""), doc_id or g.graph.get("doc_id"))
-        for node_id, data in g.nodes(data=True):
-            data = dict(data)
-            if "type" not in data:
-                raise GraphError("networkx node has no 'type' attribute", node=str(node_id))
-            graph.add_node(str(node_id), data.pop("type"), data.pop("span", None), **data)
-        edge_iter: Iterable = (
-            g.edges(keys=True, data=True) if g.is_multigraph() else ((u, v, None, d) for u, v, d in g.edges(data=True))
-        )
-        for src, dst, key, data in edge_iter:
-            data = dict(data)
-            relation = data.pop("relation", key)
-            if relation is None:
-                raise GraphError(f"networkx edge {src!r} -> {dst!r} has no 'relation'", node=str(src))
-            graph.add_edge(str(src), relation, str(dst), **data)
-        return graph
+        return graph_from_networkx(cls, g, text, doc_id)
 
 
 def _code_table(names: Sequence[Any], local: np.ndarray, register: Callable[[Any], int]) -> np.ndarray:
@@ -716,28 +525,3 @@ def _code_table(names: Sequence[Any], local: np.ndarray, register: Callable[[Any
         if used[k]:
             table[k] = register(name)
     return table
-
-
-def _checked_attrs(attrs: Any, source: str | None, node: str, path: tuple = ()) -> dict[str, Any]:
-    """Attrs are a mapping with string keys (they become keyword arguments and column names)."""
-    if not isinstance(attrs, Mapping):
-        raise GraphError(
-            f"attrs must be an object (a mapping of names to values), got {type(attrs).__name__}",
-            file=source,
-            path=path,
-            node=node,
-        )
-    bad = next((k for k in attrs if not isinstance(k, str)), None)
-    if bad is not None:
-        raise GraphError(f"attr names must be strings, got {bad!r}", file=source, path=path, node=node)
-    return dict(attrs)
-
-
-def _list_of_dicts(data: dict, key: str, source: str | None) -> list[dict]:
-    items = data.get(key, [])
-    if not isinstance(items, list):
-        raise GraphError(f"{key!r} must be a list, got {type(items).__name__}", file=source, path=(key,))
-    for i, item in enumerate(items):
-        if not isinstance(item, dict):
-            raise GraphError(f"must be an object, got {type(item).__name__}", file=source, path=(key, i))
-    return items
