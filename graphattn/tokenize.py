@@ -112,7 +112,11 @@ class Encoding:
 
 @runtime_checkable
 class Tokenizer(Protocol):
-    """What the compiler needs from a tokenizer. Special-token ids are None when absent."""
+    """What the compiler needs from a tokenizer. Special-token ids are None when absent.
+
+    Optional, for tokenizing only what can be kept (`compile.encode`): `prefix_exact`,
+    `suffix_exact` and `char_classes` (see `HFTokenizer`); a tokenizer without them is given
+    whole texts."""
 
     cls_id: int | None
     sep_id: int | None
