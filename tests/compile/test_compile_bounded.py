@@ -401,3 +401,41 @@ def test_nodes_past_the_cut_hold_tokens_as_the_tokenizer_says(tricky):
         if not ((whole >= start) & (whole < start + len(piece))).any():
             tokenless.append(f"t{len(words) + 1 + k}")
     assert tokenless and set(tokenless) <= set(early.global_node_ids)
+
+
+# words, a hex digest and the button text glued to it, removed characters (U+200B, BOM, a lone
+# combining mark, a soft hyphen), spaces, accents, CJK, punctuation, a word longer than the window
+_WORDS_AND_GLUE = ["the ", "river ", "runs, ", "a2a516ea6ea959d6658e", "const", "copy", "(x)", "ß", "caf\u00e9"]
+_TRICKY = _WORDS_AND_GLUE + ["\u200b", "\ufeff", "\u0301", "\u00ad", " ", "  ", "\n", "\u4e00\u4e8c", "x" * 300]
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    pieces=st.lists(st.sampled_from(_TRICKY), min_size=30, max_size=160),
+    max_long=st.integers(2, 24),
+    kind=st.sampled_from(["shipped", "spacy"]),
+)
+def test_random_pages_of_tricky_pieces_give_the_whole_texts_instance(pieces, max_long, kind):
+    """Text nodes of words cut anywhere (inside words, removed characters, words longer than
+    the window `long_text_past` looks for cuts in), with a first prefix so short that the cut
+    falls anywhere: the instance and report are those of the whole text."""
+    from unittest import mock
+
+    import graphattn.compile.encode as encode
+
+    schema = load_schema(
+        {
+            "name": "tricky",
+            "max_long_length": max_long,
+            "max_global_length": 256,
+            "special_tokens": {"global": 1},
+            "node_types": {"text": {"global": "node", "long": True}},
+            "truncation": {"policy": "tail"},
+        }
+    )
+    graph = _text_nodes_graph(["start "] + pieces)
+    inner = load_tokenizer(str(TOKENIZER)) if kind == "shipped" else SpacyWordTokenizer(vocab=WORDS + ["[UNK]"])
+    with mock.patch.object(encode, "MIN_PREFIX_CHARS", 8), mock.patch.object(encode, "FIRST_CHARS_PER_TOKEN", 1):
+        early = compile_instance(graph, schema, Counting(inner, True), compact=True)
+    full = compile_instance(graph, schema, Counting(inner, False), compact=True)
+    _same_instance(early, full)
