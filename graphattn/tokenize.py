@@ -51,6 +51,21 @@ _SPECIAL_TOKEN_CANDIDATES = {
 }
 
 
+# What one character says about where tokens start (`HFTokenizer.char_classes`), so that the
+# compiler can tell which nodes past a cut hold tokens without tokenizing there (`compile.encode`):
+CHAR_SPACE = 0  # never starts a token; the next word character starts one (a pre-token boundary)
+CHAR_REMOVED = 1  # never starts a token and joins its neighbours (the normalizer drops it: U+200B, U+FFFD)
+CHAR_WORD = 2  # starts a token when it starts a pre-token (after a space or an alone character)
+CHAR_ALONE = 3  # a pre-token of its own (BERT's punctuation, CJK): starts a token, ends its pre-token
+CHAR_UNKNOWN = 4  # may start a token or not, and says nothing of its neighbours
+_UNCLASSIFIED = 255
+
+# str.isspace by code point, as one lookup: every space character is below U+3001 (the last slot,
+# False, stands for all code points above).
+IS_WHITESPACE = np.array([chr(c).isspace() for c in range(0x3002)], dtype=bool)
+IS_WHITESPACE[-1] = False
+
+
 class TokenizerError(GraphattnError):
     """A tokenizer that cannot be loaded or used as asked (names the file where there is one)."""
 
@@ -97,7 +112,11 @@ class Encoding:
 
 @runtime_checkable
 class Tokenizer(Protocol):
-    """What the compiler needs from a tokenizer. Special-token ids are None when absent."""
+    """What the compiler needs from a tokenizer. Special-token ids are None when absent.
+
+    Optional, for tokenizing only what can be kept (`compile.encode`): `prefix_exact`,
+    `suffix_exact` and `char_classes` (see `HFTokenizer`); a tokenizer without them is given
+    whole texts."""
 
     cls_id: int | None
     sep_id: int | None
@@ -216,6 +235,7 @@ class HFTokenizer:
         self.source = source
         self._prefix_exact: bool | None = None
         self._suffix_exact: bool | None = None
+        self._char_table: np.ndarray | None = None  # `char_classes` by code point, filled as met
         model_unk = getattr(tokenizer.model, "unk_token", None)
         overrides = {
             "cls": cls_token,
@@ -262,6 +282,62 @@ class HFTokenizer:
             normalizers = _components(json.loads(self.tokenizer.to_str()).get("normalizer"))
             self._suffix_exact = self.prefix_exact and not any(n.get("type") in _END_NORMALIZERS for n in normalizers)
         return self._suffix_exact
+
+    def char_classes(self, points: np.ndarray) -> np.ndarray:
+        """uint8 per code point in `points`: what the character says about where tokens start
+        (``CHAR_*``), from this tokenizer's own normalizer and pre-tokenizer run on ``x{c}x`` and
+        ``x{c}{c}x`` once per code point first met (after that, one table lookup). Only for a
+        pre-tokenizer that splits at spaces and drops them, whose choices then depend on each
+        character alone; any other gets `CHAR_UNKNOWN` throughout."""
+        if self._char_table is None:
+            self._char_table = np.full(0x110000, _UNCLASSIFIED, dtype=np.uint8)
+        classes = np.take(self._char_table, points)
+        fresh = classes == _UNCLASSIFIED
+        if fresh.any():
+            new = np.unique(points[fresh])
+            self._char_table[new] = self._classify(new.tolist())
+            classes[fresh] = self._char_table[points[fresh]]
+        return classes
+
+    def _classify(self, points: list[int]) -> np.ndarray:
+        from tokenizers import PreTokenizedString
+
+        normalizer, pre_tokenizer = self.tokenizer.normalizer, self.tokenizer.pre_tokenizer
+
+        def splits(text: str) -> list[tuple[str, tuple[int, int]]]:
+            pieces = PreTokenizedString(text)
+            if normalizer is not None:
+                pieces.normalize(normalizer.normalize)
+            if pre_tokenizer is not None:
+                pre_tokenizer.pre_tokenize(pieces)
+            return [(t, o) for t, o, _ in pieces.get_splits(offset_referential="original", offset_type="char")]
+
+        model = self.tokenizer.model
+        # models that give every pre-token a first token at its first character (a BPE without an
+        # unk token or byte fallback drops the characters it does not know)
+        whole = type(model).__name__ in ("WordPiece", "WordLevel", "Unigram") or bool(
+            getattr(model, "unk_token", None) or getattr(model, "byte_fallback", False)
+        )
+        # a non-special added token is matched before the pre-tokenizer, anywhere but across a space
+        plain = not any(not t.special for t in self.tokenizer.get_added_tokens_decoder().values())
+        out = np.full(len(points), CHAR_UNKNOWN, dtype=np.uint8)
+        if [o for _, o in splits("x x")] != [(0, 1), (2, 3)]:
+            return out  # spaces stay in the tokens (byte-level BPE, Metaspace): nothing is certain
+        for k, point in enumerate(points):
+            c = chr(point)
+            one, two = splits(f"x{c}x"), splits(f"x{c}{c}x")
+            shape = [o for _, o in one], [o for _, o in two]
+            if shape == ([(0, 1), (2, 3)], [(0, 1), (3, 4)]):
+                out[k] = CHAR_SPACE
+            elif not plain:
+                continue
+            elif shape == ([(0, 3)], [(0, 4)]) and len(one[0][0]) == len(two[0][0]) == 2:
+                out[k] = CHAR_REMOVED
+            elif whole and shape == ([(0, 3)], [(0, 4)]):
+                out[k] = CHAR_WORD
+            elif whole and shape == ([(0, 1), (1, 2), (2, 3)], [(0, 1), (1, 2), (2, 3), (3, 4)]):
+                out[k] = CHAR_ALONE
+        return out
 
     def _wrap(self, encoding: Any, text: str) -> Encoding:
         offsets = _offsets_array(encoding.offsets)
@@ -403,6 +479,19 @@ class SpacyWordTokenizer:
         """spaCy splits at spaces first, so a prefix ending before a space tokenizes like the
         whole text there; a growing vocabulary would still number words differently."""
         return not self.grow
+
+    @property
+    def suffix_exact(self) -> bool:
+        """spaCy tokenizes the chunks between spaces one by one, so a piece between two cuts
+        tokenizes like the whole text there."""
+        return self.prefix_exact
+
+    def char_classes(self, points: np.ndarray) -> np.ndarray:
+        """``CHAR_*`` per code point: a space separates chunks, each chunk's first character
+        starts a token; other whitespace may make a (skipped) whitespace token of its own."""
+        classes = np.where(np.take(IS_WHITESPACE, points, mode="clip"), CHAR_UNKNOWN, CHAR_WORD).astype(np.uint8)
+        classes[points == 0x20] = CHAR_SPACE
+        return classes
 
     def save_vocab(self, path: str | os.PathLike) -> None:
         """Write one token per line, in id order (readable back as a fixed vocabulary)."""

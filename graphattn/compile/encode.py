@@ -6,22 +6,31 @@ tokenized. `long_token_bound` says when such a bound exists (tail only: `drop_lo
 chooses what to drop from the sizes of all contexts, `windows` compiles every window and
 `error` reports the full size), and `encode_documents` then tokenizes a prefix of the text that
 holds more long tokens than the bound, growing it until it does or the text ends: the first
-prefix allows `FIRST_CHARS_PER_TOKEN` characters per token (a text shorter than that is
-tokenized whole, once), a prefix too short grows by the rate of tokens it showed. Every step
-depends on the document alone, so the cut (and the report) is deterministic.
+prefix allows `FIRST_CHARS_PER_TOKEN` characters per token (a text shorter than
+`MIN_PREFIX_CHARS` is tokenized whole, once; documentation pages take 1.9-2.9 characters per
+wordpiece, so 3 is one round for them), a prefix too short grows by tokenizing only what it adds,
+to the bound at the rate of tokens it showed and `GROWTH_MARGIN` more. Every step depends on the
+document alone, so the cut (and the report) is deterministic.
 
 A prefix is cut right before a space that follows a non-space, and only for tokenizers whose
-tokens there are provably those of the whole text (`Tokenizer.prefix_exact`: per-character
-normalizers, pre-tokenizers that split at spaces, no added token holding a space); any other
-tokenizer gets the whole text, as before. Selected ``per_token`` nodes, whose every wordpiece is
-a global, are never cut: the prefix extends past their end.
+tokens there are provably those of the whole text, and those of a piece between two such cuts
+too (`Tokenizer.prefix_exact`, `Tokenizer.suffix_exact`: per-character normalizers,
+pre-tokenizers that split at spaces, no added token holding a space), and that say where their
+tokens start (`char_classes`, below); any other tokenizer gets the whole text, as before.
+Selected ``per_token`` nodes, whose every wordpiece is a global, are never cut: the prefix
+extends past their end.
 
-A prefix grows by tokenizing only what it adds (``text[stop:new_stop]``, its offsets shifted)
-when the tokenizer says that gives the whole text's tokens there (`Tokenizer.suffix_exact`),
-else from the start again. The cuts do not depend on which, so neither do the instance and
-its report. (A tighter first guess would tokenize less, but the layout's count of globals past
-the cut, `layout._long_text_past`, counts non-space text that may yield no token, so the kept
-globals could then differ from those of the whole text.)
+Past the cut nothing is kept, but which nodes there hold long tokens still decides the instance
+(a global without long tokens is kept, one whose text was cut away is dropped) and the report.
+`long_text_past` finds them as the whole text's tokens would: the tokenizer's own normalizer and
+pre-tokenizer classify each character (`HFTokenizer.char_classes`: a space, a character the
+normalizer removes such as U+200B, one that starts a pre-token, punctuation alone), so a node
+holding a pre-token's first character holds a token and one of spaces and removed characters
+holds none; a node left unsure (one inside a word, whose token may start before it) is decided
+by tokenizing the text between the cuts around it. The cut changes the work, never the
+instance or its report (but for the sizes before truncation, which then count up to the cut).
+A tokenizer that keeps spaces in its tokens (byte-level BPE, Metaspace) says nothing certain
+and is not cut.
 """
 
 from __future__ import annotations
@@ -31,13 +40,22 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from graphattn.compile.ranges import coverage
+from graphattn.compile.ranges import coverage, expand_ranges
 from graphattn.schema import Schema
-from graphattn.tokenize import Encoding, Tokenizer, spans_to_token_ranges
+from graphattn.tokenize import (
+    CHAR_ALONE,
+    CHAR_REMOVED,
+    CHAR_SPACE,
+    CHAR_WORD,
+    IS_WHITESPACE,
+    Encoding,
+    Tokenizer,
+    spans_to_token_ranges,
+)
 
-FIRST_CHARS_PER_TOKEN = 6  # the first prefix: 6 characters per long token kept (English wordpieces take 3-5)
+FIRST_CHARS_PER_TOKEN = 3  # the first prefix: 3 characters per long token kept (module docstring)
 MIN_PREFIX_CHARS = 4096  # and never less (shorter texts are tokenized whole)
-GROWTH_MARGIN = 1.2  # a prefix too short grows to the bound's tokens at the rate it showed, and a fifth more
+GROWTH_MARGIN = 1.1  # a prefix too short grows to the bound's tokens at the rate it showed, and a tenth more
 _CUT = re.compile(r"(?<=\S) ")  # a space right after a non-space: where a prefix may end
 
 
@@ -70,17 +88,27 @@ def suffix_exact(tokenizer: Tokenizer) -> bool:
     return prefix_exact(tokenizer) and bool(getattr(tokenizer, "suffix_exact", False))
 
 
+def may_cut(tokenizer: Tokenizer) -> bool:
+    """Whether a text may be tokenized only in part: the tokens of a prefix and of pieces between
+    cuts are the whole text's, and the tokenizer's character classes say where tokens start
+    (`long_text_past`; a tokenizer that keeps spaces in its tokens says nothing certain)."""
+    classes = getattr(tokenizer, "char_classes", None)
+    return suffix_exact(tokenizer) and callable(classes) and classes(_SPACE)[0] == CHAR_SPACE
+
+
+_SPACE = np.array([0x20], dtype=np.uint32)
+
+
 def encode_documents(plans: list[TextPlan], tokenizer: Tokenizer) -> list[tuple[Encoding | Exception, int]]:
     """(encoding, characters tokenized) per plan, one `encode_batch` call per round of growth;
     a text the tokenizer refuses gets its exception instead of an encoding."""
     results: list[tuple[Encoding | Exception, int]] = [(Encoding.empty(), 0)] * len(plans)  # nothing yet
-    resume = suffix_exact(tokenizer)
-    cuttable = prefix_exact(tokenizer)
+    cuttable = may_cut(tokenizer)
     wanted = {i: _first_guess(plan) if cuttable else len(plan.text) for i, plan in enumerate(plans)}
     while wanted:
         stops = {i: _cut_point(plans[i], chars) for i, chars in wanted.items()}
         order = list(stops)
-        starts = [results[i][1] if resume else 0 for i in order]
+        starts = [results[i][1] for i in order]  # grown from where the last prefix stopped
         encodings = _encode_batch([plans[i].text[start : stops[i]] for i, start in zip(order, starts)], tokenizer)
         wanted = {}
         for i, start, encoding in zip(order, starts, encodings):
@@ -94,7 +122,7 @@ def encode_documents(plans: list[TextPlan], tokenizer: Tokenizer) -> list[tuple[
                 found = _long_tokens(encoding, plan)
                 if found <= plan.bound:  # not enough yet: grow the prefix by what the rate so far says
                     rate = stop / max(found, 1)
-                    wanted[i] = max(2 * stop, int(rate * (plan.bound + 1) * GROWTH_MARGIN))
+                    wanted[i] = max(stop + MIN_PREFIX_CHARS, int(rate * (plan.bound + 1) * GROWTH_MARGIN))
     return results
 
 
@@ -147,3 +175,131 @@ def _encode_batch(texts: list[str], tokenizer: Tokenizer) -> list[Encoding | Exc
         except Exception as err:  # noqa: BLE001 - belongs to this document
             out.append(err)
     return out
+
+
+def long_text_past(
+    text: str, stop: int, spans: np.ndarray, long_spans: np.ndarray | None, tokenizer: Tokenizer
+) -> np.ndarray:
+    """bool [N]: the node's span (-1: none) holds, past character `stop` (where tokenizing
+    stopped), a long token of the whole text's tokens, found without tokenizing all of it.
+
+    The tokenizer's `char_classes` mark where tokens certainly start (the first character of
+    each pre-token) and where none can (spaces, characters its normalizer removes); a node with
+    long text but no certain start (its span begins inside a word, say) is decided by tokenizing
+    the text between the cuts around it, which gives the whole text's tokens there.
+    """
+    out = np.zeros(len(spans), dtype=bool)
+    reach = (spans[:, 0] >= 0) & (spans[:, 1] > stop)
+    if stop >= len(text) or not reach.any():
+        return out
+    points = np.frombuffer(text[stop:].encode("utf-32-le"), dtype="<u4")
+    classes = tokenizer.char_classes(points)
+    before = np.empty_like(classes)  # the class of the character before, removed ones skipped
+    before[0], before[1:] = CHAR_REMOVED, classes[:-1]  # text[stop] is a space after text: a cut
+    removed = np.flatnonzero(classes == CHAR_REMOVED)  # rare: mend `before` after each run of them
+    if removed.size:
+        run_start = np.maximum.accumulate(np.where(np.diff(removed, prepend=-2) != 1, removed, 0))
+        after = removed + 1 < points.size
+        before[removed[after] + 1] = np.where(run_start > 0, classes[np.maximum(run_start - 1, 0)], CHAR_REMOVED)[after]
+    starts = (classes == CHAR_ALONE) | ((classes == CHAR_WORD) & ((before == CHAR_SPACE) | (before == CHAR_ALONE)))
+    maybe = classes > CHAR_REMOVED  # word, alone or unknown: may start a token
+    long = None if long_spans is None else _long_chars(long_spans, stop, classes)
+    if long is not None:
+        starts &= long
+        maybe &= long
+    rows = np.flatnonzero(reach)
+    first, end = np.maximum(spans[rows, 0], stop) - stop, spans[rows, 1] - stop
+    out[rows] = certain = _any_in(starts, first, end)
+    rows, first, end = rows[~certain], first[~certain], end[~certain]  # few: a page's nodes mostly start words
+    unsure = _any_in(maybe, first, end)
+    if unsure.any():
+        token_starts = _token_starts(text, stop, points, first[unsure], end[unsure], tokenizer)
+        if long is not None:
+            token_starts = token_starts[long[token_starts]]
+        out[rows[unsure]] = np.searchsorted(token_starts, end[unsure]) > np.searchsorted(token_starts, first[unsure])
+    return out
+
+
+def _long_chars(long_spans: np.ndarray, stop: int, classes: np.ndarray) -> np.ndarray | None:
+    """bool per character past `stop`: inside a long node; None when every character that may
+    start a token is (long text nodes that tile the text but for spaces: looks at the gaps only)."""
+    n = classes.size
+    here = long_spans[long_spans[:, 1] > stop]
+    first, end = np.maximum(here[:, 0], stop) - stop, here[:, 1] - stop
+    if first.size and np.all(first[1:] >= end[:-1]):  # disjoint and in order, as text nodes are
+        gap_first, gap_end = np.append(0, end), np.append(first, n)
+        width = gap_end - gap_first
+        if int(width.sum()) <= n // 8:
+            wide = width > 1  # most gaps are one separator or none
+            at, _ = expand_ranges(gap_first[wide], gap_end[wide])
+            if not (classes[gap_first[width == 1]] > CHAR_REMOVED).any() and not (classes[at] > CHAR_REMOVED).any():
+                return None
+    return coverage(n, first, end)
+
+
+def _any_in(flags: np.ndarray, first: np.ndarray, end: np.ndarray) -> np.ndarray:
+    """bool per [first, end): a flag is set there. Short ranges, or few of them, look at their
+    characters; else one running count over all."""
+    width = int((end - first).max(initial=0))
+    if width * first.size <= flags.size // 4:
+        at = first[:, None] + np.arange(width)
+        return (flags[np.minimum(at, flags.size - 1)] & (at < end[:, None])).any(axis=1)
+    cum = np.zeros(flags.size + 1, dtype=np.int32 if flags.size < 2**31 else np.int64)  # int32: half the pass
+    np.cumsum(flags, out=cum[1:])
+    return cum[end] > cum[first]
+
+
+def _token_starts(
+    text: str, stop: int, points: np.ndarray, first: np.ndarray, end: np.ndarray, tokenizer: Tokenizer
+) -> np.ndarray:
+    """Sorted starts (relative to `stop`) of the whole text's tokens in the pieces between the
+    cuts around each [first, end), which tokenize as in the whole text (`Tokenizer.suffix_exact`).
+    Pieces the tokenizer refuses count as starting a token at each of their characters."""
+    piece_first, piece_end = _cut_around(points, first, end)
+    order = np.argsort(piece_first, kind="stable")
+    piece_first, piece_end = piece_first[order], np.maximum.accumulate(piece_end[order])
+    fresh = np.ones(piece_first.size, dtype=bool)
+    fresh[1:] = piece_first[1:] >= piece_end[:-1]  # a piece overlapping the one before joins it
+    group = np.cumsum(fresh) - 1
+    lo = piece_first[fresh]
+    hi = np.zeros(lo.size, dtype=np.int64)
+    np.maximum.at(hi, group, piece_end)
+    # Each distinct piece once (a page repeats its boilerplate), all in one text: each starts
+    # with a cut's space and ends before one (or at the text's end: that piece is unique and
+    # last), so where they meet is a cut too and each tokenizes as on its own.
+    pieces = [text[stop + a : stop + b] for a, b in zip(lo.tolist(), hi.tolist())]
+    distinct: dict[str, int] = {}
+    which = np.array([distinct.setdefault(piece, len(distinct)) for piece in pieces], dtype=np.int64)
+    ordered = list(distinct)  # in first use (dicts keep it): only the last piece may end in a space, once
+    lengths = np.array([len(piece) for piece in ordered], dtype=np.int64)
+    joined_start = np.concatenate([[0], np.cumsum(lengths)])
+    (encoding,) = _encode_batch(["".join(ordered)], tokenizer)
+    if isinstance(encoding, Exception):  # no piece decided: each character may start a token
+        return np.flatnonzero(coverage(points.size, lo, hi))
+    at = encoding.offsets[:, 0].astype(np.int64)
+    owner = np.searchsorted(joined_start, at, side="right") - 1  # the distinct piece each token is in
+    at -= joined_start[owner]
+    first_token = np.searchsorted(owner, np.arange(len(ordered) + 1))  # each distinct piece's tokens
+    token, piece = expand_ranges(first_token[which], first_token[which + 1])
+    return at[token] + lo[piece]
+
+
+def _cut_around(points: np.ndarray, first: np.ndarray, end: np.ndarray, window: int = 256):
+    """The last cut at or before each `first` and the first at or after each `end` (the text's
+    end is one; so is position 0, where tokenizing stopped), as `_CUT` finds them: first in a
+    window around each, else over the whole text."""
+
+    def is_cut(at: np.ndarray) -> np.ndarray:
+        inside = at < points.size
+        here, before = points[np.minimum(at, points.size - 1)], points[np.maximum(at - 1, 0)]
+        return (at == 0) | ~inside | ((here == 0x20) & ~np.take(IS_WHITESPACE, before, mode="clip"))
+
+    back = np.maximum(first[:, None] - np.arange(window), 0)  # first, first - 1, ...
+    ahead = np.minimum(end[:, None] + np.arange(window), points.size)
+    cut_back, cut_ahead = is_cut(back), is_cut(ahead)
+    if cut_back.any(axis=1).all() and cut_ahead.any(axis=1).all():
+        rows = np.arange(first.size)
+        return back[rows, cut_back.argmax(axis=1)], ahead[rows, cut_ahead.argmax(axis=1)]
+    spaces = np.flatnonzero(points == 0x20)
+    cuts = np.append(spaces[is_cut(spaces)], points.size)
+    return cuts[np.searchsorted(cuts, first, side="right") - 1], cuts[np.searchsorted(cuts, end, side="left")]

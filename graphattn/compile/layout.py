@@ -4,7 +4,8 @@ The result (`DocLayout`) is independent of truncation: every node as a token ran
 containment forest, document order, which nodes become globals, which tokens are long text.
 Later passes choose which tokens to keep and assemble instances from it. One exception, for
 cost: under `tail` the text is tokenized only as far as anything can be kept (`encode`), and
-nodes past that point are known by their text, not their tokens (`long_past_cut`).
+which nodes past that point hold long tokens is found from the tokenizer's character classes
+(`encode.long_text_past`, `long_past_cut`).
 `check_graph` does the tokenizer-free part, so that `build_layouts` can tokenize many
 documents in one batch.
 
@@ -20,7 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from graphattn.compile.encode import TextPlan, encode_documents, long_token_bound
+from graphattn.compile.encode import TextPlan, encode_documents, long_text_past, long_token_bound
 from graphattn.compile.ranges import coverage
 from graphattn.errors import CompileError, GraphError
 from graphattn.graph import DocGraph
@@ -216,6 +217,8 @@ def _effective_spans(graph, node_ids, spans, has_span, parent, depth) -> np.ndar
         outer = f"its parent {node_ids[p]!r}'s span [{spans[p, 0]}, {spans[p, 1]})"
         _fail(graph, f"span [{spans[c, 0]}, {spans[c, 1]}) lies outside {outer}", node_ids[c])
     covered = has_span.copy()
+    if has_span.all():  # every node has its own span (HTML, bulk builders): none to grow
+        return spans
     # each level's nodes, without a pass over all nodes per level (int16 depths sort by radix, O(N))
     by_depth = np.argsort(depth.astype(np.int16) if depth.max(initial=0) < 2**15 else depth, kind="stable")
     level_start = np.searchsorted(depth[by_depth], np.arange(int(depth.max(initial=0)) + 2))
@@ -413,8 +416,11 @@ def _document_order(spanned: np.ndarray, spans: np.ndarray, depth: np.ndarray) -
     return spanned[np.argsort(key, kind="stable")]
 
 
-def layout_from(checked: CheckedGraph, encoding: Encoding, tokenized_chars: int, schema: Schema) -> DocLayout:
-    """Map every node of a checked graph to the tokens of its text (or of the prefix tokenized)."""
+def layout_from(
+    checked: CheckedGraph, encoding: Encoding, tokenized_chars: int, schema: Schema, tokenizer: Tokenizer | None = None
+) -> DocLayout:
+    """Map every node of a checked graph to the tokens of its text (or of the prefix tokenized:
+    then `tokenizer`, the one that made `encoding`, tells which nodes hold tokens past the cut)."""
     graph, spans, has_span, node_type = checked.graph, checked.spans, checked.has_span, checked.node_type
     offsets = encoding.offsets
     T = int(encoding.ids.shape[0])
@@ -429,7 +435,12 @@ def layout_from(checked: CheckedGraph, encoding: Encoding, tokenized_chars: int,
         is_long = coverage(T, ranges[is_long_node, 0], ranges[is_long_node, 1])
     else:
         is_long = np.ones(T, dtype=bool)
-    long_past_cut = _long_text_past(checked, tokenized_chars, is_long_node)
+    long_past_cut = np.zeros(len(checked.node_ids), dtype=bool)
+    if tokenized_chars < len(checked.text):
+        if tokenizer is None:
+            raise CompileError("layout_from: a text tokenized only in part needs its tokenizer")
+        long_spans = spans[is_long_node & has_span] if long_types else None
+        long_past_cut = long_text_past(checked.text, tokenized_chars, spans, long_spans, tokenizer)
     if not is_long.any() and not long_past_cut.any():
         what = (
             f"inside nodes of the long types ({', '.join(type_names[i] for i in long_types)})"
@@ -466,32 +477,6 @@ def layout_from(checked: CheckedGraph, encoding: Encoding, tokenized_chars: int,
     return layout
 
 
-def _long_text_past(checked: CheckedGraph, stop: int, is_long_node: np.ndarray | None) -> np.ndarray:
-    """bool [N]: the node's span has, past character `stop` (where tokenizing stopped), a
-    non-space character inside a long node: it would hold long tokens if all were tokenized."""
-    text, spans = checked.graph.text, checked.spans
-    reach = checked.has_span & (spans[:, 1] > stop)
-    out = np.zeros(len(checked.node_ids), dtype=bool)
-    if stop >= len(text) or not reach.any():
-        return out
-    points = np.frombuffer(text[stop:].encode("utf-32-le"), dtype="<u4")
-    text_here = ~np.take(_IS_WHITESPACE, points, mode="clip")  # code points past the table read its last slot
-    if is_long_node is not None:
-        long = np.flatnonzero(is_long_node & reach)
-        text_here &= coverage(points.size, np.maximum(spans[long, 0], stop) - stop, spans[long, 1] - stop)
-    cum = np.zeros(points.size + 1, dtype=np.int32 if points.size < 2**31 else np.int64)  # int32: half the pass
-    np.cumsum(text_here, out=cum[1:])
-    rows = np.flatnonzero(reach)
-    out[rows] = cum[spans[rows, 1] - stop] > cum[np.maximum(spans[rows, 0], stop) - stop]
-    return out
-
-
-# str.isspace by code point, as one lookup: every space character is below U+3001 (the last slot,
-# False, stands for all code points above).
-_IS_WHITESPACE = np.array([chr(c).isspace() for c in range(0x3002)], dtype=bool)
-_IS_WHITESPACE[-1] = False
-
-
 def build_layout(graph: DocGraph, schema: Schema, tokenizer: Tokenizer) -> DocLayout:
     """Check `graph` against `schema`, tokenize its text (as far as the schema can keep) and map
     every node to tokens."""
@@ -499,7 +484,7 @@ def build_layout(graph: DocGraph, schema: Schema, tokenizer: Tokenizer) -> DocLa
     ((encoding, stop),) = encode_documents([checked.text_plan(schema)], tokenizer)
     if isinstance(encoding, Exception):
         raise encoding
-    return layout_from(checked, encoding, stop, schema)
+    return layout_from(checked, encoding, stop, schema, tokenizer)
 
 
 def build_layouts(graphs: list[DocGraph], schema: Schema, tokenizer: Tokenizer) -> list[DocLayout | Exception]:
@@ -519,7 +504,7 @@ def build_layouts(graphs: list[DocGraph], schema: Schema, tokenizer: Tokenizer) 
             out[i] = encoding
             continue
         try:
-            out[i] = layout_from(checked[i], encoding, stop, schema)  # type: ignore[arg-type]
+            out[i] = layout_from(checked[i], encoding, stop, schema, tokenizer)  # type: ignore[arg-type]
         except Exception as err:  # noqa: BLE001
             out[i] = err
     return out

@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from graphattn import compile_instance, load_schema
-from graphattn.compile.encode import MIN_PREFIX_CHARS, long_token_bound
+from graphattn.compile.encode import MIN_PREFIX_CHARS, long_token_bound, may_cut
 from graphattn.graph import DocGraph
 from graphattn.tokenize import HFTokenizer, SpacyWordTokenizer, load_tokenizer
 
@@ -259,7 +259,7 @@ def test_ten_megabytes_tokenize_like_a_hundred_kilobytes():
     max_long=st.integers(8, 700),
     sep_after=st.booleans(),
     prefix=st.booleans(),
-    kind=st.sampled_from(["shipped", "bpe"]),
+    kind=st.sampled_from(["shipped", "spacy"]),
     answer_at=st.none() | st.floats(0, 1),
 )
 def test_random_tail_schemas_give_the_whole_texts_instance(seed, max_long, sep_after, prefix, kind, answer_at):
@@ -269,16 +269,27 @@ def test_random_tail_schemas_give_the_whole_texts_instance(seed, max_long, sep_a
     )
     data["node_types"]["paragraph"]["sep_after"] = sep_after
     schema = load_schema(data)
-    inner = load_tokenizer(str(TOKENIZER)) if kind == "shipped" else _cached("bpe")
-    # A one-word answer with byte-level BPE lies inside one token (its offsets start at the space
-    # before the word), so it has no tokens even when tokenized; past the cut only its text is
-    # known, which counts as having tokens. Answers are drawn with the wordpiece tokenizer only.
-    answer_at = answer_at if kind == "shipped" else None
+    inner = load_tokenizer(str(TOKENIZER)) if kind == "shipped" else SpacyWordTokenizer(vocab=WORDS + ["[UNK]"])
     graph = _document(seed, paragraphs=random.Random(seed).randint(40, 400), answer_at=answer_at)
     early = compile_instance(graph, schema, Counting(inner, True), compact=True)
     full = compile_instance(graph, schema, Counting(inner, False), compact=True)
     _same_instance(early, full)
     assert early.truncation.long_tokens_before <= full.truncation.long_tokens_before
+
+
+def test_character_classes_come_from_the_tokenizer():
+    """What each character says about where tokens start, as the shipped BERT tokenizer's own
+    normalizer and pre-tokenizer treat it; a byte-level BPE keeps its spaces in its tokens."""
+    from graphattn.tokenize import CHAR_ALONE, CHAR_REMOVED, CHAR_SPACE, CHAR_UNKNOWN, CHAR_WORD
+
+    chars = [" ", "\n", "\u00a0", "a", "\u00e9", ".", "\u4e00", "\u200b", "\ufeff", "\u0301", "\x00", "\ufffd"]
+    points = np.array([ord(c) for c in chars], dtype=np.uint32)
+    expected = [CHAR_SPACE] * 3 + [CHAR_WORD] * 2 + [CHAR_ALONE] * 2 + [CHAR_REMOVED] * 5
+    assert load_tokenizer(str(TOKENIZER)).char_classes(points).tolist() == expected
+    assert set(_cached("bpe").char_classes(points).tolist()) == {CHAR_UNKNOWN}
+    assert may_cut(load_tokenizer(str(TOKENIZER))) and not may_cut(_cached("bpe"))
+    spacy = SpacyWordTokenizer(vocab=["[UNK]"]).char_classes(points).tolist()
+    assert spacy[:3] == [CHAR_SPACE, CHAR_UNKNOWN, CHAR_UNKNOWN] and set(spacy[3:]) == {CHAR_WORD}
 
 
 def test_which_tokenizers_may_grow_a_prefix_piece_by_piece():
@@ -295,7 +306,7 @@ def test_which_tokenizers_may_grow_a_prefix_piece_by_piece():
     assert not HFTokenizer(raw).suffix_exact  # not even a prefix may be cut
 
 
-@pytest.mark.parametrize("kind", ["shipped", "bpe", "unigram"])
+@pytest.mark.parametrize("kind", ["shipped", "bpe", "unigram", "spacy"])
 @settings(max_examples=40, deadline=None)
 @given(
     words=st.lists(st.sampled_from(WORDS + ["  ", "\n", "\t", "caf\u00e9", "x\u0301y", "ß"]), min_size=2, max_size=60),
@@ -303,7 +314,10 @@ def test_which_tokenizers_may_grow_a_prefix_piece_by_piece():
 )
 def test_a_piece_between_two_cuts_tokenizes_like_the_whole_text(kind, words, where):
     """The claim `suffix_exact` adds: text[p:q] gives the whole text's tokens in [p, q), shifted."""
-    tokenizer = load_tokenizer(str(TOKENIZER)) if kind == "shipped" else _cached(kind)
+    if kind == "spacy":
+        tokenizer = SpacyWordTokenizer(vocab=WORDS + ["[UNK]"])
+    else:
+        tokenizer = load_tokenizer(str(TOKENIZER)) if kind == "shipped" else _cached(kind)
     text = " ".join(words)
     cuts = [i for i in range(1, len(text)) if text[i] == " " and not text[i - 1].isspace()] + [len(text)]
     p, q = sorted(cuts[int(w * (len(cuts) - 1))] for w in where)
@@ -337,3 +351,91 @@ def test_a_grown_prefix_reports_errors_at_their_place_in_the_text():
     assert isinstance(error, ValueError) and stop == len(text)
     assert str(error) == "refused at character 8000"
     assert tokenizer.chars == 2 * len(text)  # the first prefix, the piece after it, then the whole prefix again
+
+
+def _text_nodes_graph(pieces: list[str]) -> DocGraph:
+    """One `text` node per piece, the pieces joined as given (no space added between them)."""
+    graph = DocGraph("".join(pieces), doc_id="page")
+    pos = 0
+    for k, piece in enumerate(pieces):
+        graph.add_node(f"t{k}", "text", (pos, pos + len(piece)))
+        pos += len(piece)
+    return graph
+
+
+@pytest.mark.parametrize(
+    "tricky",
+    [
+        ["\u200b"],  # a zero-width space: the normalizer removes it, no token
+        ["\ufeff", " ", "\u0301"],  # a BOM; a combining mark after a space (accents are stripped)
+        ["a2a516ea6ea959d6658e", "const"],  # a node inside a word: the word is one [UNK], starting before it
+        ["a2a516ea6ea959d", "\u200bconst"],  # the same word across a removed character
+    ],
+)
+def test_nodes_past_the_cut_hold_tokens_as_the_tokenizer_says(tricky):
+    """Past the cut, a node holds long tokens exactly when the whole text's tokens say so: a node
+    of only removed characters, or one inside a word whose token starts before it, holds none and
+    stays a global (a text-less global is kept, one whose text was cut away is dropped)."""
+    schema = load_schema(
+        {
+            "name": "cut-nodes",
+            "max_long_length": 16,
+            "max_global_length": 64,
+            "special_tokens": {"global": 1},
+            "node_types": {"text": {"global": "node", "long": True}},
+            "truncation": {"policy": "tail"},
+        }
+    )
+    words = [f"{w} " for w in random.Random(0).choices(WORDS, k=2 * MIN_PREFIX_CHARS // 5)]
+    graph = _text_nodes_graph(words + [" "] + tricky + [" the river"])
+    inner = load_tokenizer(str(TOKENIZER))
+    early = compile_instance(graph, schema, Counting(inner, True), compact=True)
+    full = compile_instance(graph, schema, Counting(inner, False), compact=True)
+    assert early.truncation.messages[0] != full.truncation.messages[0]  # the cut happened
+    _same_instance(early, full)
+    whole = inner.encode(graph.text).offsets[:, 0]
+    first = len("".join(words)) + 1
+    tokenless = []  # the tricky nodes no token of the whole text starts in
+    for k, piece in enumerate(tricky):
+        start = first + sum(map(len, tricky[:k]))
+        if not ((whole >= start) & (whole < start + len(piece))).any():
+            tokenless.append(f"t{len(words) + 1 + k}")
+    assert tokenless and set(tokenless) <= set(early.global_node_ids)
+
+
+# words, a hex digest and the button text glued to it, removed characters (U+200B, BOM, a lone
+# combining mark, a soft hyphen), spaces, accents, CJK, punctuation, a word longer than the window
+_WORDS_AND_GLUE = ["the ", "river ", "runs, ", "a2a516ea6ea959d6658e", "const", "copy", "(x)", "ß", "caf\u00e9"]
+_TRICKY = _WORDS_AND_GLUE + ["\u200b", "\ufeff", "\u0301", "\u00ad", " ", "  ", "\n", "\u4e00\u4e8c", "x" * 300]
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    pieces=st.lists(st.sampled_from(_TRICKY), min_size=30, max_size=160),
+    max_long=st.integers(2, 24),
+    kind=st.sampled_from(["shipped", "spacy"]),
+)
+def test_random_pages_of_tricky_pieces_give_the_whole_texts_instance(pieces, max_long, kind):
+    """Text nodes of words cut anywhere (inside words, removed characters, words longer than
+    the window `long_text_past` looks for cuts in), with a first prefix so short that the cut
+    falls anywhere: the instance and report are those of the whole text."""
+    from unittest import mock
+
+    import graphattn.compile.encode as encode
+
+    schema = load_schema(
+        {
+            "name": "tricky",
+            "max_long_length": max_long,
+            "max_global_length": 256,
+            "special_tokens": {"global": 1},
+            "node_types": {"text": {"global": "node", "long": True}},
+            "truncation": {"policy": "tail"},
+        }
+    )
+    graph = _text_nodes_graph(["start "] + pieces)
+    inner = load_tokenizer(str(TOKENIZER)) if kind == "shipped" else SpacyWordTokenizer(vocab=WORDS + ["[UNK]"])
+    with mock.patch.object(encode, "MIN_PREFIX_CHARS", 8), mock.patch.object(encode, "FIRST_CHARS_PER_TOKEN", 1):
+        early = compile_instance(graph, schema, Counting(inner, True), compact=True)
+    full = compile_instance(graph, schema, Counting(inner, False), compact=True)
+    _same_instance(early, full)
