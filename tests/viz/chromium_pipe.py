@@ -42,7 +42,7 @@ class Chromium:
         self._next_id = 0
         self._buffer = b""
         self._events: list[dict] = []
-        self._profile = tempfile.TemporaryDirectory(prefix="graphattn-chromium-")
+        self._profile = tempfile.mkdtemp(prefix="graphattn-chromium-")
         to_child_read, self._to_child = os.pipe()
         self._from_child, from_child_write = os.pipe()
 
@@ -62,7 +62,7 @@ class Chromium:
             "--disable-extensions",
             "--disable-dev-shm-usage",
             "--remote-debugging-pipe",
-            f"--user-data-dir={self._profile.name}",
+            f"--user-data-dir={self._profile}",
             f"--window-size={width},{height}",
             "about:blank",
         ]
@@ -76,6 +76,7 @@ class Chromium:
                 preexec_fn=onto_3_and_4,
             )
         except OSError as err:
+            _remove_profile(self._profile)
             raise ChromiumUnavailable(f"{executable} cannot start: {err}") from err
         finally:
             os.close(to_child_read)
@@ -168,17 +169,30 @@ class Chromium:
                 os.close(fd)
             except OSError:
                 pass
-        if getattr(self, "process", None) is not None and self.process.poll() is None:
-            self.process.terminate()
+        if getattr(self, "process", None) is not None:
             try:
-                self.process.wait(timeout=10)
+                self.process.wait(timeout=10)  # Browser.close asked it to go
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait()
-        self._profile.cleanup()
+        _remove_profile(self._profile)
 
     def __enter__(self) -> Chromium:
         return self
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def _remove_profile(path: str, attempts: int = 50) -> None:
+    """Remove chromium's profile directory; its helper processes may still write there for a
+    moment after the browser exits (a rmtree racing them fails with 'Directory not empty')."""
+    for _ in range(attempts):
+        try:
+            shutil.rmtree(path)
+            return
+        except FileNotFoundError:
+            return
+        except OSError:
+            time.sleep(0.1)
+    shutil.rmtree(path, ignore_errors=True)
