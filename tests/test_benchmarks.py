@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-BENCHMARKS = sorted((Path(__file__).resolve().parents[1] / "benchmarks").glob("*.py"))
+BENCHMARK_DIR = Path(__file__).resolve().parents[1] / "benchmarks"
+BENCHMARKS = sorted(BENCHMARK_DIR.glob("*.py"))
 
 
 def test_there_are_benchmarks():
@@ -18,3 +19,18 @@ def test_a_benchmark_script_imports_and_answers_help(script):
     proc = subprocess.run([sys.executable, str(script), "--help"], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.startswith("usage:"), proc.stdout[:200]
+
+
+def test_the_compile_benchmark_times_layout_on_every_text_a_cut_asks_for():
+    """Its tokenizer-free layout row answers each text from a first run's encodings: a prefix and
+    the pieces that grow it, not the whole text's encoding for every call (which a cut refuses)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("compile_benchmark", BENCHMARK_DIR / "compile.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    tokenizer = bench.load_tokenizer(bench.TOKENIZER)
+    schema = bench.load_schema("etc-sentences")
+    graph = bench.make_document(200, 4096, tokenizer)
+    median, best = bench._layout_without_encode(graph, schema, tokenizer, 1)
+    assert median > 0 and best > 0
