@@ -128,18 +128,20 @@ def ray_cpu_line(label: str, spent: dict[str, float], driver: float) -> str:
     return f"  {label}: actors {actors:.2f} s; Ray's own processes {total:.2f} s ({detail}); driver {driver:.2f} s"
 
 
-def tokenizer_peer(texts: list[str]) -> float:
-    """Seconds HF tokenizers takes to encode the texts one by one in one thread (best of two)."""
+def tokenizer_peer(texts: list[str]) -> tuple[float, float]:
+    """(seconds, CPU seconds) HF tokenizers takes to encode the texts one by one in one thread
+    (best of two each)."""
     from tokenizers import Tokenizer
 
     tokenizer = Tokenizer.from_file(str(TOKENIZER))
-    runs = []
+    runs, cpus = [], []
     for _ in range(2):
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), time.process_time()
         for text in texts:
             tokenizer.encode(text, add_special_tokens=False)
         runs.append(time.perf_counter() - start)
-    return min(runs)
+        cpus.append(time.process_time() - cpu)
+    return min(runs), min(cpus)
 
 
 def steady_state(stamps: list[tuple[float, int]], workers: int) -> tuple[float, float]:
@@ -234,7 +236,7 @@ def main(argv: list[str] | None = None) -> int:
                 runs.append(("ray, 2 workers", "ray", 2))
             except ImportError as err:
                 print(f"(ray skipped: {err})")
-        peer = tokenizer_peer(texts)
+        peer, peer_cpu = tokenizer_peer(texts)
         if args.profile:
             profiled = profile_one_worker(data, schema, max(1, documents // 8), tmp / "profiled")
         rows: list = []
@@ -360,7 +362,11 @@ def main(argv: list[str] | None = None) -> int:
             f"target 2 workers >= 1.7x one worker: {speedup:.2f}x -> {met(speedup >= 1.7)}; "
             f"shards <= 4 bytes/token besides ids: {(total - ids) / tokens:.2f} -> {met((total - ids) / tokens <= 4)}"
         )
-        print(f"target one worker >= 0.8x the tokenizers peer: {peer / base:.2f}x -> {met(peer / base >= 0.8)}")
+        print(
+            f"target one worker >= 0.8x the tokenizers peer: {peer / base:.2f}x -> {met(peer / base >= 0.8)} "
+            f"(in CPU seconds, which the machine's other work and its hour disturb less: {peer_cpu:.2f} s for "
+            f"the peer against {rows[0][2]:.2f} s for the one-worker run, {peer_cpu / rows[0][2]:.2f}x)"
+        )
         if len(rows) > 2:
             ray_ratio = rows[1][1].seconds / rows[2][1].seconds
             ray_steady = steady[rows[2][0]][0] / max(steady[rows[1][0]][0], 1e-9)
