@@ -256,9 +256,19 @@ def _hard_l2g_rows(schema: Schema) -> bool:
 
 def schema_types(lay: DocLayout, schema: Schema) -> np.ndarray:
     """[N] each node's type as an index into `schema.node_types` (the layout's own index is into
-    the graph's `type_names`)."""
-    index = {name: i for i, name in enumerate(schema.node_types)}
-    return np.array([index[t] for t in lay.type_names], dtype=np.int64)[lay.node_type]
+    the graph's `type_names`); made once per layout and schema."""
+    cached = lay._schema_types
+    if cached is None or cached[0] is not schema:
+        index = {name: i for i, name in enumerate(schema.node_types)}
+        types = np.array([index[t] for t in lay.type_names], dtype=np.int64)[lay.node_type]
+        types.flags.writeable = False  # shared by every caller
+        cached = lay._schema_types = (schema, types)
+    return cached[1]
+
+
+def type_table(schema: Schema, fn, dtype=None) -> np.ndarray:
+    """A value per schema node type (in `schema.node_types` order), indexed by `schema_types`."""
+    return np.array([fn(t) for t in schema.node_types.values()], dtype=dtype)
 
 
 def global_flags(kind: np.ndarray, node_type: np.ndarray, schema: Schema) -> dict[str, np.ndarray]:
@@ -272,7 +282,7 @@ def global_flags(kind: np.ndarray, node_type: np.ndarray, schema: Schema) -> dic
     masks, blocks = schema.masks, schema.fixed_blocks
 
     def by_type(fn, special, block):
-        values = np.where(is_node, np.array([fn(t) for t in schema.node_types.values()])[node_type], special)
+        values = np.where(is_node, type_table(schema, fn)[node_type], special)
         return np.where(kind == BLOCK, block, values)
 
     block_hard_g2l = masks.hard_g2l if blocks is None or blocks.hard_g2l is None else blocks.hard_g2l

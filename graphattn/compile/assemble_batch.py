@@ -37,6 +37,7 @@ from graphattn.compile.assemble import (
     global_flags,
     schema_types,
     token_lookups,
+    type_table,
 )
 from graphattn.compile.layout import DocLayout
 from graphattn.compile.ranges import (
@@ -164,7 +165,7 @@ def global_parts(docs: list[_Doc], schema: Schema) -> None:
     node_doc = ragged_rows(n_nodes)
     ranges = np.concatenate([lay.ranges for lay in lays])
     candidates = np.concatenate([lay.selected for lay in lays]) & np.concatenate([doc.alive for doc in docs])
-    per_token_type = _type_table(schema, lambda t: t.global_mode == "per_token", bool)
+    per_token_type = type_table(schema, lambda t: t.global_mode == "per_token", bool)
     blocks_name = schema.fixed_blocks.name if schema.fixed_blocks else None
     n_prefix = len(schema.global_prefix)
     n_docs = len(docs)
@@ -248,11 +249,6 @@ class _Batch:
     def innermost_of(self, nodes: np.ndarray) -> np.ndarray:
         """Per batch long position: index into `nodes` of the innermost one covering it, -1 if none."""
         return innermost(self.length, self.body[nodes, 0], self.body[nodes, 1], self.rank[nodes])
-
-
-def _type_table(schema: Schema, fn, dtype=None) -> np.ndarray:
-    """A value per schema node type (in `schema.node_types` order)."""
-    return np.array([fn(t) for t in schema.node_types.values()], dtype=dtype)
 
 
 def _concat_batch(docs: list[_Doc], goffsets: list[int], schema: Schema) -> _Batch:
@@ -397,7 +393,7 @@ def _global_arrays(
     out["ids"] = ids
 
     # Segment: the nearest segment ancestor-or-self, else the segment its text is in.
-    is_segment = _type_table(schema, lambda t: bool(t.segment), bool)[batch.node_type]
+    is_segment = type_table(schema, lambda t: bool(t.segment), bool)[batch.node_type]
     seg = np.full(node.shape[0], -1, dtype=np.int64)
     own = take_or(is_segment, node, False)
     seg[own] = node[own]
@@ -436,13 +432,13 @@ def _concat_tokens(batch: _Batch, column) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _long_type_ids(batch: _Batch, schema: Schema) -> np.ndarray:
-    type_ids = _type_table(schema, lambda t: -1 if t.type_id is None else t.type_id, np.int64)
+    type_ids = type_table(schema, lambda t: -1 if t.type_id is None else t.type_id, np.int64)
     nodes = np.flatnonzero((type_ids[batch.node_type] >= 0) & batch.alive)
     return take_or(type_ids[batch.node_type[nodes]], batch.innermost_of(nodes), 0).astype(np.int32)
 
 
 def _hard_l2g(batch: _Batch, schema: Schema) -> np.ndarray:
-    ignores = _type_table(schema, lambda t: bool(t.ignore_hard_l2g), bool)
+    ignores = type_table(schema, lambda t: bool(t.ignore_hard_l2g), bool)
     nodes = np.flatnonzero(ignores[batch.node_type] & batch.alive)
     restricted = _hard_l2g_rows(schema) & ~coverage(batch.length, batch.body[nodes, 0], batch.body[nodes, 1])
     restricted[batch.prefix] = False
@@ -453,7 +449,7 @@ def _segment_boundaries(batch: _Batch, schema: Schema) -> tuple[np.ndarray, np.n
     """bool [Ltot]: a new l2l run starts here (at every document's start, and where the innermost
     segment node of any one type changes); and per position its innermost segment node, as the
     batch row (-1: none)."""
-    is_segment = _type_table(schema, lambda t: bool(t.segment), bool)
+    is_segment = type_table(schema, lambda t: bool(t.segment), bool)
     boundary = np.zeros(batch.length, dtype=bool)
     for t in np.flatnonzero(is_segment).tolist():
         nodes = np.flatnonzero((batch.node_type == t) & batch.alive)

@@ -136,8 +136,12 @@ def _instances_many(
         items.extend(([layout], sels) for sels in selections)
         owner.extend([d] * len(selections))
     for d, result in zip(owner, assemble_many(items, schema, table, compact=compact)):
-        if isinstance(out[d], list):  # a document's first failing instance stands for it
-            out[d] = out[d] + [result] if not isinstance(result, Exception) else result
+        done = out[d]
+        if isinstance(done, list):  # a document's first failing instance stands for it
+            if isinstance(result, Exception):
+                out[d] = result
+            else:
+                done.append(result)
     return out
 
 

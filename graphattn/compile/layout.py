@@ -85,6 +85,7 @@ class DocLayout:
         self._type_table: dict[str, np.ndarray] = {}
         self._flags: dict[str, np.ndarray] = {}
         self._whole_sizes: tuple | None = None  # (schema, sizes): `truncate.whole_sizes`, made once
+        self._schema_types: tuple | None = None  # (schema, types): `assemble.schema_types`, made once
 
     @property
     def doc_label(self) -> str:
