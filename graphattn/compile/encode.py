@@ -208,7 +208,8 @@ def long_text_past(
         starts &= long
         maybe &= long
     rows = np.flatnonzero(reach)
-    first, end = np.maximum(spans[rows, 0], stop) - stop, spans[rows, 1] - stop
+    reaching = np.take(spans, rows, axis=0)  # np.take: a fancy index of rows is 5x slower
+    first, end = np.maximum(reaching[:, 0], stop) - stop, reaching[:, 1] - stop
     out[rows] = certain = _any_in(starts, first, end)
     rows, first, end = rows[~certain], first[~certain], end[~certain]  # few: a page's nodes mostly start words
     unsure = _any_in(maybe, first, end)
@@ -224,7 +225,7 @@ def _long_chars(long_spans: np.ndarray, stop: int, classes: np.ndarray) -> np.nd
     """bool per character past `stop`: inside a long node; None when every character that may
     start a token is (long text nodes that tile the text but for spaces: looks at the gaps only)."""
     n = classes.size
-    here = long_spans[long_spans[:, 1] > stop]
+    here = np.compress(long_spans[:, 1] > stop, long_spans, axis=0)  # a boolean index is 5x slower
     first, end = np.maximum(here[:, 0], stop) - stop, here[:, 1] - stop
     if first.size and np.all(first[1:] >= end[:-1]):  # disjoint and in order, as text nodes are
         gap_first, gap_end = np.append(0, end), np.append(first, n)
@@ -238,15 +239,25 @@ def _long_chars(long_spans: np.ndarray, stop: int, classes: np.ndarray) -> np.nd
 
 
 def _any_in(flags: np.ndarray, first: np.ndarray, end: np.ndarray) -> np.ndarray:
-    """bool per [first, end): a flag is set there. Short ranges, or few of them, look at their
-    characters; else one running count over all."""
-    width = int((end - first).max(initial=0))
-    if width * first.size <= flags.size // 4:
-        at = first[:, None] + np.arange(width)
-        return (flags[np.minimum(at, flags.size - 1)] & (at < end[:, None])).any(axis=1)
-    cum = np.zeros(flags.size + 1, dtype=np.int32 if flags.size < 2**31 else np.int64)  # int32: half the pass
-    np.cumsum(flags, out=cum[1:])
-    return cum[end] > cum[first]
+    """bool per [first, end): a flag is set there.
+
+    Looks at each range's first flag, then the next 8, 64, ... for the ranges still without
+    one (a page's nodes mostly have one at once), and searches the positions of all flags only
+    when looking further would cost a pass over them."""
+    out = np.zeros(first.size, dtype=bool)
+    left = np.flatnonzero(end > first)
+    seen, width = 0, 1
+    while left.size:
+        if left.size * width > flags.size // 4 + 1:
+            flagged = np.append(np.flatnonzero(flags), flags.size)
+            out[left] = flagged[np.searchsorted(flagged, first[left] + seen)] < end[left]
+            break
+        at = first[left, None] + (seen + np.arange(width))
+        out[left] = (flags[np.minimum(at, flags.size - 1)] & (at < end[left, None])).any(axis=1)
+        seen += width
+        left = left[~out[left] & (first[left] + seen < end[left])]
+        width *= 8
+    return out
 
 
 def _token_starts(
@@ -284,22 +295,32 @@ def _token_starts(
     return at[token] + lo[piece]
 
 
-def _cut_around(points: np.ndarray, first: np.ndarray, end: np.ndarray, window: int = 256):
+def _cut_around(points: np.ndarray, first: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The last cut at or before each `first` and the first at or after each `end` (the text's
-    end is one; so is position 0, where tokenizing stopped), as `_CUT` finds them: first in a
-    window around each, else over the whole text."""
+    end is one; so is position 0, where tokenizing stopped), as `_CUT` finds them."""
+    return _nearest_cut(points, first, -1), _nearest_cut(points, end, 1)
 
-    def is_cut(at: np.ndarray) -> np.ndarray:
-        inside = at < points.size
-        here, before = points[np.minimum(at, points.size - 1)], points[np.maximum(at - 1, 0)]
-        return (at == 0) | ~inside | ((here == 0x20) & ~np.take(IS_WHITESPACE, before, mode="clip"))
 
-    back = np.maximum(first[:, None] - np.arange(window), 0)  # first, first - 1, ...
-    ahead = np.minimum(end[:, None] + np.arange(window), points.size)
-    cut_back, cut_ahead = is_cut(back), is_cut(ahead)
-    if cut_back.any(axis=1).all() and cut_ahead.any(axis=1).all():
-        rows = np.arange(first.size)
-        return back[rows, cut_back.argmax(axis=1)], ahead[rows, cut_ahead.argmax(axis=1)]
+def _nearest_cut(points: np.ndarray, at: np.ndarray, step: int) -> np.ndarray:
+    """The nearest cut from each of `at` in direction `step`: looked for within 16 characters
+    (a cut is mostly a word away), then 256, then over the whole text."""
+    n = points.size
+
+    def is_cut(where: np.ndarray) -> np.ndarray:
+        here, before = points[np.minimum(where, n - 1)], points[np.maximum(where - 1, 0)]
+        return (where == 0) | (where >= n) | ((here == 0x20) & ~np.take(IS_WHITESPACE, before, mode="clip"))
+
+    out = np.empty(at.size, dtype=np.int64)
+    left = np.arange(at.size)
+    for window in (16, 256):
+        near = np.clip(at[left, None] + step * np.arange(window), 0, n)
+        cut = is_cut(near)
+        found = cut.any(axis=1)
+        out[left[found]] = near[found, cut[found].argmax(axis=1)]
+        left = left[~found]
+        if not left.size:
+            return out
     spaces = np.flatnonzero(points == 0x20)
-    cuts = np.append(spaces[is_cut(spaces)], points.size)
-    return cuts[np.searchsorted(cuts, first, side="right") - 1], cuts[np.searchsorted(cuts, end, side="left")]
+    cuts = np.append(spaces[is_cut(spaces)], n)  # the first is 0: tokenizing stopped before a space
+    out[left] = cuts[np.searchsorted(cuts, at[left], side="right") - 1 if step < 0 else np.searchsorted(cuts, at[left])]
+    return out

@@ -16,25 +16,36 @@ from graphattn.schema import Feature, Schema, feature_value_problem
 
 def doc_features(doc: Any, schema: Schema) -> dict[str, np.ndarray]:
     """`global:<name>` [Gd] from each global's node, `long:<name>` [Ld] from the innermost holder
-    (`doc`: an `assemble._Doc`, one document of the instance)."""
+    (`doc`: an `assemble._Doc`, one document of the instance).
+
+    Values live only on the holders (a page's nodes are mostly cut away), and the features of
+    one set of holders (an ingester's nodes carry all its features) share one innermost lookup."""
     lay = doc.lay
     out = {}
     alive = np.flatnonzero(doc.alive)  # globals and long tokens come from live nodes only
+    lookups: dict[bytes, tuple[np.ndarray, np.ndarray]] = {}
     for i, feat in enumerate(schema.features):
         dtype = np.float32 if feat.dtype == "float32" else np.int32
         present, column = lay.graph.attr_column(feat.attr, alive)
         holders = alive[present]
-        values = np.full(lay.n_nodes + 1, feat.default, dtype=np.float64)
+        values = np.zeros(0, dtype=np.float64)
         if holders.size:
             raw = column[present]  # a bulk builder's numeric column stays an array: checked with numpy
             raw = raw if raw.dtype != object else raw.tolist()
-            values[holders] = feature_values(raw, feat, lay, holders, schema, i)
-        out[f"global:{feat.name}"] = np.where(doc.g_node >= 0, values[doc.g_node], feat.default).astype(dtype)
-        live = holders
-        inner = doc.innermost_of(live)
-        per_body = take_or(values[live], inner, feat.default)
-        out[f"long:{feat.name}"] = doc.with_prefix(per_body.astype(dtype), feat.default)
+            values = feature_values(raw, feat, lay, holders, schema, i)
+        key = present.tobytes()
+        if key not in lookups:
+            lookups[key] = (_holder_of(holders, doc.g_node), doc.innermost_of(holders))
+        of_global, of_body = lookups[key]
+        out[f"global:{feat.name}"] = take_or(values, of_global, feat.default).astype(dtype)
+        out[f"long:{feat.name}"] = doc.with_prefix(take_or(values, of_body, feat.default).astype(dtype), feat.default)
     return out
+
+
+def _holder_of(holders: np.ndarray, nodes: np.ndarray) -> np.ndarray:
+    """Per entry of `nodes` (-1: none): its index in the sorted `holders`, -1 if not one."""
+    at = np.minimum(np.searchsorted(holders, nodes), max(holders.size - 1, 0))
+    return np.where((nodes >= 0) & (take_or(holders, at, -1) == nodes), at, -1)
 
 
 def feature_values(

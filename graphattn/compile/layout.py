@@ -66,6 +66,13 @@ class DocLayout:
     def n_nodes(self) -> int:
         return len(self.node_ids)
 
+    def token_rows(self) -> np.ndarray:
+        """The nodes whose token range is not empty, ascending (made once: past a cut, a page's
+        nodes mostly hold none, and per-token work needs only these)."""
+        if self._token_rows is None:
+            self._token_rows = np.flatnonzero(self.ranges[:, 1] > self.ranges[:, 0])
+        return self._token_rows
+
     def of_types(self, names) -> np.ndarray:
         """bool [N]: node's type is one of `names`."""
         names = set(names)
@@ -84,6 +91,7 @@ class DocLayout:
     def __post_init__(self) -> None:
         self._type_table: dict[str, np.ndarray] = {}
         self._flags: dict[str, np.ndarray] = {}
+        self._token_rows: np.ndarray | None = None
         self._whole_sizes: tuple | None = None  # (schema, sizes): `truncate.whole_sizes`, made once
         self._schema_types: tuple | None = None  # (schema, types): `assemble.schema_types`, made once
 
@@ -145,7 +153,7 @@ def _read_edges(graph: DocGraph, schema: Schema, node_ids: list[str]) -> dict[st
     out = {}
     for name in schema.relations:
         mine = codes == code_of.get(name, -1)
-        out[name] = (src[mine], dst[mine])
+        out[name] = (src, dst) if mine.all() else (src[mine], dst[mine])
     return out
 
 
@@ -153,9 +161,12 @@ def _hierarchy(graph, schema, node_ids, edges) -> tuple[np.ndarray, np.ndarray]:
     """Parent of each node over all hierarchy relations; depth by pointer jumping (O(N log N))."""
     n = len(node_ids)
     parent = np.full(n, -1, dtype=np.int64)
-    pairs = [np.stack(edges[name], axis=1) for name in schema.hierarchy_relations]
-    pairs = np.concatenate(pairs) if pairs else np.zeros((0, 2), np.int64)
-    if pairs.size and np.bincount(pairs[:, 1], minlength=n).max() > 1:  # the same edge twice is one edge
+    relations = schema.hierarchy_relations
+    sources = np.concatenate([edges[name][0] for name in relations]) if relations else np.zeros(0, np.int64)
+    targets = np.concatenate([edges[name][1] for name in relations]) if relations else np.zeros(0, np.int64)
+    parent[targets] = sources
+    if np.count_nonzero(parent >= 0) < targets.size:  # a child given twice (the same edge twice is one edge)
+        pairs = np.stack([sources, targets], axis=1)
         _, first = np.unique(pairs[:, 0] * max(n, 1) + pairs[:, 1], return_index=True)
         pairs = pairs[np.sort(first)]
         children, counts = np.unique(pairs[:, 1], return_counts=True)
@@ -163,8 +174,6 @@ def _hierarchy(graph, schema, node_ids, edges) -> tuple[np.ndarray, np.ndarray]:
             child = int(children[np.argmax(counts > 1)])
             parents = ", ".join(repr(node_ids[p]) for p in pairs[pairs[:, 1] == child, 0])
             _fail(graph, f"node has more than one parent in the containment hierarchy: {parents}", node_ids[child])
-    if pairs.size:
-        parent[pairs[:, 1]] = pairs[:, 0]
     # Pointer jumping with a sentinel root n: after ceil(log2(n+1)) + 1 rounds every acyclic node
     # points at it; a shallow forest gets there in log2(depth) rounds.
     jump = np.where(parent >= 0, parent, n)
@@ -211,7 +220,8 @@ def _effective_spans(graph, node_ids, spans, has_span, parent, depth) -> np.ndar
     child = np.flatnonzero((parent >= 0) & has_span)
     par = parent[child]
     both = has_span[par]
-    outside = (spans[child, 0] < spans[par, 0]) | (spans[child, 1] > spans[par, 1])
+    starts, ends = spans[:, 0], spans[:, 1]
+    outside = (starts[child] < starts[par]) | (ends[child] > ends[par])
     bad = both & outside
     if bad.any():
         c, p = int(child[np.argmax(bad)]), int(par[np.argmax(bad)])
@@ -257,7 +267,10 @@ def _check_crossing(graph, schema, node_ids, node_type, spans, own_span, type_na
         idx = np.flatnonzero((node_type == t) & own_span & (spans[:, 1] > spans[:, 0]))
         if idx.size < 2:
             continue
-        order = idx[np.lexsort((-spans[idx, 1], spans[idx, 0]))]
+        s, e = spans[idx, 0], spans[idx, 1]
+        if np.all(s[1:] >= e[:-1]):
+            continue  # disjoint and in row order (text runs as readers add them): no sort needed
+        order = idx[np.lexsort((-e, s))]
         s, e = spans[order, 0], spans[order, 1]
         if np.all(s[1:] >= e[:-1]) or _nested(s, e):
             continue  # disjoint (the common case) or properly nested
@@ -360,10 +373,16 @@ class CheckedGraph:
         """What to tokenize: the whole text, or under `tail` enough of it for what can be kept."""
         long_spans = None
         if self.long_types:
-            long_spans = self.spans[np.isin(self.node_type, self.long_types) & self.has_span]
+            long_spans = np.compress(self.of_types(self.long_types) & self.has_span, self.spans, axis=0)
         per_token = [i for i, t in enumerate(self.type_names) if schema.node_types[t].global_mode == "per_token"]
-        whole = self.spans[self.selected & np.isin(self.node_type, per_token) & self.has_span]
+        whole = np.compress(self.selected & self.of_types(per_token) & self.has_span, self.spans, axis=0)
         return TextPlan(self.text, long_token_bound(schema), long_spans, whole)
+
+    def of_types(self, types: list[int]) -> np.ndarray:
+        """bool [N]: the node's type is one of `types` (indices into `type_names`)."""
+        table = np.zeros(len(self.type_names) + 1, dtype=bool)
+        table[types] = True
+        return table[self.node_type]
 
 
 def check_graph(graph: DocGraph, schema: Schema) -> CheckedGraph:
@@ -408,12 +427,17 @@ def _document_order(spanned: np.ndarray, spans: np.ndarray, depth: np.ndarray) -
     nearly in this order already, which timsort finds in one pass. Else four-key lexsort."""
     if spanned.size < 2:
         return spanned
-    start, end, level = spans[spanned, 0], spans[spanned, 1], depth[spanned]
+    if spanned.size == spans.shape[0]:  # every node has a span (HTML, bulk builders): no gathers
+        start, end, level = spans[:, 0], spans[:, 1], depth
+    else:
+        start, end, level = spans[spanned, 0], spans[spanned, 1], depth[spanned]
     char_bits = max(int(end.max()), 1).bit_length()
     depth_bits = max(int(level.max()), 1).bit_length()
     if 2 * char_bits + depth_bits > 62:
         return spanned[np.lexsort((spanned, level, -end, start))]
     key = (start << char_bits | ((1 << char_bits) - 1 - end)) << depth_bits | level
+    if np.all(key[1:] >= key[:-1]):  # a reader's pre-order walk: in order already (stable: ties keep rows)
+        return spanned
     return spanned[np.argsort(key, kind="stable")]
 
 
@@ -425,22 +449,24 @@ def layout_from(
     graph, spans, has_span, node_type = checked.graph, checked.spans, checked.has_span, checked.node_type
     offsets = encoding.offsets
     T = int(encoding.ids.shape[0])
-    ranges = np.empty((len(checked.node_ids), 2), dtype=np.int64)  # past the tokenized part no token starts:
-    ranges[:] = np.where(has_span & (spans[:, 0] >= tokenized_chars), T, 0)[:, None]  # [T, T]; no span: [0, 0)
-    looked_up = has_span & (spans[:, 0] < tokenized_chars)
-    if looked_up.any():
-        ranges[looked_up] = spans_to_token_ranges(offsets, spans[looked_up])
+    past = np.where(has_span & (spans[:, 0] >= tokenized_chars), T, 0)  # past the tokenized part no token
+    ranges = np.stack([past, past], axis=1)  # starts: [T, T]; no span: [0, 0)
+    looked_up = np.flatnonzero(has_span & (spans[:, 0] < tokenized_chars))
+    if looked_up.size:
+        ranges[looked_up] = spans_to_token_ranges(offsets, np.take(spans, looked_up, axis=0))
+    holding = looked_up[ranges[looked_up, 1] > ranges[looked_up, 0]]  # the nodes that hold tokens
     long_types, type_names = checked.long_types, checked.type_names
-    is_long_node = np.isin(node_type, long_types) if long_types else None
+    is_long_node = checked.of_types(long_types) if long_types else None
     if long_types:
-        is_long = coverage(T, ranges[is_long_node, 0], ranges[is_long_node, 1])
+        long_ranges = np.take(ranges, holding[is_long_node[holding]], axis=0)
+        is_long = coverage(T, long_ranges[:, 0], long_ranges[:, 1])
     else:
         is_long = np.ones(T, dtype=bool)
     long_past_cut = np.zeros(len(checked.node_ids), dtype=bool)
     if tokenized_chars < len(checked.text):
         if tokenizer is None:
             raise CompileError("layout_from: a text tokenized only in part needs its tokenizer")
-        long_spans = spans[is_long_node & has_span] if long_types else None
+        long_spans = np.compress(is_long_node & has_span, spans, axis=0) if long_types else None
         long_past_cut = long_text_past(checked.text, tokenized_chars, spans, long_spans, tokenizer)
     if not is_long.any() and not long_past_cut.any():
         what = (
@@ -450,7 +476,8 @@ def layout_from(
         )
         _fail(graph, f"empty document {graph.doc_id!r}: no tokens {what}", graph.doc_id)
     cum = np.concatenate([[0], np.cumsum(is_long)])
-    in_long = (cum[ranges[:, 1]] > cum[ranges[:, 0]]) | long_past_cut
+    in_long = long_past_cut.copy()
+    in_long[holding] |= cum[ranges[holding, 1]] > cum[ranges[holding, 0]]
 
     layout = DocLayout(
         graph=graph,
@@ -473,6 +500,7 @@ def layout_from(
         long_past_cut=long_past_cut,
         text=checked.text,
     )
+    layout._token_rows = holding
     for attr in ("long", "segment", "sep_after", "ignore_hard_g2l", "ignore_hard_l2g", "is_global"):
         layout._type_table[attr] = np.array([bool(getattr(schema.node_types[t], attr)) for t in type_names] + [False])
     return layout

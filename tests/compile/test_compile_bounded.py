@@ -439,3 +439,31 @@ def test_random_pages_of_tricky_pieces_give_the_whole_texts_instance(pieces, max
         early = compile_instance(graph, schema, Counting(inner, True), compact=True)
     full = compile_instance(graph, schema, Counting(inner, False), compact=True)
     _same_instance(early, full)
+
+
+def test_any_in_looks_further_only_where_no_flag_is_found_yet():
+    """`_any_in` answers per range whether a flag is set in it: at once by a range's first
+    flag, by widening windows for the others, and by a search over all flags when windows
+    would cost as much (forced here with a few long ranges over few flags)."""
+    from graphattn.compile.encode import _any_in
+
+    flags = np.zeros(40, dtype=bool)
+    flags[[3, 9, 37]] = True
+    first = np.array([3, 4, 4, 10, 0, 12, 5, 38, 20])
+    end = np.array([4, 9, 10, 37, 40, 12, 3, 40, 38])
+    expected = [True, False, True, False, True, False, False, False, True]
+    assert _any_in(flags, first, end).tolist() == expected
+    many = np.arange(40)  # 40 ranges [k, 40): windows cost more than the search at once
+    assert _any_in(flags, many, np.full(40, 40)).tolist() == [k <= 37 for k in range(40)]
+
+
+def test_nearest_cut_back_and_ahead():
+    """A cut is a space after a non-space (position 0 and the text's end are cuts too): found
+    near, or past the windows (a word of 300 characters) over the whole text."""
+    from graphattn.compile.encode import _nearest_cut
+
+    text = " ab  cd" + "x" * 300 + " e"
+    points = np.frombuffer(text.encode("utf-32-le"), dtype="<u4")
+    at = np.array([0, 2, 4, 5, 200, 305, 308, 309])  # 3 and 307 are cuts (4 is a space after a space)
+    assert _nearest_cut(points, at, -1).tolist() == [0, 0, 3, 3, 3, 3, 307, 309]
+    assert _nearest_cut(points, at, 1).tolist() == [0, 3, 307, 307, 307, 307, 309, 309]
