@@ -452,6 +452,12 @@ class DocGraph:
         """Node ids in row order (a copy)."""
         return list(self._ids)
 
+    def node_id_list(self) -> list[str]:
+        """Node ids in row order, the graph's own list (not a copy: read it, never change it).
+        Rows are only ever appended, so a row's id stays; the compiler indexes this list rather
+        than copy half a million ids of a large page."""
+        return self._ids
+
     def type_codes(self) -> tuple[np.ndarray, tuple[str, ...]]:
         """(int64 [N] code per node, the type name of each code)."""
         return np.frombuffer(self._types, dtype=np.int64).copy() if len(self._types) else np.zeros(0, np.int64), tuple(

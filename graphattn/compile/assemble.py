@@ -11,6 +11,7 @@ positions, and per-token values are "innermost covering range" lookups). The res
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from collections.abc import Iterable
 from itertools import compress
 
 import numpy as np
@@ -51,6 +52,7 @@ class _Doc:
     g_token: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # per_token: token index
     node_gpos: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # [N] first global, -1
     node_gcount: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # [N]
+    _covering: np.ndarray | None = None  # `covering()`, made when first asked
 
     @property
     def body_length(self) -> int:
@@ -74,6 +76,13 @@ class _Doc:
     def innermost_of(self, nodes: np.ndarray) -> np.ndarray:
         """Per body position: index into `nodes` of the innermost one covering it, -1 if none."""
         return innermost(self.body_length, self.br[nodes, 0], self.br[nodes, 1], self.lay.rank[nodes])
+
+    def covering(self) -> np.ndarray:
+        """The nodes that keep tokens, ascending: only they cover body positions (past a cut,
+        a page's nodes mostly keep none, so per-position lookups choose among these)."""
+        if self._covering is None:
+            self._covering = np.flatnonzero(self.kr[:, 1] > self.kr[:, 0])
+        return self._covering
 
 
 def _long_part(lay: DocLayout, sel: Selection, schema: Schema) -> _Doc:
@@ -163,19 +172,19 @@ def _cut_globals(docs: list[_Doc], schema: Schema, report: TruncationReport) -> 
             break
 
 
-def _node_labels(doc: _Doc, nodes: np.ndarray, n_docs: int) -> list[str]:
-    """How the truncation report names nodes: the node id, prefixed with the doc id when the
-    instance packs several documents (a page past its cut drops thousands at once)."""
+def _node_labels(doc: _Doc, nodes: np.ndarray, n_docs: int) -> Iterable[str]:
+    """How the truncation report names nodes (ascending rows): the node id, prefixed with the doc
+    id when the instance packs several documents (a page past its cut drops thousands at once)."""
     node_ids = doc.lay.node_ids
-    lo, hi = (int(nodes[0]), int(nodes[-1]) + 1) if nodes.size else (0, 0)  # `nodes` ascend
+    lo, hi = (int(nodes[0]), int(nodes[-1]) + 1) if nodes.size else (0, 0)
     if nodes.size * 4 < hi - lo:
-        ids = [node_ids[i] for i in nodes.tolist()]
+        ids: Iterable[str] = map(node_ids.__getitem__, nodes.tolist())
     else:  # most rows of a stretch (a page's tail): filtering the list by a byte mask is 3x faster
         keep = np.zeros(hi - lo, dtype=np.uint8)
         keep[nodes - lo] = 1
-        ids = list(compress(node_ids[lo:hi], keep.tobytes()))
+        ids = compress(node_ids[lo:hi], keep.tobytes())
     if n_docs > 1 and doc.lay.graph.doc_id is not None:
-        return [f"{doc.lay.graph.doc_id}/{node_id}" for node_id in ids]
+        return (f"{doc.lay.graph.doc_id}/{node_id}" for node_id in ids)
     return ids
 
 
@@ -187,7 +196,8 @@ def _owners(doc: _Doc, schema: Schema, level: str, goffset: int) -> np.ndarray:
         n_blocks = int(np.count_nonzero(doc.g_kind == BLOCK))
         block = np.arange(doc.long_length) // schema.fixed_blocks.tokens_per_block
         return np.where((first_block >= 0) & (block < n_blocks), goffset + first_block + block, -1)
-    nodes = np.flatnonzero(lay.of_types([level]) & (doc.node_gpos >= 0))
+    rows = doc.covering()
+    nodes = rows[lay.of_types([level])[rows] & (doc.node_gpos[rows] >= 0)]
     inner = doc.innermost_of(nodes)
     node = take_or(nodes, inner, -1)
     first = take_or(doc.node_gpos, node, -1)
@@ -201,14 +211,15 @@ def _owners(doc: _Doc, schema: Schema, level: str, goffset: int) -> np.ndarray:
 
 
 def _covered_by(doc: _Doc, nodes_mask: np.ndarray) -> np.ndarray:
-    nodes = np.flatnonzero(nodes_mask & doc.alive)
+    nodes = doc.covering()[nodes_mask[doc.covering()]]
     return coverage(doc.body_length, doc.br[nodes, 0], doc.br[nodes, 1])
 
 
 def _long_type_ids(doc: _Doc, schema: Schema) -> np.ndarray:
     lay = doc.lay
     table = _per_type(lay, schema, lambda t: -1 if t.type_id is None else t.type_id)
-    nodes = np.flatnonzero((table[lay.node_type] >= 0) & doc.alive)
+    rows = doc.covering()
+    nodes = rows[table[lay.node_type[rows]] >= 0]
     if nodes.size == 0:
         return np.zeros(doc.long_length, dtype=np.int32)
     inner = doc.innermost_of(nodes)
@@ -221,9 +232,10 @@ def _segment_boundaries(doc: _Doc) -> tuple[np.ndarray, np.ndarray]:
     lay = doc.lay
     boundary = np.zeros(doc.long_length, dtype=bool)
     boundary[:1] = True  # a document starts a run (an empty one has no positions at all)
-    any_segment = np.flatnonzero(lay.type_flag("segment") & doc.alive)
+    rows = doc.covering()  # the nodes that cover body positions (all of them alive)
+    any_segment = rows[lay.type_flag("segment")[rows]]
     for t, _name in enumerate(lay.type_names):
-        nodes = np.flatnonzero((lay.node_type == t) & lay.type_flag("segment") & doc.alive)
+        nodes = any_segment[lay.node_type[any_segment] == t]
         if nodes.size == 0:
             continue
         inner = doc.innermost_of(nodes)

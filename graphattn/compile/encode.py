@@ -156,7 +156,8 @@ def _long_tokens(encoding: Encoding, plan: TextPlan) -> int:
         return len(encoding)
     spans = plan.long_spans
     if len(encoding):
-        spans = spans[spans[:, 0] <= encoding.offsets[-1, 0]]  # one starting past the last token holds none
+        # one starting past the last token holds none (np.compress: a boolean index is 5x slower)
+        spans = np.compress(spans[:, 0] <= encoding.offsets[-1, 0], spans, axis=0)
     ranges = spans_to_token_ranges(encoding.offsets, spans)
     return int(np.count_nonzero(coverage(len(encoding), ranges[:, 0], ranges[:, 1])))
 
@@ -244,9 +245,9 @@ def _any_in(flags: np.ndarray, first: np.ndarray, end: np.ndarray) -> np.ndarray
     Looks at each range's first flag, then the next 8, 64, ... for the ranges still without
     one (a page's nodes mostly have one at once), and searches the positions of all flags only
     when looking further would cost a pass over them."""
-    out = np.zeros(first.size, dtype=bool)
-    left = np.flatnonzero(end > first)
-    seen, width = 0, 1
+    out = (end > first) & flags[np.minimum(first, flags.size - 1)]
+    left = np.flatnonzero(~out & (first + 1 < end))
+    seen, width = 1, 8
     while left.size:
         if left.size * width > flags.size // 4 + 1:
             flagged = np.append(np.flatnonzero(flags), flags.size)

@@ -18,6 +18,7 @@ span outside its parent's, an empty document.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
@@ -36,7 +37,7 @@ class DocLayout:
     graph: DocGraph
     token_ids: np.ndarray  # [T] int32, the text tokenized once (under tail: up to `tokenized_chars`)
     offsets: np.ndarray  # [T, 2] int32 char [start, end)
-    node_ids: list[str]
+    node_ids: list[str]  # the graph's own list (`DocGraph.node_id_list`): indexed, never changed
     node_type: np.ndarray  # [N] index into schema type names (`type_names`)
     type_names: tuple[str, ...]
     spans: np.ndarray  # [N, 2] int64 effective char span (span-less parents cover children); -1 none
@@ -64,7 +65,7 @@ class DocLayout:
 
     @property
     def n_nodes(self) -> int:
-        return len(self.node_ids)
+        return len(self.node_type)  # `node_ids` is the graph's own list, which may grow later
 
     def token_rows(self) -> np.ndarray:
         """The nodes whose token range is not empty, ascending (made once: past a cut, a page's
@@ -74,10 +75,14 @@ class DocLayout:
         return self._token_rows
 
     def of_types(self, names) -> np.ndarray:
-        """bool [N]: node's type is one of `names`."""
-        names = set(names)
-        table = np.array([t in names for t in self.type_names] + [False])
-        return table[self.node_type]
+        """bool [N]: node's type is one of `names` (made once per set of names, read-only)."""
+        key = frozenset(names)
+        flag = self._flags.get(key)
+        if flag is None:
+            table = np.array([t in key for t in self.type_names] + [False])
+            flag = self._flags[key] = table[self.node_type]
+            flag.flags.writeable = False  # shared by every caller
+        return flag
 
     def type_flag(self, attr: str) -> np.ndarray:
         """bool [N]: the node's type has NodeType attribute `attr` true (made once per layout:
@@ -90,7 +95,7 @@ class DocLayout:
 
     def __post_init__(self) -> None:
         self._type_table: dict[str, np.ndarray] = {}
-        self._flags: dict[str, np.ndarray] = {}
+        self._flags: dict[str | frozenset, np.ndarray] = {}  # type_flag and of_types, by attr or names
         self._token_rows: np.ndarray | None = None
         self._whole_sizes: tuple | None = None  # (schema, sizes): `truncate.whole_sizes`, made once
         self._schema_types: tuple | None = None  # (schema, types): `assemble.schema_types`, made once
@@ -121,7 +126,7 @@ def _read_nodes(graph: DocGraph, schema: Schema, text_len: int):
     codes, graph_types = graph.type_codes()
     to_schema = np.array([type_index.get(name, -1) for name in graph_types] + [-1], dtype=np.int64)
     node_type = to_schema[codes]
-    node_ids = graph.node_ids
+    node_ids = graph.node_id_list()
     if (node_type < 0).any():
         i = int(np.argmax(node_type < 0))
         declared = ", ".join(type_names) or "none"
@@ -174,25 +179,45 @@ def _hierarchy(graph, schema, node_ids, edges) -> tuple[np.ndarray, np.ndarray]:
             child = int(children[np.argmax(counts > 1)])
             parents = ", ".join(repr(node_ids[p]) for p in pairs[pairs[:, 1] == child, 0])
             _fail(graph, f"node has more than one parent in the containment hierarchy: {parents}", node_ids[child])
-    # Pointer jumping with a sentinel root n: after ceil(log2(n+1)) + 1 rounds every acyclic node
-    # points at it; a shallow forest gets there in log2(depth) rounds.
-    jump = np.where(parent >= 0, parent, n)
-    jump = np.append(jump, n)
+    inner = np.zeros(n, dtype=bool)  # nodes with children: only they can be on a cycle
+    inner[parent[parent >= 0]] = True
+    inner_rows = np.flatnonzero(inner)
+    row_in_inner = np.full(n + 1, -1, dtype=np.int64)  # slot n: a root's parent (-1)
+    row_in_inner[inner_rows] = np.arange(inner_rows.size)
+    inner_depth, on_cycle = _depths(row_in_inner[parent[inner_rows]])
+    if on_cycle.size:
+        unreached = np.zeros(n + 1, dtype=bool)  # on or under a cycle: those nodes, and their leaves
+        unreached[inner_rows[on_cycle]] = True
+        unreached[:n] |= unreached[parent]
+        first = int(np.argmax(unreached))
+        _fail(
+            graph,
+            "cycle in the containment hierarchy: " + _cycle_path(first, parent, node_ids),
+            _cycle_start(first, parent, node_ids),
+        )
+    depth = np.zeros(n + 1, dtype=np.int64)  # slot n: a root's parent, one above depth 0
+    depth[n] = -1
+    depth[inner_rows] = inner_depth
+    leaves = np.flatnonzero(~inner)  # a leaf's depth is one more than its parent's (half a page)
+    depth[leaves] = depth[parent[leaves]] + 1
+    return parent, depth[:n]
+
+
+def _depths(parent: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Depth of each node of a forest given by `parent` (-1 for a root) by pointer jumping, and
+    the nodes that never reach a root (on or under a cycle), ascending.
+
+    With a sentinel root n, after ceil(log2(n+1)) + 1 rounds every acyclic node points at it;
+    a shallow forest gets there in log2(depth) rounds."""
+    n = parent.size
+    jump = np.append(np.where(parent >= 0, parent, n), n)
     dist = np.append((parent >= 0).astype(np.int64), 0)
     for _ in range(int(np.ceil(np.log2(n + 2))) + 1):
         dist += dist[jump]  # the sentinel's distance stays 0, so no mask is needed
         jump = jump[jump]
         if (jump == n).all():
             break
-    on_cycle = np.flatnonzero(jump[:n] != n)
-    if on_cycle.size:
-        first = int(on_cycle[0])
-        _fail(
-            graph,
-            "cycle in the containment hierarchy: " + _cycle_path(first, parent, node_ids),
-            _cycle_start(first, parent, node_ids),
-        )
-    return parent, dist[:n]
+    return dist[:n], np.flatnonzero(jump[:n] != n)
 
 
 def _cycle_members(start: int, parent: np.ndarray) -> list[int]:
@@ -217,14 +242,12 @@ def _cycle_path(start: int, parent: np.ndarray, node_ids: list[str]) -> str:
 def _effective_spans(graph, node_ids, spans, has_span, parent, depth) -> np.ndarray:
     """Span-less parents cover their descendants' hull; a child must lie inside its parent."""
     spans = spans.copy()
-    child = np.flatnonzero((parent >= 0) & has_span)
-    par = parent[child]
-    both = has_span[par]
+    par = np.where(parent >= 0, parent, np.arange(parent.size))  # a root is its own parent: inside
     starts, ends = spans[:, 0], spans[:, 1]
-    outside = (starts[child] < starts[par]) | (ends[child] > ends[par])
-    bad = both & outside
+    bad = has_span & has_span[par] & ((starts < starts[par]) | (ends > ends[par]))
     if bad.any():
-        c, p = int(child[np.argmax(bad)]), int(par[np.argmax(bad)])
+        c = int(np.argmax(bad))
+        p = int(par[c])
         outer = f"its parent {node_ids[p]!r}'s span [{spans[p, 0]}, {spans[p, 1]})"
         _fail(graph, f"span [{spans[c, 0]}, {spans[c, 1]}) lies outside {outer}", node_ids[c])
     covered = has_span.copy()
@@ -365,18 +388,23 @@ class CheckedGraph:
     long_types: list[int]
     text: str  # `plain_text` of the graph's text, made once: a page's text is megabytes
 
-    @property
+    @cached_property
     def has_span(self) -> np.ndarray:
         return self.spans[:, 0] >= 0
 
     def text_plan(self, schema: Schema) -> TextPlan:
         """What to tokenize: the whole text, or under `tail` enough of it for what can be kept."""
-        long_spans = None
-        if self.long_types:
-            long_spans = np.compress(self.of_types(self.long_types) & self.has_span, self.spans, axis=0)
         per_token = [i for i, t in enumerate(self.type_names) if schema.node_types[t].global_mode == "per_token"]
         whole = np.compress(self.selected & self.of_types(per_token) & self.has_span, self.spans, axis=0)
-        return TextPlan(self.text, long_token_bound(schema), long_spans, whole)
+        return TextPlan(self.text, long_token_bound(schema), self.long_spans, whole)
+
+    @cached_property
+    def long_spans(self) -> np.ndarray | None:
+        """[k, 2] spans of the long-type nodes that have one; None without long types (all the text
+        is long). Made once: the text plan and the nodes past the cut both need it."""
+        if not self.long_types:
+            return None
+        return np.compress(self.of_types(self.long_types) & self.has_span, self.spans, axis=0)
 
     def of_types(self, types: list[int]) -> np.ndarray:
         """bool [N]: the node's type is one of `types` (indices into `type_names`)."""
@@ -462,12 +490,11 @@ def layout_from(
         is_long = coverage(T, long_ranges[:, 0], long_ranges[:, 1])
     else:
         is_long = np.ones(T, dtype=bool)
-    long_past_cut = np.zeros(len(checked.node_ids), dtype=bool)
+    long_past_cut = np.zeros(len(node_type), dtype=bool)
     if tokenized_chars < len(checked.text):
         if tokenizer is None:
             raise CompileError("layout_from: a text tokenized only in part needs its tokenizer")
-        long_spans = np.compress(is_long_node & has_span, spans, axis=0) if long_types else None
-        long_past_cut = long_text_past(checked.text, tokenized_chars, spans, long_spans, tokenizer)
+        long_past_cut = long_text_past(checked.text, tokenized_chars, spans, checked.long_spans, tokenizer)
     if not is_long.any() and not long_past_cut.any():
         what = (
             f"inside nodes of the long types ({', '.join(type_names[i] for i in long_types)})"

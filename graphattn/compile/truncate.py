@@ -40,8 +40,9 @@ def doc_sizes(layout: DocLayout, schema: Schema, keep: np.ndarray, *, whole: boo
     are then lower bounds of the whole document's.
     """
     kept = layout.is_long & keep
-    counts = count_in_ranges(kept, layout.ranges[:, 0], layout.ranges[:, 1])
-    has_kept = counts > 0
+    rows = layout.token_rows()
+    has_kept = np.zeros(layout.n_nodes, dtype=bool)
+    has_kept[rows] = count_in_ranges(kept, layout.ranges[rows, 0], layout.ranges[rows, 1]) > 0
     if whole and layout.long_past_cut is not None:
         has_kept |= layout.long_past_cut
     alive = ~layout.in_long | has_kept
@@ -50,8 +51,8 @@ def doc_sizes(layout: DocLayout, schema: Schema, keep: np.ndarray, *, whole: boo
     globals_ = layout.selected & alive
     per_token = layout.of_types([n for n, t in schema.node_types.items() if t.global_mode == "per_token"])
     n_globals = len(schema.global_prefix) + int(np.count_nonzero(globals_ & ~per_token))
-    width = layout.ranges[:, 1] - layout.ranges[:, 0]
-    n_globals += int(width[globals_ & per_token].sum())
+    expanded = np.flatnonzero(globals_ & per_token)
+    n_globals += int((layout.ranges[expanded, 1] - layout.ranges[expanded, 0]).sum())
     if schema.fixed_blocks is not None:
         n_globals += -(-long_len // schema.fixed_blocks.tokens_per_block)
     return long_len, n_globals
