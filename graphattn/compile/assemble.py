@@ -10,8 +10,8 @@ positions, and per-token values are "innermost covering range" lookups). The res
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from collections.abc import Iterable
+from dataclasses import dataclass, field
 from itertools import compress
 
 import numpy as np
