@@ -164,3 +164,19 @@ def test_an_assembly_batch_of_packed_instances_equals_each_alone():
     items = [(layouts[:3], select(layouts[:3], schema)), (layouts[3:], select(layouts[3:], schema))]
     for (lays, sels), got in zip(items, assemble_many(items, schema, table, compact=True)):
         assert_identical(got, assemble(lays, sels, schema, table, compact=True))
+
+
+def test_a_layout_keeps_its_nodes_when_its_graph_grows_later():
+    """A layout indexes its graph's own id list (no copy of a large page's ids): nodes added to
+    the graph afterwards are not the layout's, and the instance from it is unchanged."""
+    schema = load_schema(schema_dict())
+    graph = sentences_doc([[2, 3], [4]])
+    tokenizer = WordTokenizer()
+    layout = build_layout(graph, schema, tokenizer)
+    want = assemble([layout], select([layout], schema), schema, _prepare(schema, tokenizer)[2], compact=True)
+    before = list(layout.node_ids)
+    graph.add_node("late", "sentence", (0, 2))
+    assert layout.n_nodes == len(before) == len(layout.node_type)
+    got = assemble([layout], select([layout], schema), schema, _prepare(schema, tokenizer)[2], compact=True)
+    assert_identical(got, want)
+    assert graph.node_ids[: len(before)] == before

@@ -235,3 +235,42 @@ def _raw(schema):
         },
         "relations": {"contains": {"hierarchy": True}},
     }
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.integers(-1, 40), min_size=1, max_size=40))
+def test_hierarchy_depths_and_cycles_against_walking_up(targets):
+    """`layout._hierarchy` (pointer jumping over the nodes with children, leaves one gather)
+    against walking up each node's parents: the same depths, and on a cycle the error names the
+    node where the walk up from the first row that never reaches a root enters the cycle."""
+    import pytest
+
+    from graphattn.compile.layout import _hierarchy
+    from graphattn.errors import CompileError
+
+    n = len(targets)
+    parent = [t if 0 <= t < n else -1 for t in targets]  # any parent: forests, self-loops, cycles
+    graph = DocGraph("w", doc_id="h")
+    for i in range(n):
+        graph.add_node(f"n{i}", "paragraph")
+    schema = load_schema({"name": "h", "node_types": {"paragraph": {}}, "relations": {"contains": {"hierarchy": True}}})
+    kids = [i for i in range(n) if parent[i] >= 0]
+    edges = {"contains": (np.array([parent[i] for i in kids], dtype=np.int64), np.array(kids, dtype=np.int64))}
+
+    def walk_up(i):
+        steps = 0
+        while parent[i] >= 0 and steps <= n:
+            i, steps = parent[i], steps + 1
+        return steps if steps <= n else None  # None: never reaches a root
+
+    depths = [walk_up(i) for i in range(n)]
+    if None in depths:
+        seen, node = [], depths.index(None)  # the first row that never reaches a root, walked up
+        while node not in seen:
+            seen.append(node)
+            node = parent[node]
+        with pytest.raises(CompileError, match=rf"node 'n{node}': cycle in the containment hierarchy: 'n\d+' -> "):
+            _hierarchy(graph, schema, graph.node_ids, edges)
+    else:
+        got_parent, got_depth = _hierarchy(graph, schema, graph.node_ids, edges)
+        assert got_parent.tolist() == parent and got_depth.tolist() == depths
