@@ -34,3 +34,16 @@ def test_the_compile_benchmark_times_layout_on_every_text_a_cut_asks_for():
     graph = bench.make_document(200, 4096, tokenizer)
     median, best = bench._layout_without_encode(graph, schema, tokenizer, 1)
     assert median > 0 and best > 0
+
+
+def test_the_ingest_benchmark_times_its_two_pages_taking_turns():
+    """The 10 MB / 100 KB ratio comes from runs that alternate, so a slow minute falls on both."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("ingest_benchmark", BENCHMARK_DIR / "ingest.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    order = []
+    wall, cpu = bench._interleaved({"small": lambda: order.append("small"), "large": lambda: order.append("large")}, 3)
+    assert order == ["small", "large"] * 3
+    assert set(wall) == set(cpu) == {"small", "large"} and all(v >= 0 for v in [*wall.values(), *cpu.values()])
