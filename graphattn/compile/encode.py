@@ -304,7 +304,8 @@ def _cut_around(points: np.ndarray, first: np.ndarray, end: np.ndarray) -> tuple
 
 def _nearest_cut(points: np.ndarray, at: np.ndarray, step: int) -> np.ndarray:
     """The nearest cut from each of `at` in direction `step`: looked for within 16 characters
-    (a cut is mostly a word away), then 256, then over the whole text."""
+    (a cut is mostly a word away), then 256, then over the whole text (at once when the windows
+    would take more memory than the text)."""
     n = points.size
 
     def is_cut(where: np.ndarray) -> np.ndarray:
@@ -314,6 +315,8 @@ def _nearest_cut(points: np.ndarray, at: np.ndarray, step: int) -> np.ndarray:
     out = np.empty(at.size, dtype=np.int64)
     left = np.arange(at.size)
     for window in (16, 256):
+        if left.size * window > 4 * n + 4096:  # windows would outgrow a pass over the whole text
+            break
         near = np.clip(at[left, None] + step * np.arange(window), 0, n)
         cut = is_cut(near)
         found = cut.any(axis=1)

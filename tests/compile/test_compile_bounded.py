@@ -467,3 +467,7 @@ def test_nearest_cut_back_and_ahead():
     at = np.array([0, 2, 4, 5, 200, 305, 308, 309])  # 3 and 307 are cuts (4 is a space after a space)
     assert _nearest_cut(points, at, -1).tolist() == [0, 0, 3, 3, 3, 3, 307, 309]
     assert _nearest_cut(points, at, 1).tolist() == [0, 3, 307, 307, 307, 307, 309, 309]
+    many = np.arange(len(text) + 1).repeat(20)  # windows for all would outgrow the text: one pass
+    cuts = np.array([0, 3, 307, 309])
+    assert _nearest_cut(points, many, -1).tolist() == cuts[np.searchsorted(cuts, many, "right") - 1].tolist()
+    assert _nearest_cut(points, many, 1).tolist() == cuts[np.searchsorted(cuts, many)].tolist()
