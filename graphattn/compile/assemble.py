@@ -211,7 +211,8 @@ def _owners(doc: _Doc, schema: Schema, level: str, goffset: int) -> np.ndarray:
 
 
 def _covered_by(doc: _Doc, nodes_mask: np.ndarray) -> np.ndarray:
-    nodes = doc.covering()[nodes_mask[doc.covering()]]
+    rows = doc.covering()
+    nodes = rows[nodes_mask[rows]]
     return coverage(doc.body_length, doc.br[nodes, 0], doc.br[nodes, 1])
 
 

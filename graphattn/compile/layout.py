@@ -395,7 +395,7 @@ class CheckedGraph:
     def text_plan(self, schema: Schema) -> TextPlan:
         """What to tokenize: the whole text, or under `tail` enough of it for what can be kept."""
         per_token = [i for i, t in enumerate(self.type_names) if schema.node_types[t].global_mode == "per_token"]
-        whole = np.compress(self.selected & self.of_types(per_token) & self.has_span, self.spans, axis=0)
+        whole = np.compress(self.selected & self.of_type_indices(per_token) & self.has_span, self.spans, axis=0)
         return TextPlan(self.text, long_token_bound(schema), self.long_spans, whole)
 
     @cached_property
@@ -404,10 +404,11 @@ class CheckedGraph:
         is long). Made once: the text plan and the nodes past the cut both need it."""
         if not self.long_types:
             return None
-        return np.compress(self.of_types(self.long_types) & self.has_span, self.spans, axis=0)
+        return np.compress(self.of_type_indices(self.long_types) & self.has_span, self.spans, axis=0)
 
-    def of_types(self, types: list[int]) -> np.ndarray:
-        """bool [N]: the node's type is one of `types` (indices into `type_names`)."""
+    def of_type_indices(self, types: list[int]) -> np.ndarray:
+        """bool [N]: the node's type is one of `types`, indices into `type_names` (a layout's
+        `of_types` takes names)."""
         table = np.zeros(len(self.type_names) + 1, dtype=bool)
         table[types] = True
         return table[self.node_type]
@@ -484,7 +485,7 @@ def layout_from(
         ranges[looked_up] = spans_to_token_ranges(offsets, np.take(spans, looked_up, axis=0))
     holding = looked_up[ranges[looked_up, 1] > ranges[looked_up, 0]]  # the nodes that hold tokens
     long_types, type_names = checked.long_types, checked.type_names
-    is_long_node = checked.of_types(long_types) if long_types else None
+    is_long_node = checked.of_type_indices(long_types) if long_types else None
     if long_types:
         long_ranges = np.take(ranges, holding[is_long_node[holding]], axis=0)
         is_long = coverage(T, long_ranges[:, 0], long_ranges[:, 1])
