@@ -349,12 +349,12 @@ def test_document_order_sorts_by_start_then_outer_first_and_keeps_tree_order():
     """Rank is pre-order over the text: start, then the longer (outer) span, then the shallower
     node, then the row. Rows already in that order come back as they are (a tree walk); others
     are sorted."""
-    from graphattn.compile.layout import _document_order
+    from graphattn.compile.hierarchy import document_order
 
     spans = np.array([[0, 10], [0, 4], [0, 4], [4, 10], [6, 6], [-1, -1]])
     depth = np.array([0, 1, 2, 1, 2, 0])
     spanned = np.array([0, 1, 2, 3, 4])
-    np.testing.assert_array_equal(_document_order(spanned, spans, depth), [0, 1, 2, 3, 4])
+    np.testing.assert_array_equal(document_order(spanned, spans, depth), [0, 1, 2, 3, 4])
     shuffled = np.array([[4, 10], [0, 4], [6, 6], [0, 10], [0, 4]])  # rows 3, 1, 4, 0, 2 above
     shuffled_depth = np.array([1, 2, 2, 0, 1])
-    np.testing.assert_array_equal(_document_order(np.arange(5), shuffled, shuffled_depth), [3, 4, 1, 0, 2])
+    np.testing.assert_array_equal(document_order(np.arange(5), shuffled, shuffled_depth), [3, 4, 1, 0, 2])

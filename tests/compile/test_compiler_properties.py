@@ -240,12 +240,12 @@ def _raw(schema):
 @settings(max_examples=300, deadline=None)
 @given(st.lists(st.integers(-1, 40), min_size=1, max_size=40))
 def test_hierarchy_depths_and_cycles_against_walking_up(targets):
-    """`layout._hierarchy` (pointer jumping over the nodes with children, leaves one gather)
+    """`hierarchy.containment` (pointer jumping over the nodes with children, leaves one gather)
     against walking up each node's parents: the same depths, and on a cycle the error names the
     node where the walk up from the first row that never reaches a root enters the cycle."""
     import pytest
 
-    from graphattn.compile.layout import _hierarchy
+    from graphattn.compile.hierarchy import containment
     from graphattn.errors import CompileError
 
     n = len(targets)
@@ -270,7 +270,7 @@ def test_hierarchy_depths_and_cycles_against_walking_up(targets):
             seen.append(node)
             node = parent[node]
         with pytest.raises(CompileError, match=rf"node 'n{node}': cycle in the containment hierarchy: 'n\d+' -> "):
-            _hierarchy(graph, schema, graph.node_ids, edges)
+            containment(graph, schema, graph.node_ids, edges)
     else:
-        got_parent, got_depth = _hierarchy(graph, schema, graph.node_ids, edges)
+        got_parent, got_depth = containment(graph, schema, graph.node_ids, edges)
         assert got_parent.tolist() == parent and got_depth.tolist() == depths
