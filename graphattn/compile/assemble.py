@@ -438,24 +438,37 @@ def _check_dense_size(L: int, G: int, schema: Schema) -> None:
 def _doc_nodes(doc: _Doc, schema: Schema, loffset: int) -> DocNodes:
     """What target lowering needs from one document: globals' nodes, nodes' kept long positions."""
     lay = doc.lay
-    n = lay.n_nodes
-    rows = lay.token_rows()  # the others hold no token: no positions, not complete, no first token
-    kept_from, kept_to = doc.kr[rows, 0], doc.kr[rows, 1]
-    starts, ends = lay.ranges[rows, 0], lay.ranges[rows, 1]
+    past = lay.long_past_cut if lay.long_past_cut is not None else np.zeros(lay.n_nodes, dtype=bool)
+    positions = node_positions(
+        doc.kr, doc.kept, doc.kept_pos, lay.ranges, lay.is_long, past, loffset + doc.n_prefix, lay.token_rows()
+    )
+    return doc_nodes_of(doc, schema, *positions)
+
+
+def node_positions(kr, kept, kept_pos, ranges, is_long, past, base, rows: np.ndarray | None = None) -> tuple:
+    """Per node: the first and last long position of its kept tokens (-1: none), whether all its
+    long tokens are kept, whether it holds long text (`past`: past the cut too), whether its first
+    long token is kept. `kr` indexes `kept` / `kept_pos`, `ranges` index `is_long`; `base` (one
+    offset, or one per node) moves body positions to instance ones. Only `rows`, the nodes whose
+    range holds tokens, have anything to say (a page's nodes past a cut hold none)."""
+    n = kr.shape[0]
+    rows = np.flatnonzero(ranges[:, 1] > ranges[:, 0]) if rows is None else rows
+    base = base[rows] if np.ndim(base) else base
+    kept_from, kept_to = kr[rows, 0], kr[rows, 1]
+    starts, ends = ranges[rows, 0], ranges[rows, 1]
     has_kept = kept_to > kept_from
-    base = loffset + doc.n_prefix
     first, last = np.full(n, -1, dtype=np.int64), np.full(n, -1, dtype=np.int64)
-    first[rows] = np.where(has_kept, base + take_or(doc.kept_pos, np.where(has_kept, kept_from, -1), 0), -1)
-    last[rows] = np.where(has_kept, base + take_or(doc.kept_pos, np.where(has_kept, kept_to - 1, -1), 0), -1)
-    total = count_in_ranges(lay.is_long, starts, ends)
-    has_text = np.zeros(n, dtype=bool) if lay.long_past_cut is None else lay.long_past_cut.copy()  # past the cut too
+    first[rows] = np.where(has_kept, base + take_or(kept_pos, np.where(has_kept, kept_from, -1), 0), -1)
+    last[rows] = np.where(has_kept, base + take_or(kept_pos, np.where(has_kept, kept_to - 1, -1), 0), -1)
+    total = count_in_ranges(is_long, starts, ends)
+    has_text = past.copy()
     has_text[rows] |= total > 0
-    long_tokens = np.flatnonzero(lay.is_long)
+    long_tokens = np.flatnonzero(is_long)
     first_long = take_or(long_tokens, np.where(total > 0, searchsorted_left(long_tokens, starts), -1), -1)
     complete, holds_first = np.zeros(n, dtype=bool), np.zeros(n, dtype=bool)
     complete[rows] = (total > 0) & (kept_to - kept_from == total)
-    holds_first[rows] = has_kept & (take_or(doc.kept, np.where(has_kept, kept_from, -1), -2) == first_long)
-    return doc_nodes_of(doc, schema, first, last, complete, has_text, holds_first)
+    holds_first[rows] = has_kept & (take_or(kept, np.where(has_kept, kept_from, -1), -2) == first_long)
+    return first, last, complete, has_text, holds_first
 
 
 def doc_nodes_of(doc: _Doc, schema: Schema, first, last, complete, has_text, holds_first) -> DocNodes:

@@ -35,18 +35,19 @@ from graphattn.compile.assemble import (
     doc_nodes_of,
     finish_instance,
     global_flags,
+    node_positions,
     schema_types,
     token_lookups,
     type_table,
 )
 from graphattn.compile.layout import DocLayout
 from graphattn.compile.ranges import (
-    count_in_ranges,
     coverage,
     expand_ranges,
     innermost,
     ragged_offsets,
     ragged_rows,
+    searchsorted_left,
     take_or,
 )
 from graphattn.compile.targets import DocNodes
@@ -109,7 +110,7 @@ def long_parts(pairs: list[tuple[DocLayout, Selection]], schema: Schema) -> list
     n_kept = np.diff(np.append(kept_start, kept.shape[0]))
     # Node ranges among the document's kept tokens, and the [SEP]s: after the last kept token of
     # each `sep_after` node, the inner node's first where several end together.
-    kr = np.searchsorted(kept, np.concatenate([lay.ranges for lay in lays]) + token_start[node_doc, None])
+    kr = searchsorted_left(kept, np.concatenate([lay.ranges for lay in lays]) + token_start[node_doc, None])
     kr -= kept_start[node_doc, None]
     has_kept = kr[:, 1] > kr[:, 0]
     alive = ~np.concatenate([lay.in_long for lay in lays]) | has_kept
@@ -129,14 +130,15 @@ def long_parts(pairs: list[tuple[DocLayout, Selection]], schema: Schema) -> list
     # or to nodes inside it (rank >= its rank): one sorted key per [SEP], as in `_long_part`.
     scale = int(rank.max(initial=0)) + 1
     sep_keys = last * scale + (scale - 1 - rank[seps])
-    node_last = np.clip(kr[:, 1] - 1, 0, np.maximum(n_kept - 1, 0)[node_doc]) + kept_start[node_doc]
-    own_seps = np.searchsorted(sep_keys, node_last * scale + (scale - 1 - rank), side="right") - np.searchsorted(
+    rows = np.flatnonzero(has_kept)  # past a cut, few nodes keep tokens: the others' range is [0, 0)
+    row_doc = node_doc[rows]
+    node_last = kr[rows, 1] - 1 + kept_start[row_doc]
+    own_seps = np.searchsorted(sep_keys, node_last * scale + (scale - 1 - rank[rows]), side="right") - np.searchsorted(
         sep_keys, node_last * scale, side="left"
     )
-    at = lambda k: kept_pos[np.clip(k, 0, kept.shape[0] - 1)] if kept.shape[0] else np.zeros_like(k)  # noqa: E731
-    first = kr[:, 0] + kept_start[node_doc]
-    br = np.stack([at(first), at(node_last) + 1 + own_seps], axis=1) - body_start[node_doc, None]
-    br = np.where(has_kept[:, None], br, 0)
+    br = np.zeros((node_doc.shape[0], 2), dtype=np.int64)
+    br[rows, 0] = kept_pos[kr[rows, 0] + kept_start[row_doc]] - body_start[row_doc]
+    br[rows, 1] = kept_pos[node_last] + 1 + own_seps - body_start[row_doc]
     kept -= token_start[kept_doc]
     kept_pos -= body_start[kept_doc]
     n_prefix = len(schema.long_prefix)
@@ -241,6 +243,7 @@ class _Batch:
     g_kind: np.ndarray  # [Gtot] SPECIAL, NODE, PER_TOKEN or BLOCK
     g_node: np.ndarray  # [Gtot] the global's node (batch row), -1 for the compiler's own
     g_token: np.ndarray  # [Gtot] see `_Doc.g_token` (document coordinates)
+    covering: np.ndarray  # rows whose body range is not empty, ascending (all alive): only they cover positions
 
     @property
     def length(self) -> int:
@@ -291,6 +294,7 @@ def _concat_batch(docs: list[_Doc], goffsets: list[int], schema: Schema) -> _Bat
         g_kind=np.concatenate([doc.g_kind for doc in docs]),
         g_node=np.where(g_node >= 0, g_node + node_start[g_doc], -1),
         g_token=np.concatenate([doc.g_token for doc in docs]),
+        covering=np.concatenate([doc.covering() + start for doc, start in zip(docs, node_start.tolist())]),
     )
 
 
@@ -345,28 +349,20 @@ def _target_nodes(batch: _Batch, schema: Schema, long_offset: np.ndarray) -> lis
     kept_start, _ = ragged_offsets([doc.kept.shape[0] for doc in docs])
     token_start, _ = ragged_offsets([doc.lay.n_tokens for doc in docs])
     kr = np.concatenate([doc.kr for doc in docs]) + kept_start[node_doc, None]  # batch kept index
-    has_kept = kr[:, 1] > kr[:, 0]
-    kept_pos = np.concatenate([doc.kept_pos for doc in docs])
-    base = (long_offset + docs[0].n_prefix)[node_doc]
-    first = np.where(has_kept, base + take_or(kept_pos, np.where(has_kept, kr[:, 0], -1), 0), -1)
-    last = np.where(has_kept, base + take_or(kept_pos, np.where(has_kept, kr[:, 1] - 1, -1), 0), -1)
-    ranges = np.concatenate([doc.lay.ranges for doc in docs]) + token_start[node_doc, None]
-    is_long = np.concatenate([doc.lay.is_long for doc in docs])
-    total = count_in_ranges(is_long, ranges[:, 0], ranges[:, 1])
     past = [doc.lay.long_past_cut for doc in docs]
-    past = np.concatenate([p if p is not None else np.zeros(doc.lay.n_nodes, bool) for p, doc in zip(past, docs)])
-    long_tokens = np.flatnonzero(is_long)
-    first_long = take_or(long_tokens, np.where(total > 0, np.searchsorted(long_tokens, ranges[:, 0]), -1), -1)
-    kept = np.concatenate([doc.kept + token_start[d] for d, doc in enumerate(docs)])  # batch token index
-    holds_first = has_kept & (take_or(kept, np.where(has_kept, kr[:, 0], -1), -2) == first_long)
-    complete = (total > 0) & (kr[:, 1] - kr[:, 0] == total)
-    has_text = (total > 0) | past  # past the cut too
+    positions = node_positions(
+        kr,
+        np.concatenate([doc.kept + token_start[d] for d, doc in enumerate(docs)]),  # batch token index
+        np.concatenate([doc.kept_pos for doc in docs]),
+        np.concatenate([doc.lay.ranges for doc in docs]) + token_start[node_doc, None],
+        np.concatenate([doc.lay.is_long for doc in docs]),
+        np.concatenate([p if p is not None else np.zeros(doc.lay.n_nodes, bool) for p, doc in zip(past, docs)]),
+        (long_offset + docs[0].n_prefix)[node_doc],
+    )
     out = []
     for d, doc in enumerate(docs):
         rows = slice(int(batch.node_start[d]), int(batch.node_start[d]) + doc.lay.n_nodes)
-        out.append(
-            doc_nodes_of(doc, schema, first[rows], last[rows], complete[rows], has_text[rows], holds_first[rows])
-        )
+        out.append(doc_nodes_of(doc, schema, *(array[rows] for array in positions)))
     return out
 
 
@@ -433,13 +429,15 @@ def _concat_tokens(batch: _Batch, column) -> tuple[np.ndarray, np.ndarray]:
 
 def _long_type_ids(batch: _Batch, schema: Schema) -> np.ndarray:
     type_ids = type_table(schema, lambda t: -1 if t.type_id is None else t.type_id, np.int64)
-    nodes = np.flatnonzero((type_ids[batch.node_type] >= 0) & batch.alive)
+    rows = batch.covering
+    nodes = rows[type_ids[batch.node_type[rows]] >= 0]
     return take_or(type_ids[batch.node_type[nodes]], batch.innermost_of(nodes), 0).astype(np.int32)
 
 
 def _hard_l2g(batch: _Batch, schema: Schema) -> np.ndarray:
     ignores = type_table(schema, lambda t: bool(t.ignore_hard_l2g), bool)
-    nodes = np.flatnonzero(ignores[batch.node_type] & batch.alive)
+    rows = batch.covering
+    nodes = rows[ignores[batch.node_type[rows]]]
     restricted = _hard_l2g_rows(schema) & ~coverage(batch.length, batch.body[nodes, 0], batch.body[nodes, 1])
     restricted[batch.prefix] = False
     return restricted
@@ -451,14 +449,14 @@ def _segment_boundaries(batch: _Batch, schema: Schema) -> tuple[np.ndarray, np.n
     batch row (-1: none)."""
     is_segment = type_table(schema, lambda t: bool(t.segment), bool)
     boundary = np.zeros(batch.length, dtype=bool)
+    segments = batch.covering[is_segment[batch.node_type[batch.covering]]]
     for t in np.flatnonzero(is_segment).tolist():
-        nodes = np.flatnonzero((batch.node_type == t) & batch.alive)
+        nodes = segments[batch.node_type[segments] == t]
         if nodes.size == 0:
             continue
         key = take_or(nodes, batch.innermost_of(nodes), -1)
         boundary[1:] |= key[1:] != key[:-1]
     boundary[batch.long_start[batch.long_start < batch.length]] = True
-    segments = np.flatnonzero(is_segment[batch.node_type] & batch.alive)
     return boundary, take_or(segments, batch.innermost_of(segments), -1)
 
 
@@ -467,7 +465,8 @@ def _level_owners(batch: _Batch, schema: Schema, level: str, goffsets: list[int]
     if schema.fixed_blocks is not None and level == schema.fixed_blocks.name:  # arithmetic per document
         return np.concatenate([_owners(doc, schema, level, g) for doc, g in zip(batch.docs, goffsets)])
     level_type = list(schema.node_types).index(level)
-    nodes = np.flatnonzero((batch.node_type == level_type) & (batch.gpos >= 0))
+    rows = batch.covering
+    nodes = rows[(batch.node_type[rows] == level_type) & (batch.gpos[rows] >= 0)]
     node = take_or(nodes, batch.innermost_of(nodes), -1)
     first = take_or(batch.gpos, node, -1)
     if schema.node_types[level].global_mode == "per_token":  # each wordpiece owned by its own copy
