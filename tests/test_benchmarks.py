@@ -47,3 +47,23 @@ def test_the_ingest_benchmark_times_its_two_pages_taking_turns():
     wall, cpu = bench._interleaved({"small": lambda: order.append("small"), "large": lambda: order.append("large")}, 3)
     assert order == ["small", "large"] * 3
     assert set(wall) == set(cpu) == {"small", "large"} and all(v >= 0 for v in [*wall.values(), *cpu.values()])
+
+
+def test_the_corpus_benchmark_floor_writes_the_token_ids_of_every_record(tmp_path):
+    """The read+encode+write peer really reads each record, encodes its text and writes the ids."""
+    import importlib.util
+
+    import pyarrow.parquet as pq
+    from tokenizers import Tokenizer
+
+    spec = importlib.util.spec_from_file_location("corpus_benchmark", BENCHMARK_DIR / "corpus.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    texts = bench.generate(tmp_path / "records.jsonl", 5)
+    seconds, cpu = bench.read_tokenize_write_peer(tmp_path / "records.jsonl", tmp_path / "floor", 2)
+    assert seconds > 0 and cpu > 0
+    shards = sorted((tmp_path / "floor").glob("*.parquet"))
+    assert [len(pq.read_table(p)) for p in shards] == [2, 2, 1]
+    written = [ids for p in shards for ids in pq.read_table(p).column("ids").to_pylist()]
+    tokenizer = Tokenizer.from_file(str(bench.TOKENIZER))
+    assert written == [tokenizer.encode(text, add_special_tokens=False).ids for text in texts]

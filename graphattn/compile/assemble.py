@@ -41,8 +41,8 @@ class _Doc:
 
     lay: DocLayout
     kept: np.ndarray  # [n] token indices kept (long text)
-    kr: np.ndarray  # [N, 2] node ranges among kept tokens
-    br: np.ndarray  # [N, 2] node ranges over body positions
+    kr: np.ndarray  # [N, 2] node ranges among kept tokens ([0, 0) for a node that holds no tokens)
+    br: np.ndarray  # [N, 2] node ranges over body positions ([0, 0) for one that keeps none)
     kept_pos: np.ndarray  # [n] body position of each kept token
     body_token: np.ndarray  # [body] token index, -1 for an inserted [SEP]
     alive: np.ndarray  # [N] bool
@@ -86,30 +86,38 @@ class _Doc:
 
 
 def _long_part(lay: DocLayout, sel: Selection, schema: Schema) -> _Doc:
-    """The document's long body: kept tokens with a [SEP] after each `sep_after` node."""
+    """The document's long body: kept tokens with a [SEP] after each `sep_after` node.
+
+    Only the nodes whose range holds tokens (`DocLayout.token_rows`) can keep any; past a cut,
+    a page's nodes mostly hold none, and their ranges stay [0, 0)."""
     kept = np.flatnonzero(lay.is_long & sel.keep)
     n = kept.shape[0]
-    kr = searchsorted_left(kept, lay.ranges)
-    has_kept = kr[:, 1] > kr[:, 0]
-    alive = ~lay.in_long | has_kept
-    seps = np.flatnonzero(lay.type_flag("sep_after") & has_kept)
-    order = np.lexsort((-lay.rank[seps], kr[seps, 1] - 1))  # inner node's [SEP] first where several end together
+    rows = lay.token_rows()
+    kr_rows = searchsorted_left(kept, np.take(lay.ranges, rows, axis=0))
+    has_kept = kr_rows[:, 1] > kr_rows[:, 0]
+    rank = np.take(lay.rank, rows)
+    seps = np.flatnonzero(np.take(lay.type_flag("sep_after"), rows) & has_kept)  # indexes `rows`
+    order = np.lexsort((-rank[seps], kr_rows[seps, 1] - 1))  # inner node's [SEP] first where several end together
     seps = seps[order]
-    last = kr[seps, 1] - 1  # the kept token each [SEP] follows, ascending
+    last = kr_rows[seps, 1] - 1  # the kept token each [SEP] follows, ascending
     body_token = np.insert(kept, last + 1, -1)
     kept_pos = np.arange(n) + np.searchsorted(last, np.arange(n), side="left")
     # A node's body range ends after the [SEP]s that follow its last token and belong to it or
     # to nodes inside it (rank >= its rank): count them with one sorted key per [SEP].
-    scale = int(lay.rank.max(initial=0)) + 1
-    sep_keys = last * scale + (scale - 1 - lay.rank[seps])
-    rows = np.flatnonzero(has_kept)  # past a cut, few nodes keep tokens: the others' range is [0, 0)
-    node_last, rank = kr[rows, 1] - 1, lay.rank[rows]
-    own_seps = np.searchsorted(sep_keys, node_last * scale + (scale - 1 - rank), side="right") - np.searchsorted(
-        sep_keys, node_last * scale, side="left"
-    )
+    scale = int(rank.max(initial=0)) + 1
+    sep_keys = last * scale + (scale - 1 - rank[seps])
+    holding = np.flatnonzero(has_kept)  # indexes `rows`
+    node_last, holding_rank = kr_rows[holding, 1] - 1, rank[holding]
+    own_seps = np.searchsorted(
+        sep_keys, node_last * scale + (scale - 1 - holding_rank), side="right"
+    ) - np.searchsorted(sep_keys, node_last * scale, side="left")
+    kr = np.zeros((lay.n_nodes, 2), dtype=np.int64)
+    kr[rows] = kr_rows
     br = np.zeros((lay.n_nodes, 2), dtype=np.int64)
-    br[rows, 0] = kept_pos[kr[rows, 0]]
-    br[rows, 1] = kept_pos[node_last] + 1 + own_seps
+    br[rows[holding], 0] = kept_pos[kr_rows[holding, 0]]
+    br[rows[holding], 1] = kept_pos[node_last] + 1 + own_seps
+    alive = ~lay.in_long
+    alive[rows[holding]] = True
     return _Doc(lay, kept, kr, br, kept_pos, body_token, alive, len(schema.long_prefix))
 
 
@@ -439,23 +447,23 @@ def _doc_nodes(doc: _Doc, schema: Schema, loffset: int) -> DocNodes:
     """What target lowering needs from one document: globals' nodes, nodes' kept long positions."""
     lay = doc.lay
     past = lay.long_past_cut if lay.long_past_cut is not None else np.zeros(lay.n_nodes, dtype=bool)
+    rows = lay.token_rows()
+    kr, ranges = np.take(doc.kr, rows, axis=0), np.take(lay.ranges, rows, axis=0)
     positions = node_positions(
-        doc.kr, doc.kept, doc.kept_pos, lay.ranges, lay.is_long, past, loffset + doc.n_prefix, lay.token_rows()
+        lay.n_nodes, rows, kr, ranges, doc.kept, doc.kept_pos, lay.is_long, past, loffset + doc.n_prefix
     )
     return doc_nodes_of(doc, schema, *positions)
 
 
-def node_positions(kr, kept, kept_pos, ranges, is_long, past, base, rows: np.ndarray | None = None) -> tuple:
-    """Per node: the first and last long position of its kept tokens (-1: none), whether all its
-    long tokens are kept, whether it holds long text (`past`: past the cut too), whether its first
-    long token is kept. `kr` indexes `kept` / `kept_pos`, `ranges` index `is_long`; `base` (one
-    offset, or one per node) moves body positions to instance ones. Only `rows`, the nodes whose
-    range holds tokens, have anything to say (a page's nodes past a cut hold none)."""
-    n = kr.shape[0]
-    rows = np.flatnonzero(ranges[:, 1] > ranges[:, 0]) if rows is None else rows
-    base = base[rows] if np.ndim(base) else base
-    kept_from, kept_to = kr[rows, 0], kr[rows, 1]
-    starts, ends = ranges[rows, 0], ranges[rows, 1]
+def node_positions(n: int, rows, kr, ranges, kept, kept_pos, is_long, past, base) -> tuple:
+    """Per node (`n` of them): the first and last long position of its kept tokens (-1: none),
+    whether all its long tokens are kept, whether it holds long text (`past`: past the cut too),
+    whether its first long token is kept. Only `rows`, the nodes whose range holds tokens, have
+    anything to say (a page's nodes past a cut hold none): `kr` [len(rows), 2] are their ranges
+    among `kept` / `kept_pos`, `ranges` their token ranges into `is_long`; `base` (one offset, or
+    one per row) moves body positions to instance ones."""
+    kept_from, kept_to = kr[:, 0], kr[:, 1]
+    starts, ends = ranges[:, 0], ranges[:, 1]
     has_kept = kept_to > kept_from
     first, last = np.full(n, -1, dtype=np.int64), np.full(n, -1, dtype=np.int64)
     first[rows] = np.where(has_kept, base + take_or(kept_pos, np.where(has_kept, kept_from, -1), 0), -1)

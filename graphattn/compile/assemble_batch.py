@@ -97,29 +97,32 @@ def assemble_many(
 
 def long_parts(pairs: list[tuple[DocLayout, Selection]], schema: Schema) -> list[_Doc]:
     """`assemble._long_part` of each (layout, selection), over the documents laid end to end:
-    their tokens (offset per document), kept tokens and nodes as one array each."""
+    their tokens (offset per document), kept tokens and the nodes that hold tokens as one array
+    each (`DocLayout.token_rows`: the other nodes' ranges stay [0, 0), as in `_long_part`)."""
     if not pairs:
         return []
     lays = [lay for lay, _ in pairs]
     token_start, _ = ragged_offsets([lay.n_tokens for lay in lays])
     n_nodes = [lay.n_nodes for lay in lays]
-    node_start, _ = ragged_offsets(n_nodes)
-    node_doc = ragged_rows(n_nodes)
+    node_start, total_nodes = ragged_offsets(n_nodes)
     kept = np.flatnonzero(np.concatenate([lay.is_long & sel.keep for lay, sel in pairs]))  # batch token index
     kept_start = np.searchsorted(kept, token_start)
     n_kept = np.diff(np.append(kept_start, kept.shape[0]))
+    token_rows = [lay.token_rows() for lay in lays]
+    row_doc = ragged_rows([r.shape[0] for r in token_rows])
+    rows = np.concatenate(token_rows) + node_start[row_doc]  # batch node rows
     # Node ranges among the document's kept tokens, and the [SEP]s: after the last kept token of
     # each `sep_after` node, the inner node's first where several end together.
-    kr = searchsorted_left(kept, np.concatenate([lay.ranges for lay in lays]) + token_start[node_doc, None])
-    kr -= kept_start[node_doc, None]
-    has_kept = kr[:, 1] > kr[:, 0]
-    alive = ~np.concatenate([lay.in_long for lay in lays]) | has_kept
-    rank = np.concatenate([lay.rank for lay in lays]) + np.repeat(node_start, n_nodes)
-    seps = np.flatnonzero(np.concatenate([lay.type_flag("sep_after") for lay in lays]) & has_kept)
-    last = kr[seps, 1] - 1 + kept_start[node_doc[seps]]  # batch index of the kept token each [SEP] follows
+    kr_rows = searchsorted_left(kept, _take_rows([lay.ranges for lay in lays], token_rows) + token_start[row_doc, None])
+    kr_rows -= kept_start[row_doc, None]
+    has_kept = kr_rows[:, 1] > kr_rows[:, 0]
+    rank = _take_rows([lay.rank for lay in lays], token_rows) + node_start[row_doc]
+    sep_after = _take_rows([lay.type_flag("sep_after") for lay in lays], token_rows)
+    seps = np.flatnonzero(sep_after & has_kept)  # indexes `rows`
+    last = kr_rows[seps, 1] - 1 + kept_start[row_doc[seps]]  # batch index of the kept token each [SEP] follows
     order = np.lexsort((-rank[seps], last))
     seps, last = seps[order], last[order]
-    seps_before = np.searchsorted(node_doc[seps], np.arange(len(lays)))  # [SEP]s of the documents before
+    seps_before = np.searchsorted(row_doc[seps], np.arange(len(lays)))  # [SEP]s of the documents before
     body_start = kept_start + seps_before
     body = np.insert(kept, last + 1, -1)
     body_doc = ragged_rows(n_kept + np.diff(np.append(seps_before, seps.shape[0])))
@@ -130,15 +133,19 @@ def long_parts(pairs: list[tuple[DocLayout, Selection]], schema: Schema) -> list
     # or to nodes inside it (rank >= its rank): one sorted key per [SEP], as in `_long_part`.
     scale = int(rank.max(initial=0)) + 1
     sep_keys = last * scale + (scale - 1 - rank[seps])
-    rows = np.flatnonzero(has_kept)  # past a cut, few nodes keep tokens: the others' range is [0, 0)
-    row_doc = node_doc[rows]
-    node_last = kr[rows, 1] - 1 + kept_start[row_doc]
-    own_seps = np.searchsorted(sep_keys, node_last * scale + (scale - 1 - rank[rows]), side="right") - np.searchsorted(
-        sep_keys, node_last * scale, side="left"
-    )
-    br = np.zeros((node_doc.shape[0], 2), dtype=np.int64)
-    br[rows, 0] = kept_pos[kr[rows, 0] + kept_start[row_doc]] - body_start[row_doc]
-    br[rows, 1] = kept_pos[node_last] + 1 + own_seps - body_start[row_doc]
+    holding = np.flatnonzero(has_kept)  # indexes `rows`
+    holding_doc = row_doc[holding]
+    node_last = kr_rows[holding, 1] - 1 + kept_start[holding_doc]
+    own_seps = np.searchsorted(
+        sep_keys, node_last * scale + (scale - 1 - rank[holding]), side="right"
+    ) - np.searchsorted(sep_keys, node_last * scale, side="left")
+    kr = np.zeros((total_nodes, 2), dtype=np.int64)
+    kr[rows] = kr_rows
+    br = np.zeros((total_nodes, 2), dtype=np.int64)
+    br[rows[holding], 0] = kept_pos[kr_rows[holding, 0] + kept_start[holding_doc]] - body_start[holding_doc]
+    br[rows[holding], 1] = kept_pos[node_last] + 1 + own_seps - body_start[holding_doc]
+    alive = ~np.concatenate([lay.in_long for lay in lays])
+    alive[rows[holding]] = True
     kept -= token_start[kept_doc]
     kept_pos -= body_start[kept_doc]
     n_prefix = len(schema.long_prefix)
@@ -151,6 +158,11 @@ def long_parts(pairs: list[tuple[DocLayout, Selection]], schema: Schema) -> list
             _Doc(lay, kept[k0:k1], kr[n0:n1], br[n0:n1], kept_pos[k0:k1], body_token[b0:b1], alive[n0:n1], n_prefix)
         )
     return docs
+
+
+def _take_rows(arrays: list[np.ndarray], rows: list[np.ndarray]) -> np.ndarray:
+    """Those `rows` of each document's per-node array, the documents end to end."""
+    return np.concatenate([np.take(array, r, axis=0) for array, r in zip(arrays, rows)])
 
 
 def global_parts(docs: list[_Doc], schema: Schema) -> None:
@@ -273,7 +285,8 @@ def _concat_batch(docs: list[_Doc], goffsets: list[int], schema: Schema) -> _Bat
     gpos = np.concatenate([np.where(doc.node_gpos >= 0, doc.node_gpos + g, -1) for doc, g in zip(docs, goffsets)])
     g_doc = ragged_rows([doc.g_kind.shape[0] for doc in docs])
     g_node = np.concatenate([doc.g_node for doc in docs])
-    parent = np.concatenate([doc.lay.parent for doc in docs]) + np.repeat(node_start, n_nodes)
+    node_base = np.repeat(node_start, n_nodes)  # each node's document's first row
+    parent = np.concatenate([doc.lay.parent for doc in docs]) + node_base
     return _Batch(
         docs=docs,
         long_start=long_start,
@@ -284,12 +297,12 @@ def _concat_batch(docs: list[_Doc], goffsets: list[int], schema: Schema) -> _Bat
         prefix=prefix,
         node_type=node_type,
         alive=np.concatenate([doc.alive for doc in docs]),
-        rank=np.concatenate([doc.lay.rank for doc in docs]) + np.repeat(node_start, n_nodes),
+        rank=np.concatenate([doc.lay.rank for doc in docs]) + node_base,
         body=np.concatenate([doc.br for doc in docs]) + np.repeat(long_start + n_prefix, n_nodes)[:, None],
         range_start=np.concatenate([doc.lay.ranges[:, 0] for doc in docs]),
         gpos=gpos,
         gcount=np.concatenate([doc.node_gcount for doc in docs]),
-        parent=np.where(parent >= np.repeat(node_start, n_nodes), parent, -1),
+        parent=np.where(parent >= node_base, parent, -1),
         g_doc=g_doc,
         g_kind=np.concatenate([doc.g_kind for doc in docs]),
         g_node=np.where(g_node >= 0, g_node + node_start[g_doc], -1),
@@ -343,21 +356,24 @@ def batch_lookups(instances: list[list[_Doc]], schema: Schema, table: TokenTable
 
 
 def _target_nodes(batch: _Batch, schema: Schema, long_offset: np.ndarray) -> list[DocNodes]:
-    """`assemble._doc_nodes` of every document (`long_offset`: where each starts in its instance)."""
+    """`assemble._doc_nodes` of every document (`long_offset`: where each starts in its instance),
+    over the nodes whose range holds tokens (`DocLayout.token_rows`), the documents end to end."""
     docs = batch.docs
-    node_doc = ragged_rows([doc.lay.n_nodes for doc in docs])
+    token_rows = [doc.lay.token_rows() for doc in docs]
+    row_doc = ragged_rows([rows.shape[0] for rows in token_rows])
     kept_start, _ = ragged_offsets([doc.kept.shape[0] for doc in docs])
     token_start, _ = ragged_offsets([doc.lay.n_tokens for doc in docs])
-    kr = np.concatenate([doc.kr for doc in docs]) + kept_start[node_doc, None]  # batch kept index
     past = [doc.lay.long_past_cut for doc in docs]
     positions = node_positions(
-        kr,
-        np.concatenate([doc.kept + token_start[d] for d, doc in enumerate(docs)]),  # batch token index
+        int(batch.node_start[-1]) + docs[-1].lay.n_nodes,
+        np.concatenate(token_rows) + batch.node_start[row_doc],
+        _take_rows([doc.kr for doc in docs], token_rows) + kept_start[row_doc, None],  # batch kept index
+        _take_rows([doc.lay.ranges for doc in docs], token_rows) + token_start[row_doc, None],  # batch token index
+        np.concatenate([doc.kept + token_start[d] for d, doc in enumerate(docs)]),
         np.concatenate([doc.kept_pos for doc in docs]),
-        np.concatenate([doc.lay.ranges for doc in docs]) + token_start[node_doc, None],
         np.concatenate([doc.lay.is_long for doc in docs]),
         np.concatenate([p if p is not None else np.zeros(doc.lay.n_nodes, bool) for p, doc in zip(past, docs)]),
-        (long_offset + docs[0].n_prefix)[node_doc],
+        (long_offset + docs[0].n_prefix)[row_doc],
     )
     out = []
     for d, doc in enumerate(docs):

@@ -27,8 +27,10 @@ ingest adapter disagree.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import operator
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from itertools import repeat
 from typing import Any
 
 import numpy as np
@@ -141,22 +143,39 @@ def _class_id(value: Any, classes: tuple, spec: TargetSpec, doc: DocNodes, node:
     )
 
 
+def class_ids(values: Sequence[Any], classes: tuple, default: Any = None) -> tuple[np.ndarray, int]:
+    """int32 class index of each value (`default` stands in for None; IGNORE where still None),
+    the first class the value `==`, a bool only to a bool (True is not the class 1); and the
+    index of the first value no class matches, -1 when every one does. A pass per class (a
+    target declares a handful), none per value in Python."""
+    n = len(values)
+    unmatched = np.fromiter(map(operator.is_not, values, repeat(None)), dtype=bool, count=n)  # None: no label
+    if default is not None and not unmatched.all():
+        filled = np.fromiter(values, dtype=object, count=n)
+        filled[~unmatched] = default
+        values, unmatched = filled.tolist(), np.ones(n, dtype=bool)
+    is_bool = np.fromiter(map(isinstance, values, repeat(bool)), dtype=bool, count=n)
+    out = np.full(n, TARGET_IGNORE, np.int32)
+    for k, known in enumerate(classes):
+        rows = np.flatnonzero(unmatched & (is_bool == isinstance(known, bool)))
+        if rows.size:
+            same = map(bool, map(operator.eq, map(values.__getitem__, rows.tolist()), repeat(known)))
+            hit = rows[np.fromiter(same, dtype=bool, count=rows.size)]
+            out[hit] = k
+            unmatched[hit] = False
+    return out, int(np.argmax(unmatched)) if unmatched.any() else -1
+
+
 def node_classes(doc: DocNodes, spec: TargetSpec) -> np.ndarray:
     """[N] class id of each labelled node of a global_labels target, IGNORE elsewhere."""
     labelled = np.flatnonzero(doc.node_is(spec.node_types) & doc.selected)
     out = np.full(len(doc.node_ids), TARGET_IGNORE, np.int32)
-    seen: dict[tuple[type, Any], int] = {}  # a handful of distinct values over many nodes
-    for node, value in zip(labelled.tolist(), _attr_values(doc, labelled, spec.attr)):
-        value = spec.default if value is None else value
-        if value is None:
-            continue
-        key = (type(value), value) if isinstance(value, (str, int, float, bool)) else None
-        class_id = seen.get(key) if key is not None else None
-        if class_id is None:
-            class_id = _class_id(value, spec.classes, spec, doc, node, f"{spec.attr} =")
-            if key is not None:
-                seen[key] = class_id
-        out[node] = class_id
+    values = _attr_values(doc, labelled, spec.attr)
+    ids, bad = class_ids(values, spec.classes, spec.default)
+    if bad >= 0:  # raises, naming the node
+        value = spec.default if values[bad] is None else values[bad]
+        _class_id(value, spec.classes, spec, doc, int(labelled[bad]), f"{spec.attr} =")
+    out[labelled] = ids
     return out
 
 

@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from graphattn.compile import compile_instance, compile_windows
-from graphattn.compile.targets import choice_labels, global_labels, span_rows, span_target
+from graphattn.compile.targets import choice_labels, class_ids, global_labels, span_rows, span_target
 from graphattn.errors import CompileError, LabelWarning, SchemaError
 from graphattn.ingest.json import hotpotqa_graph, nq_graph, wikihop_graph
 from graphattn.ingest.openkp import openkp_graph
@@ -44,6 +44,20 @@ def arrays(instance) -> dict:
 def test_global_labels_by_hand():
     # globals: [CLS] (no node), node 2, node 0, node 1; node classes: 1, IGNORE, 0
     assert global_labels(np.array([-1, 2, 0, 1]), np.array([1, I, 0])).tolist() == [I, 0, 1, I]
+
+
+def test_class_ids_by_hand():
+    # bools match bools only (the int 1 is not the class True); None is no label, or the default
+    ids, bad = class_ids([True, None, False, True], (False, True))
+    assert ids.tolist() == [1, I, 0, 1] and bad == -1
+    ids, bad = class_ids([True, None, False], (False, True), default=False)
+    assert ids.tolist() == [1, 0, 0] and bad == -1
+    ids, bad = class_ids([1, 1.0, True, 2], (1, 2))  # 1.0 == 1; True is no number here
+    assert ids.tolist() == [0, 0, I, 1] and bad == 2
+    ids, bad = class_ids(["no", "maybe", "yes"], ("no", "yes"))  # the first value without a class
+    assert ids.tolist() == [0, I, 1] and bad == 1
+    ids, bad = class_ids([], ("no", "yes"))
+    assert ids.tolist() == [] and bad == -1
 
 
 def test_choice_labels_by_hand():
