@@ -49,6 +49,7 @@ os.environ.setdefault("RAYON_NUM_THREADS", "1")  # before tokenizers loads: one 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from graphattn.compile.compiler import BATCH_SIZE  # noqa: E402
 from graphattn.corpus.pipeline import CompileOptions, run_compile  # noqa: E402
 from graphattn.schema import SCHEMA_DIR, load_schema  # noqa: E402
 
@@ -156,9 +157,10 @@ def tokenizer_peer(texts: list[str]) -> tuple[float, float]:
 
 def read_tokenize_write_peer(data: Path, out: Path, shard_size: int) -> tuple[float, float]:
     """(seconds, CPU seconds) of the least any compile to shards does, best of two: read the JSON
-    lines, encode each record's text (`Tokenizer.encode`, one thread) and write the token ids as
-    Parquet shards of `shard_size` records with the project's writer (same row groups and
-    compression, atomic rename). No graph, no side inputs: the floor under the one-worker row."""
+    lines, encode the records' texts (`Tokenizer.encode_batch`, `BATCH_SIZE` at a time as the
+    compiler does, one thread) and write the token ids as Parquet shards of `shard_size` records
+    with the project's writer (same row groups and compression, atomic rename). No graph, no side
+    inputs: the floor under the one-worker row."""
     from tokenizers import Tokenizer
 
     from graphattn.shards.format import encode_shard, write_atomic
@@ -174,7 +176,12 @@ def read_tokenize_write_peer(data: Path, out: Path, shard_size: int) -> tuple[fl
                 batch = [json.loads(line) for line in itertools.islice(lines, shard_size)]
                 if not batch:
                     break
-                encodings = [tokenizer.encode(record_text(record), add_special_tokens=False) for record in batch]
+                texts = [record_text(record) for record in batch]
+                encodings = [
+                    encoding
+                    for k in range(0, len(texts), BATCH_SIZE)  # as the compiler's tokenizer calls are
+                    for encoding in tokenizer.encode_batch(texts[k : k + BATCH_SIZE], add_special_tokens=False)
+                ]
                 ids = [np.array(encoding.ids, np.int32) for encoding in encodings]
                 offsets = np.concatenate([[0], np.cumsum([len(i) for i in ids])]).astype(np.int32)
                 column = pa.ListArray.from_arrays(pa.array(offsets), pa.array(np.concatenate(ids)))

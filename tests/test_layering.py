@@ -41,6 +41,7 @@ LAYERS = (
     (
         "graph",
         "graph_columns",
+        "graph_forest",
         "graph_views",
         "graph_interchange",
         "schema",

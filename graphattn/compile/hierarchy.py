@@ -9,6 +9,7 @@ import numpy as np
 
 from graphattn.errors import CompileError
 from graphattn.graph import DocGraph
+from graphattn.graph_forest import forest_depths
 from graphattn.schema import Schema
 
 
@@ -58,23 +59,6 @@ def containment(
     leaves = np.flatnonzero(~inner)  # a leaf's depth is one more than its parent's (half a page)
     depth[leaves] = depth[parent[leaves]] + 1
     return parent, depth[:n]
-
-
-def forest_depths(parent: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Depth of each node of a forest given by `parent` (-1 for a root) by pointer jumping, and
-    the nodes that never reach a root (on or under a cycle), ascending.
-
-    With a sentinel root n, after ceil(log2(n+1)) + 1 rounds every acyclic node points at it;
-    a shallow forest gets there in log2(depth) rounds."""
-    n = parent.size
-    jump = np.append(np.where(parent >= 0, parent, n), n)
-    dist = np.append((parent >= 0).astype(np.int64), 0)
-    for _ in range(int(np.ceil(np.log2(n + 2))) + 1):
-        dist += dist[jump]  # the sentinel's distance stays 0, so no mask is needed
-        jump = jump[jump]
-        if (jump == n).all():
-            break
-    return dist[:n], np.flatnonzero(jump[:n] != n)
 
 
 def _cycle_members(start: int, parent: np.ndarray) -> list[int]:

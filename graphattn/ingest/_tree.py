@@ -18,6 +18,7 @@ import lxml.etree as etree
 import numpy as np
 
 from graphattn.errors import IngestError
+from graphattn.graph_forest import forest_depths
 from graphattn.ingest import _style as style
 
 COMMENT = "#comment"  # stands for a comment or PI the parser kept: not an element, but its tail is text
@@ -81,7 +82,7 @@ def walk(root: etree._Element, *, max_elements: int, source: str | None, selecte
         raise IngestError(f"more than max_elements={max_elements} rendered elements", file=source)
     kept_parents = parents[rows]
     kept_parents = np.where(kept_parents >= 0, renumber[np.maximum(kept_parents, 0)], -1)
-    depths = _depths(kept_parents)
+    depths, _ = forest_depths(kept_parents)  # a tree: no node is on a cycle
     everything = rows.size == n
     keep = None if everything else seen.tolist()
     texts = list(map(_TEXT, nodes) if everything else compress(map(_TEXT, nodes), keep))
@@ -140,19 +141,6 @@ def _below(marked: np.ndarray, parents: np.ndarray) -> np.ndarray:
             return below
         up = np.where(has, ancestor, 0)
         below |= has & below[up]
-        ancestor = np.where(has, ancestor[up], -1)
-
-
-def _depths(parents: np.ndarray) -> np.ndarray:
-    """The number of ancestors of each element (pointer doubling: log2(depth) numpy passes)."""
-    depth = (parents >= 0).astype(np.int64)
-    ancestor = parents.copy()
-    while True:
-        has = ancestor >= 0
-        if not has.any():
-            return depth
-        up = np.where(has, ancestor, 0)
-        depth += np.where(has, depth[up], 0)
         ancestor = np.where(has, ancestor[up], -1)
 
 

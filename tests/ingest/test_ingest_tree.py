@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from graphattn.errors import IngestError
-from graphattn.ingest._tree import _below, _depths, _events, walk
+from graphattn.graph_forest import forest_depths
+from graphattn.ingest._tree import _below, _events, walk
 from graphattn.ingest.html import _parse_tree
 
 # 0 html > 1 body > (2 div > 3 p, 4 span), 5 p ; parents in document order
@@ -16,7 +17,7 @@ PARENTS = np.array([-1, 0, 1, 2, 1, 0])
 
 
 def test_depths_count_ancestors():
-    np.testing.assert_array_equal(_depths(PARENTS), [0, 1, 2, 3, 2, 1])
+    np.testing.assert_array_equal(forest_depths(PARENTS)[0], [0, 1, 2, 3, 2, 1])
 
 
 def test_below_marks_what_a_marked_element_holds():
@@ -28,7 +29,7 @@ def test_below_marks_what_a_marked_element_holds():
 
 def test_events_close_each_subtree_deepest_first():
     expected = [0, 1, 2, 3, ~3, ~2, 4, ~4, ~1, 5, ~5, ~0]
-    np.testing.assert_array_equal(_events(PARENTS, _depths(PARENTS)), expected)
+    np.testing.assert_array_equal(_events(PARENTS, forest_depths(PARENTS)[0]), expected)
 
 
 def test_a_hidden_subtree_is_recorded_as_one_hidden_element():
