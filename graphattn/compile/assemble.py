@@ -52,7 +52,7 @@ class _Doc:
     g_token: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # per_token: token index
     node_gpos: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # [N] first global, -1
     node_gcount: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # [N]
-    _covering: np.ndarray | None = None  # `covering()`, made when first asked
+    _covering: np.ndarray | None = None  # `covering()`: given by whoever made `kr`, else made when first asked
 
     @property
     def body_length(self) -> int:
@@ -111,14 +111,15 @@ def _long_part(lay: DocLayout, sel: Selection, schema: Schema) -> _Doc:
     own_seps = np.searchsorted(
         sep_keys, node_last * scale + (scale - 1 - holding_rank), side="right"
     ) - np.searchsorted(sep_keys, node_last * scale, side="left")
+    covering = rows[holding]  # the nodes that keep tokens
     kr = np.zeros((lay.n_nodes, 2), dtype=np.int64)
     kr[rows] = kr_rows
     br = np.zeros((lay.n_nodes, 2), dtype=np.int64)
-    br[rows[holding], 0] = kept_pos[kr_rows[holding, 0]]
-    br[rows[holding], 1] = kept_pos[node_last] + 1 + own_seps
+    br[covering, 0] = kept_pos[kr_rows[holding, 0]]
+    br[covering, 1] = kept_pos[node_last] + 1 + own_seps
     alive = ~lay.in_long
-    alive[rows[holding]] = True
-    return _Doc(lay, kept, kr, br, kept_pos, body_token, alive, len(schema.long_prefix))
+    alive[covering] = True
+    return _Doc(lay, kept, kr, br, kept_pos, body_token, alive, len(schema.long_prefix), _covering=covering)
 
 
 def _global_part(doc: _Doc, schema: Schema) -> None:

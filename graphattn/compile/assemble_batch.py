@@ -139,13 +139,15 @@ def long_parts(pairs: list[tuple[DocLayout, Selection]], schema: Schema) -> list
     own_seps = np.searchsorted(
         sep_keys, node_last * scale + (scale - 1 - rank[holding]), side="right"
     ) - np.searchsorted(sep_keys, node_last * scale, side="left")
+    covering = rows[holding]  # the nodes that keep tokens (batch rows, ascending)
     kr = np.zeros((total_nodes, 2), dtype=np.int64)
     kr[rows] = kr_rows
     br = np.zeros((total_nodes, 2), dtype=np.int64)
-    br[rows[holding], 0] = kept_pos[kr_rows[holding, 0] + kept_start[holding_doc]] - body_start[holding_doc]
-    br[rows[holding], 1] = kept_pos[node_last] + 1 + own_seps - body_start[holding_doc]
+    br[covering, 0] = kept_pos[kr_rows[holding, 0] + kept_start[holding_doc]] - body_start[holding_doc]
+    br[covering, 1] = kept_pos[node_last] + 1 + own_seps - body_start[holding_doc]
     alive = ~np.concatenate([lay.in_long for lay in lays])
-    alive[rows[holding]] = True
+    alive[covering] = True
+    covering_start = np.searchsorted(holding_doc, np.arange(len(lays) + 1))
     kept -= token_start[kept_doc]
     kept_pos -= body_start[kept_doc]
     n_prefix = len(schema.long_prefix)
@@ -154,8 +156,19 @@ def long_parts(pairs: list[tuple[DocLayout, Selection]], schema: Schema) -> list
         k0, k1, n0, n1 = kept_start[d], kept_start[d] + n_kept[d], node_start[d], node_start[d] + n_nodes[d]
         b0 = body_start[d]
         b1 = b0 + n_kept[d] + (seps_before[d + 1] if d + 1 < len(lays) else seps.shape[0]) - seps_before[d]
+        covers = covering[covering_start[d] : covering_start[d + 1]] - n0
         docs.append(
-            _Doc(lay, kept[k0:k1], kr[n0:n1], br[n0:n1], kept_pos[k0:k1], body_token[b0:b1], alive[n0:n1], n_prefix)
+            _Doc(
+                lay,
+                kept[k0:k1],
+                kr[n0:n1],
+                br[n0:n1],
+                kept_pos[k0:k1],
+                body_token[b0:b1],
+                alive[n0:n1],
+                n_prefix,
+                _covering=covers,
+            )
         )
     return docs
 
