@@ -6,7 +6,8 @@ dispatches, and imports a stage's module only when its command runs or shows its
 
 Exit status, for every sub-command: 0 done; 1 ran to the end but produced nothing or less than
 asked (e.g. `compile` past --max-rejected); 2 bad usage or bad input, said in one line naming
-the file; 130 interrupted (Ctrl-C).
+the file; 130 interrupted (Ctrl-C), 143 terminated (SIGTERM, handled as Ctrl-C is: the command
+stops cleanly, and `train` saves a checkpoint first).
 """
 
 from __future__ import annotations
@@ -15,13 +16,24 @@ import argparse
 import difflib
 import importlib
 import os
+import signal
 import sys
+import threading
 from dataclasses import dataclass
 
 from graphattn import __version__
 from graphattn.errors import GraphattnError
 
-EXIT_OK, EXIT_INCOMPLETE, EXIT_ERROR, EXIT_INTERRUPTED = 0, 1, 2, 130
+EXIT_OK, EXIT_INCOMPLETE, EXIT_ERROR, EXIT_INTERRUPTED, EXIT_TERMINATED = 0, 1, 2, 130, 143
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised where Ctrl-C's KeyboardInterrupt would be, so that every command cleans up
+    the same way for both (`kill`, batch schedulers and container stops send SIGTERM)."""
+
+
+def _raise_terminated(signum, frame) -> None:
+    raise Terminated()
 DESCRIPTION = (
     "graphattn: compile structured documents (typed graphs + a relation schema) into ETC global-local "
     "inputs, inspect and draw them, train on them."
@@ -154,14 +166,26 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     args = parse_args(argv)
+    handle_term = threading.current_thread() is threading.main_thread()
+    handle_term = handle_term and signal.getsignal(signal.SIGTERM) == signal.SIG_DFL
+    if handle_term:
+        signal.signal(signal.SIGTERM, _raise_terminated)
+    try:
+        return _run(args)
+    finally:
+        if handle_term:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+def _run(args: argparse.Namespace) -> int:
     name = " ".join(["graphattn", args.command, *([args.action] if getattr(args, "action", None) else [])])
     try:
         return int(importlib.import_module(args._module).run(args) or 0)
     except GraphattnError as err:
         return _fail(args, name, str(err))
-    except KeyboardInterrupt:
-        print(f"{name}: interrupted", file=sys.stderr)
-        return EXIT_INTERRUPTED
+    except KeyboardInterrupt as stop:
+        print(f"{name}: {'terminated (SIGTERM)' if isinstance(stop, Terminated) else 'interrupted'}", file=sys.stderr)
+        return EXIT_TERMINATED if isinstance(stop, Terminated) else EXIT_INTERRUPTED
     except BrokenPipeError:  # `graphattn inspect DIR | head`: the reader has gone, nothing to say
         sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - keeps the interpreter's final flush quiet
         return EXIT_OK

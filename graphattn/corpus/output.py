@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from graphattn.corpus.lock import DirectoryLock, pid_is_alive
 from graphattn.errors import GraphattnError
 from graphattn.shards.format import write_atomic
 
@@ -74,7 +75,7 @@ def writing(path: Path, size: int = 0, expected: str = "--out must name a direct
             errno.EPERM: "permission denied",
             errno.ENOTDIR: "a part of the path is a file, not a directory",
             errno.EEXIST: "a part of the path is a file, not a directory",
-            errno.ENOENT: "this file system lets nobody create files there",
+            errno.ENOENT: "a directory on the way, or the file being written, was removed meanwhile",
         }.get(err.errno, err.strerror or str(err))
         raise OutputError(f"cannot write the output here: {why} ({expected})", file=str(path)) from None
 
@@ -120,7 +121,7 @@ class OutputDir:
             raise OutputError("--out must be a directory, but a file of that name exists", file=str(self.path))
         with writing(self.path):
             self.path.mkdir(parents=True, exist_ok=True)
-            self._remove_temporaries()
+            self.remove_stale_temporaries()
         if resume:
             previous = self._read_run()
             _check_same_run(previous, run, str(self.run_file))
@@ -138,9 +139,21 @@ class OutputDir:
         with writing(path, len(data)):
             write_atomic(str(path), data)
 
-    def _remove_temporaries(self) -> None:
-        """Half-written files of a killed run (`*.tmp-<pid>`): never trusted, always rewritten."""
+    def lock(self) -> DirectoryLock:
+        """The directory's lock (taken before `start`): a second compile on it stops before
+        it reads or removes anything."""
+        if self.path.exists() and not self.path.is_dir():
+            raise OutputError("--out must be a directory, but a file of that name exists", file=str(self.path))
+        with writing(self.path):
+            return DirectoryLock(self.path, "graphattn compile").acquire()
+
+    def remove_stale_temporaries(self) -> None:
+        """Half-written files (`*.tmp-<pid>`) of a run that was killed: never trusted, always
+        rewritten. Called with the lock held; a file whose writer still runs is left alone."""
         for tmp in self.path.glob("*.tmp-*"):
+            pid = tmp.name.rsplit(".tmp-", 1)[1]
+            if pid.isdigit() and pid_is_alive(int(pid)):
+                continue
             tmp.unlink(missing_ok=True)
 
     def _read_run(self) -> dict[str, Any]:

@@ -287,6 +287,7 @@ def _init_worker(state: WorkerState, progress_queue) -> None:
     # Ctrl-C reaches the whole process group; the driver alone answers it (it stops the pool and
     # says how to resume), so a worker ignores it instead of printing its own traceback.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # the pool ends its workers with SIGTERM: no Python handler
     _WORKER["state"], _WORKER["queue"] = state, progress_queue
 
 
@@ -400,6 +401,22 @@ def run_compile(
     engine = _engine(options)
     run = plan_run(options)
     out = OutputDir(Path(options.out))
+    lock = out.lock()
+    try:
+        return _compile_locked(options, run, out, engine, started, print_fn, on_shard)
+    finally:
+        lock.release()
+
+
+def _compile_locked(
+    options: CompileOptions,
+    run: Run,
+    out: OutputDir,
+    engine: Callable[..., Iterable[ShardWritten]],
+    started: float,
+    print_fn: Callable[[str], None] | None,
+    on_shard: Callable[[ShardWritten], None] | None,
+) -> Summary:
     done = out.start(run.manifest(), options.resume)
     todo = [task for task in run.tasks if task.index not in done]
     done_documents = sum(task.documents for task in run.tasks if task.index in done)

@@ -1,48 +1,48 @@
 """Training: the loop (AdamW / LAMB, warm-up, clipping, mixed precision, exact resume, Ctrl-C,
 DDP), data loaders for in-memory batches and compiled shards, task heads built from the schema's
-targets, fine-tuning and evaluation from shards, and process-group helpers."""
+targets, fine-tuning and evaluation from shards, and process-group helpers.
 
-from graphattn.train.batches import InstanceLoader, shard_loader
-from graphattn.train.distributed import (
-    cleanup_distributed,
-    free_port,
-    get_rank,
-    get_world_size,
-    init_distributed,
-    is_main_process,
-)
-from graphattn.train.loop import (
-    TrainConfig,
-    Trainer,
-    TrainingInterrupted,
-    TrainResult,
-    move_to_device,
-    split_output,
-    train,
-)
-from graphattn.train.optim import Lamb, WarmupDecay, build_optimizer, build_scheduler
-from graphattn.train.tasks import TaskModel, task_targets
+The names load lazily: `graphattn train --help` and its argument checks import this package
+without torch (the command line checks everything before it loads torch)."""
 
-__all__ = [
-    "InstanceLoader",
-    "Lamb",
-    "TrainConfig",
-    "TrainResult",
-    "Trainer",
-    "TrainingInterrupted",
-    "WarmupDecay",
-    "build_optimizer",
-    "build_scheduler",
-    "cleanup_distributed",
-    "free_port",
-    "get_rank",
-    "get_world_size",
-    "init_distributed",
-    "is_main_process",
-    "move_to_device",
-    "shard_loader",
-    "split_output",
-    "train",
-    "TaskModel",
-    "task_targets",
-]
+from __future__ import annotations
+
+from importlib import import_module
+from typing import Any
+
+_EXPORTS = {
+    "InstanceLoader": "graphattn.train.batches",
+    "shard_loader": "graphattn.train.batches",
+    "cleanup_distributed": "graphattn.train.distributed",
+    "free_port": "graphattn.train.distributed",
+    "get_rank": "graphattn.train.distributed",
+    "get_world_size": "graphattn.train.distributed",
+    "init_distributed": "graphattn.train.distributed",
+    "is_main_process": "graphattn.train.distributed",
+    "TrainConfig": "graphattn.train.loop",
+    "Trainer": "graphattn.train.loop",
+    "TrainingInterrupted": "graphattn.train.loop",
+    "TrainResult": "graphattn.train.loop",
+    "move_to_device": "graphattn.train.loop",
+    "split_output": "graphattn.train.loop",
+    "train": "graphattn.train.loop",
+    "Lamb": "graphattn.train.optim",
+    "WarmupDecay": "graphattn.train.optim",
+    "build_optimizer": "graphattn.train.optim",
+    "build_scheduler": "graphattn.train.optim",
+    "TaskModel": "graphattn.train.tasks",
+    "task_targets": "graphattn.train.tasks",
+}
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'graphattn.train' has no attribute {name!r}")
+    value = getattr(import_module(_EXPORTS[name]), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_EXPORTS])

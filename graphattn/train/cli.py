@@ -8,17 +8,24 @@
 target of the schema the shards were compiled with (`--targets` picks some); the shards are
 streamed (`graphattn.train.finetune`), nothing is compiled again. Raw records (anything
 `graphattn compile` reads) are compiled into DIR/compiled first, with --schema and --tokenizer,
-and the command says so; later runs reuse that directory. Checkpoints and run.json go to DIR;
---resume continues exactly. Ctrl-C finishes the step under way, saves a checkpoint, prints the
-command that resumes, and exits 130. Under `torchrun` it runs DDP.
+and the command says so; later runs reuse that directory. Checkpoints, run.json and log.jsonl
+go to DIR; a DIR that holds a run is refused unless --resume (continue it exactly, with the same
+settings) or --overwrite, and a second `train` on DIR stops at once (graphattn.train.rundir).
+Ctrl-C or SIGTERM finishes the step under way, saves a checkpoint, prints the command that
+resumes, and exits 130 (143 for SIGTERM). Under `torchrun` it runs DDP.
+
+Every argument is checked (bounds, files that must exist, --eval-data's schema) before torch is
+imported or the training data read, so `--help` and a typo answer in well under a second.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import glob
 import os
 import shlex
+import signal
 import sys
 from pathlib import Path
 
@@ -26,6 +33,29 @@ from graphattn.cli import add_verbosity_arguments, verbosity
 from graphattn.errors import GraphattnError
 
 THROTTLE_ENV = "GRAPHATTN_TRAIN_THROTTLE"  # seconds to sleep after each step (tests interrupt runs with it)
+EXIT_SIGNAL_BASE = 128  # a run stopped by signal N exits 128 + N (130 Ctrl-C, 143 SIGTERM)
+
+
+def bounded(kind: type, low: float, high: float, *, low_open: bool = False):
+    """An argparse type: a `kind` number within [low, high] (low excluded with low_open), or an
+    argument error that names the bounds."""
+
+    def parse(text: str):
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {'an integer' if kind is int else 'a number'}, got {text!r}")
+        inside = (low < value if low_open else low <= value) and value <= high
+        if not inside:
+            opening = "(" if low_open else "["
+            raise argparse.ArgumentTypeError(f"must be in {opening}{low:,}, {high:,}], got {text}")
+        return value
+
+    parse.__name__ = kind.__name__  # argparse names the type in its messages
+    return parse
+
+
+MAX_STEPS = 1_000_000_000
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -36,10 +66,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="SHARDS",
         help="compiled shards: directories, .parquet files or globs (raw records are compiled first)",
     )
-    parser.add_argument("--out", required=True, help="directory for checkpoints and run.json")
+    parser.add_argument("--out", required=True, help="directory for checkpoints, run.json and log.jsonl")
     length = parser.add_mutually_exclusive_group(required=True)
-    length.add_argument("--steps", type=int, help="optimizer steps")
-    length.add_argument("--epochs", type=int, help="passes over --data")
+    length.add_argument("--steps", type=bounded(int, 1, MAX_STEPS), help="optimizer steps")
+    length.add_argument("--epochs", type=bounded(int, 1, 1_000_000), help="passes over --data")
     parser.add_argument(
         "--targets", nargs="+", metavar="NAME", help="train only these targets of the schema (default: all)"
     )
@@ -53,23 +83,47 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--tokenizer", help="raw-record --data: tokenizer.json to compile with")
     parser.add_argument("--init-from", help="local HF BERT/RoBERTa checkpoint directory to lift the encoder from")
-    parser.add_argument("--hidden-size", type=int, default=256, help="random encoder (no --init-from): hidden size")
-    parser.add_argument("--layers", type=int, default=4, help="random encoder: layers")
-    parser.add_argument("--heads", type=int, default=4, help="random encoder: attention heads")
-    parser.add_argument("--dropout", type=float, default=0.1, help="random encoder: hidden dropout")
-    parser.add_argument("--batch-size", type=int, default=8, help="instances per step and process")
-    parser.add_argument("--lr", type=float, default=5e-5)
+    parser.add_argument(
+        "--hidden-size", type=bounded(int, 2, 16_384), default=256, help="random encoder (no --init-from): hidden size"
+    )
+    parser.add_argument("--layers", type=bounded(int, 1, 256), default=4, help="random encoder: layers")
+    parser.add_argument("--heads", type=bounded(int, 1, 1_024), default=4, help="random encoder: attention heads")
+    parser.add_argument("--dropout", type=bounded(float, 0.0, 0.99), default=0.1, help="random encoder: hidden dropout")
+    parser.add_argument(
+        "--batch-size", type=bounded(int, 1, 65_536), default=8, help="instances per step and process"
+    )
+    parser.add_argument("--lr", type=bounded(float, 0.0, 10.0, low_open=True), default=5e-5)
     parser.add_argument("--optimizer", choices=("adamw", "lamb"), default="adamw")
-    parser.add_argument("--warmup-ratio", type=float, default=0.1)
-    parser.add_argument("--accumulate", type=int, default=1, help="batches per optimizer step")
+    parser.add_argument("--warmup-ratio", type=bounded(float, 0.0, 0.99), default=0.1)
+    parser.add_argument("--accumulate", type=bounded(int, 1, 65_536), default=1, help="batches per optimizer step")
     parser.add_argument("--precision", choices=("auto", "fp32", "bf16", "fp16"), default="auto")
     parser.add_argument(
-        "--checkpoint-every", type=int, default=0, help="steps between checkpoints (0: at the end, and on Ctrl-C)"
+        "--checkpoint-every",
+        type=bounded(int, 0, MAX_STEPS),
+        default=0,
+        help="steps between checkpoints (0: at the end, and on Ctrl-C / SIGTERM)",
     )
-    parser.add_argument("--resume", action="store_true", help="continue from the newest checkpoint under --out")
-    parser.add_argument("--workers", type=int, default=0, help="DataLoader worker processes reading shards (default 0)")
-    parser.add_argument("--buffer-size", type=int, default=1024, help="instances in the shuffle buffer (default 1024)")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--log-every",
+        type=bounded(int, 1, MAX_STEPS),
+        default=10,
+        help="steps between the records of --out/log.jsonl: losses per target, learning rate",
+    )
+    run_dir = parser.add_mutually_exclusive_group()
+    run_dir.add_argument("--resume", action="store_true", help="continue the run in --out from its newest checkpoint")
+    run_dir.add_argument(
+        "--overwrite", action="store_true", help="--out holds a run: delete its checkpoints, run.json and log first"
+    )
+    parser.add_argument(
+        "--workers", type=bounded(int, 0, 256), default=0, help="DataLoader worker processes reading shards (default 0)"
+    )
+    parser.add_argument(
+        "--buffer-size",
+        type=bounded(int, 1, 10_000_000),
+        default=1024,
+        help="instances in the shuffle buffer (default 1024)",
+    )
+    parser.add_argument("--seed", type=bounded(int, 0, 2**63 - 1), default=0)
     add_verbosity_arguments(parser, "--no-progress")  # -q/--quiet; --no-progress is its older name
 
 
@@ -130,6 +184,7 @@ def resume_command(args: argparse.Namespace) -> str:
             words += (
                 [flag] if value is True else [flag, *map(str, value)] if isinstance(value, list) else [flag, str(value)]
             )
+    words = [w for w in words if w != "--overwrite"]  # the run now holds what it should resume
     if "--resume" not in words:
         words.append("--resume")
     return " ".join(shlex.quote(w) for w in words)
@@ -144,17 +199,98 @@ def _throttle_callbacks() -> list:
     return [lambda trainer, record: time.sleep(seconds)]
 
 
-def run(args: argparse.Namespace) -> int:
-    from graphattn.train.distributed import cleanup_distributed, init_distributed, is_main_process
-    from graphattn.train.finetune import fine_tune
-    from graphattn.train.loop import TrainingInterrupted
+def _exists(arg: str) -> bool:
+    return Path(arg).exists() or (glob.has_magic(arg) and bool(glob.glob(arg, recursive=True)))
 
+
+def check_arguments(args: argparse.Namespace) -> tuple[list[str], list[str]]:
+    """Everything that can be checked without torch or reading the training data; returns
+    (shard sources, raw-record sources) of --data."""
+    if not args.init_from and args.hidden_size % args.heads:
+        raise GraphattnError(f"--hidden-size {args.hidden_size} is not divisible by --heads {args.heads}")
+    for flag, values in (("--data", args.data), ("--eval-data", args.eval_data)):
+        missing = next((v for v in values if not _exists(v)), None)
+        if missing is not None:
+            raise GraphattnError(f"{flag} {missing}: no such file or directory (nor a glob that matches one)")
     shards = [a for a in args.data if is_shard_source(a)]
     raw = [a for a in args.data if a not in shards]
     if shards and raw:
         raise GraphattnError(
             f"--data mixes compiled shards ({shards[0]}) and raw records ({raw[0]}); compile the records first"
         )
+    if raw and (not args.schema or not args.tokenizer):
+        raise GraphattnError(
+            f"--data {raw[0]} is not compiled shards: compile it with `graphattn compile` first, or give "
+            "--schema and --tokenizer to compile it into --out/compiled now"
+        )
+    for flag in ("tokenizer", "init_from"):
+        value = getattr(args, flag)
+        if value and not Path(value).exists() and not (flag == "tokenizer" and not raw):
+            raise GraphattnError(f"--{flag.replace('_', '-')} {value}: no such file or directory")
+    not_shards = next((v for v in args.eval_data if not is_shard_source(v)), None)
+    if not_shards is not None:
+        raise GraphattnError(f"--eval-data {not_shards}: not compiled shards (a directory of .parquet, or .parquet files)")
+    if args.eval_data:
+        _check_eval_targets(args, shards)
+    return shards, raw
+
+
+def _footer_targets(source: list[str], flag: str) -> tuple[str, dict]:
+    """(first shard, the schema's targets) from the footer of the first shard `source` names."""
+    from graphattn.shards.format import read_info, shard_paths
+    from graphattn.train.finetune import schema_from_text
+
+    first = shard_paths(source)[0]
+    return first, dict(schema_from_text(read_info(first).schema_text, first).targets)
+
+
+def _check_eval_targets(args: argparse.Namespace, shards: list[str]) -> None:
+    """--eval-data's schema has each target this run trains, of the same kind (read from the
+    shards' footers and the schema, not their rows)."""
+    from graphattn.schema import load_schema
+
+    if args.schema:
+        trained = dict(load_schema(args.schema).targets)
+    else:
+        trained = _footer_targets(shards, "--data")[1]
+    names = args.targets or list(trained)
+    where, offered = _footer_targets(args.eval_data, "--eval-data")
+    for name in names:
+        want = trained.get(name)
+        have = offered.get(name)
+        if want is not None and (have is None or have.kind != want.kind):
+            listed = ", ".join(f"{n} ({t.kind})" for n, t in offered.items()) or "none"
+            raise GraphattnError(
+                f"--eval-data: the shards' schema has no target {name!r} of kind {want.kind} to score the model on "
+                f"(its targets: {listed}); compile them with the schema the model trains on",
+                file=where,
+            )
+
+
+def _is_rank_zero() -> bool:
+    return int(os.environ.get("RANK", "0")) == 0
+
+
+def run(args: argparse.Namespace) -> int:
+    from graphattn.train.rundir import claim_run_directory, settings_of
+
+    shards, raw = check_arguments(args)
+    settings = settings_of(vars(args))
+    lock = (
+        claim_run_directory(args.out, resume=args.resume, overwrite=args.overwrite, settings=settings)
+        if _is_rank_zero()
+        else contextlib.nullcontext()
+    )
+    with lock:
+        return _train(args, shards, raw, settings)
+
+
+def _train(args: argparse.Namespace, shards: list[str], raw: list[str], settings: dict) -> int:
+    from graphattn.cli import Terminated
+    from graphattn.train.distributed import cleanup_distributed, init_distributed, is_main_process
+    from graphattn.train.finetune import fine_tune
+    from graphattn.train.loop import TrainingInterrupted
+
     distributed = int(os.environ.get("WORLD_SIZE", "1")) > 1
     if distributed:
         init_distributed()
@@ -187,19 +323,22 @@ def run(args: argparse.Namespace) -> int:
             progress=verbosity(args) >= 0,
             print_fn=print if is_main_process() else None,
             callbacks=callbacks,
-            log_every=1 if callbacks else 10,
+            log_every=1 if callbacks else args.log_every,
+            settings=settings,
         )
     except TrainingInterrupted as stop:
         if is_main_process():
             where = f"checkpoint {stop.checkpoint}" if stop.checkpoint else "no checkpoint"
+            how = "SIGTERM" if stop.signal == signal.SIGTERM else "Ctrl-C"
             print(
-                f"graphattn train: interrupted at step {stop.step}; {where}. Resume with:\n  {resume_command(args)}",
+                f"graphattn train: interrupted ({how}) at step {stop.step}; {where}. Resume with:\n"
+                f"  {resume_command(args)}",
                 file=sys.stderr,
             )
-        return 130
-    except KeyboardInterrupt:  # before the first step: nothing trained, nothing to save
+        return EXIT_SIGNAL_BASE + int(stop.signal)
+    except KeyboardInterrupt as stop:  # before the first step: nothing trained, nothing to save
         print("graphattn train: interrupted before training started; nothing was saved", file=sys.stderr)
-        return 130
+        return EXIT_SIGNAL_BASE + (signal.SIGTERM if isinstance(stop, Terminated) else signal.SIGINT)
     finally:
         if distributed:
             cleanup_distributed()
@@ -208,7 +347,8 @@ def run(args: argparse.Namespace) -> int:
         rate = f", {result.steps_run / result.seconds:.2f} steps/s" if result.seconds > 0 and result.steps_run else ""
         print(
             f"trained {result.step} steps; last loss {last.get('loss', float('nan')):.4f}; "
-            f"checkpoint {result.checkpoint} ({result.steps_run} step(s) in {result.seconds:.1f} s{rate})"
+            f"checkpoint {result.checkpoint} ({result.steps_run} step(s) in {result.seconds:.1f} s{rate}); "
+            f"log {Path(args.out) / 'log.jsonl'}"
         )
         if args.eval_data:
             from graphattn.train.evaluate import evaluate_model, report_lines

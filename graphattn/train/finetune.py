@@ -22,9 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from graphattn.errors import GraphattnError
-
-RUN_FILE = "run.json"
-RUN_FORMAT = "graphattn-train/1"
+from graphattn.train.rundir import RUN_FILE, RUN_FORMAT, read_run_file
 
 
 @dataclass
@@ -161,10 +159,13 @@ def fine_tune(
     print_fn: Callable[[str], None] | None = print,
     callbacks: Sequence[Callable] = (),
     log_every: int = 10,
+    settings: dict[str, Any] | None = None,
 ):
     """Train a TaskModel (a head per schema target) on compiled shards; checkpoints under `out`.
 
-    Raises `TrainingInterrupted` after saving a checkpoint when Ctrl-C stops it."""
+    Raises `TrainingInterrupted` after saving a checkpoint when Ctrl-C or SIGTERM stops it.
+    `settings` (the command line's, `graphattn.train.rundir.settings_of`) go into run.json for a
+    later --resume to compare with; every logged step goes to `out/log.jsonl`."""
     import torch
 
     from graphattn.train.batches import shard_loader
@@ -191,8 +192,11 @@ def fine_tune(
             "data": shards.paths,
             "tokenizer": shards.tokenizer,
             "max_ngram": max_ngram,
+            "settings": settings,
         }
-        (out / RUN_FILE).write_text(json.dumps(run, indent=1))
+        tmp = out / (RUN_FILE + ".tmp")
+        tmp.write_text(json.dumps(run, indent=1), encoding="utf-8")
+        os.replace(tmp, out / RUN_FILE)
         if print_fn is not None:
             print_fn(
                 f"{shards.instances:,} training instances in {len(shards.paths)} shard(s), streamed; targets "
@@ -212,6 +216,7 @@ def fine_tune(
         seed=seed,
         progress=progress,
         log_every=log_every,
+        log_dir=str(out),
     )
     loader = shard_loader(
         shards.paths, batch_size, shuffle=True, seed=seed, buffer_size=buffer_size, num_workers=workers, compact=True
@@ -222,7 +227,12 @@ def fine_tune(
 
 def load_task_model(path: str | os.PathLike, device: str = "cpu"):
     """(TaskModel with the checkpoint's weights, run.json) from a run directory (its newest
-    checkpoint) or a checkpoint directory inside one."""
+    checkpoint) or a checkpoint directory inside one.
+
+    Nothing is allocated before it is checked: run.json's sizes are bounded (`read_run_file`),
+    trainer.pt is checked against the checkpoint's digest and memory-mapped, and the model
+    run.json describes is first built on the meta device (shapes only) and compared tensor by
+    tensor with the checkpoint's; its weights must be finite."""
     import torch
 
     from graphattn.nn import EtcConfig, EtcEncoder
@@ -238,27 +248,32 @@ def load_task_model(path: str | os.PathLike, device: str = "cpu"):
             "or a checkpoint inside one",
             file=str(path),
         )
-    try:
-        run = json.loads(run_file.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise GraphattnError(f"{RUN_FILE} is damaged: {err}", file=str(run_file)) from None
-    if run.get("format") != RUN_FORMAT:
-        raise GraphattnError(
-            f"{RUN_FILE} has format {run.get('format')!r}, expected {RUN_FORMAT!r}", file=str(run_file)
-        )
+    run = read_run_file(run_file)
     found = ckpt.resolve_checkpoint(str(path) if path != run_dir else "latest", run_dir)
     if found is None:
         raise GraphattnError("the run has no complete checkpoint yet", file=str(run_dir))
     schema = schema_from_text(run["schema_text"], str(run_file))
+    unknown = [name for name in run["targets"] if name not in schema.targets]
+    if unknown:
+        raise GraphattnError(
+            f"target {unknown[0]!r} is not in the schema run.json carries ({', '.join(schema.targets)})",
+            file=str(run_file),
+            path=("targets",),
+        )
     targets = {name: schema.targets[name] for name in run["targets"]}
     options = {"max_ngram": run["max_ngram"]} if run.get("max_ngram") else {}
-    model = TaskModel(EtcEncoder(EtcConfig.from_dict(run["encoder"])), targets, **options)
-    state = ckpt.load_file(found / ckpt.TRAINER_FILE, device)
     try:
-        model.load_state_dict(state["model"])
-    except (RuntimeError, KeyError) as err:
-        raise GraphattnError(
-            f"the checkpoint does not fit the model {RUN_FILE} describes: {err}", file=str(found)
-        ) from None
+        config = EtcConfig.from_dict(run["encoder"])
+    except TypeError as err:
+        raise GraphattnError(f"the encoder config is not one EtcConfig takes: {err}", file=str(run_file)) from None
+    where = str(found / ckpt.TRAINER_FILE)
+    state = ckpt.check_trainer_state(ckpt.load_file(found / ckpt.TRAINER_FILE, "cpu", mmap=True), where)
+    with torch.device("meta"):
+        shapes = TaskModel(EtcEncoder(config), targets, **options).state_dict()
+    mismatch = ckpt.shape_mismatch(shapes, state["model"])
+    if mismatch:
+        raise GraphattnError(f"the checkpoint does not fit the model {RUN_FILE} describes: {mismatch}", file=where)
+    model = TaskModel(EtcEncoder(config), targets, **options)
+    model.load_state_dict(state["model"])
     model.eval()
-    return model.to(torch.device(device)), {**run, "checkpoint": str(found), "step": int(state.get("step", 0))}
+    return model.to(torch.device(device)), {**run, "checkpoint": str(found), "step": state["step"]}

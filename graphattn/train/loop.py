@@ -20,11 +20,15 @@ order from the epoch-start state, skips the consumed batches, then restores the 
 This needs the data to give the same order when iterated again from the same generator state
 (true of DataLoaders, shuffled or not, and of anything with `set_epoch`).
 
-Ctrl-C (SIGINT, in the main thread) does not kill a step half-way: the step under way finishes,
-a checkpoint is saved at it (with checkpoint_dir) and `fit` raises `TrainingInterrupted` (a
-KeyboardInterrupt) naming the step and the checkpoint, from which `resume` continues exactly as
-from any other. A second Ctrl-C stops at once. Under DDP the ranks agree after every step, so
-they stop at the same one.
+Ctrl-C (SIGINT) and SIGTERM (what `kill` and batch schedulers send), in the main thread, do not
+kill a step half-way: the step under way finishes, a checkpoint is saved at it (with
+checkpoint_dir) and `fit` raises `TrainingInterrupted` (a KeyboardInterrupt) naming the step, the
+signal and the checkpoint, from which `resume` continues exactly as from any other. A second
+signal stops at once. Under DDP the ranks agree after every step, so they stop at the same one.
+
+With `log_dir`, every logged record (loss, each target's `loss/<name>`, learning rate, gradient
+norm) is appended to `log_dir/log.jsonl`, and to TensorBoard when it is installed
+(`graphattn.train.runlog`).
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ import contextlib
 import copy
 import dataclasses
 import math
+import shutil
 import signal
 import threading
 import time
@@ -58,6 +63,7 @@ from graphattn.train.distributed import (
     is_distributed,
     local_rank,
 )
+from graphattn.train.runlog import RunLog
 from graphattn.train.optim import DECAYS, OPTIMIZERS, build_optimizer, build_scheduler
 
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")
@@ -95,7 +101,8 @@ class TrainConfig:
     resume: str | bool = False  # True / "latest": newest under checkpoint_dir if any; or a checkpoint path
     progress: bool = True
     find_unused_parameters: bool = False  # DDP: set when some parameters get no gradient in a step
-    stop_on_interrupt: bool = True  # Ctrl-C: finish the step, checkpoint, raise TrainingInterrupted
+    stop_on_interrupt: bool = True  # Ctrl-C / SIGTERM: finish the step, checkpoint, raise TrainingInterrupted
+    log_dir: str | None = None  # log.jsonl (and TensorBoard events, when installed) go here
 
     def __post_init__(self) -> None:
         def fail(name: str, message: str) -> None:
@@ -129,34 +136,44 @@ class TrainConfig:
 
 
 class TrainingInterrupted(KeyboardInterrupt):
-    """Ctrl-C stopped `fit` after a whole step; `checkpoint` holds it (None without checkpoint_dir)."""
+    """Ctrl-C or SIGTERM stopped `fit` after a whole step; `checkpoint` holds it (None without
+    checkpoint_dir); `signal` is the signal's number (SIGINT or SIGTERM)."""
 
-    def __init__(self, step: int, checkpoint: Path | None):
+    def __init__(self, step: int, checkpoint: Path | None, signum: int = signal.SIGINT):
         super().__init__(f"interrupted at step {step}" + (f"; checkpoint {checkpoint}" if checkpoint else ""))
-        self.step, self.checkpoint = step, checkpoint
+        self.step, self.checkpoint, self.signal = step, checkpoint, signum
+
+
+_STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
 class _InterruptFlag:
-    """While active (main thread only), the first SIGINT sets `requested` instead of raising; the
-    second one raises KeyboardInterrupt as usual."""
+    """While active (main thread only), the first SIGINT or SIGTERM sets `requested` (and
+    `signum`) instead of stopping the process; a second one acts as it would without this."""
 
     def __init__(self, enabled: bool):
         self.enabled = enabled and threading.current_thread() is threading.main_thread()
         self.requested = False
-        self._previous = None
+        self.signum = signal.SIGINT
+        self._previous: dict[int, Any] = {}
 
     def _handle(self, signum, frame) -> None:
-        self.requested = True
-        signal.signal(signal.SIGINT, self._previous)
+        self.requested, self.signum = True, signum
+        self._restore()
+
+    def _restore(self) -> None:
+        for signum, previous in self._previous.items():
+            signal.signal(signum, previous)
+        self._previous = {}
 
     def __enter__(self) -> _InterruptFlag:
         if self.enabled:
-            self._previous = signal.signal(signal.SIGINT, self._handle)
+            self._previous = {signum: signal.signal(signum, self._handle) for signum in _STOP_SIGNALS}
         return self
 
     def __exit__(self, *exc) -> None:
-        if self.enabled and not self.requested:
-            signal.signal(signal.SIGINT, self._previous)
+        if self.enabled:
+            self._restore()
 
 
 @dataclass
@@ -297,6 +314,8 @@ class Trainer:
         self.history: list[dict[str, float]] = []
         self._epoch_rng: dict[str, Any] | None = None
         self._pending_rng: dict[str, Any] | None = None  # set by a resume, consumed by the data iterator
+        self._saved_step: int | None = None  # the step this trainer last saved a checkpoint at
+        self._run_log: RunLog | None = None
 
     @property
     def is_main(self) -> bool:
@@ -399,6 +418,8 @@ class Trainer:
         else:
             ckpt.seed_everything(cfg.seed + self.rank)
         self.model.train()
+        if cfg.log_dir and self.is_main:
+            self._run_log = RunLog(cfg.log_dir, resumed_step=self.step if found is not None else None)
         batches = self._batches(data)
         last_checkpoint, resumed_at = found, self.step
         window: dict[str, torch.Tensor] = {}
@@ -431,9 +452,12 @@ class Trainer:
                     if cfg.checkpoint_dir and periodic and self.step < total:
                         last_checkpoint = self.save_checkpoint()
                     if cfg.stop_on_interrupt and not all_ranks_agree(not interrupt.requested, self.device):
-                        raise TrainingInterrupted(self.step, self.save_checkpoint() if cfg.checkpoint_dir else None)
+                        saved = self.save_checkpoint() if cfg.checkpoint_dir else None
+                        raise TrainingInterrupted(self.step, saved, interrupt.signum)
             finally:
                 bar.close()
+                if self._run_log is not None:
+                    self._run_log.close()
         seconds = time.perf_counter() - started
         if cfg.checkpoint_dir and (
             found is None or self.step > resumed_at
@@ -462,6 +486,8 @@ class Trainer:
                 "or use fp32/bf16 instead of fp16)"
             )
         self.history.append(record)
+        if self._run_log is not None:
+            self._run_log.write(record)
         return record
 
     # -- evaluation --------------------------------------------------------------------------
@@ -490,33 +516,60 @@ class Trainer:
 
     def save_checkpoint(self, root: str | Path | None = None) -> Path:
         """Save everything needed to continue exactly; every rank must call it (each saves its
-        own random state). Returns the checkpoint directory."""
+        own random state). Returns the checkpoint directory. The files go to `step-N.partial/`,
+        renamed to `step-N/` when complete (see `graphattn.train.checkpoint`); a full disk
+        raises CheckpointError with the partial directory removed and the previous checkpoint
+        and `latest` untouched."""
         root = Path(root or self.config.checkpoint_dir or "checkpoints")
-        directory = root / ckpt.checkpoint_name(self.step)
+        final = root / ckpt.checkpoint_name(self.step)
+        if self._saved_step == self.step and (final / ckpt.DIGEST_FILE).is_file():
+            return final  # already saved at this step (a periodic save, then Ctrl-C)
+        partial = ckpt.partial_dir(root, self.step)
+        state = self._trainer_state() if self.is_main else None
+        needed = ckpt.state_bytes(state) + (1 << 20) * self.world_size
         if self.is_main:
-            directory.mkdir(parents=True, exist_ok=True)
+            root.mkdir(parents=True, exist_ok=True)
+            shutil.rmtree(partial, ignore_errors=True)
+            if ckpt._free_bytes(root) < needed:
+                raise ckpt.disk_full_error(root, self.step)
+            partial.mkdir()
         barrier()
-        ckpt.save_rng(directory, self.rank, self._epoch_rng or ckpt.capture_rng())
+        try:
+            rng = {"now": ckpt.capture_rng(), "epoch_start": self._epoch_rng or ckpt.capture_rng()}
+            ckpt.save_file(rng, partial / f"rng-rank{self.rank}.pt")
+            barrier()
+            if self.is_main:
+                ckpt.save_file(state, partial / ckpt.TRAINER_FILE)
+                ckpt.write_digest(partial, state)
+                ckpt.publish(partial, final)
+                ckpt.prune_checkpoints(root, self.config.keep_checkpoints)
+        except BaseException as err:
+            if self.is_main:
+                shutil.rmtree(partial, ignore_errors=True)
+            if isinstance(err, (OSError, RuntimeError)) and ckpt._is_disk_full(err, root, needed):
+                raise ckpt.disk_full_error(root, self.step, needed) from None
+            if isinstance(err, OSError):
+                raise ckpt.CheckpointError(
+                    f"cannot write checkpoint {final.name}: {err.strerror or err}", file=str(err.filename or root)
+                ) from None
+            raise
         barrier()
-        if self.is_main:
-            ckpt.save_trainer_state(
-                directory,
-                {
-                    "model": self.model.state_dict(),
-                    "optimizer": self.optimizer.state_dict(),
-                    "scheduler": self.scheduler.state_dict() if self.scheduler is not None else None,
-                    "scaler": self.scaler.state_dict(),
-                    "step": self.step,
-                    "epoch": self.epoch,
-                    "batch_in_epoch": self.batch_in_epoch,
-                    "world_size": self.world_size,
-                    "history": self.history,
-                    "config": self.config.to_dict(),
-                },
-            )
-            ckpt.prune_checkpoints(root, self.config.keep_checkpoints)
-        barrier()
-        return directory
+        self._saved_step = self.step
+        return final
+
+    def _trainer_state(self) -> dict[str, Any]:
+        return {
+            "model": self.model.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "scheduler": self.scheduler.state_dict() if self.scheduler is not None else None,
+            "scaler": self.scaler.state_dict(),
+            "step": self.step,
+            "epoch": self.epoch,
+            "batch_in_epoch": self.batch_in_epoch,
+            "world_size": self.world_size,
+            "history": self.history,
+            "config": self.config.to_dict(),
+        }
 
     def _load_scheduler(self, saved: dict[str, Any]) -> None:
         """The saved position, with this run's schedule: resuming with a larger max_steps
@@ -529,34 +582,41 @@ class Trainer:
         self.scheduler._last_lr = [group["lr"] for group in self.optimizer.param_groups]
 
     def load_checkpoint(self, path: str | Path) -> None:
-        """Load model, optimizer, schedule, position and this rank's random state."""
+        """Load model, optimizer, schedule, position and this rank's random state, each file
+        checked against the checkpoint's digest and for what it must hold before it is used."""
         directory = ckpt.resolve_checkpoint(str(path), None)
-        state = ckpt.load_file(directory / ckpt.TRAINER_FILE, self.device)
-        try:
-            self.model.load_state_dict(state["model"])
-        except RuntimeError as err:
-            raise GraphattnError(f"the checkpoint does not fit this model: {err}", file=str(directory)) from None
-        self.optimizer.load_state_dict(state["optimizer"])
-        if self.scheduler is not None and state.get("scheduler") is not None:
-            self._load_scheduler(state["scheduler"])
-        if state.get("scaler"):
-            self.scaler.load_state_dict(state["scaler"])
-        self.step, self.epoch, self.batch_in_epoch = (
-            int(state["step"]),
-            int(state["epoch"]),
-            int(state["batch_in_epoch"]),
-        )
-        self.history = list(state.get("history", []))
+        where = str(directory / ckpt.TRAINER_FILE)
+        state = ckpt.check_trainer_state(ckpt.load_file(directory / ckpt.TRAINER_FILE, self.device), where)
+        mismatch = ckpt.shape_mismatch(self.model.state_dict(), state["model"])
+        if mismatch:
+            raise ckpt.CheckpointError(f"the checkpoint does not fit this model: {mismatch}", file=where)
         if state.get("world_size", 1) != self.world_size:
-            raise GraphattnError(
+            raise ckpt.CheckpointError(
                 f"the checkpoint was written by {state['world_size']} processes; resume it with the same number "
                 f"(this run has {self.world_size}) so that the data position means the same",
                 file=str(directory),
             )
         rng_file = directory / f"rng-rank{self.rank}.pt"
-        self._pending_rng = ckpt.load_file(rng_file) if rng_file.is_file() else None
-        if self._pending_rng is None:
-            raise GraphattnError(f"missing {rng_file.name}: the checkpoint is incomplete", file=str(directory))
+        if not rng_file.is_file():
+            raise ckpt.CheckpointError(f"missing {rng_file.name}: the checkpoint is incomplete", file=str(directory))
+        rng = ckpt.load_file(rng_file)
+        ckpt.check_rng_file(rng, str(rng_file))
+        try:
+            self.model.load_state_dict(state["model"])
+            self.optimizer.load_state_dict(state["optimizer"])
+            if self.scheduler is not None and state.get("scheduler") is not None:
+                self._load_scheduler(state["scheduler"])
+            if state.get("scaler"):
+                self.scaler.load_state_dict(state["scaler"])
+        except (RuntimeError, ValueError, KeyError, TypeError, IndexError) as err:
+            raise ckpt.CheckpointError(
+                f"the checkpoint's optimizer or schedule state does not fit this run: {ckpt._first_line(err)}",
+                file=where,
+            ) from None
+        self.step, self.epoch, self.batch_in_epoch = state["step"], state["epoch"], state["batch_in_epoch"]
+        self.history = list(state.get("history") or [])
+        self._pending_rng = rng
+        self._saved_step = self.step
 
 
 _END = object()
