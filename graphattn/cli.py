@@ -74,6 +74,11 @@ COMMANDS = {
         "score a trained model on shards: each task's standard metric",
         "graphattn evaluate --model runs/hotpotqa --data shards/",
     ),
+    "plot": Command(
+        "graphattn.train.plot",
+        "draw a training run's learning curves (losses per target, learning rate) to a PNG",
+        "graphattn plot runs/hotpotqa --out curves.png",
+    ),
     "tokenizer": Command(
         "graphattn.tokenizer_cli",
         "train a WordPiece tokenizer.json on your own text",

@@ -223,10 +223,8 @@ def check_arguments(args: argparse.Namespace) -> tuple[list[str], list[str]]:
             f"--data {raw[0]} is not compiled shards: compile it with `graphattn compile` first, or give "
             "--schema and --tokenizer to compile it into --out/compiled now"
         )
-    for flag in ("tokenizer", "init_from"):
-        value = getattr(args, flag)
-        if value and not Path(value).exists() and not (flag == "tokenizer" and not raw):
-            raise GraphattnError(f"--{flag.replace('_', '-')} {value}: no such file or directory")
+    if args.init_from and not Path(args.init_from).is_dir():
+        raise GraphattnError(f"--init-from {args.init_from}: no such directory (a local BERT/RoBERTa checkpoint)")
     not_shards = next((v for v in args.eval_data if not is_shard_source(v)), None)
     if not_shards is not None:
         raise GraphattnError(f"--eval-data {not_shards}: not compiled shards (a directory of .parquet, or .parquet files)")

@@ -21,13 +21,20 @@ one prediction per example.
 
 Documents whose gold is not in the shards (truncation cut the answer, or the label matched
 nothing at compile time) are left out of that target's score and counted as `skipped`.
+
+Beside each target's headline score the report prints what trivial predictors score on the same
+documents, so that a number can be read: `all-positive` (every global a positive / every
+candidate tied), `majority` (the most frequent gold class or answer, for every item) and
+`random` (uniform choices from a generator seeded with 0). A line says so when the model
+predicts no positive at all (a supporting-fact F1 of 0 then means "it learned to say no").
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-from collections import defaultdict
+import re
+from collections import Counter, defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -37,6 +44,18 @@ import numpy as np
 from graphattn.contract import TARGET_IGNORE, EtcInstance
 from graphattn.errors import GraphattnError
 from graphattn.train import metrics as m
+from graphattn.train.cli import bounded
+
+DEVICE = re.compile(r"cpu|cuda(:\d{1,3})?")
+BASELINE_SEED = 0
+HEADLINE = {
+    "accuracy": "accuracy",
+    "set_f1": "sp_f1",
+    "nq_long": "f1",
+    "squad": "f1",
+    "nq_short": "f1",
+    "f1_at_k": "f1@3",
+}
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -49,12 +68,41 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--data", required=True, nargs="+", metavar="SHARDS", help="compiled shards: directories, files or globs"
     )
-    parser.add_argument("--batch-size", type=int, default=8)
-    parser.add_argument("--device", default="cpu", help="cpu, cuda, cuda:1, ...")
+    parser.add_argument("--batch-size", type=bounded(int, 1, 65_536), default=8)
+    parser.add_argument("--device", type=_device_name, default="cpu", help="cpu, cuda, cuda:1, ...")
     parser.add_argument("--json", metavar="FILE", help="also write the metrics to FILE as JSON")
 
 
+def _device_name(text: str) -> str:
+    if not DEVICE.fullmatch(text):
+        raise argparse.ArgumentTypeError(f"expected cpu, cuda or cuda:N, got {text!r}")
+    return text
+
+
+def check_device(device: str) -> None:
+    """`--device cuda` on a machine without one: say so (not a damaged checkpoint)."""
+    import torch
+
+    if not device.startswith("cuda"):
+        return
+    if not torch.cuda.is_available():
+        raise GraphattnError(
+            f"--device {device}: no CUDA device is available here (torch {torch.__version__}, "
+            f"CUDA build {torch.version.cuda or 'none'}); use --device cpu"
+        )
+    index = int(device.split(":")[1]) if ":" in device else 0
+    if index >= torch.cuda.device_count():
+        raise GraphattnError(f"--device {device}: this machine has {torch.cuda.device_count()} CUDA device(s)")
+
+
 def run(args: argparse.Namespace) -> int:
+    from graphattn.train.cli import _exists
+
+    missing = next((v for v in args.data if not _exists(v)), None)
+    if missing is not None:
+        raise GraphattnError(f"--data {missing}: no such file or directory (nor a glob that matches one)")
+    if not _exists(args.model):
+        raise GraphattnError(f"--model {args.model}: no such directory")
     report = evaluate_model(args.model, args.data, batch_size=args.batch_size, device=args.device)
     print("\n".join(report_lines(report)))
     if args.json:
@@ -274,6 +322,7 @@ def evaluate_model(
 
     if batch_size < 1:
         raise GraphattnError(f"--batch-size must be at least 1, got {batch_size}")
+    check_device(device)
     model, run = load_task_model(model_path, device)
     shards = open_shards(data)
     for name, head in model.targets.items():
@@ -302,10 +351,12 @@ def evaluate_model(
                 numbers.add(number)
                 for name, head in model.targets.items():
                     _gather(name, head.spec.kind, head.spec, inst, predictions[name], b, documents[name], number)
-    scores = {
-        name: _score(head.spec, [d.labels[name] for _, d in sorted(documents[name].items())])
-        for name, head in model.targets.items()
-    }
+    scores = {}
+    for name, head in model.targets.items():
+        per_document = [d.labels[name] for _, d in sorted(documents[name].items())]
+        scores[name] = _score(head.spec, per_document)
+        scores[name]["baselines"] = trivial_scores(head.spec, per_document)
+        scores[name]["predicted_positives"] = predicted_positives(head.spec.kind, per_document)
     return EvaluationReport(str(run["checkpoint"]), run["step"], shards.paths, len(dataset), len(numbers), scores)
 
 
@@ -316,7 +367,93 @@ def report_lines(report: EvaluationReport) -> list[str]:
     ]
     for name, values in report.scores.items():
         shown = "  ".join(
-            f"{k} {v:.4f}" if isinstance(v, float) else f"{k} {v}" for k, v in values.items() if k != "metric"
+            f"{k} {v:.4f}" if isinstance(v, float) else f"{k} {v}"
+            for k, v in values.items()
+            if k not in ("metric", "baselines", "predicted_positives")
         )
         out.append(f"  {name:<14} {values['metric']:<9} {shown}")
+        baselines = values.get("baselines") or {}
+        if baselines:
+            headline = HEADLINE[values["metric"]]
+            trivial = "  ".join(f"{k} {v:.4f}" for k, v in baselines.items())
+            out.append(f"  {'':<14} {'':<9} trivial predictors, {headline}: {trivial}")
+        if values.get("predicted_positives") == 0:
+            out.append(
+                f"  {'':<14} {'':<9} note: the model predicted no positive at all (every labelled global got class 0); "
+                "its score is that of a model that always says no"
+            )
     return out
+
+
+# -- what trivial predictors score ------------------------------------------------------------------
+def predicted_positives(kind: str, documents: list[list]) -> int | None:
+    """How many labelled globals the model put in a class > 0 (global_labels targets; None else)."""
+    if kind != "global_labels":
+        return None
+    count = 0
+    for records in documents:
+        for _, labels, scores in records:
+            labelled = labels != TARGET_IGNORE
+            count += int(np.count_nonzero(scores[labelled].argmax(-1) > 0))
+    return count
+
+
+def _one_hot(scores: np.ndarray, chosen: np.ndarray) -> np.ndarray:
+    out = np.zeros_like(scores)
+    np.put_along_axis(out, chosen[..., None], 1.0, axis=-1)
+    return out
+
+
+def _replace_global_scores(documents: list[list], make) -> list[list]:
+    return [[(nodes, labels, make(labels, scores)) for nodes, labels, scores in records] for records in documents]
+
+
+def trivial_scores(spec, documents: list[list]) -> dict[str, float]:
+    """The headline metric of all-positive / majority / random predictions on the same documents
+    (only those that mean something for the target's kind)."""
+    rng = np.random.default_rng(BASELINE_SEED)
+    headline = HEADLINE[spec.default_metric]
+    kind = spec.kind
+    made: dict[str, list[list]] = {}
+    if kind == "global_labels":
+        golds = [labels[labels != TARGET_IGNORE] for records in documents for _, labels, _ in records]
+        flat = np.concatenate(golds) if golds else np.zeros(0, dtype=np.int64)
+        majority = int(np.bincount(flat).argmax()) if flat.size else 0
+
+        def classes(value):
+            return lambda labels, scores: _one_hot(scores, np.full(scores.shape[:-1], value(scores), dtype=np.int64))
+
+        made["all-positive"] = _replace_global_scores(documents, classes(lambda scores: 1))
+        made["majority"] = _replace_global_scores(documents, classes(lambda scores: majority))
+        made["random"] = _replace_global_scores(
+            documents,
+            lambda labels, scores: _one_hot(scores, rng.integers(0, scores.shape[-1], size=scores.shape[:-1])),
+        )
+    elif kind == "choice" or spec.default_metric == "nq_long":
+        made["all-positive"] = _replace_global_scores(documents, lambda labels, scores: np.ones_like(scores))
+        made["random"] = _replace_global_scores(documents, lambda labels, scores: rng.random(scores.shape))
+    elif kind == "span":
+        gold_types = Counter(r["gold_type"] for records in documents for r in records if r["gold_type"])
+        gold_texts = Counter(
+            (r["gold_type"] if r["gold_type"] in ("yes", "no") else r["gold_text"])
+            for records in documents
+            for r in records
+            if r["gold_type"] not in (None, "null")
+        )
+        if gold_texts and spec.default_metric == "squad":
+            answer = gold_texts.most_common(1)[0][0]
+            kind_of = answer if answer in ("yes", "no") else "span"
+            made["majority"] = [
+                [{**r, "type": kind_of, "text": answer, "margin": 0.0} for r in records] for records in documents
+            ]
+        elif gold_types:
+            common = gold_types.most_common(1)[0][0]
+            made["majority"] = [
+                [{**r, "type": common, "chars": r["gold_chars"], "margin": 0.0} for r in records] for records in documents
+            ]
+    else:  # spans (keyphrases): the model's own candidate phrases in a random order
+        made["random"] = [
+            [(gold, [(float(rng.random()), text) for _, text in ranked]) for gold, ranked in records]
+            for records in documents
+        ]
+    return {name: float(_score(spec, docs).get(headline, 0.0)) for name, docs in made.items()}

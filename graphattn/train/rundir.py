@@ -27,6 +27,7 @@ from graphattn.errors import GraphattnError
 RUN_FILE = "run.json"
 RUN_FORMAT = "graphattn-train/1"
 MAX_RUN_BYTES = 16 << 20
+COMPILE_FORMAT = "graphattn-run/1"  # graphattn.corpus.output's run.json
 
 # What `train` records in run.json's "settings" and a --resume must repeat: the model's shape and
 # the data order. The length (--steps / --epochs), --checkpoint-every, --log-every, --eval-data,
@@ -107,6 +108,12 @@ def claim_run_directory(
     except OSError as err:
         raise GraphattnError(f"cannot write the run directory here: {err.strerror or err}", file=str(out)) from None
     try:
+        if any(directory.glob("shard-*.parquet")) or _run_format(directory) == COMPILE_FORMAT:
+            raise GraphattnError(
+                "this directory holds the output of `graphattn compile` (shards, run.json); give it as --data and "
+                "choose another --out",
+                file=str(directory),
+            )
         if resume:
             steps = _complete_steps(directory)
             if not steps:
@@ -129,6 +136,13 @@ def claim_run_directory(
         lock.release()
         raise
     return lock
+
+
+def _run_format(directory: Path) -> Any:
+    try:
+        return json.loads((directory / RUN_FILE).read_text(encoding="utf-8")).get("format")
+    except (OSError, ValueError, AttributeError):
+        return None
 
 
 def remove_run(directory: Path) -> None:
@@ -180,6 +194,12 @@ def read_run_file(path: str | os.PathLike) -> dict[str, Any]:
         raise GraphattnError(f"{RUN_FILE} is damaged: {err}", file=where) from None
     if not isinstance(run, dict):
         raise GraphattnError(f"{RUN_FILE} must hold a JSON object, found {type(run).__name__}", file=where)
+    if run.get("format") == COMPILE_FORMAT:
+        raise GraphattnError(
+            f"this directory is the output of `graphattn compile`, not a training run; name a `graphattn train "
+            "--out` directory",
+            file=where,
+        )
     if run.get("format") != RUN_FORMAT:
         raise GraphattnError(f"{RUN_FILE} has format {run.get('format')!r:.60}, expected {RUN_FORMAT!r}", file=where)
     check_encoder(run.get("encoder"), where)

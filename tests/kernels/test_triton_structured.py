@@ -8,6 +8,8 @@ a cross-segment label, links, g2g edges, hard masks, padding).
 
 from __future__ import annotations
 
+import contextlib
+
 import inspect
 import sys
 from pathlib import Path
@@ -123,6 +125,23 @@ def test_the_kernels_use_no_atomics() -> None:
 
 
 # -- refused before launch ---------------------------------------------------------------------
+@contextlib.contextmanager
+def tf32(enabled: bool):
+    """Set torch.backends.cuda.matmul.allow_tf32 for a block and put the old value back.
+
+    Not monkeypatch.setattr: the flag is no instance attribute but a property-like
+    __getattr__/__setattr__ of torch's cuBLASModule, and pytest >= 9.2 undoes a patched
+    attribute that was missing from the instance __dict__ with delattr, which that
+    module refuses (an error at teardown)."""
+    matmul = torch.backends.cuda.matmul
+    before = matmul.allow_tf32
+    matmul.allow_tf32 = enabled
+    try:
+        yield
+    finally:
+        matmul.allow_tf32 = before
+
+
 def test_old_gpus_unknown_head_dims_and_exact_fp32_at_128_are_refused(monkeypatch) -> None:
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (7, 5))
     with pytest.raises(
@@ -134,8 +153,7 @@ def test_old_gpus_unknown_head_dims_and_exact_fp32_at_128_are_refused(monkeypatc
         BatchError, match=r"head_dim 96 in bfloat16.*compute capability 8\.6.*use head_dim 16, 32, 64 or 128"
     ):
         triton_config.tile_candidates(torch.device("cuda"), 96, torch.bfloat16)
-    monkeypatch.setattr(torch.backends.cuda.matmul, "allow_tf32", False)
-    with pytest.raises(BatchError, match=r"head_dim 128 in float32.*8\.6.*allow_tf32"):
+    with tf32(False), pytest.raises(BatchError, match=r"head_dim 128 in float32.*8\.6.*allow_tf32"):
         triton_config.tile_candidates(torch.device("cuda"), 128, torch.float32)
     assert triton_config.tile_candidates(torch.device("cuda"), 64, torch.bfloat16)
 
@@ -187,10 +205,11 @@ def test_auto_sends_exact_fp32_on_a_gpu_to_flex(monkeypatch) -> None:
     import graphattn.kernels.prepared as prepared
 
     monkeypatch.setattr(prepared, "triton_available", lambda: True)
-    monkeypatch.setattr(torch.backends.cuda.matmul, "allow_tf32", False)
     cuda = torch.device("cuda")
-    assert prepared.resolve_backend("auto", cuda, torch.bfloat16) == "triton"
-    assert prepared.resolve_backend("auto", cuda, torch.float32) == ("flex" if prepared.flex.available() else "blocked")
-    monkeypatch.setattr(torch.backends.cuda.matmul, "allow_tf32", True)
-    assert prepared.resolve_backend("auto", cuda, torch.float32) == "triton"
+    with tf32(False):
+        assert prepared.resolve_backend("auto", cuda, torch.bfloat16) == "triton"
+        expected = "flex" if prepared.flex.available() else "blocked"
+        assert prepared.resolve_backend("auto", cuda, torch.float32) == expected
+    with tf32(True):
+        assert prepared.resolve_backend("auto", cuda, torch.float32) == "triton"
     assert prepared.resolve_backend("auto", torch.device("cpu"), torch.bfloat16) == "blocked"

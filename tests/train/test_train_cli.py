@@ -151,7 +151,20 @@ def test_errors_a_user_meets(tmp_path, capsys):
     )
     fails(
         ["evaluate", "--model", str(tmp_path / "nothing"), "--data", str(tmp_path / "w")],
+        f"--model {tmp_path / 'nothing'}: no such directory",
+    )
+    fails(
+        ["evaluate", "--model", str(tmp_path / "w"), "--data", str(tmp_path / "w")],
+        "is the output of `graphattn compile`, not a training run",
+    )
+    (tmp_path / "empty").mkdir()
+    fails(
+        ["evaluate", "--model", str(tmp_path / "empty"), "--data", str(tmp_path / "w")],
         "no run.json here or in the parent directory",
+    )
+    fails(
+        ["train", "--data", str(tmp_path / "w"), "--out", str(tmp_path / "w"), "--steps", "1", *TINY],
+        "holds the output of `graphattn compile`",
     )
     assert main(["train", "--data", str(tmp_path / "w"), "--out", run, "--steps", "1", *TINY]) == 0
     assert main(compile_argv(sample("hotpotqa"), "hotpotqa", tmp_path / "h")) == 0
@@ -198,7 +211,7 @@ def test_ctrl_c_saves_a_checkpoint_prints_the_resume_command_exits_130_and_resum
     _, err = stopped.communicate(timeout=120)
     assert stopped.returncode == 130, err
     assert "Traceback" not in err and "KeyboardInterrupt" not in err
-    found = re.search(r"graphattn train: interrupted at step (\d+); checkpoint (\S+)\. Resume with:\n  (.+)\n", err)
+    found = re.search(r"graphattn train: interrupted \(Ctrl-C\) at step (\d+); checkpoint (\S+)\. Resume with:\n  (.+)\n", err)
     assert found, err
     step = int(found.group(1))
     assert 1 <= step < 12 and Path(found.group(2)) == tmp_path / "a" / f"step-{step:08d}"
