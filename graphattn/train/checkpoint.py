@@ -28,6 +28,8 @@ import pickle
 import random
 import re
 import shutil
+import warnings
+import zipfile
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -197,6 +199,12 @@ def disk_full_error(root: Path, step: int, needed: int) -> CheckpointError:
     )
 
 
+def check_room(root: Path, step: int, needed: int) -> None:
+    """Refuse a save that cannot fit before writing a byte of it."""
+    if _free_bytes(root) < needed:
+        raise disk_full_error(root, step, needed)
+
+
 def save_file(obj: Any, path: Path) -> None:
     """torch.save into `path` (inside a partial checkpoint directory), flushed to disk; the
     caller removes the directory when this raises."""
@@ -332,8 +340,11 @@ def load_file(path: Path, device: torch.device | str = "cpu", *, mmap: bool = Fa
 
 
 def _torch_load(path: Path, device: torch.device | str, mmap: bool) -> Any:
+    mmap = mmap and zipfile.is_zipfile(path)  # torch maps only its zip format; a bare pickle is read whole
     try:
-        return torch.load(path, map_location=device, weights_only=True, mmap=mmap)
+        with warnings.catch_warnings():  # torch's notes on a foreign pickle's protocol: the refusal below says it
+            warnings.simplefilter("ignore", UserWarning)
+            return torch.load(path, map_location=device, weights_only=True, mmap=mmap)
     except pickle.UnpicklingError:
         raise CheckpointError(
             "refused: the file holds Python objects other than tensors and plain values (unpickling it could run "

@@ -530,8 +530,7 @@ class Trainer:
         if self.is_main:
             root.mkdir(parents=True, exist_ok=True)
             shutil.rmtree(partial, ignore_errors=True)
-            if ckpt._free_bytes(root) < needed:
-                raise ckpt.disk_full_error(root, self.step)
+            ckpt.check_room(root, self.step, needed)
             partial.mkdir()
         barrier()
         try:
@@ -544,14 +543,14 @@ class Trainer:
                 ckpt.publish(partial, final)
                 ckpt.prune_checkpoints(root, self.config.keep_checkpoints)
         except BaseException as err:
+            full = isinstance(err, (OSError, RuntimeError)) and ckpt._is_disk_full(err, root, needed)
             if self.is_main:
                 shutil.rmtree(partial, ignore_errors=True)
-            if isinstance(err, (OSError, RuntimeError)) and ckpt._is_disk_full(err, root, needed):
+            if full:
                 raise ckpt.disk_full_error(root, self.step, needed) from None
-            if isinstance(err, OSError):
-                raise ckpt.CheckpointError(
-                    f"cannot write checkpoint {final.name}: {err.strerror or err}", file=str(err.filename or root)
-                ) from None
+            if isinstance(err, (OSError, RuntimeError)):
+                what = err.strerror if isinstance(err, OSError) and err.strerror else ckpt._first_line(err)
+                raise ckpt.CheckpointError(f"cannot write checkpoint {final.name}: {what}", file=str(root)) from None
             raise
         barrier()
         self._saved_step = self.step
