@@ -34,6 +34,8 @@ class Terminated(KeyboardInterrupt):
 
 def _raise_terminated(signum, frame) -> None:
     raise Terminated()
+
+
 DESCRIPTION = (
     "graphattn: compile structured documents (typed graphs + a relation schema) into ETC global-local "
     "inputs, inspect and draw them, train on them."

@@ -44,7 +44,8 @@ def bounded(kind: type, low: float, high: float, *, low_open: bool = False):
         try:
             value = kind(text)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"expected {'an integer' if kind is int else 'a number'}, got {text!r}")
+            expected = "an integer" if kind is int else "a number"
+            raise argparse.ArgumentTypeError(f"expected {expected}, got {text!r}") from None
         inside = (low < value if low_open else low <= value) and value <= high
         if not inside:
             opening = "(" if low_open else "["
@@ -89,9 +90,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--layers", type=bounded(int, 1, 256), default=4, help="random encoder: layers")
     parser.add_argument("--heads", type=bounded(int, 1, 1_024), default=4, help="random encoder: attention heads")
     parser.add_argument("--dropout", type=bounded(float, 0.0, 0.99), default=0.1, help="random encoder: hidden dropout")
-    parser.add_argument(
-        "--batch-size", type=bounded(int, 1, 65_536), default=8, help="instances per step and process"
-    )
+    parser.add_argument("--batch-size", type=bounded(int, 1, 65_536), default=8, help="instances per step and process")
     parser.add_argument("--lr", type=bounded(float, 0.0, 10.0, low_open=True), default=5e-5)
     parser.add_argument("--optimizer", choices=("adamw", "lamb"), default="adamw")
     parser.add_argument("--warmup-ratio", type=bounded(float, 0.0, 0.99), default=0.1)
@@ -227,7 +226,9 @@ def check_arguments(args: argparse.Namespace) -> tuple[list[str], list[str]]:
         raise GraphattnError(f"--init-from {args.init_from}: no such directory (a local BERT/RoBERTa checkpoint)")
     not_shards = next((v for v in args.eval_data if not is_shard_source(v)), None)
     if not_shards is not None:
-        raise GraphattnError(f"--eval-data {not_shards}: not compiled shards (a directory of .parquet, or .parquet files)")
+        raise GraphattnError(
+            f"--eval-data {not_shards}: not compiled shards (a directory of .parquet, or .parquet files)"
+        )
     if args.eval_data:
         _check_eval_targets(args, shards)
     return shards, raw

@@ -449,7 +449,8 @@ def trivial_scores(spec, documents: list[list]) -> dict[str, float]:
         elif gold_types:
             common = gold_types.most_common(1)[0][0]
             made["majority"] = [
-                [{**r, "type": common, "chars": r["gold_chars"], "margin": 0.0} for r in records] for records in documents
+                [{**r, "type": common, "chars": r["gold_chars"], "margin": 0.0} for r in records]
+                for records in documents
             ]
     else:  # spans (keyphrases): the model's own candidate phrases in a random order
         made["random"] = [

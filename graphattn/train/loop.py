@@ -63,8 +63,8 @@ from graphattn.train.distributed import (
     is_distributed,
     local_rank,
 )
-from graphattn.train.runlog import RunLog
 from graphattn.train.optim import DECAYS, OPTIMIZERS, build_optimizer, build_scheduler
+from graphattn.train.runlog import RunLog
 
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")
 LossFn = Callable[[nn.Module, Any], Any]

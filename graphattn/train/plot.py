@@ -47,7 +47,9 @@ def plot_run(run: str | Path, out: str | Path | None = None) -> Path:
     axes = axes[:, 0]
     for key in losses:
         steps, values = _series(records, key)
-        axes[0].plot(steps, values, label=key, linewidth=2.0 if key == "loss" else 1.2, marker="." if len(steps) < 40 else None)
+        axes[0].plot(
+            steps, values, label=key, linewidth=2.0 if key == "loss" else 1.2, marker="." if len(steps) < 40 else None
+        )
     axes[0].set_ylabel("loss")
     axes[0].set_title(f"{log.parent.name}: {len(records)} logged steps, last step {records[-1]['step']}")
     axes[0].legend(fontsize="small")

@@ -86,8 +86,7 @@ def settings_of(values: dict[str, Any]) -> dict[str, Any]:
 def holds_run(directory: Path) -> bool:
     """A directory some `graphattn train` wrote: run.json, a checkpoint, `latest` or a log."""
     return directory.is_dir() and (
-        any((directory / name).exists() for name in (RUN_FILE, "latest", "log.jsonl"))
-        or any(directory.glob("step-*"))
+        any((directory / name).exists() for name in (RUN_FILE, "latest", "log.jsonl")) or any(directory.glob("step-*"))
     )
 
 
@@ -165,7 +164,9 @@ def check_same_settings(old: Any, new: dict[str, Any], directory: Path) -> None:
         )
     differ = [key for key in RESUME_SETTINGS if old.get(key) != new.get(key)]
     if differ:
-        detail = "; ".join(f"--{k.replace('_', '-')} was {_short(old.get(k))}, now {_short(new.get(k))}" for k in differ)
+        detail = "; ".join(
+            f"--{k.replace('_', '-')} was {_short(old.get(k))}, now {_short(new.get(k))}" for k in differ
+        )
         raise GraphattnError(
             f"--resume refused: the settings differ from the run being resumed ({detail}); use the run's own "
             "settings, or start a new run with --overwrite or another --out",
@@ -196,7 +197,7 @@ def read_run_file(path: str | os.PathLike) -> dict[str, Any]:
         raise GraphattnError(f"{RUN_FILE} must hold a JSON object, found {type(run).__name__}", file=where)
     if run.get("format") == COMPILE_FORMAT:
         raise GraphattnError(
-            f"this directory is the output of `graphattn compile`, not a training run; name a `graphattn train "
+            "this directory is the output of `graphattn compile`, not a training run; name a `graphattn train "
             "--out` directory",
             file=where,
         )
@@ -210,7 +211,9 @@ def read_run_file(path: str | os.PathLike) -> dict[str, Any]:
         raise GraphattnError("expected the schema's text", file=where, path=("schema_text",))
     ngram = run.get("max_ngram")
     if ngram is not None and not (_is_int(ngram) and 1 <= ngram <= 64):
-        raise GraphattnError(f"expected null or an integer in [1, 64], found {ngram!r:.40}", file=where, path=("max_ngram",))
+        raise GraphattnError(
+            f"expected null or an integer in [1, 64], found {ngram!r:.40}", file=where, path=("max_ngram",)
+        )
     return run
 
 

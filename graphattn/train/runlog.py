@@ -98,6 +98,8 @@ def read_log(path: str | os.PathLike, missing_ok: bool = False) -> list[dict[str
                 raise GraphattnError(f"not a JSON record ({err.msg})", file=str(path), line=number) from None
             step = record.get("step") if isinstance(record, dict) else None
             if not isinstance(step, int) or isinstance(step, bool) or step < 0:
-                raise GraphattnError("expected an object with a non-negative integer 'step'", file=str(path), line=number)
+                raise GraphattnError(
+                    "expected an object with a non-negative integer 'step'", file=str(path), line=number
+                )
             records.append(record)
     return records

@@ -9,7 +9,6 @@ a cross-segment label, links, g2g edges, hard masks, padding).
 from __future__ import annotations
 
 import contextlib
-
 import inspect
 import sys
 from pathlib import Path

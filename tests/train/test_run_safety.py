@@ -104,7 +104,19 @@ def test_a_run_directory_is_refused_overwritten_only_when_asked_and_resumed_only
     assert (run_copy / "latest").read_text().strip() == "step-00000004"
 
     changed = graphattn(
-        "train", "--data", shards, "--out", run_copy, "--steps", 6, "--resume", *TINY, "--hidden-size", "64", "--seed", 3
+        "train",
+        "--data",
+        shards,
+        "--out",
+        run_copy,
+        "--steps",
+        6,
+        "--resume",
+        *TINY,
+        "--hidden-size",
+        "64",
+        "--seed",
+        3,
     )
     line = fails(changed, "--resume refused", "--hidden-size was 32, now 64", "--seed was 0, now 3")
     assert "size mismatch" not in line
@@ -202,10 +214,14 @@ def small_disk(tmp_path):
     """A 6 MB tmpfs (root only; skipped with the reason where mounting is not permitted)."""
     mount = tmp_path / "disk"
     mount.mkdir()
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=6m", "tmpfs", str(mount)], capture_output=True, text=True)
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=6m", "tmpfs", str(mount)], capture_output=True, text=True
+    )
     if done.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here ({done.stderr.strip() or 'mount failed'}): needs root in a "
-                    "container that allows mounts")
+        pytest.skip(
+            f"cannot mount a tmpfs here ({done.stderr.strip() or 'mount failed'}): needs root in a "
+            "container that allows mounts"
+        )
     yield mount
     subprocess.run(["umount", "-l", str(mount)], check=False)
 
@@ -220,7 +236,9 @@ def test_disk_full_during_a_checkpoint_is_one_line_and_the_previous_checkpoint_s
     assert train.returncode == 2, err
     lines = err.strip().splitlines()
     assert len(lines) == 1 and "Traceback" not in err, err
-    found = re.search(r"disk full while saving checkpoint step-(\d{8}): it needs about ([\d.]+) MB, ([\d.]+) MB is free", err)
+    found = re.search(
+        r"disk full while saving checkpoint step-(\d{8}): it needs about ([\d.]+) MB, ([\d.]+) MB is free", err
+    )
     assert found, err
     assert float(found.group(2)) > float(found.group(3))
     assert "the previous checkpoint step-00000002 is intact and `latest` names it" in err
@@ -370,7 +388,10 @@ def test_a_trainer_state_that_is_not_what_train_writes_is_one_line(shards, run_c
 @pytest.mark.parametrize(
     "tamper, message",
     [
-        (lambda r: {**r, "now": {**r["now"], "torch": torch.zeros(7, dtype=torch.uint8)}}, "now: the random state is damaged"),
+        (
+            lambda r: {**r, "now": {**r["now"], "torch": torch.zeros(7, dtype=torch.uint8)}},
+            "now: the random state is damaged",
+        ),
         (lambda r: {**r, "epoch_start": "x"}, "epoch_start: expected the python, numpy and torch generator states"),
         (lambda r: [1, 2], "not a random-state file"),
     ],

@@ -211,7 +211,9 @@ def test_ctrl_c_saves_a_checkpoint_prints_the_resume_command_exits_130_and_resum
     _, err = stopped.communicate(timeout=120)
     assert stopped.returncode == 130, err
     assert "Traceback" not in err and "KeyboardInterrupt" not in err
-    found = re.search(r"graphattn train: interrupted \(Ctrl-C\) at step (\d+); checkpoint (\S+)\. Resume with:\n  (.+)\n", err)
+    found = re.search(
+        r"graphattn train: interrupted \(Ctrl-C\) at step (\d+); checkpoint (\S+)\. Resume with:\n  (.+)\n", err
+    )
     assert found, err
     step = int(found.group(1))
     assert 1 <= step < 12 and Path(found.group(2)) == tmp_path / "a" / f"step-{step:08d}"
