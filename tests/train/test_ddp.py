@@ -137,6 +137,6 @@ def test_ranks_with_unequal_data_end_epochs_together(ddp_run) -> None:
 
 def test_every_rank_saves_its_random_state(ddp_run) -> None:
     checkpoint = ddp_run / "ckpt" / f"step-{STEPS:08d}"
-    assert sorted(p.name for p in checkpoint.iterdir()) == ["rng-rank0.pt", "rng-rank1.pt", "trainer.pt"]
+    assert sorted(p.name for p in checkpoint.iterdir()) == ["digest.json", "rng-rank0.pt", "rng-rank1.pt", "trainer.pt"]
     state = torch.load(checkpoint / "trainer.pt", weights_only=True)
     assert state["world_size"] == 2 and state["step"] == STEPS
