@@ -82,7 +82,7 @@ COMMANDS = {
         "graphattn plot runs/hotpotqa --out curves.png",
     ),
     "tokenizer": Command(
-        "graphattn.tokenizer_cli",
+        "graphattn.tokenize.cli",
         "train a WordPiece tokenizer.json on your own text",
         "graphattn tokenizer train corpus.txt --vocab-size 8000 --out tokenizer.json",
     ),
