@@ -31,29 +31,10 @@ from pathlib import Path
 
 from graphattn.cli import add_verbosity_arguments, verbosity
 from graphattn.errors import GraphattnError
+from graphattn.train.arguments import bounded, path_exists
 
 THROTTLE_ENV = "GRAPHATTN_TRAIN_THROTTLE"  # seconds to sleep after each step (tests interrupt runs with it)
 EXIT_SIGNAL_BASE = 128  # a run stopped by signal N exits 128 + N (130 Ctrl-C, 143 SIGTERM)
-
-
-def bounded(kind: type, low: float, high: float, *, low_open: bool = False):
-    """An argparse type: a `kind` number within [low, high] (low excluded with low_open), or an
-    argument error that names the bounds."""
-
-    def parse(text: str):
-        try:
-            value = kind(text)
-        except ValueError:
-            expected = "an integer" if kind is int else "a number"
-            raise argparse.ArgumentTypeError(f"expected {expected}, got {text!r}") from None
-        inside = (low < value if low_open else low <= value) and value <= high
-        if not inside:
-            opening = "(" if low_open else "["
-            raise argparse.ArgumentTypeError(f"must be in {opening}{low:,}, {high:,}], got {text}")
-        return value
-
-    parse.__name__ = kind.__name__  # argparse names the type in its messages
-    return parse
 
 
 MAX_STEPS = 1_000_000_000
@@ -198,17 +179,13 @@ def _throttle_callbacks() -> list:
     return [lambda trainer, record: time.sleep(seconds)]
 
 
-def _exists(arg: str) -> bool:
-    return Path(arg).exists() or (glob.has_magic(arg) and bool(glob.glob(arg, recursive=True)))
-
-
 def check_arguments(args: argparse.Namespace) -> tuple[list[str], list[str]]:
     """Everything that can be checked without torch or reading the training data; returns
     (shard sources, raw-record sources) of --data."""
     if not args.init_from and args.hidden_size % args.heads:
         raise GraphattnError(f"--hidden-size {args.hidden_size} is not divisible by --heads {args.heads}")
     for flag, values in (("--data", args.data), ("--eval-data", args.eval_data)):
-        missing = next((v for v in values if not _exists(v)), None)
+        missing = next((v for v in values if not path_exists(v)), None)
         if missing is not None:
             raise GraphattnError(f"{flag} {missing}: no such file or directory (nor a glob that matches one)")
     shards = [a for a in args.data if is_shard_source(a)]

@@ -44,7 +44,7 @@ import numpy as np
 from graphattn.contract import TARGET_IGNORE, EtcInstance
 from graphattn.errors import GraphattnError
 from graphattn.train import metrics as m
-from graphattn.train.cli import bounded
+from graphattn.train.arguments import bounded, path_exists
 
 DEVICE = re.compile(r"cpu|cuda(:\d{1,3})?")
 BASELINE_SEED = 0
@@ -96,12 +96,10 @@ def check_device(device: str) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from graphattn.train.cli import _exists
-
-    missing = next((v for v in args.data if not _exists(v)), None)
+    missing = next((v for v in args.data if not path_exists(v)), None)
     if missing is not None:
         raise GraphattnError(f"--data {missing}: no such file or directory (nor a glob that matches one)")
-    if not _exists(args.model):
+    if not path_exists(args.model):
         raise GraphattnError(f"--model {args.model}: no such directory")
     report = evaluate_model(args.model, args.data, batch_size=args.batch_size, device=args.device)
     print("\n".join(report_lines(report)))

@@ -121,6 +121,8 @@ def claim_run_directory(
                     file=str(directory),
                 )
             check_same_settings(read_run_file(directory / RUN_FILE).get("settings"), settings, directory)
+            for partial in directory.glob("step-*.partial"):  # saves of a killed run; the lock says none runs
+                shutil.rmtree(partial, ignore_errors=True)
         elif holds_run(directory):
             if not overwrite:
                 steps = _complete_steps(directory)

@@ -121,8 +121,11 @@ def test_a_run_directory_is_refused_overwritten_only_when_asked_and_resumed_only
     line = fails(changed, "--resume refused", "--hidden-size was 32, now 64", "--seed was 0, now 3")
     assert "size mismatch" not in line
 
+    (run_copy / "step-00000003.partial").mkdir()  # a save that a killed run never finished
+    (run_copy / "step-00000003.partial" / "trainer.pt").write_bytes(b"half")
     longer = graphattn("train", "--data", shards, "--out", run_copy, "--steps", 6, "--resume", *TINY)
     assert longer.returncode == 0 and "trained 6 steps" in longer.stdout, longer.stderr
+    assert not (run_copy / "step-00000003.partial").exists()
 
     replaced = graphattn("train", "--data", shards, "--out", run_copy, "--steps", 2, "--overwrite", *TINY)
     assert replaced.returncode == 0 and "trained 2 steps" in replaced.stdout, replaced.stderr
@@ -153,6 +156,18 @@ def test_two_trains_on_one_directory(shards, tmp_path):
     _, err = first.communicate(timeout=180)
     assert first.returncode == 0, err
     assert (out / "latest").read_text().strip() == "step-00000006"
+
+
+def test_a_killed_run_leaves_no_lock_behind(shards, tmp_path):
+    out = tmp_path / "run"
+    first = start("train", "--data", shards, "--out", out, "--steps", 50, *TINY)
+    wait_for(out / "run.json", first)
+    first.kill()  # SIGKILL: no handler runs; the kernel drops the flock with the process
+    first.wait()
+    assert (out / ".graphattn.lock").exists()
+    fails(graphattn("train", "--data", shards, "--out", out, "--steps", 2, "--resume", *TINY), "nothing to resume")
+    again = graphattn("train", "--data", shards, "--out", out, "--steps", 2, "--overwrite", *TINY)
+    assert again.returncode == 0 and "trained 2 steps" in again.stdout, again.stderr
 
 
 def test_two_compiles_on_one_directory_and_only_stale_temporaries_removed(tmp_path):
