@@ -113,6 +113,11 @@ def check_rng_file(state: Any, where: str) -> None:
             if not isinstance(part["torch"], torch.Tensor) or part["torch"].dtype != torch.uint8:
                 raise TypeError("torch: expected a uint8 tensor")
             torch.Generator().set_state(part["torch"])
+            cuda = part.get("cuda", [])
+            if not isinstance(cuda, (list, tuple)) or not all(
+                isinstance(t, torch.Tensor) and t.dtype == torch.uint8 for t in cuda
+            ):
+                raise TypeError("cuda: expected a list of uint8 tensors, one per device")
         except (TypeError, ValueError, KeyError, RuntimeError, AttributeError, OverflowError) as err:
             raise CheckpointError(
                 f"{moment}: the random state is damaged and cannot be restored ({_first_line(err)})", file=where

@@ -240,6 +240,14 @@ def check_encoder(encoder: Any, where: str) -> None:
         value = encoder.get(key)
         if value is not None and (not isinstance(value, (int, float)) or isinstance(value, bool)):
             raise GraphattnError(f"expected a number, found {value!r:.40}", file=where, path=("encoder", key))
+    for key in ("share_qkv_projections", "relative_bias", "gradient_checkpointing"):
+        value = encoder.get(key)
+        if value is not None and not isinstance(value, bool):
+            raise GraphattnError(f"expected true or false, found {value!r:.40}", file=where, path=("encoder", key))
+    for key in ("hidden_act", "attention_backend"):
+        value = encoder.get(key)
+        if value is not None and not isinstance(value, str):
+            raise GraphattnError(f"expected a name, found {value!r:.40}", file=where, path=("encoder", key))
     hidden = encoder["hidden_size"]
     weights = hidden * (
         encoder["vocab_size"]

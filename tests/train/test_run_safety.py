@@ -332,6 +332,19 @@ def test_a_flipped_bit_is_refused_naming_the_file_and_the_tensor(shards, run_cop
     )
 
 
+def test_a_damaged_digest_or_a_latest_pointing_elsewhere(shards, run_copy):
+    (run_copy / "latest").write_text("../../etc\n")  # not a checkpoint name: the newest complete one is used
+    digest = run_copy / "step-00000004" / "digest.json"
+    digest.write_text(digest.read_text()[:-40])
+    fails(
+        graphattn("evaluate", "--model", run_copy, "--data", shards),
+        f"{digest}: digest.json is damaged",
+    )
+    digest.unlink()  # a save that never finished: step 2 is the newest complete checkpoint
+    done = graphattn("evaluate", "--model", run_copy, "--data", shards)
+    assert done.returncode == 0 and "(step 2)" in done.stdout, done.stderr
+
+
 class _RunsCode:
     def __reduce__(self):
         return (os.system, ("touch /tmp/graphattn-pickle-ran",))
@@ -365,6 +378,7 @@ def test_a_code_carrying_pickle_is_refused_without_suggesting_weights_only_false
         ({"num_hidden_layers": "three"}, "$.encoder.num_hidden_layers: expected an integer in [1, 256], found 'three'"),
         ({"vocab_size": 4_000_000, "hidden_size": 16_384}, "would hold about"),
         ({"hidden_size": 64, "intermediate_size": 256}, "does not fit the model run.json describes"),
+        ({"relative_bias": "yes"}, "$.encoder.relative_bias: expected true or false, found 'yes'"),
     ],
 )
 def test_run_json_sizes_are_bounded_and_checked_against_the_tensors_before_allocation(
@@ -409,6 +423,7 @@ def test_a_trainer_state_that_is_not_what_train_writes_is_one_line(shards, run_c
         ),
         (lambda r: {**r, "epoch_start": "x"}, "epoch_start: expected the python, numpy and torch generator states"),
         (lambda r: [1, 2], "not a random-state file"),
+        (lambda r: {**r, "now": {**r["now"], "cuda": "x"}}, "cuda: expected a list of uint8 tensors"),
     ],
 )
 def test_a_damaged_random_state_is_one_line(shards, run_copy, tamper, message):
