@@ -174,6 +174,14 @@ def test_sharing_switches_are_checked() -> None:
         config(global_token_projections=True)
     with pytest.raises(GraphattnError, match=r"EtcConfig\.embedding_size"):
         config(embedding_size=0)
+    etc = config(share_qkv_projections=False).etcmodel_layout()
+    assert (etc.share_relative_tables, etc.share_attention_norm, etc.relative_bias, etc.hidden_act) == (
+        False,
+        False,
+        True,
+        "gelu_tanh",
+    )
+    assert etc.projection_mode == "per_kind" and etc.share_att_output_projection  # the switches are left alone
 
 
 def test_global_side_modules_change_only_the_global_side(batch) -> None:
@@ -269,3 +277,15 @@ def test_the_bias_table_convention_matches_etcmodel_after_dividing_by_sqrt_d() -
     q, row = gq[0, 0, 0], labels[0, 0]
     etc_scores = (keys @ q + (a[row, 0] * q).sum(-1) + b_etc[row, 0]) / math.sqrt(d)  # etcmodel's order
     torch.testing.assert_close(ours[0, 0, 0], torch.softmax(etc_scores, 0) @ values)
+
+
+def test_the_mlm_head_decodes_through_narrow_tied_embeddings() -> None:
+    from graphattn.nn.pretraining_heads import MlmHead
+
+    cfg = config(embedding_size=8)
+    encoder = EtcEncoder(cfg)
+    head = MlmHead(cfg, encoder.embeddings.word_embeddings)
+    logits = head(torch.randn(2, 5, 32))
+    assert logits.shape == (2, 5, 200) and head.dense.weight.shape == (8, 32)
+    logits.sum().backward()
+    assert encoder.embeddings.word_embeddings.weight.grad is not None  # the decoder is the tied table
