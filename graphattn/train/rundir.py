@@ -240,7 +240,11 @@ def check_encoder(encoder: Any, where: str) -> None:
         value = encoder.get(key)
         if value is not None and (not isinstance(value, (int, float)) or isinstance(value, bool)):
             raise GraphattnError(f"expected a number, found {value!r:.40}", file=where, path=("encoder", key))
-    for key in ("share_qkv_projections", "relative_bias", "gradient_checkpointing"):
+    for key in [k for k in encoder if k.startswith("share_")] + [
+        "global_token_projections",
+        "relative_bias",
+        "gradient_checkpointing",
+    ]:
         value = encoder.get(key)
         if value is not None and not isinstance(value, bool):
             raise GraphattnError(f"expected true or false, found {value!r:.40}", file=where, path=("encoder", key))
@@ -248,11 +252,18 @@ def check_encoder(encoder: Any, where: str) -> None:
         value = encoder.get(key)
         if value is not None and not isinstance(value, str):
             raise GraphattnError(f"expected a name, found {value!r:.40}", file=where, path=("encoder", key))
+    embedding = encoder.get("embedding_size")
+    if embedding is not None and not (_is_int(embedding) and 1 <= embedding <= ENCODER_BOUNDS["hidden_size"][1]):
+        raise GraphattnError(
+            f"expected null or an integer in [1, {ENCODER_BOUNDS['hidden_size'][1]:,}], found {embedding!r:.40}",
+            file=where,
+            path=("encoder", "embedding_size"),
+        )
     hidden = encoder["hidden_size"]
-    weights = hidden * (
-        encoder["vocab_size"]
-        + encoder.get("max_absolute_position_embeddings", 0)
-        + encoder["num_hidden_layers"] * (4 * hidden + 2 * encoder["intermediate_size"])
+    weights = (  # an upper bound: every sharing switch off doubles the layer's matrices at most
+        encoder["vocab_size"] * (embedding or hidden)
+        + encoder.get("max_absolute_position_embeddings", 0) * hidden
+        + encoder["num_hidden_layers"] * 2 * hidden * (4 * hidden + 2 * encoder["intermediate_size"])
     )
     if weights > ENCODER_PARAMETERS_MAX:
         raise GraphattnError(
