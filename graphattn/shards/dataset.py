@@ -45,7 +45,7 @@ from graphattn.shards.format import (
     read_row_group,
     shard_paths,
 )
-from graphattn.shards.verify import check_same_run, classes_from_schema_text
+from graphattn.shards.verify import check_same_run, classes_from_footer
 
 
 class _Shards:
@@ -64,9 +64,8 @@ class _Shards:
         self.infos = [read_info(p, verify_sha256=verify_sha256) for p in paths]
         for info in self.infos[1:]:
             check_same_run(self.infos[0], info)
-        if classes is None and self.infos:
-            classes = classes_from_schema_text(self.infos[0].schema_text)
-        self.classes = classes
+        footer_classes = classes_from_footer(self.infos[0]) if self.infos else None
+        self.classes = footer_classes if classes is None else classes
         self.first_rows = [np.cumsum([0, *info.row_groups]).tolist() for info in self.infos]  # per shard, per group
         self._reset()
 

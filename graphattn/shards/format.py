@@ -56,7 +56,7 @@ from graphattn.shards.verify import (
     check_label_vocab,
     check_layout,
     check_settings,
-    classes_from_schema_text,
+    classes_from_footer,
     footer_json,
     footer_text,
 )
@@ -613,6 +613,6 @@ def read_row(
     while index >= first + info.row_groups[group]:
         first += info.row_groups[group]
         group += 1
-    classes = classes_from_schema_text(info.schema_text)
+    classes = classes_from_footer(info)
     rows = DecodedRows(read_row_group(pf, info, group), info, classes, first)
     return rows.instance(index - first, compact), rows.provenance(index - first)

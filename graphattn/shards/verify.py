@@ -25,6 +25,8 @@ the layout and the settings that shape the data.
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import hashlib
 import json
 import os
@@ -288,14 +290,45 @@ def target_classes(schema: Any) -> dict[str, int]:
     return out
 
 
-def classes_from_schema_text(text: str) -> dict[str, int] | None:
-    """`target_classes` of the schema a footer carries; None when the text is no schema."""
+@functools.lru_cache(maxsize=8)
+def _schema_of(text: str) -> Any:
     import yaml
 
     from graphattn.schema import load_schema
 
     try:
         data = yaml.safe_load(text)
-        return target_classes(load_schema(data)) if isinstance(data, dict) else None
+        return load_schema(data) if isinstance(data, dict) else None
     except (yaml.YAMLError, GraphattnError, RecursionError):
         return None
+
+
+def footer_schema(info: Any) -> Any:
+    """The Schema the footer carries, checked against the footer's layout and label vocabulary
+    (both are made from it); None when the text is no schema (shards from `write_shards` with
+    any text: training then needs --schema)."""
+    from graphattn.shards.format import ShardColumns
+
+    schema = _schema_of(info.schema_text)
+    if schema is None:
+        return None
+    vocab = info.settings.get("tokenizer_vocab_size")
+    expected = ShardColumns.for_run(schema, vocab if isinstance(vocab, int) else 1 << 16)
+    expected = dataclasses.replace(expected, token=info.layout.token) if not isinstance(vocab, int) else expected
+    differ = [f.name for f in dataclasses.fields(expected) if getattr(expected, f.name) != getattr(info.layout, f.name)]
+    if differ:
+        key = differ[0]
+        raise _fail(
+            info.path,
+            f"the footer's layout says {key} {getattr(info.layout, key)!r}, but its schema gives "
+            f"{getattr(expected, key)!r}",
+        )
+    if schema.label_vocab().names != info.label_vocab.names:
+        raise _fail(info.path, "the footer's label vocabulary differs from the one its schema gives")
+    return schema
+
+
+def classes_from_footer(info: Any) -> dict[str, int] | None:
+    """`target_classes` of the footer's schema (checked by `footer_schema`); None without one."""
+    schema = footer_schema(info)
+    return target_classes(schema) if schema is not None else None

@@ -37,6 +37,8 @@ class ShardSet:
     vocab_size: int
     tokenizer: str | None
     instances: int
+    classes: dict[str, int] | None = None  # per class-valued target array, the schema's class count
+    verify_sha256: bool = True  # each shard against its done marker (checked once per process)
 
 
 def schema_from_text(text: str, where: str):
@@ -58,20 +60,42 @@ def schema_from_text(text: str, where: str):
     return load_schema(data)
 
 
-def open_shards(source: str | os.PathLike | Sequence[str | os.PathLike], schema: Any = None) -> ShardSet:
-    """Shards named by directories, files or globs, checked to come from one run; `schema`
-    overrides the footer's (a file or shipped name, for shards compiled from a Python dict)."""
+def open_shards(
+    source: str | os.PathLike | Sequence[str | os.PathLike], schema: Any = None, *, verify_sha256: bool = True
+) -> ShardSet:
+    """Shards named by directories, files or globs, checked to come from one run (footers, and
+    with `verify_sha256` each file against its done marker; rows are checked as they are read);
+    `schema` overrides the footer's (a file or shipped name, for shards compiled from a Python dict)."""
     from graphattn.schema import load_schema
     from graphattn.shards.dataset import ShardDataset, shard_paths
+    from graphattn.shards.verify import target_classes
 
     paths = shard_paths(source)
-    dataset = ShardDataset(paths, compact=True, cache_row_groups=1)  # reads the footers, refuses mixed runs
+    dataset = ShardDataset(paths, compact=True, cache_row_groups=1, verify_sha256=verify_sha256)
     info = dataset.info
     loaded = load_schema(schema) if schema is not None else schema_from_text(info.schema_text, paths[0])
     vocab = info.settings.get("tokenizer_vocab_size")
     if not isinstance(vocab, int):
         raise GraphattnError("the shard footer does not say the tokenizer's vocabulary size", file=paths[0])
-    return ShardSet(paths, loaded, info.schema_text, vocab, info.settings.get("tokenizer"), len(dataset))
+    stored = {name: (axis, tuple(shape)) for name, axis, shape in info.layout.targets}
+    for spec in loaded.targets.values():
+        for array in spec.arrays:
+            if stored.get(array.name) != (array.axis, tuple(array.shape)):
+                raise GraphattnError(
+                    f"schema {loaded.name!r} declares target array {array.name!r} ({spec.kind}), which these shards "
+                    "do not hold in that shape: compile them with this schema",
+                    file=paths[0],
+                )
+    return ShardSet(
+        paths,
+        loaded,
+        info.schema_text,
+        vocab,
+        info.settings.get("tokenizer"),
+        len(dataset),
+        target_classes(loaded),
+        verify_sha256,
+    )
 
 
 def build_encoder(
@@ -161,6 +185,7 @@ def fine_tune(
     print_fn: Callable[[str], None] | None = print,
     callbacks: Sequence[Callable] = (),
     log_every: int = 10,
+    verify_sha256: bool = True,
 ):
     """Train a TaskModel (a head per schema target) on compiled shards; checkpoints under `out`.
 
@@ -172,7 +197,7 @@ def fine_tune(
     from graphattn.train.loop import TrainConfig, Trainer
     from graphattn.train.tasks import TaskModel
 
-    shards = open_shards(data, schema)
+    shards = open_shards(data, schema, verify_sha256=verify_sha256)
     torch.manual_seed(seed)
     encoder, description = build_encoder(
         shards, init_from=init_from, hidden_size=hidden_size, layers=layers, heads=heads, dropout=dropout
@@ -214,7 +239,15 @@ def fine_tune(
         log_every=log_every,
     )
     loader = shard_loader(
-        shards.paths, batch_size, shuffle=True, seed=seed, buffer_size=buffer_size, num_workers=workers, compact=True
+        shards.paths,
+        batch_size,
+        shuffle=True,
+        seed=seed,
+        buffer_size=buffer_size,
+        num_workers=workers,
+        compact=True,
+        classes=shards.classes,
+        verify_sha256=verify_sha256,
     )
     trainer = Trainer(model, config, callbacks=callbacks)
     return trainer.fit(loader)
