@@ -147,7 +147,7 @@ CASES = [
     (["inspect", "{d}/binary.parquet"], 2, "binary.parquet: not a readable Parquet file"),
     (["inspect", "{d}/notes.txt"], 2, "notes.txt: not a readable Parquet file"),
     (["inspect", "{d}/o13", "--bins", "0"], 2, "--bins must be >= 1"),
-    (["inspect", "{d}/damaged.parquet"], 2, "damaged.parquet: damaged shard data"),
+    (["inspect", "{d}/damaged.parquet"], 2, "damaged.parquet: damaged shard: row group 0 cannot be read"),
     (["viz", "{d}/binary.parquet"], 2, "binary.parquet: not a readable Parquet file"),
     (["viz", "{d}/damaged.parquet"], 2, "damaged.parquet: damaged shard: row group 0 cannot be read"),
     (["viz", "{d}/broken.json", "--schema", "etc-sentences"], 2, "broken.json:2: not valid JSON"),
