@@ -488,24 +488,22 @@ class DecodedRows:
     def __init__(self, table: pa.Table, info: ShardInfo, classes: dict[str, int] | None = None, first_row: int = 0):
         """Decode `table` (rows from `first_row` of the shard), checked first (`check_rows`;
         `classes`: the schema's class count per class-valued target array)."""
-        check_rows(table, info, classes, first_row)
+        rows = check_rows(table, info, classes, first_row)  # the checks' own view of the buffers, reused
         self.info = info
         self.num_rows = table.num_rows
         self._flat: dict[str, tuple[np.ndarray, Any]] = {}
         self._scalars: dict[str, list] = {}
-        for name in table.column_names:
-            column = table.column(name).combine_chunks() if table.num_rows else None
-            if column is None:
-                continue
-            if pa.types.is_list(column.type):
-                offsets = column.offsets.to_numpy()
-                values = column.values
-                if pa.types.is_string(values.type) or name in ("source_lines", "source_records"):
-                    self._flat[name] = (offsets, values.to_pylist())
-                else:
-                    self._flat[name] = (offsets, values.to_numpy(zero_copy_only=False))
+        for name in table.column_names if rows is not None else ():
+            if name in ("source_lines", "source_records"):  # nulls stay None
+                offsets, _ = rows.list_column(name)
+                column = rows.array(name)
+                start = column.offsets[0].as_py()
+                self._flat[name] = (offsets, column.values.slice(start, int(offsets[-1])).to_pylist())
+            elif pa.types.is_list(table.schema.field(name).type):
+                offsets, values = rows.list_column(name)
+                self._flat[name] = (offsets, values.to_pylist() if isinstance(values, pa.Array) else values)
             else:
-                self._scalars[name] = column.to_pylist()
+                self._scalars[name] = rows.scalar(name).tolist()
 
     def column(self, name: str, i: int):
         offsets, values = self._flat[name]

@@ -55,6 +55,8 @@ class _RowGroup:
         self.table, self.path, self.first_row = table, path, first_row
         self.n = table.num_rows
         self._lists: dict[str, tuple[np.ndarray, Any]] = {}
+        self._lengths: dict[str, np.ndarray] = {}
+        self._scalars: dict[str, np.ndarray] = {}
 
     def fail(self, row: int, column: str, what: str) -> ShardFormatError:
         return ShardFormatError(
@@ -68,19 +70,29 @@ class _RowGroup:
         return column.chunk(0) if column.num_chunks == 1 else column.combine_chunks()
 
     def scalar(self, name: str) -> np.ndarray:
-        array = self.array(name)
-        if array.null_count:
-            raise self.fail(int(np.argmax(array.is_null().to_numpy(zero_copy_only=False))), name, "null")
-        return array.to_numpy(zero_copy_only=False)
+        found = self._scalars.get(name)
+        if found is None:
+            array = self.array(name)
+            if array.null_count:
+                raise self.fail(int(np.argmax(array.is_null().to_numpy(zero_copy_only=False))), name, "null")
+            found = self._scalars[name] = array.to_numpy(zero_copy_only=False)
+        return found
 
     def offsets(self, name: str) -> np.ndarray:
         return self._list(name)[0]
 
     def lengths(self, name: str) -> np.ndarray:
-        return np.diff(self.offsets(name))
+        found = self._lengths.get(name)
+        if found is None:
+            found = self._lengths[name] = np.diff(self.offsets(name))
+        return found
 
     def values(self, name: str) -> np.ndarray:
         return self._list(name)[1]
+
+    def list_column(self, name: str) -> tuple[np.ndarray, Any]:
+        """(offsets from 0, values: numpy, or a pyarrow array for strings) of a checked list column."""
+        return self._list(name)
 
     def _list(self, name: str) -> tuple[np.ndarray, Any]:
         found = self._lists.get(name)
@@ -88,9 +100,11 @@ class _RowGroup:
             array = self.array(name)
             if array.null_count:
                 raise self.fail(int(np.argmax(array.is_null().to_numpy(zero_copy_only=False))), name, "null list")
-            offsets = array.offsets.to_numpy().astype(np.int64)
-            flat = array.values.slice(int(offsets[0]), int(offsets[-1] - offsets[0]))
-            offsets = offsets - offsets[0]
+            offsets = array.offsets.to_numpy()
+            flat = array.values
+            if offsets[0] != 0 or offsets[-1] != len(flat):  # a slice of a longer array
+                flat = flat.slice(int(offsets[0]), int(offsets[-1] - offsets[0]))
+                offsets = offsets - offsets[0]
             if flat.null_count and name not in _NULLABLE_ITEMS:
                 at = int(np.argmax(flat.is_null().to_numpy(zero_copy_only=False)))
                 row = self.row_of(offsets, at)
@@ -105,7 +119,11 @@ class _RowGroup:
     def row_of(offsets: np.ndarray, position: int) -> int:
         return int(np.searchsorted(offsets, position, side="right") - 1)
 
-    def check_length(self, name: str, expected: np.ndarray, what: str) -> None:
+    def check_length(self, name: str, expected: np.ndarray, what: str, offsets: np.ndarray | None = None) -> None:
+        """Row lengths of `name` equal `expected` ([n]); `offsets`: its cumulative sum, when known
+        (one comparison of the offsets instead of a difference per column)."""
+        if offsets is not None and np.array_equal(self.offsets(name), offsets):
+            return
         lengths = self.lengths(name)
         bad = np.flatnonzero(lengths != expected)
         if bad.size:
@@ -113,27 +131,48 @@ class _RowGroup:
             raise self.fail(r, name, f"holds {lengths[r]} item(s), expected {expected[r]} ({what})")
 
     def check_range(self, name: str, lo: Any, hi: Any, what: str, allow_ignore: bool = False) -> None:
-        """Every item of list column `name` in [lo, hi): per-row bounds (arrays [n]) or one number."""
+        """Every item of list column `name` in [lo, hi): per-row bounds (arrays [n]) or one number.
+        Per-row bounds compare each row's min and max (`reduceat`), one number the column's."""
         offsets, values = self._list(name)
         if not len(values):
             return
+        if allow_ignore and values.dtype.kind in "iu" and np.iinfo(values.dtype).min <= TARGET_IGNORE:
+            values = np.where(values == TARGET_IGNORE, 0, values)  # every lower bound here is 0
+        if np.ndim(lo) or np.ndim(hi):
+            lengths = self.lengths(name)
+            rows = np.flatnonzero(lengths)
+            low, high = (np.minimum, np.maximum)
+            smallest = low.reduceat(values, offsets[:-1][rows]).astype(np.int64)
+            largest = high.reduceat(values, offsets[:-1][rows]).astype(np.int64)
+            lo_rows = np.asarray(lo)[rows] if np.ndim(lo) else lo
+            hi_rows = np.asarray(hi)[rows] if np.ndim(hi) else hi
+            if not ((smallest < lo_rows) | (largest >= hi_rows)).any():
+                return
+        else:
+            if values.dtype.kind in "iu":
+                limits = np.iinfo(values.dtype)
+                if limits.min >= lo and limits.max < hi:
+                    return
+            if int(values.min()) >= lo and int(values.max()) < hi:
+                return
+        self._range_error(name, offsets, values, lo, hi, what, allow_ignore)
+
+    def _range_error(self, name, offsets, values, lo, hi, what: str, allow_ignore: bool) -> ShardFormatError:
+        """Find the first item outside its bounds and raise, naming its row (the slow path)."""
         lengths = np.diff(offsets)
         low = np.repeat(lo, lengths) if np.ndim(lo) else lo
         high = np.repeat(hi, lengths) if np.ndim(hi) else hi
-        values = values.astype(np.int64, copy=False)
-        bad = (values < low) | (values >= high)
-        if allow_ignore:
-            bad &= values != TARGET_IGNORE
-        if bad.any():
-            at = int(np.argmax(bad))
-            row = self.row_of(offsets, at)
-            shown = (lo[row] if np.ndim(lo) else lo, hi[row] if np.ndim(hi) else hi)
-            ignore = " or -100" if allow_ignore else ""
-            raise self.fail(
-                row,
-                name,
-                f"item {at - offsets[row]} is {values[at]}, outside [{shown[0]}, {shown[1]}){ignore} ({what})",
-            )
+        original = self.values(name).astype(np.int64)
+        values = values.astype(np.int64)
+        at = int(np.argmax((values < low) | (values >= high)))
+        row = self.row_of(offsets, at)
+        shown = (lo[row] if np.ndim(lo) else lo, hi[row] if np.ndim(hi) else hi)
+        ignore = " or -100" if allow_ignore else ""
+        raise self.fail(
+            row,
+            name,
+            f"item {at - offsets[row]} is {original[at]}, outside [{shown[0]}, {shown[1]}){ignore} ({what})",
+        )
 
     def check_scalar_range(self, name: str, values: np.ndarray, lo: Any, hi: Any, what: str) -> None:
         values = values.astype(np.int64, copy=False)
@@ -147,13 +186,22 @@ class _RowGroup:
             )
 
 
-def check_rows(table: pa.Table, info: Any, classes: dict[str, int] | None = None, first_row: int = 0) -> None:
+def _offsets(lengths: np.ndarray) -> np.ndarray:
+    out = np.zeros(len(lengths) + 1, np.int64)
+    np.cumsum(lengths, out=out[1:])
+    return out
+
+
+def check_rows(
+    table: pa.Table, info: Any, classes: dict[str, int] | None = None, first_row: int = 0
+) -> _RowGroup | None:
     """Check every row of `table` (a row group of the shard `info` describes); see the module doc.
+    Returns the checked columns as numpy (what `DecodedRows` reads on), None for no rows.
 
     `classes`: per class-valued target array, the schema's class count (`verify.target_classes`);
     without it only the column's dtype bounds those values."""
     if table.num_rows == 0:
-        return
+        return None
     rows = _RowGroup(table, info.path, first_row)
     layout = info.layout
     L, G = rows.scalar("long_length"), rows.scalar("global_length")
@@ -161,17 +209,21 @@ def check_rows(table: pa.Table, info: Any, classes: dict[str, int] | None = None
     rows.check_scalar_range("global_length", G, 0, 1 << 31, "a length")
     D = rows.lengths("doc_numbers")
     rows.check_scalar_range("doc_numbers", D, 1, 1 << 31, "every instance holds a document")
+    long_offsets, global_offsets = _offsets(L), _offsets(G)
     for name in _BY_LENGTH["L"] + tuple(f"owner_{lv}" for lv in layout.levels):
-        rows.check_length(name, L, "long_length")
+        rows.check_length(name, L, "long_length", long_offsets)
     for key, _ in layout.features:
-        rows.check_length(f"feature:{key}", L if key.startswith("long:") else G, "its side's length")
+        long = key.startswith("long:")
+        rows.check_length(
+            f"feature:{key}", L if long else G, "its side's length", long_offsets if long else global_offsets
+        )
     for name in _BY_LENGTH["G"]:
-        rows.check_length(name, G, "global_length")
+        rows.check_length(name, G, "global_length", global_offsets)
     for name in _BY_LENGTH["D"]:
-        rows.check_length(name, D, "one per document, as doc_numbers")
+        rows.check_length(name, D, "one per document, as doc_numbers", rows.offsets("doc_numbers"))
     for group in (_LINKS, _EDGES):
         for name in group[1:]:
-            rows.check_length(name, rows.lengths(group[0]), f"as many as {group[0]}")
+            rows.check_length(name, rows.lengths(group[0]), f"as many as {group[0]}", rows.offsets(group[0]))
 
     _check_scalars(rows, L, G)
     vocab = info.settings.get("tokenizer_vocab_size")
@@ -206,6 +258,7 @@ def check_rows(table: pa.Table, info: Any, classes: dict[str, int] | None = None
             raise rows.fail(rows.row_of(rows.offsets(f"feature:{key}"), at), f"feature:{key}", "holds NaN or inf")
     _check_spans(rows, D)
     _check_targets(rows, layout, classes or {}, L, G)
+    return rows
 
 
 def _check_scalars(rows: _RowGroup, L: np.ndarray, G: np.ndarray) -> None:
@@ -251,11 +304,12 @@ def _check_spans(rows: _RowGroup, D: np.ndarray) -> None:
 
 
 def _check_targets(rows: _RowGroup, layout: Any, classes: dict[str, int], L: np.ndarray, G: np.ndarray) -> None:
+    global_offsets = _offsets(G)
     """Per-global labels in [0, classes), span ends in [0, L) paired, fixed rows of (first, last)."""
     for name, axis, shape in layout.targets:
         column = f"target:{name}"
         if axis == "global":
-            rows.check_length(column, G, "global_length")
+            rows.check_length(column, G, "global_length", global_offsets)
             n = classes.get(name, 1 << 15)
             rows.check_range(column, 0, n, f"a class of the schema's {n}", allow_ignore=True)
         elif shape:
