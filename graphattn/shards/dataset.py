@@ -246,6 +246,10 @@ def read_instance(source: Source, index: int = 0, *, compact: bool = False) -> E
 
 
 def read_table(source: Source, columns: Sequence[str] | None = None) -> pa.Table:
-    """The shards as one plain Arrow table (optionally only some columns)."""
-    tables = [pq.read_table(path, columns=list(columns) if columns else None) for path in shard_paths(source)]
+    """The shards as one plain Arrow table (optionally only some columns). Footers and column sets
+    are checked (`read_info`), the values are not: the datasets above check every row they decode."""
+    paths = shard_paths(source)
+    for path in paths:
+        read_info(path)
+    tables = [pq.read_table(path, columns=list(columns) if columns else None) for path in paths]
     return pa.concat_tables(tables) if len(tables) > 1 else tables[0]

@@ -292,14 +292,13 @@ def target_classes(schema: Any) -> dict[str, int]:
 
 @functools.lru_cache(maxsize=8)
 def _schema_of(text: str) -> Any:
-    import yaml
-
     from graphattn.schema import load_schema
+    from graphattn.schema_io import parse_bounded
 
     try:
-        data = yaml.safe_load(text)
+        data, _ = parse_bounded(text, None)  # the schema loader's own bounds on size, depth and aliases
         return load_schema(data) if isinstance(data, dict) else None
-    except (yaml.YAMLError, GraphattnError, RecursionError):
+    except (GraphattnError, RecursionError):
         return None
 
 

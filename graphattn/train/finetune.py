@@ -42,14 +42,13 @@ class ShardSet:
 
 
 def schema_from_text(text: str, where: str):
-    """The Schema a shard footer (or run.json) carries."""
-    import yaml
-
+    """The Schema a shard footer (or run.json) carries, parsed within the schema loader's bounds."""
     from graphattn.schema import load_schema
+    from graphattn.schema_io import parse_bounded
 
     try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError:
+        data, _ = parse_bounded(text, None)
+    except (GraphattnError, RecursionError):
         data = None
     if not isinstance(data, dict):
         raise GraphattnError(
@@ -57,7 +56,10 @@ def schema_from_text(text: str, where: str):
             "pass --schema with the schema file the shards were compiled with",
             file=where,
         )
-    return load_schema(data)
+    try:
+        return load_schema(data)
+    except GraphattnError as err:
+        raise GraphattnError(f"the relation schema it carries does not load: {err.reason}", file=where) from None
 
 
 def open_shards(

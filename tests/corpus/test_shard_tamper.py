@@ -178,3 +178,25 @@ def test_a_class_past_the_schemas_classes_never_reaches_the_loss(compiled, cases
     code, err = _run(capsys, ["train", "--data", str(path), "--out", str(tmp_path / "run"), *TINY])
     _refused(code, err, path, "train")
     assert "column target:supporting" in err and "a class of the schema's 2" in err
+
+
+_BOMB = "".join(f"a{k}: &a{k} [{', '.join([f'*a{k - 1}'] * 10)}]\n" for k in range(1, 9)).encode()  # 10**9 values
+
+
+@pytest.mark.parametrize(
+    "text, says",
+    [
+        (b"::: [", "no readable relation schema"),  # not YAML; next: aliases that multiply (the bounded loader)
+        (b"a0: &a0 [x, x, x, x, x, x, x, x, x, x]\n" + _BOMB, "no readable relation schema"),
+    ],
+)
+def test_a_footer_schema_that_is_no_schema_is_read_but_not_trained_on(compiled, tmp_path, capsys, text, says):
+    """Shards may carry any schema text (write_shards); inspect reads them, train needs a schema."""
+    from shard_tamper import _footer
+
+    path = _write(Tamper("schema text", _footer("schema", text)), compiled, tmp_path / "shards")
+    code, err = _run(capsys, ["inspect", str(path)])
+    assert code == 0, err
+    code, err = _run(capsys, ["train", "--data", str(path), "--out", str(tmp_path / "run"), *TINY])
+    _refused(code, err, path, "train")
+    assert says in err
