@@ -293,7 +293,7 @@ def target_classes(schema: Any) -> dict[str, int]:
 @functools.lru_cache(maxsize=8)
 def _schema_of(text: str) -> Any:
     from graphattn.schema import load_schema
-    from graphattn.schema_io import parse_bounded
+    from graphattn.schema.io import parse_bounded
 
     try:
         data, _ = parse_bounded(text, None)  # the schema loader's own bounds on size, depth and aliases

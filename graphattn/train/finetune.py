@@ -44,7 +44,7 @@ class ShardSet:
 def schema_from_text(text: str, where: str):
     """The Schema a shard footer (or run.json) carries, parsed within the schema loader's bounds."""
     from graphattn.schema import load_schema
-    from graphattn.schema_io import parse_bounded
+    from graphattn.schema.io import parse_bounded
 
     try:
         data, _ = parse_bounded(text, None)

@@ -23,7 +23,7 @@ from graphattn.contract import EtcInstance
 from graphattn.errors import GraphattnError, IngestError
 from graphattn.ingest.formats import FORMATS as DOCUMENT_FORMATS
 from graphattn.shards.inspect import add_verify_argument
-from graphattn.tokenizer_files import DEFAULT_TOKENIZER, TOKENIZER_HELP
+from graphattn.tokenize.files import DEFAULT_TOKENIZER, TOKENIZER_HELP
 
 SHARD_SUFFIXES = (".parquet",)
 
