@@ -306,13 +306,11 @@ def footer_schema(info: Any) -> Any:
     """The Schema the footer carries, checked against the footer's layout and label vocabulary
     (both are made from it); None when the text is no schema (shards from `write_shards` with
     any text: training then needs --schema)."""
-    from graphattn.shards.format import ShardColumns
-
     schema = _schema_of(info.schema_text)
     if schema is None:
         return None
     vocab = info.settings.get("tokenizer_vocab_size")
-    expected = ShardColumns.for_run(schema, vocab if isinstance(vocab, int) else 1 << 16)
+    expected = type(info.layout).for_run(schema, vocab if isinstance(vocab, int) else 1 << 16)  # a ShardColumns
     expected = dataclasses.replace(expected, token=info.layout.token) if not isinstance(vocab, int) else expected
     differ = [f.name for f in dataclasses.fields(expected) if getattr(expected, f.name) != getattr(info.layout, f.name)]
     if differ:
