@@ -276,10 +276,17 @@ def check_digest(path: str) -> None:
 
 
 # -- target classes from a schema ------------------------------------------------------------
+TYPE_IDS = "type ids"  # the entry of `target_classes` that bounds long and global type ids
+
+
 def target_classes(schema: Any) -> dict[str, int]:
     """Per class-valued target array, how many classes the schema declares (labels lie in
-    [0, n) or are -100): global_labels its classes, choice 2, a span's `_type` its types."""
-    out = {}
+    [0, n) or are -100): global_labels its classes, choice 2, a span's `_type` its types; and
+    under `TYPE_IDS` one past the largest token type id the schema gives (node types, blocks)."""
+    ids = [0, *(t.global_type_id for t in schema.node_types.values())]
+    ids += [t.type_id for t in schema.node_types.values() if t.type_id is not None]
+    ids += [schema.fixed_blocks.type_id] if schema.fixed_blocks is not None else []
+    out = {TYPE_IDS: max(ids) + 1}
     for spec in schema.targets.values():
         if spec.kind == "global_labels":
             out[spec.name] = len(spec.classes)

@@ -17,7 +17,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from graphattn.contract import TARGET_IGNORE
-from graphattn.shards.verify import ShardFormatError
+from graphattn.shards.verify import TYPE_IDS, ShardFormatError
 
 # list columns and the row length they must have: "L" long tokens, "G" globals, "D" documents
 _BY_LENGTH = {
@@ -230,8 +230,9 @@ def check_rows(
     token_limit = vocab if isinstance(vocab, int) else 1 << 31
     for name in ("long_token_ids", "global_token_ids"):
         rows.check_range(name, 0, token_limit, "the tokenizer's vocabulary size")
+    types = (classes or {}).get(TYPE_IDS, 1 << 16)
     for name in ("long_type_ids", "global_type_ids"):
-        rows.check_range(name, 0, 1 << 16, "a type id")
+        rows.check_range(name, 0, types, "a type id the schema gives")
     rows.check_range("doc_numbers", 0, 1 << 62, "a document number")
     rows.check_range("source_lines", 1, 1 << 62, "a line number")
     rows.check_range("source_records", 0, 1 << 62, "a record index")

@@ -184,6 +184,9 @@ def tampers(path: str) -> list[Tamper]:
         Tamper("link_label: another label", _set_list("link_label", row, lambda v: [(v[0] + 1) % labels, *v[1:]]), True)
     )
     out.append(
+        Tamper("long_type_ids: past the schema's", _set_list("long_type_ids", row, lambda v: [v[0] + 9, *v[1:]]))
+    )
+    out.append(
         Tamper(
             "long_token_ids: another token",
             _set_list("long_token_ids", row, lambda v: [(v[0] + 1) % vocab, *v[1:]]),
