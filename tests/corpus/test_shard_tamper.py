@@ -200,3 +200,19 @@ def test_a_footer_schema_that_is_no_schema_is_read_but_not_trained_on(compiled, 
     code, err = _run(capsys, ["train", "--data", str(path), "--out", str(tmp_path / "run"), *TINY])
     _refused(code, err, path, "train")
     assert says in err
+
+
+def test_a_damaged_page_is_named_by_every_reader(compiled, tmp_path, capsys):
+    """A footer that reads and pages that do not: the file and row group, in one line, everywhere."""
+    path = tmp_path / "shards" / "shard-00000.parquet"
+    path.parent.mkdir()
+    damage_pages(str(compiled / "shards" / "shard-00000.parquet"), str(path))
+    for argv in (
+        ["inspect", str(path)],
+        ["viz", str(path), "--out", str(tmp_path / "x.png")],
+        ["evaluate", "--model", str(compiled / "run"), "--data", str(path)],
+        ["train", "--data", str(path), "--out", str(tmp_path / "run"), *TINY],
+    ):
+        code, err = _run(capsys, argv)
+        _refused(code, err, path, argv[0])
+        assert "damaged shard: row group 0 cannot be read" in err, err
