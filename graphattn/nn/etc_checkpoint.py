@@ -332,7 +332,8 @@ def load_etc_checkpoint(path: str | os.PathLike, **overrides: Any) -> tuple[EtcE
         raise
     except Exception as exc:  # EtcConfig's own checks, e.g. relative_vocab_size too small
         raise CheckpointError(str(exc).splitlines()[0], file=config_path) from None
-    encoder = EtcEncoder(config)
+    with torch.device("meta"):  # shapes only: every value comes from the checkpoint, no init pass
+        encoder = EtcEncoder(config)
     own = encoder.state_dict()
     plan = tensor_plan(config)
     missing = sorted(set(own) - set(plan))
@@ -356,7 +357,7 @@ def load_etc_checkpoint(path: str | os.PathLike, **overrides: Any) -> tuple[EtcE
             )
         tensor = tensor.float()
         if how == "transpose":
-            tensor = tensor.t() if tensor.dim() == 2 else tensor
+            tensor = tensor.t().contiguous() if tensor.dim() == 2 else tensor
         elif how == "bias_scale":
             tensor = tensor * scale  # etcmodel adds the bias before the 1/sqrt(d) scale
         if tuple(tensor.shape) != tuple(own[ours].shape):
@@ -375,7 +376,10 @@ def load_etc_checkpoint(path: str | os.PathLike, **overrides: Any) -> tuple[EtcE
         if name in MLM_HEAD:
             value = bundle.read(name).float()
             report.unused[MLM_HEAD[name]] = value.t().contiguous() if name.endswith("kernel") else value.clone()
-    encoder.load_state_dict(state, strict=True)  # everything present and checked: nothing half-loaded
+    # Everything present and checked before the encoder gets any of it: nothing is half-loaded. The
+    # tensors become the parameters (assign): those stored as torch keeps them are views of the
+    # mapped shard, copied only when written (copy-on-write), the transposed kernels one copy each.
+    encoder.load_state_dict(state, strict=True, assign=True)
     return encoder, report
 
 
