@@ -74,9 +74,8 @@ def main() -> None:
             run()
             times[name].append(time.perf_counter() - start)
     median = {name: statistics.median(values) for name, values in times.items()}
-    print(
-        f"{args.checkpoint}: {size / 1e6:.0f} MB of tensors, {config.num_hidden_layers} layers, hidden {config.hidden_size}"
-    )
+    shape = f"{config.num_hidden_layers} layers, hidden {config.hidden_size}"
+    print(f"{args.checkpoint}: {size / 1e6:.0f} MB of tensors, {shape}")
     print(f"{'what':52s} {'median s':>9s} {'best s':>8s}")
     for name, values in times.items():
         print(f"{name:52s} {median[name]:9.3f} {min(values):8.3f}")

@@ -168,7 +168,10 @@ def _rewrite(folder: Path, drop=(), **damage) -> None:
 
 def test_missing_tensor_is_named(tmp_path):
     folder = _copy(tmp_path)
-    name = "etc_document_bert/global_local_transformer_layers/fused_att_layer_1/fused_global_local_att/g2g_key_projection/linear/bias"
+    name = (
+        "etc_document_bert/global_local_transformer_layers/fused_att_layer_1/fused_global_local_att/"
+        "g2g_key_projection/linear/bias"
+    )
     _rewrite(folder, drop={name})
     _fails(folder, "model.ckpt.index", name, "missing from the checkpoint", "layer.1.attention.global_key.bias")
 
