@@ -388,6 +388,8 @@ def extend_relative_vocab(encoder: EtcEncoder, size: int, report: LiftReport | N
     new rows drawn as the encoder initialises (key tables N(0, initializer_range), biases 0);
     returns the names grown, also recorded in `report.created`."""
     config = encoder.config
+    if size > MAX_SIZE:
+        raise CheckpointError(f"relative vocabulary {size} is larger than {MAX_SIZE}")
     if size <= config.relative_vocab_size:
         return []
     grown = []
@@ -419,4 +421,32 @@ def extend_relative_vocab(encoder: EtcEncoder, size: int, report: LiftReport | N
     return grown
 
 
-__all__ = ["extend_relative_vocab", "find_checkpoint", "is_etc_checkpoint", "load_etc_checkpoint", "read_etc_config"]
+def load_etc_for_schema(
+    path: str | os.PathLike, *, local_radius: int, relative_pos_max_distance: int, relative_vocab_size: int, **overrides
+) -> tuple[EtcEncoder, LiftReport]:
+    """`load_etc_checkpoint` fitted to a schema's geometry: its local radius (no weight depends on
+    it), the same distance clipping k as pre-training (else the relative tables would mean other
+    distances: an error saying which schema to compile with), and new relative rows when the
+    schema has more labels than the checkpoint (reported)."""
+    encoder, report = load_etc_checkpoint(path, local_radius=local_radius, **overrides)
+    trained_k = encoder.config.relative_pos_max_distance
+    if relative_pos_max_distance != trained_k:
+        hint = {12: "etc-sentences", 42: "etc-sentences-42relmaxdist"}.get(trained_k)
+        raise CheckpointError(
+            f"the shards' schema clips relative distances at {relative_pos_max_distance}, the checkpoint was "
+            f"pre-trained with relative_pos_max_distance={trained_k}: compile with a schema that says "
+            f"{trained_k}" + (f" (the shipped {hint!r} does)" if hint else ""),
+            file=find_checkpoint(path)[0],
+        )
+    extend_relative_vocab(encoder, relative_vocab_size, report)
+    return encoder, report
+
+
+__all__ = [
+    "load_etc_for_schema",
+    "extend_relative_vocab",
+    "find_checkpoint",
+    "is_etc_checkpoint",
+    "load_etc_checkpoint",
+    "read_etc_config",
+]
