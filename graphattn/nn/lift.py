@@ -95,7 +95,7 @@ def _collapse_layers(rows: list[str]) -> list[str]:
     """One line per pattern over layers: 'layer.*.output <- encoder.layer.*.output.dense (x12)'."""
     counts: dict[str, int] = {}
     for row in rows:
-        key = re.sub(r"(layer)\.\d+\.", r"\1.*.", row)
+        key = re.sub(r"(_layer_)\d+/", r"\1*/", re.sub(r"(layer)\.\d+\.", r"\1.*.", row))  # ours, TensorFlow's
         counts[key] = counts.get(key, 0) + 1
     return [f"{key} (x{n})" if n > 1 else key for key, n in counts.items()]
 
