@@ -152,6 +152,9 @@ def read_etc_config(path: Path) -> dict[str, Any]:
         value = merged[key]
         if value is not None and (not isinstance(value, int) or not 1 <= value <= MAX_SIZE):
             raise CheckpointError(f"$.{key} must be null or an integer in [1, {MAX_SIZE}], got {value!r}", file=path)
+    for key in [k for k, v in ETCMODEL_DEFAULTS.items() if isinstance(v, bool)]:
+        if not isinstance(merged[key], bool):
+            raise CheckpointError(f"$.{key} must be true or false, got {merged[key]!r}", file=path)
     if merged["att_size_per_head"] not in (None, merged["hidden_size"] // merged["num_attention_heads"]):
         raise CheckpointError(
             f"$.att_size_per_head={merged['att_size_per_head']} differs from hidden_size / num_attention_heads; "

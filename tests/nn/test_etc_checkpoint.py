@@ -217,3 +217,19 @@ def test_not_a_checkpoint_directory(tmp_path):
     _fails(tmp_path, "expected model.ckpt.index")
     (tmp_path / "model.ckpt.index").write_bytes(b"")
     _fails(tmp_path, "etc_config.json")
+
+
+@pytest.mark.parametrize(
+    "change, expected",
+    [
+        ({"share_kv_projections": "yes"}, "$.share_kv_projections must be true or false"),
+        ({"hidden_size": 0}, "$.hidden_size must be an integer"),
+        ({"use_pre_activation_order": True}, "pre-LN layers are not supported"),
+        ({"hidden_act": "swish"}, "$.hidden_act 'swish'"),
+    ],
+)
+def test_config_values_the_encoder_cannot_take(tmp_path, change, expected):
+    folder = _copy(tmp_path)
+    config = json.loads((folder / "etc_config.json").read_text())
+    (folder / "etc_config.json").write_text(json.dumps({**config, **change}))
+    _fails(folder, "etc_config.json", expected)
