@@ -360,7 +360,7 @@ def load_etc_checkpoint(path: str | os.PathLike, **overrides: Any) -> tuple[EtcE
             )
         tensor = tensor.float()
         if how == "transpose":
-            tensor = tensor.t().contiguous() if tensor.dim() == 2 else tensor
+            tensor = tensor.t() if tensor.dim() == 2 else tensor  # a view: torch's Linear reads it as it is
         elif how == "bias_scale":
             tensor = tensor * scale  # etcmodel adds the bias before the 1/sqrt(d) scale
         if tuple(tensor.shape) != tuple(own[ours].shape):
@@ -380,10 +380,23 @@ def load_etc_checkpoint(path: str | os.PathLike, **overrides: Any) -> tuple[EtcE
             value = bundle.read(name).float()
             report.unused[MLM_HEAD[name]] = value.t().contiguous() if name.endswith("kernel") else value.clone()
     # Everything present and checked before the encoder gets any of it: nothing is half-loaded. The
-    # tensors become the parameters (assign): those stored as torch keeps them are views of the
-    # mapped shard, copied only when written (copy-on-write), the transposed kernels one copy each.
+    # tensors become the parameters (assign): views of the mapped shard, copied only when written
+    # (copy-on-write); the Dense kernels are transposed views ([out, in] with strides (1, out)),
+    # which Linear layers read as they are. `contiguous_parameters` lays them out afresh.
     encoder.load_state_dict(state, strict=True, assign=True)
     return encoder, report
+
+
+def contiguous_parameters(module: torch.nn.Module) -> int:
+    """Give every non-contiguous parameter (the transposed kernels of a loaded checkpoint) its own
+    contiguous storage, as DDP's gradient buckets and code that `.view`s weights expect; returns
+    how many were laid out afresh."""
+    count = 0
+    for param in module.parameters():
+        if not param.is_contiguous():
+            param.data = param.data.contiguous()
+            count += 1
+    return count
 
 
 def extend_relative_vocab(encoder: EtcEncoder, size: int, report: LiftReport | None = None) -> list[str]:
@@ -442,10 +455,12 @@ def load_etc_for_schema(
             file=find_checkpoint(path)[0],
         )
     extend_relative_vocab(encoder, relative_vocab_size, report)
+    contiguous_parameters(encoder)  # training writes every weight anyway; DDP buckets want this layout
     return encoder, report
 
 
 __all__ = [
+    "contiguous_parameters",
     "load_etc_for_schema",
     "extend_relative_vocab",
     "find_checkpoint",

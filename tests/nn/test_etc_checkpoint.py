@@ -233,3 +233,15 @@ def test_config_values_the_encoder_cannot_take(tmp_path, change, expected):
     config = json.loads((folder / "etc_config.json").read_text())
     (folder / "etc_config.json").write_text(json.dumps({**config, **change}))
     _fails(folder, "etc_config.json", expected)
+
+
+def test_loaded_weights_are_views_of_the_checkpoint_until_laid_out_afresh():
+    from graphattn.nn.etc_checkpoint import contiguous_parameters
+
+    encoder, _ = load_etc_checkpoint(FIXTURES / "share_kv")
+    io = np.load(FIXTURES / "share_kv" / "io.npz")
+    query = encoder.layer[0].attention.query.weight
+    assert not query.is_contiguous() and query.stride() == (1, 32)  # the TF kernel [in, out], transposed
+    before = max_errors(encoder, io)
+    assert contiguous_parameters(encoder) > 0 and all(p.is_contiguous() for p in encoder.parameters())
+    assert max_errors(encoder, io) == before
