@@ -41,6 +41,7 @@ import torch
 from graphattn.errors import GraphattnError
 from graphattn.nn.config import EtcConfig
 from graphattn.nn.encoder import EtcEncoder
+from graphattn.nn.tensorbundle import CheckpointError  # one error type for every checkpoint
 
 BERT_TYPES = ("bert",)
 ROBERTA_TYPES = ("roberta", "xlm-roberta", "camembert")  # same layout, positions offset by padding_idx + 1
@@ -113,10 +114,6 @@ def _collapse_layers(rows: list[str]) -> list[str]:
 
 
 # -- reading a checkpoint -------------------------------------------------------------------
-
-
-class CheckpointError(GraphattnError):
-    """A checkpoint directory whose files are missing, malformed or not what save_pretrained writes."""
 
 
 REQUIRED_SIZES = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size")

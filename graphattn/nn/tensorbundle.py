@@ -60,12 +60,13 @@ DTYPES: dict[int, tuple[str, torch.dtype | None, int]] = {
 
 
 class CheckpointError(GraphattnError):
-    """A checkpoint that cannot be read or does not fit the model: names the file and the tensor."""
+    """A checkpoint that cannot be read or does not fit the model: names the file and the tensor
+    (or the line / key path of a config file). The one error type of every checkpoint loader."""
 
-    def __init__(self, message: str, file: str | Path | None = None, tensor: str | None = None):
+    def __init__(self, message: str, file: str | Path | None = None, tensor: str | None = None, **where):
         self.tensor = tensor
         what = f"tensor {tensor!r}: {message}" if tensor is not None else message
-        super().__init__(what, Location(file=str(file) if file is not None else None))
+        super().__init__(what, Location(file=str(file) if file is not None else None, **where))
 
 
 def mask_crc(crc: int) -> int:
