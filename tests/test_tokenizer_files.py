@@ -207,3 +207,16 @@ def test_a_damaged_sentencepiece_model_is_one_line(tmp_path):
         load_tokenizer(str(tmp_path / "vocab.model"))
     assert "vocab.model" in str(exc.value) and "not a SentencePiece model" in str(exc.value)
     assert "\n" not in str(exc.value)
+
+
+def test_viz_takes_an_etc_checkpoint_directory_as_tokenizer(tmp_path):
+    words = ["[PAD]", "[unused0]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the", "river", "##s", "flow", "."]
+    checkpoint = tmp_path / "etc_base_2x_pretrain"
+    checkpoint.mkdir()
+    (checkpoint / "vocab_bert_uncased_english.txt").write_text("\n".join(words) + "\n")
+    (tmp_path / "doc.txt").write_text("The rivers flow. The river flows.")
+    argv = ["viz", str(tmp_path / "doc.txt"), "--schema", "etc-sentences", "--tokenizer", str(checkpoint)]
+    done = subprocess.run(["graphattn", *argv, "--out", str(tmp_path / "pic.png")], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith(f"wrote {tmp_path / 'pic.png'} (tokens, queries 0:12, keys 0:12)")
+    assert (tmp_path / "pic.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
