@@ -328,11 +328,13 @@ def run(
     compute = torch.promote_types(long_q.dtype, torch.float32)  # fp32 statistics; fp64 stays fp64
     states = [t.to(compute).contiguous() for t in states]
 
-    def side_table(q: torch.Tensor, key_table: torch.Tensor, bias_table: torch.Tensor | None) -> torch.Tensor:
+    def side_table(side: str, q: torch.Tensor, key_table: torch.Tensor, bias_table: torch.Tensor | None):
+        if queries not in ("both", side):  # this side's rows are not computed: no table either
+            return q.new_zeros(()).expand(*q.shape[:3], key_table.shape[0])
         return label_tables(q, key_table.to(compute), bias_table.to(compute) if bias_table is not None else None, scale)
 
-    t_global = side_table(states[0], *(global_tables or (rel_key_table, rel_bias_table)))
-    t_long = side_table(states[3], rel_key_table, rel_bias_table)
+    t_global = side_table("global", states[0], *(global_tables or (rel_key_table, rel_bias_table)))
+    t_long = side_table("long", states[3], rel_key_table, rel_bias_table)
     geo = replace(plan.geo, scale=scale)
     global_out, long_out = _BlockedAttention.apply(*states, t_global, t_long, plan, geo, queries)
     return global_out.to(out_dtype), long_out.to(out_dtype)

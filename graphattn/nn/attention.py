@@ -17,6 +17,7 @@ tensor wherever roles share a projection, so the shared modes run exactly as bef
 
 from __future__ import annotations
 
+import inspect
 from typing import Any, Protocol
 
 import torch
@@ -24,6 +25,7 @@ from torch import nn
 
 from graphattn.compact import CompactBatch
 from graphattn.contract import SideInputs
+from graphattn.errors import GraphattnError
 from graphattn.kernels import PreparedAttention, prepare_attention
 from graphattn.nn.config import EtcConfig
 
@@ -183,8 +185,26 @@ class GlobalLocalAttention(nn.Module):
             for part in "kv":
                 if s[f"{kind}_{part}"] is not s[f"{same_as}_{part}"]:
                     extra[f"{kind}_{part}"] = s[f"{kind}_{part}"]
+        if extra and not isinstance(attention, PreparedAttention):
+            _check_pattern_takes(attention, extra, self.config)
         global_out, long_out = attention.attend(
             s["global_q"], s["g2g_k"], s["g2g_v"], s["long_q"], s["l2l_k"], s["l2l_v"], key_table, bias_table, **extra
         )
         global_output = self.output if self.config.share_att_output_projection else self.global_output
         return global_output(self._merge(global_out)), self.output(self._merge(long_out))
+
+
+def _check_pattern_takes(pattern: AttentionPattern, extra: dict[str, object], config: EtcConfig) -> None:
+    """A pattern whose `attend` cannot take per-kind keys or per-side tables gets a clear error,
+    not a TypeError from deep inside the layer."""
+    parameters = inspect.signature(pattern.attend).parameters
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()):
+        return
+    missing = sorted(set(extra) - set(parameters))
+    if missing:
+        raise GraphattnError(
+            f"the attention pattern {type(pattern).__name__} takes one set of keys/values and one relative table pair, "
+            f"but this configuration (projections {config.projection_mode!r}, share_relative_tables="
+            f"{config.share_relative_tables}) needs {', '.join(missing)}",
+            path=("EtcConfig", "share_qkv_projections"),
+        )

@@ -289,3 +289,16 @@ def test_the_mlm_head_decodes_through_narrow_tied_embeddings() -> None:
     assert logits.shape == (2, 5, 200) and head.dense.weight.shape == (8, 32)
     logits.sum().backward()
     assert encoder.embeddings.word_embeddings.weight.grad is not None  # the decoder is the tied table
+
+
+def test_a_pattern_without_per_kind_arguments_is_refused_with_a_clear_error(batch) -> None:
+    class SharedOnly:
+        def attend(self, global_q, global_k, global_v, long_q, long_k, long_v, rel_key_table, rel_bias_table=None):
+            return global_q, long_q
+
+    module = GlobalLocalAttention(config(**MODES["per_side"]))
+    g, x = torch.randn(2, 3, 32), torch.randn(2, 5, 32)
+    with pytest.raises(GraphattnError, match="SharedOnly takes one set of keys.*needs g2l_k, g2l_v, l2g_k, l2g_v"):
+        module(g, x, SharedOnly())
+    out = GlobalLocalAttention(config()).eval()(g, x, SharedOnly())  # shared: nothing extra is passed
+    assert out[0].shape == (2, 3, 32) and out[1].shape == (2, 5, 32)
