@@ -83,7 +83,8 @@ CASES = [
     (
         ["compile", "{d}/notes.txt", "--schema", "etc-sentences", "--out", "{d}/o5", "--tokenizer", "{d}/emptydir"],
         2,
-        "emptydir: no tokenizer here: expected tokenizer.json, vocab.txt (BERT) or vocab.json + merges.txt",
+        "emptydir: no tokenizer here: expected tokenizer.json, vocab.txt (BERT), vocab.json + merges.txt (RoBERTa), "
+        "or an ETC checkpoint's vocab_bert_uncased_english.txt or one SentencePiece *.model; found nothing",
     ),
     (
         [

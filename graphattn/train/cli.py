@@ -53,7 +53,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "targets instead of the footer's",
     )
     parser.add_argument("--tokenizer", help="raw-record --data: tokenizer.json to compile with")
-    parser.add_argument("--init-from", help="local HF BERT/RoBERTa checkpoint directory to lift the encoder from")
+    parser.add_argument(
+        "--init-from",
+        help="start the encoder from a local checkpoint: an ETC checkpoint directory (etc_config.json + "
+        "model.ckpt.*, e.g. etc_base_2x_pretrain) or a HF BERT/RoBERTa directory to lift",
+    )
     parser.add_argument("--hidden-size", type=int, default=256, help="random encoder (no --init-from): hidden size")
     parser.add_argument("--layers", type=int, default=4, help="random encoder: layers")
     parser.add_argument("--heads", type=int, default=4, help="random encoder: attention heads")

@@ -109,7 +109,8 @@ def build_encoder(
     heads: int = 4,
     dropout: float = 0.1,
 ):
-    """An encoder matching the shards' geometry: lifted from a local BERT/RoBERTa directory, or new."""
+    """An encoder matching the shards' geometry: loaded from an ETC checkpoint directory (etcmodel's
+    etc_config.json + model.ckpt), lifted from a local BERT/RoBERTa directory, or new."""
     from graphattn.nn import EtcConfig, EtcEncoder
 
     schema = shards.schema
@@ -119,9 +120,13 @@ def build_encoder(
         relative_vocab_size=schema.relative_vocab_size,
     )
     if init_from:
+        from graphattn.nn.etc_checkpoint import is_etc_checkpoint, load_etc_for_schema
         from graphattn.nn.lift import lift_pretrained
 
-        encoder, report = lift_pretrained(init_from, **geometry)
+        if is_etc_checkpoint(init_from):
+            encoder, report = load_etc_for_schema(init_from, **geometry, hidden_dropout_prob=dropout)
+        else:
+            encoder, report = lift_pretrained(init_from, **geometry)
         if encoder.config.vocab_size < shards.vocab_size:
             raise GraphattnError(
                 f"the shards' tokenizer has {shards.vocab_size} ids but the lifted model only "
