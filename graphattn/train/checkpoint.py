@@ -38,6 +38,7 @@ import numpy as np
 import torch
 
 from graphattn.errors import GraphattnError
+from graphattn.nn.tensorbundle import CheckpointError  # the one error type of every checkpoint loader
 
 TRAINER_FILE = "trainer.pt"
 DIGEST_FILE = "digest.json"
@@ -47,10 +48,6 @@ PARTIAL_SUFFIX = ".partial"
 _NAME = re.compile(r"step-\d{8}")
 _MAX_DIGEST_BYTES = 64 << 20
 _CHUNK = 1 << 20
-
-
-class CheckpointError(GraphattnError):
-    """A checkpoint that cannot be written, or that is damaged, incomplete or not ours."""
 
 
 # -- random state ---------------------------------------------------------------------------------

@@ -31,6 +31,7 @@ from pathlib import Path
 
 from graphattn.cli import add_verbosity_arguments, verbosity
 from graphattn.errors import GraphattnError
+from graphattn.shards.inspect import add_verify_argument
 from graphattn.train.arguments import bounded, path_exists
 
 THROTTLE_ENV = "GRAPHATTN_TRAIN_THROTTLE"  # seconds to sleep after each step (tests interrupt runs with it)
@@ -64,7 +65,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "targets instead of the footer's",
     )
     parser.add_argument("--tokenizer", help="raw-record --data: tokenizer.json to compile with")
-    parser.add_argument("--init-from", help="local HF BERT/RoBERTa checkpoint directory to lift the encoder from")
+    parser.add_argument(
+        "--init-from",
+        help="start the encoder from a local checkpoint: an ETC checkpoint directory (etc_config.json + "
+        "model.ckpt.*, e.g. etc_base_2x_pretrain) or a HF BERT/RoBERTa directory to lift",
+    )
     parser.add_argument(
         "--hidden-size", type=bounded(int, 2, 16_384), default=256, help="random encoder (no --init-from): hidden size"
     )
@@ -104,6 +109,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="instances in the shuffle buffer (default 1024)",
     )
     parser.add_argument("--seed", type=bounded(int, 0, 2**63 - 1), default=0)
+    add_verify_argument(parser)
     add_verbosity_arguments(parser, "--no-progress")  # -q/--quiet; --no-progress is its older name
 
 
@@ -301,6 +307,7 @@ def _train(args: argparse.Namespace, shards: list[str], raw: list[str], settings
             callbacks=callbacks,
             log_every=1 if callbacks else args.log_every,
             settings=settings,
+            verify_sha256=args.verify_sha256,
         )
     except TrainingInterrupted as stop:
         if is_main_process():
@@ -329,5 +336,8 @@ def _train(args: argparse.Namespace, shards: list[str], raw: list[str], settings
         if args.eval_data:
             from graphattn.train.evaluate import evaluate_model, report_lines
 
-            print("\n".join(report_lines(evaluate_model(args.out, args.eval_data, batch_size=args.batch_size))))
+            report = evaluate_model(
+                args.out, args.eval_data, batch_size=args.batch_size, verify_sha256=args.verify_sha256
+            )
+            print("\n".join(report_lines(report)))
     return 0

@@ -43,6 +43,7 @@ import numpy as np
 
 from graphattn.contract import TARGET_IGNORE, EtcInstance
 from graphattn.errors import GraphattnError
+from graphattn.shards.inspect import add_verify_argument
 from graphattn.train import metrics as m
 from graphattn.train.arguments import bounded, path_exists
 
@@ -71,6 +72,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--batch-size", type=bounded(int, 1, 65_536), default=8)
     parser.add_argument("--device", type=_device_name, default="cpu", help="cpu, cuda, cuda:1, ...")
     parser.add_argument("--json", metavar="FILE", help="also write the metrics to FILE as JSON")
+    add_verify_argument(parser)
 
 
 def _device_name(text: str) -> str:
@@ -101,7 +103,9 @@ def run(args: argparse.Namespace) -> int:
         raise GraphattnError(f"--data {missing}: no such file or directory (nor a glob that matches one)")
     if not path_exists(args.model):
         raise GraphattnError(f"--model {args.model}: no such directory")
-    report = evaluate_model(args.model, args.data, batch_size=args.batch_size, device=args.device)
+    report = evaluate_model(
+        args.model, args.data, batch_size=args.batch_size, device=args.device, verify_sha256=args.verify_sha256
+    )
     print("\n".join(report_lines(report)))
     if args.json:
         with open(args.json, "w", encoding="utf-8") as handle:
@@ -309,9 +313,10 @@ def _score(spec, documents: list[list]) -> dict[str, Any]:
 
 
 def evaluate_model(
-    model_path: str, data: str | Sequence[str], *, batch_size: int = 8, device: str = "cpu"
+    model_path: str, data: str | Sequence[str], *, batch_size: int = 8, device: str = "cpu", verify_sha256: bool = True
 ) -> EvaluationReport:
-    """Score a trained model on compiled shards (see the module docstring)."""
+    """Score a trained model on compiled shards (see the module docstring); every row read is
+    checked, and each shard against its done marker unless `verify_sha256` is False."""
     import torch
 
     from graphattn.compile.batching import collate
@@ -322,7 +327,7 @@ def evaluate_model(
         raise GraphattnError(f"--batch-size must be at least 1, got {batch_size}")
     check_device(device)
     model, run = load_task_model(model_path, device)
-    shards = open_shards(data)
+    shards = open_shards(data, verify_sha256=verify_sha256)
     for name, head in model.targets.items():
         found = shards.schema.targets.get(name)
         if (
@@ -336,7 +341,7 @@ def evaluate_model(
                 f"({head.spec.kind}); evaluate on shards compiled with the schema the model was trained on",
                 file=shards.paths[0],
             )
-    dataset = ShardDataset(shards.paths, compact=True)
+    dataset = ShardDataset(shards.paths, compact=True, classes=shards.classes, verify_sha256=verify_sha256)
     documents: dict[str, dict[int, _Document]] = {name: {} for name in model.targets}
     numbers = set()
     with torch.no_grad():
