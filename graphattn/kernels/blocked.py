@@ -38,15 +38,14 @@ from graphattn.kernels.blocked_tiles import (
     TILE_ELEMENTS,
     BlockedPlan,
     CallTensors,
+    Geometry,
     GlobalChunk,
     LongChunk,
-    Scratch,
     Scratches,
     geometry,
     global_chunks,
     long_chunks,
     make_plan,
-    pad_dim,
     run_tasks,
 )
 from graphattn.kernels.request import PlanRequest, direct_request
@@ -55,87 +54,44 @@ __all__ = ["attention", "plan", "run", "label_tables", "TILE_ELEMENTS"]
 
 NATIVE_COMPACT = True  # chunks derive their masks and labels from a CompactBatch (blocked_sources.py)
 
-# Rows with nothing to attend to have a -inf maximum: it is replaced by 0 (so exp(-inf - 0) = 0,
-# never NaN), their zero sum by a tiny floor (so out = 0 / floor = 0 and log-sum ~ -69, which
-# backward's exp(-inf - 0 + 69) again turns into 0). Any row with an allowed key keeps its true
-# maximum, however negative (scores below -1e30 from huge |q|, |k| or a bias of finfo.min), and a
-# sum >= 1: its softmax is the dense oracle's. The statistics are kept as (max, log sum) rather
-# than their sum, the log-sum-exp, which cannot hold log(sum) next to a max of -3e38: backward
-# recomputes p = exp(s - max - log sum) in that order.
-_FLOOR_SUM = 1e-30
-
-
-def _row_max(*maxima: torch.Tensor) -> torch.Tensor:
-    """Row maximum over several tiles; 0 for fully masked rows (whose maxima are -inf)."""
-    row_max = maxima[0]
-    for other in maxima[1:]:
-        row_max = torch.maximum(row_max, other)
-    return row_max.masked_fill_(row_max == float("-inf"), 0.0)
-
-
-def _finish(
-    out: torch.Tensor, row_sum: torch.Tensor, row_max: torch.Tensor, stats: torch.Tensor, rows: slice
-) -> torch.Tensor:
-    """Normalize `out` in place (empty rows stay 0) and write (max, log sum) into stats[:, :, rows]."""
-    row_sum.clamp_min_(_FLOOR_SUM)
-    stats[0, :, rows], stats[1, :, rows] = row_max, row_sum.log()
-    return out.div_(row_sum.unsqueeze(-1))
-
-
-def _probs(scores: torch.Tensor, stats: torch.Tensor) -> torch.Tensor:
-    """p = exp(s - max - log sum) in place, with stats [2, BH, rows]: the forward's softmax."""
-    return scores.sub_(stats[0].unsqueeze(-1)).sub_(stats[1].unsqueeze(-1)).exp_()
-
 
 def _forward(lay: CallTensors, workers: int):
     geo = lay.geo
     bh, d = geo.bh, lay.dim
-    long_out, long_stats = lay.lq.new_empty(bh, geo.num_long, d), lay.lq.new_empty(2, bh, geo.padded_long)
-    global_out, global_stats = lay.gq.new_empty(bh, geo.num_global, d), lay.gq.new_empty(2, bh, geo.num_global)
+    long_out = lay.lq.new_empty(bh, geo.num_long, d)
+    global_out = lay.gq.new_empty(bh, geo.num_global, d)
 
     def long_task(first: int, last: int, scratch: Scratches) -> None:
         tile = LongChunk(lay, first, last, scratch)
-        rows = tile.row_slice.stop - tile.row_slice.start
-        maxima = [tile.local.amax(-1).view(bh, rows)] + ([tile.glob.amax(-1)] if tile.glob is not None else [])
-        row_max = _row_max(*maxima)
-        tile.local.view(bh, rows, -1).sub_(row_max.unsqueeze(-1)).exp_()
-        row_sum = tile.local.sum(-1).view(bh, rows)
-        out = torch.bmm(tile.local, tile.v_windows).view(bh, rows, d)
-        if tile.glob is not None:
-            row_sum += tile.glob.sub_(row_max.unsqueeze(-1)).exp_().sum(-1)
-            out.baddbmm_(tile.glob, lay.gv[:, tile.keys])
-        out = _finish(out, row_sum, row_max, long_stats, tile.row_slice)
-        long_out[:, tile.row_slice] = out[:, : geo.num_long - tile.row_slice.start]
+        probs = tile.probs(scratch)
+        out = torch.bmm(tile.band(probs), tile.v_windows).view(bh, -1, d)
+        if tile.has_globals:
+            out.baddbmm_(tile.second(probs), lay.gv[:, tile.keys])
+        start = tile.row_slice.start
+        long_out[:, start : min(tile.row_slice.stop, geo.num_long)] = out[:, : geo.num_long - start]
 
     def global_task(start: int, stop: int, scratch: Scratches) -> None:
         tile = GlobalChunk(lay, start, stop, scratch)
-        maxima = [tile.g2g.amax(-1)] + ([tile.g2l.amax(-1)] if tile.g2l is not None else [])
-        row_max = _row_max(*maxima)
-        row_sum = tile.g2g.sub_(row_max.unsqueeze(-1)).exp_().sum(-1)
-        out = torch.bmm(tile.g2g, lay.gv)
-        if tile.g2l is not None:
-            row_sum += tile.g2l.sub_(row_max.unsqueeze(-1)).exp_().sum(-1)
-            out.baddbmm_(tile.g2l, lay.lv[:, tile.keys])
-        global_out[:, tile.rows] = _finish(out, row_sum, row_max, global_stats, tile.rows)
+        probs = tile.probs(scratch)
+        out = torch.bmm(tile.first_part(probs), lay.gv)
+        if tile.has_long:
+            out.baddbmm_(tile.second(probs), lay.lv[:, tile.keys])
+        global_out[:, tile.rows] = out
 
-    tasks = [partial(long_task, *c) for c in long_chunks(geo)] + [partial(global_task, *c) for c in global_chunks(geo)]
-    run_tasks(tasks, lambda: Scratches(lay.lq), workers)
-    return global_out, global_stats, long_out, long_stats
+    run_tasks(_tasks(geo, long_task, global_task), lambda: Scratches(lay.lq), workers)
+    return global_out, long_out
 
 
-def _score_grad(
-    probs: torch.Tensor, grad_out: torch.Tensor, values: torch.Tensor, delta: torch.Tensor, scratch: Scratch
-) -> torch.Tensor:
-    """dS = P * (dO . V^T - delta), written over a scratch tile."""
-    d_scores = scratch.take(*probs.shape)
-    torch.bmm(grad_out, values.transpose(1, 2), out=d_scores)
-    return d_scores.sub_(delta.unsqueeze(-1)).mul_(probs)
+def _tasks(geo: Geometry, long_task, global_task) -> list:
+    """Global chunks first: they are the widest, and a worker that takes one last finishes last."""
+    return [partial(global_task, *c) for c in global_chunks(geo)] + [partial(long_task, *c) for c in long_chunks(geo)]
 
 
 def _scatter_table_grad(grad_table: torch.Tensor, index: torch.Tensor, grad_scores: torch.Tensor) -> None:
-    """Accumulate score gradients into the per-query label table (the reverse of the gather)."""
+    """Accumulate score gradients [BH, rows, K] into the per-query label table [B, H, rows, V+1]
+    through the tile's gather index [B, rows, K] (the reverse of the gather)."""
     shape = [*grad_table.shape[:-1], index.shape[-1]]
-    grad_table.scatter_add_(-1, index.expand(shape), grad_scores.view(shape))
+    grad_table.scatter_add_(-1, index.unsqueeze(1).expand(shape), grad_scores.view(shape))
 
 
 def _add_product(dest: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> None:
@@ -149,113 +105,121 @@ def _add_product(dest: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> None:
 
 class _KeyGrads:
     """One worker's gradients of keys and values, which several chunks touch. Long keys are
-    padded by one block on each side, where window gradients of blocks -1 and nb land."""
+    offset by r rows and padded past the last block, where the windows' edges land."""
 
     def __init__(self, lay: CallTensors):
         geo = lay.geo
+        self.geo = geo
         self.scratch = Scratches(lay.lq)
         self.d_gk, self.d_gv = torch.zeros_like(lay.gk), torch.zeros_like(lay.gv)
-        self.d_lk, self.d_lv = (lay.lk.new_zeros(geo.bh, geo.padded_long + 2 * geo.block, lay.dim) for _ in range(2))
+        rows = (geo.num_blocks + geo.window_pieces) * geo.block
+        self.d_lk, self.d_lv = (lay.lk.new_zeros(geo.bh, rows, lay.dim) for _ in range(2))
 
     def add_windows(self, d_pad: torch.Tensor, windows: torch.Tensor, first: int, last: int) -> None:
+        """Add window gradients [BH*nbc, w + 2r, d] at their keys, a piece of w rows at a time:
+        piece p of block b lands on padded rows (b + p)*w .., disjoint across the blocks."""
+        geo = self.geo
         bh, _, d = d_pad.shape
-        w, nbc = windows.shape[1] // 3, last - first
-        parts = windows.view(bh, nbc, 3, w, d)
-        for shift in range(3):
-            d_pad[:, (first + shift) * w : (last + shift) * w].view(bh, nbc, w, d).add_(parts[:, :, shift])
+        w, nbc, window = geo.block, last - first, geo.window
+        parts = windows.view(bh, nbc, window, d)
+        for piece in range(geo.window_pieces):
+            size = min(w, window - piece * w)
+            dest = d_pad[:, (first + piece) * w : (last + piece) * w].view(bh, nbc, w, d)
+            dest[:, :, :size].add_(parts[:, :, piece * w : piece * w + size])
+
+    def long_keys(self, name: str) -> torch.Tensor:
+        """The [BH, L, d] rows of a padded long-key gradient."""
+        return getattr(self, name)[:, self.geo.radius : self.geo.radius + self.geo.num_long]
 
 
-def _backward(lay: CallTensors, outputs, grad_global, grad_long, workers: int):
+def _backward(lay: CallTensors, grad_global, grad_long, workers: int):
     geo = lay.geo
-    bh, d, w = geo.bh, lay.dim, geo.block
-    global_out, global_stats, long_out, long_stats = outputs
+    bh, d, r = geo.bh, lay.dim, geo.radius
     grad_long = grad_long.reshape(bh, geo.num_long, d)
-    long_delta = pad_dim((grad_long * long_out).sum(-1), geo.padded_long, -1)
     grad_global = grad_global.reshape(bh, geo.num_global, d)
-    global_delta = (grad_global * global_out).sum(-1)
     # Rows of these belong to one chunk each, so workers can share them.
     d_lq, d_gq = lay.lq.new_zeros(bh, geo.padded_long, d), torch.zeros_like(lay.gq)
     d_t_long, d_t_global = torch.zeros_like(lay.t_long), torch.zeros_like(lay.t_global)
 
     def long_task(first: int, last: int, acc: _KeyGrads) -> None:
-        tile = LongChunk(lay, first, last, acc.scratch)
-        rows, nbc = tile.row_slice, tile.nbc
-        stats, delta = long_stats[:, :, rows], long_delta[:, rows]
-        g_rows = lay.rows(grad_long, first, last)  # [BH*nbc, w, d]
-        probs = _probs(tile.local.view(bh, -1, 3 * w), stats).view(bh * nbc, w, 3 * w)
-        windows = acc.scratch.d_windows.take(bh * nbc, 3 * w, d)
-        acc.add_windows(acc.d_lv, torch.bmm(probs.transpose(1, 2), g_rows, out=windows), first, last)
-        d_scores = _score_grad(probs, g_rows, tile.v_windows, delta.reshape(bh * nbc, w), acc.scratch.d_local)
-        table_grad = d_t_long[:, :, rows]
-        _scatter_table_grad(table_grad.view(geo.batch, geo.heads, nbc, w, -1), tile.local_index, d_scores)
-        d_q = torch.bmm(d_scores, tile.k_windows).view(bh, -1, d)
-        acc.add_windows(acc.d_lk, torch.bmm(d_scores.transpose(1, 2), tile.q, out=windows), first, last)
-        if tile.glob is not None:
-            g_flat = g_rows.view(bh, -1, d)
-            probs = _probs(tile.glob, stats)
-            _add_product(acc.d_gv[:, tile.keys], probs.transpose(1, 2), g_flat)
-            d_scores = _score_grad(probs, g_flat, lay.gv[:, tile.keys], delta, acc.scratch.d_glob)
-            _scatter_table_grad(table_grad, tile.glob_index, d_scores)
-            d_q.baddbmm_(d_scores, lay.gk[:, tile.keys])
-            _add_product(acc.d_gk[:, tile.keys], d_scores.transpose(1, 2), tile.q_rows)
-        d_lq[:, rows] += d_q
+        scratch = acc.scratch
+        tile = LongChunk(lay, first, last, scratch)
+        probs = tile.probs(scratch)
+        g_blocks = lay.rows(grad_long, first, last)  # [BH*nbc, w, d]
+        g_rows = g_blocks.view(bh, -1, d)
+        d_probs = tile.d_probs(scratch)
+        tile.band(d_probs).baddbmm_(g_blocks, tile.v_windows.transpose(1, 2), beta=0)
+        windows = scratch.d_windows.take(*tile.v_windows.shape)
+        acc.add_windows(acc.d_lv, torch.bmm(tile.band(probs).transpose(1, 2), g_blocks, out=windows), first, last)
+        if tile.has_globals:
+            keys = tile.keys
+            tile.second(d_probs).baddbmm_(g_rows, lay.gv[:, keys].transpose(1, 2), beta=0)
+            _add_product(acc.d_gv[:, keys], tile.second(probs).transpose(1, 2), g_rows)
+        d_scores = tile.score_grad(d_probs, probs)
+        _scatter_table_grad(d_t_long[:, :, tile.row_slice], tile.index, d_scores)
+        d_q = torch.bmm(tile.band(d_scores), tile.k_windows).view(bh, -1, d)
+        acc.add_windows(acc.d_lk, torch.bmm(tile.band(d_scores).transpose(1, 2), tile.q, out=windows), first, last)
+        if tile.has_globals:
+            d_q.baddbmm_(tile.second(d_scores), lay.gk[:, keys])
+            _add_product(acc.d_gk[:, keys], tile.second(d_scores).transpose(1, 2), tile.q_rows)
+        d_lq[:, tile.row_slice] += d_q
 
     def global_task(start: int, stop: int, acc: _KeyGrads) -> None:
-        tile = GlobalChunk(lay, start, stop, acc.scratch)
-        rows = tile.rows
-        stats, delta, g_rows = global_stats[:, :, rows], global_delta[:, rows], grad_global[:, rows]
-        parts = [(tile.g2g, tile.g2g_index, lay.gk, lay.gv, acc.d_gk, acc.d_gv, acc.scratch.d_g2g)]
-        if tile.g2l is not None:
-            keys, padded = tile.keys, slice(tile.keys.start + w, tile.keys.stop + w)
-            parts.append(
-                (
-                    tile.g2l,
-                    tile.g2l_index,
-                    lay.lk[:, keys],
-                    lay.lv[:, keys],
-                    acc.d_lk[:, padded],
-                    acc.d_lv[:, padded],
-                    acc.scratch.d_g2l,
-                )
-            )
-        for scores, index, k, v, d_k, d_v, buffer in parts:
-            probs = _probs(scores, stats)
-            _add_product(d_v, probs.transpose(1, 2), g_rows)
-            d_scores = _score_grad(probs, g_rows, v, delta, buffer)
-            _scatter_table_grad(d_t_global[:, :, rows], index, d_scores)
-            _add_product(d_gq[:, rows], d_scores, k)
-            _add_product(d_k, d_scores.transpose(1, 2), tile.q)
+        scratch = acc.scratch
+        tile = GlobalChunk(lay, start, stop, scratch)
+        probs = tile.probs(scratch)
+        g_rows = grad_global[:, tile.rows]
+        d_probs = tile.d_probs(scratch)
+        parts = [(tile.first_part, lay.gk, lay.gv, acc.d_gk, acc.d_gv)]
+        if tile.has_long:
+            keys, padded = tile.keys, slice(tile.keys.start + r, tile.keys.stop + r)
+            parts.append((tile.second, lay.lk[:, keys], lay.lv[:, keys], acc.d_lk[:, padded], acc.d_lv[:, padded]))
+        for part, _, v, _, d_v in parts:
+            part(d_probs).baddbmm_(g_rows, v.transpose(1, 2), beta=0)
+            _add_product(d_v, part(probs).transpose(1, 2), g_rows)
+        d_scores = tile.score_grad(d_probs, probs)
+        _scatter_table_grad(d_t_global[:, :, tile.rows], tile.index, d_scores)
+        for part, k, _, d_k, _ in parts:
+            _add_product(d_gq[:, tile.rows], part(d_scores), k)
+            _add_product(d_k, part(d_scores).transpose(1, 2), tile.q)
 
-    tasks = [partial(long_task, *c) for c in long_chunks(geo)] + [partial(global_task, *c) for c in global_chunks(geo)]
-    accs = run_tasks(tasks, lambda: _KeyGrads(lay), workers)
+    accs = run_tasks(_tasks(geo, long_task, global_task), lambda: _KeyGrads(lay), workers)
 
     def total(name: str) -> torch.Tensor:
         """One gradient summed over the workers' private accumulators."""
-        return sum((getattr(acc, name) for acc in accs[1:]), getattr(accs[0], name))
+        parts = [acc.long_keys(name) if name in ("d_lk", "d_lv") else getattr(acc, name) for acc in accs]
+        return sum(parts[1:], parts[0])
 
-    d_gk, d_gv = total("d_gk"), total("d_gv")
-    d_lk, d_lv = (total(name)[:, w : w + geo.num_long] for name in ("d_lk", "d_lv"))
+    d_gk, d_gv, d_lk, d_lv = (total(name) for name in ("d_gk", "d_gv", "d_lk", "d_lv"))
     scale = geo.scale  # score = T + scale * q.k: the q.k part carries `scale`, the table part not
     d_t_long, d_t_global = d_t_long[:, :, : geo.num_long, : geo.vocab], d_t_global[..., : geo.vocab]
     return d_gq * scale, d_gk * scale, d_gv, d_lq[:, : geo.num_long] * scale, d_lk * scale, d_lv, d_t_global, d_t_long
 
 
 class _BlockedAttention(torch.autograd.Function):
+    """Outputs only are computed forward; backward rebuilds each tile and its softmax (as flash
+    attention does), so nothing but the inputs is kept between the passes."""
+
     @staticmethod
     def forward(ctx, gq, gk, gv, lq, lk, lv, t_global, t_long, plan, geo):
-        outputs = _forward(CallTensors(geo, plan, gq, gk, gv, lq, lk, lv, t_global, t_long), plan.workers)
-        ctx.save_for_backward(gq, gk, gv, lq, lk, lv, t_global, t_long, *outputs)
+        global_out, long_out = _forward(
+            CallTensors(geo, plan, gq, gk, gv, lq, lk, lv, t_global, t_long), _workers(plan, "forward")
+        )
+        ctx.save_for_backward(gq, gk, gv, lq, lk, lv, t_global, t_long)
         ctx.plan, ctx.geo = plan, geo
         shape = lambda n: (geo.batch, geo.heads, n, lq.shape[-1])  # noqa: E731
-        return outputs[0].view(shape(geo.num_global)), outputs[2].view(shape(geo.num_long))
+        return global_out.view(shape(geo.num_global)), long_out.view(shape(geo.num_long))
 
     @staticmethod
     def backward(ctx, grad_global, grad_long):
-        gq, gk, gv, lq, lk, lv, t_global, t_long, *outputs = ctx.saved_tensors
-        lay = CallTensors(ctx.geo, ctx.plan, gq, gk, gv, lq, lk, lv, t_global, t_long)
-        grads = _backward(lay, outputs, grad_global.contiguous(), grad_long.contiguous(), ctx.plan.workers)
-        inputs = (gq, gk, gv, lq, lk, lv, t_global, t_long)
+        inputs = ctx.saved_tensors
+        lay = CallTensors(ctx.geo, ctx.plan, *inputs)
+        grads = _backward(lay, grad_global.contiguous(), grad_long.contiguous(), _workers(ctx.plan, "backward"))
         return (*(g.reshape(x.shape) for g, x in zip(grads, inputs)), None, None)
+
+
+def _workers(plan: BlockedPlan, direction: str) -> int:
+    return plan.workers
 
 
 def label_tables(
