@@ -1,28 +1,33 @@
 """Blocked global-local attention in PyTorch: linear memory, autograd, the CPU default.
 
-On a CPU the time goes to matmuls, to a handful of passes over the score tiles, and (for large
-fresh tensors) to page faults. The layout is chosen for all three:
+On a CPU the time goes to matmuls, to the passes over the score tiles, and (for large fresh
+tensors) to page faults. The layout is chosen for all three (notes: /work/notes of issue 29):
 
-* Long queries are cut into blocks of w >= r rows. Block b sees key blocks b-1, b, b+1 (a
-  window of 3w keys, copied per chunk into a reused buffer), so the local scores of a chunk of
-  blocks are one batched matmul with a contiguous output. Their l2l labels are the [w, 2r+1]
-  side-input rows skewed into [w, 3w] by pad-and-reshape (once per call), never a loop over keys.
-* All tiles are BH-major: the window tiles [B*H*nbc, w, 3w] and the l2g tile [B*H, nbc*w, G] of
-  a chunk share one row order, so one softmax spans both without moving data.
-* Labels, bias and masks enter as ONE gather: per query a table T = scale * q.a^K + b with an
-  extra column V holding -inf; masked pairs point at column V. The gathered tile is the input
-  of an in-place baddbmm, so score = T[label] + scale * q.k costs one gemm pass.
+* Long queries are cut into blocks of w rows (default r/2). Block b may reach keys b*w - r ..
+  b*w + w + r, a window of w + 2r keys for the 2r+1 each row sees (1.25x at w = r/2, where
+  whole neighbour blocks would score 3w). Their l2l labels are the [w, 2r+1] side-input rows
+  skewed into [w, w + 2r] by pad-and-reshape (once per batch), never a loop over keys.
+* A chunk of blocks has ONE row-major score tile [B*H, rows, K]: the band windows, then the
+  global keys the chunk may see, then a sink column (blocked_tiles._Tile). The band matmul
+  writes each block's [w, w + 2r] piece in place and the global matmul its columns (BLAS takes
+  the row stride), so one softmax spans the whole row without moving data.
+* Labels, bias and masks enter as ONE gather per tile: per query a table T = scale * q.a^K + b
+  with a column V holding -inf; masked pairs point at column V. The gathered tile is the input
+  of the in-place matmuls, so score = T[label] + scale * q.k costs no extra pass.
+* torch's fused softmax (one pass per row while it sits in L1) replaces separate max, exp and sum
+  passes; backward recomputes the tile and its softmax (as flash attention does) and gets dS from
+  torch's fused softmax backward, so no statistics are kept between the passes, only the inputs.
+  dT comes back by scatter-add over the same label index; autograd turns it into gradients of
+  q, a^K and b.
 * Long queries run in chunks of blocks, global queries in chunks of rows, sized so that one
   score tile stays within TILE_ELEMENTS: memory is linear in L and no [H, L, G] tensor exists.
   Each chunk only touches the key span its masks allow (hard l2g/g2l masks and packed
   documents shrink it a lot), and tiles live in scratch buffers reused across chunks.
-* Chunks are independent: they run in torch.get_num_threads() Python threads with one intra-op
-  thread each (see blocked_tiles.run_tasks), which keeps a busy machine from stalling every op.
-* A custom autograd Function keeps outputs and per-row log-sum-exp and recomputes tiles in
-  backward, as flash attention does; dT comes back by scatter-add over the same label index and
-  autograd turns it into gradients of q, a^K and b.
+* Chunks are independent: they run either on worker threads with one intra-op thread each or on
+  torch's intra-op threads, whichever this process measured faster (blocked_modes.py).
 
-Statistics and matmuls run in fp32 (fp64 stays fp64); outputs take the input dtype.
+Softmax and matmuls run in fp32 (fp64 stays fp64; bf16 and fp16 inputs are computed in fp32);
+outputs take the input dtype.
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ from functools import partial
 import torch
 
 from graphattn.contract import SideInputs
+from graphattn.kernels.blocked_modes import CHOOSER, shape_class
 from graphattn.kernels.blocked_sources import source_of
 from graphattn.kernels.blocked_tiles import (
     TILE_ELEMENTS,
@@ -95,12 +101,10 @@ def _scatter_table_grad(grad_table: torch.Tensor, index: torch.Tensor, grad_scor
 
 
 def _add_product(dest: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> None:
-    """dest += a @ b. baddbmm_ into a sliced view takes a per-matrix slow path on CPU (10x+),
-    so the product goes to a fresh contiguous tensor first."""
-    if dest.is_contiguous():
-        dest.baddbmm_(a, b)
-    else:
-        dest += torch.bmm(a, b)
+    """dest += a @ b, dest a row range of a [BH, n, d] gradient: baddbmm_ runs one gemm per head
+    into it (measured faster than bmm + add on torch 2.13, whose per-matrix path costs little
+    for BH large matrices)."""
+    dest.baddbmm_(a, b)
 
 
 class _KeyGrads:
@@ -202,9 +206,8 @@ class _BlockedAttention(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, gq, gk, gv, lq, lk, lv, t_global, t_long, plan, geo):
-        global_out, long_out = _forward(
-            CallTensors(geo, plan, gq, gk, gv, lq, lk, lv, t_global, t_long), _workers(plan, "forward")
-        )
+        lay = CallTensors(geo, plan, gq, gk, gv, lq, lk, lv, t_global, t_long)
+        global_out, long_out = _in_mode(plan, lay, "forward", partial(_forward, lay))
         ctx.save_for_backward(gq, gk, gv, lq, lk, lv, t_global, t_long)
         ctx.plan, ctx.geo = plan, geo
         shape = lambda n: (geo.batch, geo.heads, n, lq.shape[-1])  # noqa: E731
@@ -214,12 +217,19 @@ class _BlockedAttention(torch.autograd.Function):
     def backward(ctx, grad_global, grad_long):
         inputs = ctx.saved_tensors
         lay = CallTensors(ctx.geo, ctx.plan, *inputs)
-        grads = _backward(lay, grad_global.contiguous(), grad_long.contiguous(), _workers(ctx.plan, "backward"))
+        body = partial(_backward, lay, grad_global.contiguous(), grad_long.contiguous())
+        grads = _in_mode(ctx.plan, lay, "backward", body)
         return (*(g.reshape(x.shape) for g, x in zip(grads, inputs)), None, None)
 
 
-def _workers(plan: BlockedPlan, direction: str) -> int:
-    return plan.workers
+def _in_mode(plan: BlockedPlan, lay: CallTensors, direction: str, body):
+    """body(workers) with the plan's worker count, or the mode measured fastest for this kind
+    of call (blocked_modes.py) when the plan leaves it open."""
+    if plan.workers is not None:
+        return body(plan.workers)
+    geo = lay.geo
+    key = shape_class(direction, lay.lq.device, lay.lq.dtype, geo.bh, geo.num_long, geo.num_global)
+    return CHOOSER.run(key, body)
 
 
 def label_tables(
@@ -235,20 +245,21 @@ def label_tables(
 def plan(request: PlanRequest) -> BlockedPlan:
     """Chunk geometry, skewed l2l labels and key spans of a batch, for every layer.
 
-    Options: `block_size` (>= r, default r) and `tile_elements` (shared by the workers) size the
-    tiles; `workers` Python threads, one intra-op thread each, run the chunks (default:
-    torch.get_num_threads() on CPU, 1 elsewhere); workers=1 uses torch's intra-op threads
-    instead, which is 10-40% faster on an otherwise idle machine and many times slower on a
-    busy one (see blocked_tiles.run_tasks)."""
+    Options: `block_size` (default r/2, see blocked_tiles.default_block_size) and
+    `tile_elements` (shared by the workers) size the tiles; `workers` fixes how chunks run:
+    N > 1 Python threads with one intra-op thread each, 1 torch's intra-op threads. The default
+    (None) on CPU measures both on the first calls and keeps the faster (blocked_modes.py);
+    elsewhere it is 1."""
     options = dict(request.options)
     workers = options.pop("workers", None)
     block_size = options.pop("block_size", None)
     tile_elements = options.pop("tile_elements", TILE_ELEMENTS)
     if options:
         raise TypeError(f"unknown blocked-backend options: {', '.join(sorted(options))}")
-    if workers is None:
-        workers = torch.get_num_threads() if request.device.type == "cpu" else 1
-    tile_elements = max(1, tile_elements // max(workers, 1))  # same scratch memory in total
+    if workers is None and request.device.type != "cpu":
+        workers = 1
+    sharing = workers if workers is not None else torch.get_num_threads()
+    tile_elements = max(1, tile_elements // max(sharing, 1))  # same scratch memory in total
     s = request.shape
     source = source_of(request.compact if request.side is None else request.side)
     geo = geometry(
