@@ -11,8 +11,10 @@ Two modes compute the same thing:
 Which one wins depends on the load, which a process cannot know in advance, so the first calls
 of each kind (forward or backward, and a shape class: device, dtype, B*H, L and G rounded to
 powers of two) alternate the modes and keep their wall times; after that the faster one (the
-median of its recent calls) runs, and every RECHECK-th call tries the other once, so a change
-of load is noticed. The cost is one call in RECHECK in the slower mode.
+median of its recent calls) runs, and now and then a call tries the other, so a change of load
+is noticed. The risks are not alike (omp on a busy machine: several times slower; workers on an
+idle one: ~15% slower), so omp must win by OMP_MARGIN, and while omp runs, workers is retried
+every RECHECK_OMP-th call, omp only every RECHECK-th call while workers runs.
 """
 
 from __future__ import annotations
@@ -31,7 +33,9 @@ T = TypeVar("T")
 
 OMP = 1  # workers=1: torch's intra-op threads
 EXPLORE = 4  # first calls of a kind alternate the modes (workers, omp, workers, omp)
-RECHECK = 32  # then every RECHECK-th call runs the other mode once
+RECHECK = 32  # then, while workers run, every RECHECK-th call tries omp once
+RECHECK_OMP = 8  # while omp runs, every RECHECK_OMP-th call tries workers once
+OMP_MARGIN = 0.9  # omp is kept only when its median time is below this share of the workers'
 KEEP = 3  # recent wall times kept per mode
 
 
@@ -60,10 +64,9 @@ class ModeChooser:
             self._calls[key] = calls + 1
             if calls < EXPLORE:
                 return threads if calls % 2 == 0 else OMP
-            times = self._times.get(key, {})
-            best = min((threads, OMP), key=lambda mode: _median(times.get(mode)))
-            other = OMP if best == threads else threads
-            return other if calls % RECHECK == 0 else best
+            if self._prefers_omp(self._times.get(key, {}), threads):
+                return threads if calls % RECHECK_OMP == 0 else OMP
+            return OMP if calls % RECHECK == 0 else threads
 
     def record(self, key, workers: int, seconds: float) -> None:
         with self._lock:
@@ -81,10 +84,14 @@ class ModeChooser:
     def best(self, key) -> int | None:
         """The mode now preferred for `key` (None before both were measured): for tests and notes."""
         with self._lock:
-            times = self._times.get(key, {})
+            times, threads = self._times.get(key, {}), self._threads()
             if len(times) < 2:
                 return None
-            return min(times, key=lambda mode: _median(times[mode]))
+            return OMP if self._prefers_omp(times, threads) else threads
+
+    @staticmethod
+    def _prefers_omp(times: dict, threads: int) -> bool:
+        return _median(times.get(OMP)) < OMP_MARGIN * _median(times.get(threads))
 
 
 def _median(times: deque | None) -> float:

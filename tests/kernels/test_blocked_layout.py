@@ -84,12 +84,21 @@ def test_the_chooser_alternates_then_keeps_the_faster_mode_and_rechecks() -> Non
         picks.append(chooser.pick("k"))
         chooser.record("k", picks[-1], seconds)
     assert picks == [2, 1, 2, 1] and chooser.best("k") == 1
-    later = [chooser.pick("k") for _ in range(blocked_modes.RECHECK - blocked_modes.EXPLORE + 1)]
-    assert later[:-1] == [1] * (len(later) - 1) and later[-1] == 2  # the 32nd call tries workers
+    later = [chooser.pick("k") for _ in range(blocked_modes.RECHECK_OMP - blocked_modes.EXPLORE + 1)]
+    assert later == [1] * (len(later) - 1) + [2]  # the 8th call tries workers again
     for _ in range(blocked_modes.KEEP):  # the machine got busy: omp slowed down
         chooser.record("k", 1, 5.0)
-    assert chooser.best("k") == 2 and chooser.pick("k") == 2
+    assert chooser.best("k") == 2
+    later = [chooser.pick("k") for _ in range(blocked_modes.RECHECK - blocked_modes.RECHECK_OMP)]
+    assert later == [2] * (len(later) - 1) + [1]  # workers now; the 32nd call tries omp
     assert blocked_modes.ModeChooser(threads=lambda: 1).pick("k") == 1
+
+
+def test_omp_must_win_by_a_margin() -> None:
+    chooser = blocked_modes.ModeChooser(threads=lambda: 4)
+    for seconds in (1.0, 0.95, 1.0, 0.95):  # omp 5% faster: not enough to risk it
+        chooser.record("k", chooser.pick("k"), seconds)
+    assert chooser.best("k") == 4 and chooser.pick("k") == 4
 
 
 def test_the_default_mode_gives_the_oracle_results_whichever_mode_runs() -> None:
