@@ -3,10 +3,11 @@
 On a CPU the time goes to matmuls, to the passes over the score tiles, and (for large fresh
 tensors) to page faults. The layout is chosen for all three (notes: /work/notes of issue 29):
 
-* Long queries are cut into blocks of w rows (default r/2). Block b may reach keys b*w - r ..
-  b*w + w + r, a window of w + 2r keys for the 2r+1 each row sees (1.25x at w = r/2, where
-  whole neighbour blocks would score 3w). Their l2l labels are the [w, 2r+1] side-input rows
-  skewed into [w, w + 2r] by pad-and-reshape (once per batch), never a loop over keys.
+* Long queries are cut into blocks of w rows (default r). Block b may reach keys b*w - r ..
+  b*w + w + r, a window of w + 2r keys for the 2r+1 each row sees (any w: smaller blocks
+  waste fewer scores but make slower matmuls, see blocked_tiles.default_block_size). Their
+  l2l labels are the [w, 2r+1] side-input rows skewed into [w, w + 2r] by pad-and-reshape
+  (once per batch), never a loop over keys.
 * A chunk of blocks has ONE row-major score tile [B*H, rows, K]: the band windows, then the
   global keys the chunk may see, then a sink column (blocked_tiles._Tile). The band matmul
   writes each block's [w, w + 2r] piece in place and the global matmul its columns (BLAS takes
@@ -245,7 +246,7 @@ def label_tables(
 def plan(request: PlanRequest) -> BlockedPlan:
     """Chunk geometry, skewed l2l labels and key spans of a batch, for every layer.
 
-    Options: `block_size` (default r/2, see blocked_tiles.default_block_size) and
+    Options: `block_size` (default r, see blocked_tiles.default_block_size) and
     `tile_elements` (shared by the workers) size the tiles; `workers` fixes how chunks run:
     N > 1 Python threads with one intra-op thread each, 1 torch's intra-op threads. The default
     (None) on CPU measures both on the first calls and keeps the faster (blocked_modes.py);
