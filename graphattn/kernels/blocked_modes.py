@@ -14,12 +14,15 @@ powers of two) alternate the modes and keep their wall times; after that the fas
 median of its recent calls) runs, and now and then a call tries the other, so a change of load
 is noticed. The risks are not alike (omp on a busy machine: several times slower; workers on an
 idle one: ~15% slower), so omp must win by OMP_MARGIN, and while omp runs, workers is retried
-every RECHECK_OMP-th call, omp only every RECHECK-th call while workers runs.
+every RECHECK_OMP-th call, omp only every RECHECK-th call while workers runs. And a machine
+whose load average exceeds the CPUs this process may use is busy: there no timing is trusted
+(a few lucky omp calls are easily measured), workers run.
 """
 
 from __future__ import annotations
 
 import math
+import os
 import statistics
 import threading
 import time
@@ -48,8 +51,9 @@ def shape_class(direction: str, device: torch.device, dtype: torch.dtype, bh: in
 class ModeChooser:
     """Per-process record of both modes' recent wall times, per shape class (thread-safe)."""
 
-    def __init__(self, threads: Callable[[], int] = torch.get_num_threads):
+    def __init__(self, threads: Callable[[], int] = torch.get_num_threads, busy: Callable[[], bool] | None = None):
         self._threads = threads
+        self._busy = busy or machine_busy
         self._lock = threading.Lock()
         self._calls: dict[Any, int] = {}
         self._times: dict[Any, dict[int, deque]] = {}
@@ -59,14 +63,15 @@ class ModeChooser:
         threads = self._threads()
         if threads <= 1:
             return OMP
+        busy = self._busy()
         with self._lock:
             calls = self._calls.get(key, 0)
             self._calls[key] = calls + 1
             if calls < EXPLORE:
-                return threads if calls % 2 == 0 else OMP
-            if self._prefers_omp(self._times.get(key, {}), threads):
+                return OMP if calls % 2 and not busy else threads
+            if not busy and self._prefers_omp(self._times.get(key, {}), threads):
                 return threads if calls % RECHECK_OMP == 0 else OMP
-            return OMP if calls % RECHECK == 0 else threads
+            return OMP if calls % RECHECK == 0 and not busy else threads
 
     def record(self, key, workers: int, seconds: float) -> None:
         with self._lock:
@@ -87,11 +92,20 @@ class ModeChooser:
             times, threads = self._times.get(key, {}), self._threads()
             if len(times) < 2:
                 return None
-            return OMP if self._prefers_omp(times, threads) else threads
+            return OMP if self._prefers_omp(times, threads) and not self._busy() else threads
 
     @staticmethod
     def _prefers_omp(times: dict, threads: int) -> bool:
         return _median(times.get(OMP)) < OMP_MARGIN * _median(times.get(threads))
+
+
+def machine_busy() -> bool:
+    """The 1-minute load average is above the CPUs this process may run on."""
+    try:
+        cpus = len(os.sched_getaffinity(0))
+        return os.getloadavg()[0] > cpus
+    except (AttributeError, OSError):  # no load average on this platform
+        return False
 
 
 def _median(times: deque | None) -> float:

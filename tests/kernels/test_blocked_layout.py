@@ -78,7 +78,7 @@ def test_rows_without_an_allowed_key_point_their_sink_at_the_zero_column() -> No
 
 
 def test_the_chooser_alternates_then_keeps_the_faster_mode_and_rechecks() -> None:
-    chooser = blocked_modes.ModeChooser(threads=lambda: 2)
+    chooser = blocked_modes.ModeChooser(threads=lambda: 2, busy=lambda: False)
     picks = []
     for seconds in (1.0, 0.5, 1.2, 0.6):  # workers, omp, workers, omp
         picks.append(chooser.pick("k"))
@@ -94,8 +94,19 @@ def test_the_chooser_alternates_then_keeps_the_faster_mode_and_rechecks() -> Non
     assert blocked_modes.ModeChooser(threads=lambda: 1).pick("k") == 1
 
 
+def test_a_busy_machine_runs_workers_whatever_was_measured() -> None:
+    busy = [False]
+    chooser = blocked_modes.ModeChooser(threads=lambda: 2, busy=lambda: busy[0])
+    for seconds in (1.0, 0.5, 1.0, 0.5):
+        chooser.record("k", chooser.pick("k"), seconds)
+    assert chooser.pick("k") == 1
+    busy[0] = True
+    assert chooser.pick("k") == 2 and chooser.best("k") == 2
+    assert [chooser.pick("new") for _ in range(blocked_modes.EXPLORE)] == [2] * blocked_modes.EXPLORE
+
+
 def test_omp_must_win_by_a_margin() -> None:
-    chooser = blocked_modes.ModeChooser(threads=lambda: 4)
+    chooser = blocked_modes.ModeChooser(threads=lambda: 4, busy=lambda: False)
     for seconds in (1.0, 0.95, 1.0, 0.95):  # omp 5% faster: not enough to risk it
         chooser.record("k", chooser.pick("k"), seconds)
     assert chooser.best("k") == 4 and chooser.pick("k") == 4
