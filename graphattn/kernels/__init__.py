@@ -7,7 +7,9 @@
 Every backend computes, per head, e_ij = (q_i.k_j + q_i.a^K[label_ij]) * scale + b[label_ij]
 (-inf where masked) with one softmax over [g2g ; g2l] per global query and one over
 [l2g ; l2l window] per long query, and returns (global_out [B,H,G,d], long_out [B,H,L,d]).
-`global_local_attention(...)` prepares and runs in one call.
+`global_local_attention(...)` prepares and runs in one call. `attend` also takes keys/values
+per attention kind (l2g_k, g2l_k, ...) and a table pair for the global queries (global_tables),
+for etcmodel's unshared projections (graphattn.nn.EtcConfig).
 
 backends: "dense" (the oracle, [G+L, G+L]), "blocked" (PyTorch, linear memory, the CPU
 default), "triton" (fused kernels, the CUDA default), "flex" (torch FlexAttention).
@@ -27,9 +29,6 @@ from graphattn.kernels.prepared import (
     resolve_backend,
     triton_available,
 )
-
-# prepared.backend_module looks the Triton module up here, so that a test can patch it
-from graphattn.kernels.prepared import _triton_module as _triton_module
 from graphattn.kernels.validate import check_states, check_tables
 
 __all__ = [

@@ -60,13 +60,16 @@ from graphattn.kernels.request import PlanRequest, direct_request
 __all__ = ["attention", "plan", "run", "label_tables", "TILE_ELEMENTS"]
 
 NATIVE_COMPACT = True  # chunks derive their masks and labels from a CompactBatch (blocked_sources.py)
+QUERY_SIDES = True  # run(..., queries="global" | "long") computes one query side (the other comes out as zeros)
 
 
-def _forward(lay: CallTensors, workers: int):
+def _forward(lay: CallTensors, workers: int, queries: str = "both"):
     geo = lay.geo
     bh, d = geo.bh, lay.dim
-    long_out = lay.lq.new_empty(bh, geo.num_long, d)
-    global_out = lay.gq.new_empty(bh, geo.num_global, d)
+    new_long, new_global = (
+        x.new_zeros if queries == side else x.new_empty for x, side in ((lay.lq, "global"), (lay.gq, "long"))
+    )
+    long_out, global_out = new_long(bh, geo.num_long, d), new_global(bh, geo.num_global, d)
 
     def long_task(first: int, last: int, scratch: Scratches) -> None:
         tile = LongChunk(lay, first, last, scratch)
@@ -85,13 +88,15 @@ def _forward(lay: CallTensors, workers: int):
             out.baddbmm_(tile.second(probs), lay.lv[:, tile.keys])
         global_out[:, tile.rows] = out
 
-    run_tasks(_tasks(geo, long_task, global_task), lambda: Scratches(lay.lq), workers)
+    run_tasks(_chunk_tasks(geo, queries, long_task, global_task), lambda: Scratches(lay.lq), workers)
     return global_out, long_out
 
 
-def _tasks(geo: Geometry, long_task, global_task) -> list:
-    """Global chunks first: they are the widest, and a worker that takes one last finishes last."""
-    return [partial(global_task, *c) for c in global_chunks(geo)] + [partial(long_task, *c) for c in long_chunks(geo)]
+def _chunk_tasks(geo: Geometry, queries: str, long_task, global_task) -> list:
+    """The chunks of the query sides asked for ("both", "global" or "long"). Global chunks
+    first: they are the widest, and a worker that takes one last finishes last."""
+    tasks = [partial(global_task, *c) for c in global_chunks(geo)] if queries != "long" else []
+    return tasks + ([partial(long_task, *c) for c in long_chunks(geo)] if queries != "global" else [])
 
 
 def _scatter_table_grad(grad_table: torch.Tensor, index: torch.Tensor, grad_scores: torch.Tensor) -> None:
@@ -137,7 +142,7 @@ class _KeyGrads:
         return getattr(self, name)[:, self.geo.radius : self.geo.radius + self.geo.num_long]
 
 
-def _backward(lay: CallTensors, grad_global, grad_long, workers: int):
+def _backward(lay: CallTensors, grad_global, grad_long, workers: int, queries: str = "both"):
     geo = lay.geo
     bh, d, r = geo.bh, lay.dim, geo.radius
     grad_long = grad_long.reshape(bh, geo.num_long, d)
@@ -188,7 +193,7 @@ def _backward(lay: CallTensors, grad_global, grad_long, workers: int):
             _add_product(d_gq[:, tile.rows], part(d_scores), k)
             _add_product(d_k, part(d_scores).transpose(1, 2), tile.q)
 
-    accs = run_tasks(_tasks(geo, long_task, global_task), lambda: _KeyGrads(lay), workers)
+    accs = run_tasks(_chunk_tasks(geo, queries, long_task, global_task), lambda: _KeyGrads(lay), workers)
 
     def total(name: str) -> torch.Tensor:
         """One gradient summed over the workers' private accumulators."""
@@ -206,11 +211,11 @@ class _BlockedAttention(torch.autograd.Function):
     attention does), so nothing but the inputs is kept between the passes."""
 
     @staticmethod
-    def forward(ctx, gq, gk, gv, lq, lk, lv, t_global, t_long, plan, geo):
+    def forward(ctx, gq, gk, gv, lq, lk, lv, t_global, t_long, plan, geo, queries):
         lay = CallTensors(geo, plan, gq, gk, gv, lq, lk, lv, t_global, t_long)
-        global_out, long_out = _in_mode(plan, lay, "forward", partial(_forward, lay))
+        global_out, long_out = _in_mode(plan, lay, f"forward {queries}", partial(_forward, lay, queries=queries))
         ctx.save_for_backward(gq, gk, gv, lq, lk, lv, t_global, t_long)
-        ctx.plan, ctx.geo = plan, geo
+        ctx.plan, ctx.geo, ctx.queries = plan, geo, queries
         shape = lambda n: (geo.batch, geo.heads, n, lq.shape[-1])  # noqa: E731
         return global_out.view(shape(geo.num_global)), long_out.view(shape(geo.num_long))
 
@@ -218,9 +223,9 @@ class _BlockedAttention(torch.autograd.Function):
     def backward(ctx, grad_global, grad_long):
         inputs = ctx.saved_tensors
         lay = CallTensors(ctx.geo, ctx.plan, *inputs)
-        body = partial(_backward, lay, grad_global.contiguous(), grad_long.contiguous())
-        grads = _in_mode(ctx.plan, lay, "backward", body)
-        return (*(g.reshape(x.shape) for g, x in zip(grads, inputs)), None, None)
+        body = partial(_backward, lay, grad_global.contiguous(), grad_long.contiguous(), queries=ctx.queries)
+        grads = _in_mode(ctx.plan, lay, f"backward {ctx.queries}", body)
+        return (*(g.reshape(x.shape) for g, x in zip(grads, inputs)), None, None, None)
 
 
 def _in_mode(plan: BlockedPlan, lay: CallTensors, direction: str, body):
@@ -278,18 +283,33 @@ def plan(request: PlanRequest) -> BlockedPlan:
     return make_plan(geo, source, workers)
 
 
-def run(plan: BlockedPlan, states, rel_key_table: torch.Tensor, rel_bias_table: torch.Tensor | None, scale: float):
-    """One layer's attention over a planned batch: (global_out [B,H,G,d], long_out [B,H,L,d])."""
+def run(
+    plan: BlockedPlan,
+    states,
+    rel_key_table: torch.Tensor,
+    rel_bias_table: torch.Tensor | None,
+    scale: float,
+    *,
+    global_tables: tuple[torch.Tensor, torch.Tensor | None] | None = None,
+    queries: str = "both",
+):
+    """One layer's attention over a planned batch: (global_out [B,H,G,d], long_out [B,H,L,d]).
+    `global_tables` = (a^K, b) of the global queries when they have their own; `queries`
+    "global" or "long" computes that side only (the other output is zeros)."""
     _global_q, long_q = states[0], states[3]
     out_dtype = long_q.dtype
-    compute = torch.promote_types(long_q.dtype, torch.float32)  # fp32 statistics; fp64 stays fp64
+    compute = torch.promote_types(long_q.dtype, torch.float32)  # fp32 softmax; fp64 stays fp64
     states = [t.to(compute).contiguous() for t in states]
-    key_table = rel_key_table.to(compute)
-    bias_table = rel_bias_table.to(compute) if rel_bias_table is not None else None
-    t_global = label_tables(states[0], key_table, bias_table, scale)
-    t_long = label_tables(states[3], key_table, bias_table, scale)
+
+    def side_table(side: str, q: torch.Tensor, key_table: torch.Tensor, bias_table: torch.Tensor | None):
+        if queries not in ("both", side):  # this side's rows are not computed: no table either
+            return q.new_zeros(()).expand(*q.shape[:3], key_table.shape[0])
+        return label_tables(q, key_table.to(compute), bias_table.to(compute) if bias_table is not None else None, scale)
+
+    t_global = side_table("global", states[0], *(global_tables or (rel_key_table, rel_bias_table)))
+    t_long = side_table("long", states[3], rel_key_table, rel_bias_table)
     geo = replace(plan.geo, scale=scale)
-    global_out, long_out = _BlockedAttention.apply(*states, t_global, t_long, plan, geo)
+    global_out, long_out = _BlockedAttention.apply(*states, t_global, t_long, plan, geo, queries)
     return global_out.to(out_dtype), long_out.to(out_dtype)
 
 
