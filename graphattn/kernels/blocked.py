@@ -1,7 +1,7 @@
 """Blocked global-local attention in PyTorch: linear memory, autograd, the CPU default.
 
 On a CPU the time goes to matmuls, to the passes over the score tiles, and (for large fresh
-tensors) to page faults. The layout is chosen for all three (notes: /work/notes of issue 29):
+tensors) to page faults. The layout is chosen for all three:
 
 * Long queries are cut into blocks of w rows (default r). Block b may reach keys b*w - r ..
   b*w + w + r, a window of w + 2r keys for the 2r+1 each row sees (any w: smaller blocks

@@ -31,7 +31,7 @@ def default_block_size(radius: int) -> int:
     """Rows per long-query block. A block of w rows scores a window of w + 2r keys for the 2r+1
     each row may see: smaller blocks waste fewer scores (w = r: 1.5x, w = r/2: 1.25x) but make
     smaller, slower matmuls; at r = 84, d = 64 the matmul time per allowed pair was lowest at
-    w = r (notes of issue 29). Tiny radii get 16 rows so that the matmuls stay worth calling."""
+    w = r (issue 29). Tiny radii get 16 rows so that the matmuls stay worth calling."""
     return max(radius, 16)
 
 
