@@ -5,8 +5,12 @@ For each long length L (G = L/16 globals, one per 16-token sentence, one documen
 with a^K and a label bias):
 
     blocked      graphattn.kernels.global_local_attention(backend="blocked"), checks included;
-                 chunks run on torch.get_num_threads() worker threads (the default)
-    blocked-omp  the same kernel with workers=1: torch's intra-op (OpenMP) threads instead
+                 the default mode: the process measures both thread modes on its first calls
+                 and keeps the faster (graphattn.kernels.blocked_modes); the warm-up makes
+                 those calls, so the rows show the steady state
+    blocked-omp  the same kernel fixed to workers=1: torch's intra-op (OpenMP) threads
+    blocked-thr  fixed to workers=threads: worker threads with one intra-op thread each
+    blocked-bf16 the default on bf16 copies of the inputs (computed in fp32, outputs bf16)
     flex         torch FlexAttention, compiled; its BlockMask build is timed apart ("flex mask")
                  and added ("flex+mask"). CPU FlexAttention has no backward: fwd only.
     dense-sdpa   [G+L, G+L] label-bias + mask tensor, then scaled_dot_product_attention
@@ -24,8 +28,10 @@ torch's create_block_mask evaluating the mask_mod on every pair; and, for --enco
 validated its side inputs and rebuilt the BlockMask with create_block_mask) and after (prepared
 once per forward, BlockMask from the structure).
 
-Time: median (and min) wall time of --repeats runs after one warm-up; the methods take turns
-so that load from other processes falls on all of them alike. Peak memory: each (method, L,
+Time: median and min wall time of --repeats runs after the warm-up; the methods take turns
+so that load from other processes falls on all of them alike. GFLOP/s, % of matmul and the
+time ratio use the min (the run least disturbed by other processes), and the matmul rate is the
+best of 7 rounds measured in the same run; the load average is printed before and after. Peak memory: each (method, L,
 mode) runs once more in a fresh subprocess (the flex rows share one) with glibc told to mmap
 every allocation above 64 KiB and return freed memory at once (MALLOC_MMAP_THRESHOLD_,
 MALLOC_TRIM_THRESHOLD_), so the resident set follows live memory; after a warm-up the peak-RSS
@@ -61,6 +67,7 @@ from graphattn.compact import CompactBatch, CompactSideInputs  # noqa: E402
 from graphattn.contract import SideInputs  # noqa: E402
 from graphattn.kernels import (  # noqa: E402
     blocked,
+    blocked_modes,
     dense,
     flex,
     global_local_attention,
@@ -143,13 +150,33 @@ def graphattn_method(backend: str):
     return build
 
 
-def blocked_intra_op(inp: Inputs, backward: bool):
-    """The blocked backend on torch's intra-op threads instead of its own worker threads."""
+def blocked_fixed(workers: int):
+    """The blocked backend fixed to one thread mode (1: torch's intra-op threads)."""
+
+    def build(inp: Inputs, backward: bool):
+        def run():
+            out = blocked.attention(
+                *inp.states, inp.side, inp.key_table, inp.bias_table, 1 / math.sqrt(DIM), workers=workers
+            )
+            if backward:
+                (out[0].sum() + out[1].sum()).backward()
+
+        return run, nonzero_pairs(inp.side) * HEADS * 4 * DIM
+
+    return build
+
+
+def blocked_bf16(inp: Inputs, backward: bool):
+    """The default blocked backend on bf16 copies of the inputs (as an autocast model feeds it)."""
+    make = lambda t: t.detach().to(torch.bfloat16).requires_grad_(backward)  # noqa: E731
+    states, key_table, bias_table = [make(t) for t in inp.states], make(inp.key_table), make(inp.bias_table)
 
     def run():
-        out = blocked.attention(*inp.states, inp.side, inp.key_table, inp.bias_table, 1 / math.sqrt(DIM), workers=1)
+        for t in states + [key_table, bias_table]:
+            t.grad = None
+        out = global_local_attention(*states, inp.side, key_table, bias_table, backend="blocked")
         if backward:
-            (out[0].sum() + out[1].sum()).backward()
+            (out[0].float().sum() + out[1].float().sum()).backward()
 
     return run, nonzero_pairs(inp.side) * HEADS * 4 * DIM
 
@@ -275,13 +302,20 @@ def longformer(inp: Inputs, backward: bool):
 
 METHODS: dict[str, Callable] = {
     "blocked": graphattn_method("blocked"),
-    "blocked-omp": blocked_intra_op,
+    "blocked-omp": blocked_fixed(1),
+    "blocked-thr": blocked_fixed(torch.get_num_threads()),
+    "blocked-bf16": blocked_bf16,
     "flex": flex_kernel,
     "flex mask": flex_mask,
     "flex+mask": flex_total,
     "dense-sdpa": dense_sdpa,
     "longformer": longformer,
 }
+
+
+# The blocked default alternates its two thread modes on its first calls of each kind (forward,
+# backward): warming up past them times the mode it settled on, as a training loop sees it.
+WARMUPS = {"blocked": 1 + blocked_modes.EXPLORE, "blocked-bf16": 1 + blocked_modes.EXPLORE}
 
 
 def skip_reason(method: str, length: int, backward: bool, device: str) -> str | None:
@@ -306,7 +340,8 @@ def time_methods(
     runs = {}
     for name, build in builds.items():
         run, flops = build(inp, backward)
-        run()  # warm-up (compiles flex)
+        for _ in range(WARMUPS.get(name, 1)):
+            run()  # warm-up (compiles flex; the blocked default measures its two modes)
         runs[name] = (run, flops, [])
     tensors = inp.states + [inp.key_table, inp.bias_table, inp.hidden]
     for _ in range(repeats):
@@ -375,15 +410,25 @@ def peak_memory(method: str, length: int, backward: bool, hard_g2l: bool) -> flo
     return _PEAKS[key].get(method)
 
 
-def matmul_gflops(device: str) -> float:
+def matmul_gflops(device: str, repeats: int = 7) -> float:
+    """The machine's fp32 matmul rate: 2048^3 products, the best of `repeats` rounds of 5 (on a
+    shared machine the best round is the one least disturbed)."""
     a, b = torch.randn(2048, 2048, device=device), torch.randn(2048, 2048, device=device)
     a @ b
-    start = time.perf_counter()
-    for _ in range(10):
-        a @ b
-    if device == "cuda":
-        torch.cuda.synchronize()
-    return 10 * 2 * 2048**3 / (time.perf_counter() - start) / 1e9
+    best = math.inf
+    for _ in range(repeats):
+        start = time.perf_counter()
+        for _ in range(5):
+            a @ b
+        if device == "cuda":
+            torch.cuda.synchronize()
+        best = min(best, time.perf_counter() - start)
+    return 5 * 2 * 2048**3 / best / 1e9
+
+
+def load_average() -> str:
+    """The 1-, 5- and 15-minute load averages (the number of runnable processes; 2 cores here)."""
+    return " ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
 def fmt(value: float | None, width: int, spec: str, suffix: str = "") -> str:
@@ -502,7 +547,8 @@ def main() -> None:
     device = "cuda" if torch.cuda.is_available() else "cpu"
     peak = matmul_gflops(device)
     print(
-        f"device {device}, {torch.get_num_threads()} threads, torch {torch.__version__}; fp32 matmul {peak:.0f} GFLOP/s"
+        f"device {device}, {torch.get_num_threads()} threads, torch {torch.__version__}; "
+        f"fp32 matmul {peak:.0f} GFLOP/s; load average {load_average()}"
     )
     print(
         f"G = L/{TOKENS_PER_GLOBAL}, r = {RADIUS}, {HEADS} heads, d = {DIM}, B = 1, fp32 (triton: bf16 and fp16 "
@@ -528,7 +574,7 @@ def main() -> None:
                 name: None if args.no_memory or device != "cpu" else peak_memory(name, length, backward, hard_g2l)
                 for name in builds
             }
-            base_time = timings.get("blocked", (None,))[0]
+            base_time = timings.get("blocked", (None, None))[1]
             base_memory = memory.get("blocked")
             for name in methods:
                 if skipped[name]:
@@ -537,9 +583,9 @@ def main() -> None:
                     continue
                 median, fastest, flops = timings[name]
                 flops *= 3.5 if backward else 1.0
-                gflops = flops / median / 1e9 if flops else None
+                gflops = flops / fastest / 1e9 if flops else None
                 share = 100 * gflops / peak if gflops else None
-                ratio_t = median / base_time if base_time else None
+                ratio_t = fastest / base_time if base_time else None
                 ratio_m = memory[name] / base_memory if base_memory and memory[name] else None
                 print(
                     f"{length:>6} {mode:>7} {name:>11} {median * 1e3:>10.1f} {fastest * 1e3:>8.1f} "
@@ -548,6 +594,7 @@ def main() -> None:
                     f"{fmt(ratio_m, 11, '.2f', 'x')}",
                     flush=True,
                 )
+    print(f"load average after: {load_average()}")
     if flex.available():
         mask_lengths = (
             args.mask_lengths if args.mask_lengths is not None else ([1024, 4096] if args.quick else [4096, 16384])

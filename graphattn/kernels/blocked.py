@@ -1,28 +1,34 @@
 """Blocked global-local attention in PyTorch: linear memory, autograd, the CPU default.
 
-On a CPU the time goes to matmuls, to a handful of passes over the score tiles, and (for large
-fresh tensors) to page faults. The layout is chosen for all three:
+On a CPU the time goes to matmuls, to the passes over the score tiles, and (for large fresh
+tensors) to page faults. The layout is chosen for all three:
 
-* Long queries are cut into blocks of w >= r rows. Block b sees key blocks b-1, b, b+1 (a
-  window of 3w keys, copied per chunk into a reused buffer), so the local scores of a chunk of
-  blocks are one batched matmul with a contiguous output. Their l2l labels are the [w, 2r+1]
-  side-input rows skewed into [w, 3w] by pad-and-reshape (once per call), never a loop over keys.
-* All tiles are BH-major: the window tiles [B*H*nbc, w, 3w] and the l2g tile [B*H, nbc*w, G] of
-  a chunk share one row order, so one softmax spans both without moving data.
-* Labels, bias and masks enter as ONE gather: per query a table T = scale * q.a^K + b with an
-  extra column V holding -inf; masked pairs point at column V. The gathered tile is the input
-  of an in-place baddbmm, so score = T[label] + scale * q.k costs one gemm pass.
+* Long queries are cut into blocks of w rows (default r). Block b may reach keys b*w - r ..
+  b*w + w + r, a window of w + 2r keys for the 2r+1 each row sees (any w: smaller blocks
+  waste fewer scores but make slower matmuls, see blocked_tiles.default_block_size). Their
+  l2l labels are the [w, 2r+1] side-input rows skewed into [w, w + 2r] by pad-and-reshape
+  (once per batch), never a loop over keys.
+* A chunk of blocks has ONE row-major score tile [B*H, rows, K]: the band windows, then the
+  global keys the chunk may see, then a sink column (blocked_tiles._Tile). The band matmul
+  writes each block's [w, w + 2r] piece in place and the global matmul its columns (BLAS takes
+  the row stride), so one softmax spans the whole row without moving data.
+* Labels, bias and masks enter as ONE gather per tile: per query a table T = scale * q.a^K + b
+  with a column V holding -inf; masked pairs point at column V. The gathered tile is the input
+  of the in-place matmuls, so score = T[label] + scale * q.k costs no extra pass.
+* torch's fused softmax (one pass per row while it sits in L1) replaces separate max, exp and sum
+  passes; backward recomputes the tile and its softmax (as flash attention does) and gets dS from
+  torch's fused softmax backward, so no statistics are kept between the passes, only the inputs.
+  dT comes back by scatter-add over the same label index; autograd turns it into gradients of
+  q, a^K and b.
 * Long queries run in chunks of blocks, global queries in chunks of rows, sized so that one
   score tile stays within TILE_ELEMENTS: memory is linear in L and no [H, L, G] tensor exists.
   Each chunk only touches the key span its masks allow (hard l2g/g2l masks and packed
   documents shrink it a lot), and tiles live in scratch buffers reused across chunks.
-* Chunks are independent: they run in torch.get_num_threads() Python threads with one intra-op
-  thread each (see blocked_tiles.run_tasks), which keeps a busy machine from stalling every op.
-* A custom autograd Function keeps outputs and per-row log-sum-exp and recomputes tiles in
-  backward, as flash attention does; dT comes back by scatter-add over the same label index and
-  autograd turns it into gradients of q, a^K and b.
+* Chunks are independent: they run either on worker threads with one intra-op thread each or on
+  torch's intra-op threads, whichever this process measured faster (blocked_modes.py).
 
-Statistics and matmuls run in fp32 (fp64 stays fp64); outputs take the input dtype.
+Softmax and matmuls run in fp32 (fp64 stays fp64; bf16 and fp16 inputs are computed in fp32);
+outputs take the input dtype.
 """
 
 from __future__ import annotations
@@ -33,20 +39,20 @@ from functools import partial
 import torch
 
 from graphattn.contract import SideInputs
+from graphattn.kernels.blocked_modes import CHOOSER, shape_class
 from graphattn.kernels.blocked_sources import source_of
 from graphattn.kernels.blocked_tiles import (
     TILE_ELEMENTS,
     BlockedPlan,
     CallTensors,
+    Geometry,
     GlobalChunk,
     LongChunk,
-    Scratch,
     Scratches,
     geometry,
     global_chunks,
     long_chunks,
     make_plan,
-    pad_dim,
     run_tasks,
 )
 from graphattn.kernels.request import PlanRequest, direct_request
@@ -56,43 +62,6 @@ __all__ = ["attention", "plan", "run", "label_tables", "TILE_ELEMENTS"]
 NATIVE_COMPACT = True  # chunks derive their masks and labels from a CompactBatch (blocked_sources.py)
 QUERY_SIDES = True  # run(..., queries="global" | "long") computes one query side (the other comes out as zeros)
 
-# Rows with nothing to attend to have a -inf maximum: it is replaced by 0 (so exp(-inf - 0) = 0,
-# never NaN), their zero sum by a tiny floor (so out = 0 / floor = 0 and log-sum ~ -69, which
-# backward's exp(-inf - 0 + 69) again turns into 0). Any row with an allowed key keeps its true
-# maximum, however negative (scores below -1e30 from huge |q|, |k| or a bias of finfo.min), and a
-# sum >= 1: its softmax is the dense oracle's. The statistics are kept as (max, log sum) rather
-# than their sum, the log-sum-exp, which cannot hold log(sum) next to a max of -3e38: backward
-# recomputes p = exp(s - max - log sum) in that order.
-_FLOOR_SUM = 1e-30
-
-
-def _row_max(*maxima: torch.Tensor) -> torch.Tensor:
-    """Row maximum over several tiles; 0 for fully masked rows (whose maxima are -inf)."""
-    row_max = maxima[0]
-    for other in maxima[1:]:
-        row_max = torch.maximum(row_max, other)
-    return row_max.masked_fill_(row_max == float("-inf"), 0.0)
-
-
-def _finish(
-    out: torch.Tensor, row_sum: torch.Tensor, row_max: torch.Tensor, stats: torch.Tensor, rows: slice
-) -> torch.Tensor:
-    """Normalize `out` in place (empty rows stay 0) and write (max, log sum) into stats[:, :, rows]."""
-    row_sum.clamp_min_(_FLOOR_SUM)
-    stats[0, :, rows], stats[1, :, rows] = row_max, row_sum.log()
-    return out.div_(row_sum.unsqueeze(-1))
-
-
-def _probs(scores: torch.Tensor, stats: torch.Tensor) -> torch.Tensor:
-    """p = exp(s - max - log sum) in place, with stats [2, BH, rows]: the forward's softmax."""
-    return scores.sub_(stats[0].unsqueeze(-1)).sub_(stats[1].unsqueeze(-1)).exp_()
-
-
-def _chunk_tasks(geo, queries: str, long_task, global_task) -> list:
-    """The chunks of the query sides asked for ("both", "global" or "long")."""
-    tasks = [partial(long_task, *c) for c in long_chunks(geo)] if queries != "global" else []
-    return tasks + ([partial(global_task, *c) for c in global_chunks(geo)] if queries != "long" else [])
-
 
 def _forward(lay: CallTensors, workers: int, queries: str = "both"):
     geo = lay.geo
@@ -100,170 +69,173 @@ def _forward(lay: CallTensors, workers: int, queries: str = "both"):
     new_long, new_global = (
         x.new_zeros if queries == side else x.new_empty for x, side in ((lay.lq, "global"), (lay.gq, "long"))
     )
-    long_out, long_stats = new_long(bh, geo.num_long, d), new_long(2, bh, geo.padded_long)
-    global_out, global_stats = new_global(bh, geo.num_global, d), new_global(2, bh, geo.num_global)
+    long_out, global_out = new_long(bh, geo.num_long, d), new_global(bh, geo.num_global, d)
 
     def long_task(first: int, last: int, scratch: Scratches) -> None:
         tile = LongChunk(lay, first, last, scratch)
-        rows = tile.row_slice.stop - tile.row_slice.start
-        maxima = [tile.local.amax(-1).view(bh, rows)] + ([tile.glob.amax(-1)] if tile.glob is not None else [])
-        row_max = _row_max(*maxima)
-        tile.local.view(bh, rows, -1).sub_(row_max.unsqueeze(-1)).exp_()
-        row_sum = tile.local.sum(-1).view(bh, rows)
-        out = torch.bmm(tile.local, tile.v_windows).view(bh, rows, d)
-        if tile.glob is not None:
-            row_sum += tile.glob.sub_(row_max.unsqueeze(-1)).exp_().sum(-1)
-            out.baddbmm_(tile.glob, lay.gv[:, tile.keys])
-        out = _finish(out, row_sum, row_max, long_stats, tile.row_slice)
-        long_out[:, tile.row_slice] = out[:, : geo.num_long - tile.row_slice.start]
+        probs = tile.probs(scratch)
+        out = torch.bmm(tile.band(probs), tile.v_windows).view(bh, -1, d)
+        if tile.has_globals:
+            out.baddbmm_(tile.second(probs), lay.gv[:, tile.keys])
+        start = tile.row_slice.start
+        long_out[:, start : min(tile.row_slice.stop, geo.num_long)] = out[:, : geo.num_long - start]
 
     def global_task(start: int, stop: int, scratch: Scratches) -> None:
         tile = GlobalChunk(lay, start, stop, scratch)
-        maxima = [tile.g2g.amax(-1)] + ([tile.g2l.amax(-1)] if tile.g2l is not None else [])
-        row_max = _row_max(*maxima)
-        row_sum = tile.g2g.sub_(row_max.unsqueeze(-1)).exp_().sum(-1)
-        out = torch.bmm(tile.g2g, lay.gv)
-        if tile.g2l is not None:
-            row_sum += tile.g2l.sub_(row_max.unsqueeze(-1)).exp_().sum(-1)
-            out.baddbmm_(tile.g2l, lay.lv[:, tile.keys])
-        global_out[:, tile.rows] = _finish(out, row_sum, row_max, global_stats, tile.rows)
+        probs = tile.probs(scratch)
+        out = torch.bmm(tile.first_part(probs), lay.gv)
+        if tile.has_long:
+            out.baddbmm_(tile.second(probs), lay.lv[:, tile.keys])
+        global_out[:, tile.rows] = out
 
     run_tasks(_chunk_tasks(geo, queries, long_task, global_task), lambda: Scratches(lay.lq), workers)
-    return global_out, global_stats, long_out, long_stats
+    return global_out, long_out
 
 
-def _score_grad(
-    probs: torch.Tensor, grad_out: torch.Tensor, values: torch.Tensor, delta: torch.Tensor, scratch: Scratch
-) -> torch.Tensor:
-    """dS = P * (dO . V^T - delta), written over a scratch tile."""
-    d_scores = scratch.take(*probs.shape)
-    torch.bmm(grad_out, values.transpose(1, 2), out=d_scores)
-    return d_scores.sub_(delta.unsqueeze(-1)).mul_(probs)
+def _chunk_tasks(geo: Geometry, queries: str, long_task, global_task) -> list:
+    """The chunks of the query sides asked for ("both", "global" or "long"). Global chunks
+    first: they are the widest, and a worker that takes one last finishes last."""
+    tasks = [partial(global_task, *c) for c in global_chunks(geo)] if queries != "long" else []
+    return tasks + ([partial(long_task, *c) for c in long_chunks(geo)] if queries != "global" else [])
 
 
 def _scatter_table_grad(grad_table: torch.Tensor, index: torch.Tensor, grad_scores: torch.Tensor) -> None:
-    """Accumulate score gradients into the per-query label table (the reverse of the gather)."""
+    """Accumulate score gradients [BH, rows, K] into the per-query label table [B, H, rows, V+1]
+    through the tile's gather index [B, rows, K] (the reverse of the gather)."""
     shape = [*grad_table.shape[:-1], index.shape[-1]]
-    grad_table.scatter_add_(-1, index.expand(shape), grad_scores.view(shape))
+    grad_table.scatter_add_(-1, index.unsqueeze(1).expand(shape), grad_scores.view(shape))
 
 
 def _add_product(dest: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> None:
-    """dest += a @ b. baddbmm_ into a sliced view takes a per-matrix slow path on CPU (10x+),
-    so the product goes to a fresh contiguous tensor first."""
-    if dest.is_contiguous():
-        dest.baddbmm_(a, b)
-    else:
-        dest += torch.bmm(a, b)
+    """dest += a @ b, dest a row range of a [BH, n, d] gradient: baddbmm_ runs one gemm per head
+    into it (measured faster than bmm + add on torch 2.13, whose per-matrix path costs little
+    for BH large matrices)."""
+    dest.baddbmm_(a, b)
 
 
 class _KeyGrads:
     """One worker's gradients of keys and values, which several chunks touch. Long keys are
-    padded by one block on each side, where window gradients of blocks -1 and nb land."""
+    offset by r rows and padded past the last block, where the windows' edges land."""
 
     def __init__(self, lay: CallTensors):
         geo = lay.geo
+        self.geo = geo
         self.scratch = Scratches(lay.lq)
         self.d_gk, self.d_gv = torch.zeros_like(lay.gk), torch.zeros_like(lay.gv)
-        self.d_lk, self.d_lv = (lay.lk.new_zeros(geo.bh, geo.padded_long + 2 * geo.block, lay.dim) for _ in range(2))
+        rows = (geo.num_blocks + geo.window_pieces) * geo.block
+        self.d_lk, self.d_lv = (lay.lk.new_zeros(geo.bh, rows, lay.dim) for _ in range(2))
 
     def add_windows(self, d_pad: torch.Tensor, windows: torch.Tensor, first: int, last: int) -> None:
+        """Add window gradients [BH*nbc, w + 2r, d] at their keys, a piece of w rows at a time:
+        piece p of block b lands on padded rows (b + p)*w .., disjoint across the blocks."""
+        geo = self.geo
         bh, _, d = d_pad.shape
-        w, nbc = windows.shape[1] // 3, last - first
-        parts = windows.view(bh, nbc, 3, w, d)
-        for shift in range(3):
-            d_pad[:, (first + shift) * w : (last + shift) * w].view(bh, nbc, w, d).add_(parts[:, :, shift])
+        w, nbc, window = geo.block, last - first, geo.window
+        parts = windows.view(bh, nbc, window, d)
+        for piece in range(geo.window_pieces):
+            size = min(w, window - piece * w)
+            dest = d_pad[:, (first + piece) * w : (last + piece) * w].view(bh, nbc, w, d)
+            dest[:, :, :size].add_(parts[:, :, piece * w : piece * w + size])
+
+    def long_keys(self, name: str) -> torch.Tensor:
+        """The [BH, L, d] rows of a padded long-key gradient."""
+        return getattr(self, name)[:, self.geo.radius : self.geo.radius + self.geo.num_long]
 
 
-def _backward(lay: CallTensors, outputs, grad_global, grad_long, workers: int, queries: str = "both"):
+def _backward(lay: CallTensors, grad_global, grad_long, workers: int, queries: str = "both"):
     geo = lay.geo
-    bh, d, w = geo.bh, lay.dim, geo.block
-    global_out, global_stats, long_out, long_stats = outputs
+    bh, d, r = geo.bh, lay.dim, geo.radius
     grad_long = grad_long.reshape(bh, geo.num_long, d)
-    long_delta = pad_dim((grad_long * long_out).sum(-1), geo.padded_long, -1)
     grad_global = grad_global.reshape(bh, geo.num_global, d)
-    global_delta = (grad_global * global_out).sum(-1)
     # Rows of these belong to one chunk each, so workers can share them.
     d_lq, d_gq = lay.lq.new_zeros(bh, geo.padded_long, d), torch.zeros_like(lay.gq)
     d_t_long, d_t_global = torch.zeros_like(lay.t_long), torch.zeros_like(lay.t_global)
 
     def long_task(first: int, last: int, acc: _KeyGrads) -> None:
-        tile = LongChunk(lay, first, last, acc.scratch)
-        rows, nbc = tile.row_slice, tile.nbc
-        stats, delta = long_stats[:, :, rows], long_delta[:, rows]
-        g_rows = lay.rows(grad_long, first, last)  # [BH*nbc, w, d]
-        probs = _probs(tile.local.view(bh, -1, 3 * w), stats).view(bh * nbc, w, 3 * w)
-        windows = acc.scratch.d_windows.take(bh * nbc, 3 * w, d)
-        acc.add_windows(acc.d_lv, torch.bmm(probs.transpose(1, 2), g_rows, out=windows), first, last)
-        d_scores = _score_grad(probs, g_rows, tile.v_windows, delta.reshape(bh * nbc, w), acc.scratch.d_local)
-        table_grad = d_t_long[:, :, rows]
-        _scatter_table_grad(table_grad.view(geo.batch, geo.heads, nbc, w, -1), tile.local_index, d_scores)
-        d_q = torch.bmm(d_scores, tile.k_windows).view(bh, -1, d)
-        acc.add_windows(acc.d_lk, torch.bmm(d_scores.transpose(1, 2), tile.q, out=windows), first, last)
-        if tile.glob is not None:
-            g_flat = g_rows.view(bh, -1, d)
-            probs = _probs(tile.glob, stats)
-            _add_product(acc.d_gv[:, tile.keys], probs.transpose(1, 2), g_flat)
-            d_scores = _score_grad(probs, g_flat, lay.gv[:, tile.keys], delta, acc.scratch.d_glob)
-            _scatter_table_grad(table_grad, tile.glob_index, d_scores)
-            d_q.baddbmm_(d_scores, lay.gk[:, tile.keys])
-            _add_product(acc.d_gk[:, tile.keys], d_scores.transpose(1, 2), tile.q_rows)
-        d_lq[:, rows] += d_q
+        scratch = acc.scratch
+        tile = LongChunk(lay, first, last, scratch)
+        probs = tile.probs(scratch)
+        g_blocks = lay.rows(grad_long, first, last)  # [BH*nbc, w, d]
+        g_rows = g_blocks.view(bh, -1, d)
+        d_probs = tile.d_probs(scratch)
+        tile.band(d_probs).baddbmm_(g_blocks, tile.v_windows.transpose(1, 2), beta=0)
+        windows = scratch.d_windows.take(*tile.v_windows.shape)
+        acc.add_windows(acc.d_lv, torch.bmm(tile.band(probs).transpose(1, 2), g_blocks, out=windows), first, last)
+        if tile.has_globals:
+            keys = tile.keys
+            tile.second(d_probs).baddbmm_(g_rows, lay.gv[:, keys].transpose(1, 2), beta=0)
+            _add_product(acc.d_gv[:, keys], tile.second(probs).transpose(1, 2), g_rows)
+        d_scores = tile.score_grad(d_probs, probs)
+        _scatter_table_grad(d_t_long[:, :, tile.row_slice], tile.index, d_scores)
+        d_q = torch.bmm(tile.band(d_scores), tile.k_windows).view(bh, -1, d)
+        acc.add_windows(acc.d_lk, torch.bmm(tile.band(d_scores).transpose(1, 2), tile.q, out=windows), first, last)
+        if tile.has_globals:
+            d_q.baddbmm_(tile.second(d_scores), lay.gk[:, keys])
+            _add_product(acc.d_gk[:, keys], tile.second(d_scores).transpose(1, 2), tile.q_rows)
+        d_lq[:, tile.row_slice] += d_q
 
     def global_task(start: int, stop: int, acc: _KeyGrads) -> None:
-        tile = GlobalChunk(lay, start, stop, acc.scratch)
-        rows = tile.rows
-        stats, delta, g_rows = global_stats[:, :, rows], global_delta[:, rows], grad_global[:, rows]
-        parts = [(tile.g2g, tile.g2g_index, lay.gk, lay.gv, acc.d_gk, acc.d_gv, acc.scratch.d_g2g)]
-        if tile.g2l is not None:
-            keys, padded = tile.keys, slice(tile.keys.start + w, tile.keys.stop + w)
-            parts.append(
-                (
-                    tile.g2l,
-                    tile.g2l_index,
-                    lay.lk[:, keys],
-                    lay.lv[:, keys],
-                    acc.d_lk[:, padded],
-                    acc.d_lv[:, padded],
-                    acc.scratch.d_g2l,
-                )
-            )
-        for scores, index, k, v, d_k, d_v, buffer in parts:
-            probs = _probs(scores, stats)
-            _add_product(d_v, probs.transpose(1, 2), g_rows)
-            d_scores = _score_grad(probs, g_rows, v, delta, buffer)
-            _scatter_table_grad(d_t_global[:, :, rows], index, d_scores)
-            _add_product(d_gq[:, rows], d_scores, k)
-            _add_product(d_k, d_scores.transpose(1, 2), tile.q)
+        scratch = acc.scratch
+        tile = GlobalChunk(lay, start, stop, scratch)
+        probs = tile.probs(scratch)
+        g_rows = grad_global[:, tile.rows]
+        d_probs = tile.d_probs(scratch)
+        parts = [(tile.first_part, lay.gk, lay.gv, acc.d_gk, acc.d_gv)]
+        if tile.has_long:
+            keys, padded = tile.keys, slice(tile.keys.start + r, tile.keys.stop + r)
+            parts.append((tile.second, lay.lk[:, keys], lay.lv[:, keys], acc.d_lk[:, padded], acc.d_lv[:, padded]))
+        for part, _, v, _, d_v in parts:
+            part(d_probs).baddbmm_(g_rows, v.transpose(1, 2), beta=0)
+            _add_product(d_v, part(probs).transpose(1, 2), g_rows)
+        d_scores = tile.score_grad(d_probs, probs)
+        _scatter_table_grad(d_t_global[:, :, tile.rows], tile.index, d_scores)
+        for part, k, _, d_k, _ in parts:
+            _add_product(d_gq[:, tile.rows], part(d_scores), k)
+            _add_product(d_k, part(d_scores).transpose(1, 2), tile.q)
 
     accs = run_tasks(_chunk_tasks(geo, queries, long_task, global_task), lambda: _KeyGrads(lay), workers)
 
     def total(name: str) -> torch.Tensor:
         """One gradient summed over the workers' private accumulators."""
-        return sum((getattr(acc, name) for acc in accs[1:]), getattr(accs[0], name))
+        parts = [acc.long_keys(name) if name in ("d_lk", "d_lv") else getattr(acc, name) for acc in accs]
+        return sum(parts[1:], parts[0])
 
-    d_gk, d_gv = total("d_gk"), total("d_gv")
-    d_lk, d_lv = (total(name)[:, w : w + geo.num_long] for name in ("d_lk", "d_lv"))
+    d_gk, d_gv, d_lk, d_lv = (total(name) for name in ("d_gk", "d_gv", "d_lk", "d_lv"))
     scale = geo.scale  # score = T + scale * q.k: the q.k part carries `scale`, the table part not
     d_t_long, d_t_global = d_t_long[:, :, : geo.num_long, : geo.vocab], d_t_global[..., : geo.vocab]
     return d_gq * scale, d_gk * scale, d_gv, d_lq[:, : geo.num_long] * scale, d_lk * scale, d_lv, d_t_global, d_t_long
 
 
 class _BlockedAttention(torch.autograd.Function):
+    """Outputs only are computed forward; backward rebuilds each tile and its softmax (as flash
+    attention does), so nothing but the inputs is kept between the passes."""
+
     @staticmethod
     def forward(ctx, gq, gk, gv, lq, lk, lv, t_global, t_long, plan, geo, queries):
-        outputs = _forward(CallTensors(geo, plan, gq, gk, gv, lq, lk, lv, t_global, t_long), plan.workers, queries)
-        ctx.save_for_backward(gq, gk, gv, lq, lk, lv, t_global, t_long, *outputs)
+        lay = CallTensors(geo, plan, gq, gk, gv, lq, lk, lv, t_global, t_long)
+        global_out, long_out = _in_mode(plan, lay, f"forward {queries}", partial(_forward, lay, queries=queries))
+        ctx.save_for_backward(gq, gk, gv, lq, lk, lv, t_global, t_long)
         ctx.plan, ctx.geo, ctx.queries = plan, geo, queries
         shape = lambda n: (geo.batch, geo.heads, n, lq.shape[-1])  # noqa: E731
-        return outputs[0].view(shape(geo.num_global)), outputs[2].view(shape(geo.num_long))
+        return global_out.view(shape(geo.num_global)), long_out.view(shape(geo.num_long))
 
     @staticmethod
     def backward(ctx, grad_global, grad_long):
-        gq, gk, gv, lq, lk, lv, t_global, t_long, *outputs = ctx.saved_tensors
-        lay = CallTensors(ctx.geo, ctx.plan, gq, gk, gv, lq, lk, lv, t_global, t_long)
-        grads = _backward(lay, outputs, grad_global.contiguous(), grad_long.contiguous(), ctx.plan.workers, ctx.queries)
-        inputs = (gq, gk, gv, lq, lk, lv, t_global, t_long)
+        inputs = ctx.saved_tensors
+        lay = CallTensors(ctx.geo, ctx.plan, *inputs)
+        body = partial(_backward, lay, grad_global.contiguous(), grad_long.contiguous(), queries=ctx.queries)
+        grads = _in_mode(ctx.plan, lay, f"backward {ctx.queries}", body)
         return (*(g.reshape(x.shape) for g, x in zip(grads, inputs)), None, None, None)
+
+
+def _in_mode(plan: BlockedPlan, lay: CallTensors, direction: str, body):
+    """body(workers) with the plan's worker count, or the mode measured fastest for this kind
+    of call (blocked_modes.py) when the plan leaves it open."""
+    if plan.workers is not None:
+        return body(plan.workers)
+    geo = lay.geo
+    key = shape_class(direction, lay.lq.device, lay.lq.dtype, geo.bh, geo.num_long, geo.num_global)
+    return CHOOSER.run(key, body)
 
 
 def label_tables(
@@ -279,20 +251,21 @@ def label_tables(
 def plan(request: PlanRequest) -> BlockedPlan:
     """Chunk geometry, skewed l2l labels and key spans of a batch, for every layer.
 
-    Options: `block_size` (>= r, default r) and `tile_elements` (shared by the workers) size the
-    tiles; `workers` Python threads, one intra-op thread each, run the chunks (default:
-    torch.get_num_threads() on CPU, 1 elsewhere); workers=1 uses torch's intra-op threads
-    instead, which is 10-40% faster on an otherwise idle machine and many times slower on a
-    busy one (see blocked_tiles.run_tasks)."""
+    Options: `block_size` (default r, see blocked_tiles.default_block_size) and
+    `tile_elements` (shared by the workers) size the tiles; `workers` fixes how chunks run:
+    N > 1 Python threads with one intra-op thread each, 1 torch's intra-op threads. The default
+    (None) on CPU measures both on the first calls and keeps the faster (blocked_modes.py);
+    elsewhere it is 1."""
     options = dict(request.options)
     workers = options.pop("workers", None)
     block_size = options.pop("block_size", None)
     tile_elements = options.pop("tile_elements", TILE_ELEMENTS)
     if options:
         raise TypeError(f"unknown blocked-backend options: {', '.join(sorted(options))}")
-    if workers is None:
-        workers = torch.get_num_threads() if request.device.type == "cpu" else 1
-    tile_elements = max(1, tile_elements // max(workers, 1))  # same scratch memory in total
+    if workers is None and request.device.type != "cpu":
+        workers = 1
+    sharing = workers if workers is not None else torch.get_num_threads()
+    tile_elements = max(1, tile_elements // max(sharing, 1))  # same scratch memory in total
     s = request.shape
     source = source_of(request.compact if request.side is None else request.side)
     geo = geometry(
@@ -325,7 +298,7 @@ def run(
     "global" or "long" computes that side only (the other output is zeros)."""
     _global_q, long_q = states[0], states[3]
     out_dtype = long_q.dtype
-    compute = torch.promote_types(long_q.dtype, torch.float32)  # fp32 statistics; fp64 stays fp64
+    compute = torch.promote_types(long_q.dtype, torch.float32)  # fp32 softmax; fp64 stays fp64
     states = [t.to(compute).contiguous() for t in states]
 
     def side_table(side: str, q: torch.Tensor, key_table: torch.Tensor, bias_table: torch.Tensor | None):

@@ -3,11 +3,18 @@
 Kept apart from the softmax arithmetic in blocked.py. What depends only on the side inputs (the
 skewed l2l label index, each chunk's key span) is built once per batch (`BlockedPlan`); a chunk's
 score tiles are built from the inputs on every call, so forward and backward rebuild the same ones.
+
+A chunk's scores are ONE row-major tile [B, H, rows, K]: for long queries the band window's
+w + 2r columns followed by the global keys the chunk may see, for global queries every global
+key followed by the long keys it may see. The matmuls write their column ranges in place (BLAS
+takes the row stride), one gather brings the labels, bias and masks in, and torch's fused softmax
+(and its backward) handle a whole row in one pass while it sits in L1.
 """
 
 from __future__ import annotations
 
 import math
+import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -21,8 +28,10 @@ NEG_INF = float("-inf")
 
 
 def default_block_size(radius: int) -> int:
-    """Rows per long-query block: the window is 3w keys for 2r+1 needed, so w = r wastes least;
-    very small radii get bigger blocks so that the matmuls stay worth calling."""
+    """Rows per long-query block. A block of w rows scores a window of w + 2r keys for the 2r+1
+    each row may see: smaller blocks waste fewer scores (w = r: 1.5x, w = r/2: 1.25x) but make
+    smaller, slower matmuls; at r = 84, d = 64 the matmul time per allowed pair was lowest at
+    w = r (issue 29). Tiny radii get 16 rows so that the matmuls stay worth calling."""
     return max(radius, 16)
 
 
@@ -49,6 +58,17 @@ class Geometry:
     def padded_long(self) -> int:
         return self.num_blocks * self.block
 
+    @property
+    def window(self) -> int:
+        """Keys a block of w rows may reach: r before its first row to r after its last."""
+        return self.block + 2 * self.radius
+
+    @property
+    def window_pieces(self) -> int:
+        """A window cut into pieces of w rows (the last one shorter): gradients of overlapping
+        windows are added piece by piece, each piece's blocks landing on disjoint rows."""
+        return -(-self.window // self.block)
+
 
 def geometry(
     batch: int,
@@ -62,16 +82,17 @@ def geometry(
     tile_elements: int,
     num_global_keys: int | None = None,
 ) -> Geometry:
-    """Block size and chunk sizes for one call: a chunk's score tiles (all heads) hold at most
-    `tile_elements` values, whatever L is, so memory stays linear in L."""
+    """Block size and chunk sizes for one call: a chunk's score tile (all heads, the band window
+    and every global key) holds at most `tile_elements` values (or one block / 16 global rows),
+    whatever L is, so memory stays linear in L."""
     num_keys = num_global if num_global_keys is None else num_global_keys
     # Keys farther than L-1 away never exist, so a huge radius (BERT-style r >= L) costs nothing.
     radius = min(radius, max(num_long - 1, 0))
-    block = max(block_size or default_block_size(radius), radius, 1)
+    block = max(block_size or default_block_size(radius), 1)
     num_blocks = max(1, math.ceil(num_long / block))
-    per_block = batch * heads * block * 3 * block
+    per_block = batch * heads * block * (block + 2 * radius + num_keys)
     blocks_per_chunk = max(1, min(num_blocks, tile_elements // per_block))
-    per_global_row = batch * heads * max(num_keys, num_long)
+    per_global_row = batch * heads * (num_keys + num_long)
     global_rows = max(16, tile_elements // per_global_row)
     return Geometry(
         batch,
@@ -92,13 +113,13 @@ def geometry(
 class Scratch:
     """One buffer reused by every chunk: large fresh tensors cost page faults on every call."""
 
-    def __init__(self, like: torch.Tensor):
-        self.like, self.buffer = like, None
+    def __init__(self, like: torch.Tensor, dtype: torch.dtype | None = None):
+        self.like, self.dtype, self.buffer = like, dtype or like.dtype, None
 
     def take(self, *shape: int) -> torch.Tensor:
         size = math.prod(shape)
         if self.buffer is None or self.buffer.numel() < size:
-            self.buffer = self.like.new_empty(size)
+            self.buffer = self.like.new_empty(size, dtype=self.dtype)
         return self.buffer[:size].view(shape)
 
 
@@ -116,10 +137,12 @@ def pad_dim(x: torch.Tensor, size: int, dim: int, value: float | int = 0) -> tor
 
 
 def _extend_table(table: torch.Tensor, rows: int) -> torch.Tensor:
-    """[B, H, n, V] -> [B, H, rows, V+1] with the -inf column for masked pairs."""
+    """[B, H, n, V] -> [B, H, rows, V+2]: column V (-inf) for masked pairs, column V+1 (0) for
+    the sink column of rows with no allowed key (see _Tile)."""
     b, h, n, v = table.shape
-    out = table.new_full((b, h, rows, v + 1), NEG_INF)
+    out = table.new_full((b, h, rows, v + 2), NEG_INF)
     out[:, :, :n, :v] = table
+    out[..., v + 1] = 0.0
     return out
 
 
@@ -127,17 +150,19 @@ def _extend_table(table: torch.Tensor, rows: int) -> torch.Tensor:
 class BlockedPlan:
     """What the blocked backend reuses across a batch's layers: the chunk geometry (the softmax
     scale is set per call), where masks and labels come from (dense slices or the compact
-    structure, see blocked_sources.py), the skewed l2l label index and every chunk's key span."""
+    structure, see blocked_sources.py), the skewed l2l label index and every chunk's key span.
+    `workers` is None when the thread mode is chosen by measuring (blocked_modes.py)."""
 
     geo: Geometry
     source: Any  # DenseSource | CompactSource
-    local_index: torch.Tensor  # [B, 1, nb, w, 3w] int64
+    local_index: torch.Tensor  # [B, nb, w, w + 2r] int64
+    local_empty: torch.Tensor  # [B, nb*w] bool: rows without an allowed l2l key
     long_spans: list[tuple[int, int]]  # per long chunk: the global keys its rows may see
     global_spans: list[tuple[int, int]]  # per global chunk: the long keys its rows may see
-    workers: int
+    workers: int | None
 
 
-def make_plan(geo: Geometry, source, workers: int) -> BlockedPlan:
+def make_plan(geo: Geometry, source, workers: int | None) -> BlockedPlan:
     """Side-input work done once per batch, not per chunk or per layer (fewer, larger ops)."""
     long_rows = geo.blocks_per_chunk * geo.block
     long_spans = source.long_spans(long_rows) if geo.num_global_keys > 0 else []
@@ -151,13 +176,15 @@ def make_plan(geo: Geometry, source, workers: int) -> BlockedPlan:
         (slice(start, stop), slice(*span)) for (start, stop), span in zip(global_chunks(geo), global_spans)
     ]
     source.plan_chunks(long_blocks, global_blocks)
-    return BlockedPlan(geo, source, _local_index(geo, source), long_spans, global_spans, workers)
+    index = local_index(geo, source)
+    local_empty = (index == geo.vocab).all(-1).view(geo.batch, geo.padded_long)
+    return BlockedPlan(geo, source, index, local_empty, long_spans, global_spans, workers)
 
 
 class CallTensors:
     """Per-call tensors, built from the inputs by both passes. Everything is BH-major
-    ([B*H, rows, ...]), so a chunk's window tiles ([BH*nbc, w, 3w]) and l2g tiles
-    ([BH, nbc*w, G]) share one row order and their statistics merge without copies."""
+    ([B*H, rows, ...]), so a chunk's band windows ([BH*nbc, w, w + 2r]) and its global columns
+    ([BH, nbc*w, span]) are column ranges of one tile with one row order."""
 
     def __init__(self, geo: Geometry, plan: BlockedPlan, gq, gk, gv, lq, lk, lv, t_global, t_long):
         bh, d = geo.bh, lq.shape[-1]
@@ -167,7 +194,7 @@ class CallTensors:
         self.lq, self.lk, self.lv = (x.reshape(bh, geo.num_long, d) for x in (lq, lk, lv))
         self.t_global = _extend_table(t_global, geo.num_global)  # [B, H, G, V+1]
         self.t_long = _extend_table(t_long, geo.padded_long)  # [B, H, Lp, V+1]
-        self.local_index = plan.local_index
+        self.local_index, self.local_empty = plan.local_index, plan.local_empty
         self.long_spans, self.global_spans = plan.long_spans, plan.global_spans
 
     def rows(self, x: torch.Tensor, first: int, last: int) -> torch.Tensor:
@@ -178,29 +205,30 @@ class CallTensors:
         return chunk.reshape(geo.bh * (last - first), geo.block, self.dim)
 
     def windows(self, x: torch.Tensor, first: int, last: int, scratch: Scratch) -> torch.Tensor:
-        """Keys (or values) of blocks first..last-1 with both neighbours: [BH*nbc, 3w, d].
+        """Keys (or values) each block of first..last-1 may reach: [BH*nbc, w + 2r, d].
 
-        Rows (first-1)*w .. (last+1)*w of x (zero-padded at the sequence ends) seen as blocks and
-        unfolded three at a time: one copy into the scratch buffer."""
-        geo, nbc = self.geo, last - first
-        w, bh, length = geo.block, geo.bh, geo.num_long
-        start, stop = (first - 1) * w, (last + 1) * w
+        Block b's window is rows b*w - r .. b*w + w + r of x (zeros outside [0, L)), a
+        contiguous run of rows: the windows are an overlapping strided view of the chunk's
+        region, copied once into the scratch buffer."""
+        geo, nbc, d = self.geo, last - first, self.dim
+        w, bh, length, window = geo.block, geo.bh, geo.num_long, geo.window
+        start, stop = first * w - geo.radius, last * w + geo.radius
         region = x[:, max(start, 0) : min(stop, length)]
         if start < 0 or stop > length:
             region = torch.nn.functional.pad(region, (0, 0, max(-start, 0), max(stop - length, 0)))
-        blocks = region.view(bh, nbc + 2, w, self.dim).unfold(1, 3, 1)  # [BH, nbc, w, d, 3]
-        out = scratch.take(bh, nbc, 3, w, self.dim)
-        out.copy_(blocks.permute(0, 1, 4, 2, 3))
-        return out.view(bh * nbc, 3 * w, self.dim)
+        view = region.as_strided((bh, nbc, window, d), (region.stride(0), w * d, d, 1), region.storage_offset())
+        out = scratch.take(bh, nbc, window, d)
+        out.copy_(view)
+        return out.view(bh * nbc, window, d)
 
 
-def _local_index(geo: Geometry, source) -> torch.Tensor:
-    """Gather index [B, 1, nb, w, 3w] of the l2l labels of every block, built once per call.
+def local_index(geo: Geometry, source) -> torch.Tensor:
+    """Gather index [B, nb, w, w + 2r] of the l2l labels of every block, built once per batch.
 
-    Query a of a block needs window columns w-r+a .. w+r+a: the side-input row (2r+1 columns)
-    padded to 3w+1 columns and reshaped to rows of 3w lands each row a places to the right.
+    Row a of a block needs window columns a .. a + 2r: the side-input row (2r+1 columns) padded
+    to w + 2r + 1 columns and read back as rows of w + 2r lands each row a places to the right.
     """
-    w, r, big_l, nb = geo.block, geo.radius, geo.num_long, geo.num_blocks
+    w, r, big_l, nb, window = geo.block, geo.radius, geo.num_long, geo.num_blocks, geo.window
     l2l_mask, l2l_ids = source.l2l()
     columns = slice(source.radius - r, source.radius + r + 1)  # radius clipped to L-1
     rows = torch.arange(big_l, device=l2l_mask.device)
@@ -208,79 +236,142 @@ def _local_index(geo: Geometry, source) -> torch.Tensor:
     allowed = (l2l_mask[:, :, columns] != 0) & (keys >= 0) & (keys < big_l)
     index = _label_index(allowed, l2l_ids[:, :, columns], geo.vocab)
     index = pad_dim(index, nb * w, -2, geo.vocab).view(geo.batch, nb, w, 2 * r + 1)
-    index = torch.nn.functional.pad(index, (w - r, 2 * w - r), value=geo.vocab)  # [B, nb, w, 3w+1]
-    return index.flatten(2)[:, :, : w * 3 * w].view(geo.batch, 1, nb, w, 3 * w)
-
-
-def _gather_into(out: torch.Tensor, table: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
-    """out[b, h, ..., m] = table[b, h, ..., index[b, 0, ..., m]]."""
-    return torch.gather(table, -1, index.expand(out.shape), out=out)
+    index = torch.nn.functional.pad(index, (0, w), value=geo.vocab)  # [B, nb, w, window + 1]
+    return index.flatten(2)[:, :, : w * window].reshape(geo.batch, nb, w, window)
 
 
 class Scratches:
-    """One worker's scratch buffers, one per kind of tile (reused by all its chunks)."""
+    """One worker's scratch buffers (reused by all its chunks): the score tile (later its
+    gradient), the probabilities, their gradient, the gather index, the key and value windows,
+    and the window gradients."""
 
     def __init__(self, like: torch.Tensor):
-        names = ("local", "glob", "g2g", "g2l", "keys", "values", "d_local", "d_glob", "d_g2g", "d_g2l", "d_windows")
-        for name in names:
+        for name in ("scores", "probs", "d_probs", "keys", "values", "d_windows"):
             setattr(self, name, Scratch(like))
+        self.index = Scratch(like, torch.int64)
 
 
-class LongChunk:
-    """Score tiles of long-query blocks first..last-1: the windows [BH*nbc, w, 3w] and the
-    l2g tile [BH, R, span] (R = nbc*w rows, the same row order)."""
+class _Tile:
+    """A chunk's score tile [BH, rows, K] and the softmax over its rows.
+
+    The last column is a sink: its score is 0 in rows with no allowed key and -inf elsewhere
+    (one compare over the index, no read-back), and no value row belongs to it. An empty row's
+    softmax puts all its weight there, so its output is 0 and so are its gradients (an all -inf
+    row would give NaN); in other rows it has weight 0 and changes nothing."""
+
+    scores: torch.Tensor
+    index: torch.Tensor  # [B, rows, K]
+    split: int  # columns before `split` are the first key set, then the second up to the sink
+
+    def _add_sink(self, vocab: int, empty: torch.Tensor) -> None:
+        """empty [B, rows] bool: the rows with no allowed key."""
+        self.index[:, :, -1] = empty.long() + vocab  # V + 1 (score 0) where empty, else V (-inf)
+
+    def probs(self, scratch: Scratches) -> torch.Tensor:
+        """softmax(scores) in one fused pass."""
+        probs = scratch.probs.take(*self.scores.shape)
+        return torch.ops.aten._softmax.out(self.scores, -1, False, out=probs)
+
+    def d_probs(self, scratch: Scratches) -> torch.Tensor:
+        """The buffer for dP = dO . V^T; the sink's column (no value) is 0."""
+        d_probs = scratch.d_probs.take(*self.scores.shape)
+        d_probs[:, :, -1] = 0.0
+        return d_probs
+
+    def score_grad(self, d_probs: torch.Tensor, probs: torch.Tensor) -> torch.Tensor:
+        """dS = P * (dP - rowsum(dP * P)), written over the score tile (no longer needed)."""
+        return torch.ops.aten._softmax_backward_data.out(d_probs, probs, -1, probs.dtype, grad_input=self.scores)
+
+    def second(self, tile: torch.Tensor) -> torch.Tensor:
+        return tile[:, :, self.split : -1]
+
+
+class LongChunk(_Tile):
+    """Long-query blocks first..last-1 (R = nbc*w rows): columns [0, w + 2r) are each block's band
+    window, the rest the global keys `keys` that any of its rows may see."""
 
     def __init__(self, lay: CallTensors, first: int, last: int, scratch: Scratches):
         geo = lay.geo
-        bh, w, nbc = geo.bh, geo.block, last - first
-        self.first, self.last, self.nbc = first, last, nbc
+        bh, w, nbc, window = geo.bh, geo.block, last - first, geo.window
+        self.first, self.last, self.nbc, self.block = first, last, nbc, w
         self.row_slice = slice(first * w, last * w)
         rows = nbc * w
         self.q = lay.rows(lay.lq, first, last)  # [BH*nbc, w, d]
         self.k_windows = lay.windows(lay.lk, first, last, scratch.keys)
         self.v_windows = lay.windows(lay.lv, first, last, scratch.values)
-        self.table = lay.t_long[:, :, self.row_slice]  # [B, H, R, V+1]
-        self.local_index = lay.local_index[:, :, first:last]
-        local = scratch.local.take(geo.batch, geo.heads, nbc, w, 3 * w)
-        _gather_into(local, self.table.view(geo.batch, geo.heads, nbc, w, -1), self.local_index)
-        self.local = local.view(bh * nbc, w, 3 * w).baddbmm_(self.q, self.k_windows.transpose(1, 2), alpha=geo.scale)
-
-        self.glob = None
         lo, hi = lay.long_spans[first // geo.blocks_per_chunk] if geo.num_global_keys else (0, 0)
+        self.keys = slice(lo, max(hi, lo))
+        self.split, width = window, window + max(hi - lo, 0) + 1
+        index = self.index = scratch.index.take(geo.batch, rows, width)
+        index[:, :, :window] = lay.local_index[:, first:last].reshape(geo.batch, rows, window)
+        empty = lay.local_empty[:, self.row_slice]
         if hi > lo:
-            self.keys = slice(lo, hi)
-            real = slice(self.row_slice.start, min(self.row_slice.stop, geo.num_long))
-            index = _label_index(*lay.source.l2g(real, slice(lo, hi)), geo.vocab)
-            self.glob_index = pad_dim(index, rows, -2, geo.vocab).unsqueeze(1)  # [B, 1, R, span]
-            glob = _gather_into(scratch.glob.take(geo.batch, geo.heads, rows, hi - lo), self.table, self.glob_index)
-            self.glob = glob.view(bh, rows, hi - lo).baddbmm_(
-                self.q_rows, lay.gk[:, lo:hi].transpose(1, 2), alpha=geo.scale
-            )
+            real = min(self.row_slice.stop, geo.num_long) - self.row_slice.start
+            mask, ids = lay.source.l2g(slice(self.row_slice.start, self.row_slice.start + real), self.keys)
+            allowed = mask != 0
+            index[:, :real, window:-1].copy_(torch.where(allowed, ids, geo.vocab))
+            index[:, real:, window:-1] = geo.vocab
+            empty = empty.clone()
+            empty[:, :real] &= ~allowed.any(-1)
+        self._add_sink(geo.vocab, empty)
+        table = lay.t_long[:, :, self.row_slice]  # [B, H, R, V+1]
+        scores = scratch.scores.take(geo.batch, geo.heads, rows, width)
+        torch.gather(table, -1, index.unsqueeze(1).expand(scores.shape), out=scores)
+        self.scores = scores.view(bh, rows, width)
+        self.band(self.scores).baddbmm_(self.q, self.k_windows.transpose(1, 2), alpha=geo.scale)
+        if hi > lo:
+            self.second(self.scores).baddbmm_(self.q_rows, lay.gk[:, lo:hi].transpose(1, 2), alpha=geo.scale)
+
+    @property
+    def has_globals(self) -> bool:
+        return self.keys.stop > self.keys.start
+
+    def band(self, tile: torch.Tensor) -> torch.Tensor:
+        """The band columns of a [BH, R, K] tile as [BH*nbc, w, w + 2r] (row stride K)."""
+        bh, rows, width = tile.shape
+        return tile.view(bh * self.nbc, self.block, width)[:, :, : self.split]
 
     @property
     def q_rows(self) -> torch.Tensor:
         return self.q.view(-1, self.nbc * self.q.shape[1], self.q.shape[2])
 
 
-class GlobalChunk:
-    """Score tiles of global query rows start..stop-1: g2g [BH, c, G_keys] and g2l [BH, c, span]."""
+class GlobalChunk(_Tile):
+    """Global query rows start..stop-1: columns [0, G_keys) are the global keys (g2g), the rest
+    the long keys `keys` that any of its rows may see (g2l)."""
 
     def __init__(self, lay: CallTensors, start: int, stop: int, scratch: Scratches):
         geo = lay.geo
-        bh, rows = geo.bh, stop - start
+        bh, rows, num_keys = geo.bh, stop - start, geo.num_global_keys
         self.rows = slice(start, stop)
         self.q = lay.gq[:, start:stop]
-        table = lay.t_global[:, :, start:stop]
-        self.g2g_index = _label_index(*lay.source.g2g(slice(start, stop)), geo.vocab).unsqueeze(1)
-        g2g = _gather_into(scratch.g2g.take(geo.batch, geo.heads, rows, geo.num_global_keys), table, self.g2g_index)
-        self.g2g = g2g.view(bh, rows, geo.num_global_keys).baddbmm_(self.q, lay.gk.transpose(1, 2), alpha=geo.scale)
-        self.g2l = None
         lo, hi = lay.global_spans[start // geo.global_rows_per_chunk]
+        self.keys = slice(lo, max(hi, lo))
+        self.split, width = num_keys, num_keys + max(hi - lo, 0) + 1
+        index = self.index = scratch.index.take(geo.batch, rows, width)
+        mask, ids = lay.source.g2g(self.rows)
+        allowed = mask != 0
+        index[:, :, :num_keys].copy_(torch.where(allowed, ids, geo.vocab))
+        empty = ~allowed.any(-1)
         if hi > lo:
-            self.keys = slice(lo, hi)
-            self.g2l_index = _label_index(*lay.source.g2l(slice(start, stop), slice(lo, hi)), geo.vocab).unsqueeze(1)
-            g2l = _gather_into(scratch.g2l.take(geo.batch, geo.heads, rows, hi - lo), table, self.g2l_index)
-            self.g2l = g2l.view(bh, rows, hi - lo).baddbmm_(self.q, lay.lk[:, lo:hi].transpose(1, 2), alpha=geo.scale)
+            mask, ids = lay.source.g2l(self.rows, self.keys)
+            allowed = mask != 0
+            index[:, :, num_keys:-1].copy_(torch.where(allowed, ids, geo.vocab))
+            empty &= ~allowed.any(-1)
+        self._add_sink(geo.vocab, empty)
+        scores = scratch.scores.take(geo.batch, geo.heads, rows, width)
+        torch.gather(lay.t_global[:, :, start:stop], -1, index.unsqueeze(1).expand(scores.shape), out=scores)
+        self.scores = scores.view(bh, rows, width)
+        self.scores[:, :, :num_keys].baddbmm_(self.q, lay.gk.transpose(1, 2), alpha=geo.scale)
+        if hi > lo:
+            self.second(self.scores).baddbmm_(self.q, lay.lk[:, lo:hi].transpose(1, 2), alpha=geo.scale)
+
+    @property
+    def has_long(self) -> bool:
+        return self.keys.stop > self.keys.start
+
+    def first_part(self, tile: torch.Tensor) -> torch.Tensor:
+        return tile[:, :, : self.split]
 
 
 def long_chunks(geo: Geometry):
@@ -296,30 +387,35 @@ def global_chunks(geo: Geometry):
 def run_tasks(tasks: list[Callable[[Any], None]], make_state: Callable[[], Any], workers: int) -> list[Any]:
     """Run tasks, each given its worker's state (scratch buffers, private accumulators).
 
-    With several workers the tasks are dealt round robin to Python threads that each run torch
-    with ONE intra-op thread: a chunk is a few dozen mid-sized ops, and on a busy machine every
-    multi-threaded op waits for a descheduled OpenMP thread at its barrier (measured 5-10x
-    slower at L = 4096 on a loaded 2-core machine); independent threads have no barriers. The
+    With several workers, Python threads that each run torch with ONE intra-op thread take the
+    next task from a shared list as they finish one (so a slow or descheduled thread delays no
+    one): a chunk is a dozen mid-sized ops, and on a busy machine every multi-threaded op waits
+    for a descheduled OpenMP thread at its barrier; independent threads have no barriers. The
     caller's thread count is restored in each worker, and the caller's own setting is untouched.
     """
-    if workers <= 1 or len(tasks) <= 1:
+    workers = min(workers, len(tasks))
+    if workers <= 1:
         state = make_state()
         for task in tasks:
             task(state)
         return [state]
     threads, grad_enabled = torch.get_num_threads(), torch.is_grad_enabled()
+    lock, pending = threading.Lock(), iter(tasks)
 
-    def work(part: list) -> Any:
+    def next_task():
+        with lock:
+            return next(pending, None)
+
+    def work(_: int) -> Any:
         torch.set_num_threads(1)
         try:
             with torch.set_grad_enabled(grad_enabled):  # grad mode is per thread
                 state = make_state()
-                for task in part:
+                while (task := next_task()) is not None:
                     task(state)
         finally:
             torch.set_num_threads(threads)
         return state
 
-    parts = [tasks[i::workers] for i in range(workers)]
     with ThreadPoolExecutor(workers, thread_name_prefix="graphattn-blocked") as pool:
-        return list(pool.map(work, parts))
+        return list(pool.map(work, range(workers)))

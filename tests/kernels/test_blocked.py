@@ -99,13 +99,15 @@ def test_empty_rows_are_zero_not_nan() -> None:
 
 
 def test_tiles_stay_within_budget_as_length_grows() -> None:
-    """The layout never holds [H, L, G] scores: chunk sizes follow the tile budget, not L."""
-    tiles = [
-        blocked_tiles.geometry(1, 12, n // 16, n, 84, 32, 0.125, None, blocked.TILE_ELEMENTS) for n in (4096, 16384)
-    ]
-    for geo in tiles:
-        assert geo.blocks_per_chunk * geo.bh * geo.block * 3 * geo.block <= blocked.TILE_ELEMENTS
-    assert tiles[0].blocks_per_chunk == tiles[1].blocks_per_chunk
+    """The layout never holds [H, L, G] scores: a chunk's tile (band window and every global key,
+    or a global row against every key) stays within the budget as L and G grow."""
+    for n in (4096, 16384):
+        geo = blocked_tiles.geometry(1, 12, n // 16, n, 84, 32, 0.125, None, blocked.TILE_ELEMENTS)
+        assert geo.window == geo.block + 2 * 84
+        long_tile = geo.blocks_per_chunk * geo.bh * geo.block * (geo.window + geo.num_global_keys)
+        global_row = geo.bh * (geo.num_global_keys + geo.num_long)
+        assert long_tile <= blocked.TILE_ELEMENTS
+        assert geo.global_rows_per_chunk * global_row <= max(blocked.TILE_ELEMENTS, 16 * global_row)
 
 
 @settings(max_examples=15, deadline=None)

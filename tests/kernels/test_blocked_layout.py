@@ -1,0 +1,128 @@
+"""The blocked backend's tile layout on cases small enough to spell out, and its mode choice."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+import torch
+from kernel_cases import RESULT_NAMES, assert_all_close, run, synthetic_case
+
+from graphattn.kernels import blocked, blocked_modes, dense
+from graphattn.kernels.blocked_tiles import CallTensors, LongChunk, Scratch, Scratches, geometry, local_index
+from graphattn.kernels.request import direct_request
+
+V = 99  # the masked column of the label tables
+
+
+class _Band:
+    """A source with only a band: L = 5, r = 1, every pair allowed, id 10*i + column."""
+
+    radius = 1
+
+    def l2l(self):
+        rows = torch.arange(5)[:, None] * 10 + torch.arange(3)[None, :]
+        return torch.ones(1, 5, 3, dtype=torch.int32), rows[None].to(torch.int32)
+
+
+def _band_geometry():
+    return geometry(1, 1, 0, 5, 1, V, 1.0, 2, 1 << 20)  # w = 2: three blocks, windows of 4 keys
+
+
+def test_the_band_labels_are_skewed_into_windows_of_w_plus_2r_keys() -> None:
+    """Block b of w = 2 rows sees keys 2b-1 .. 2b+2; row i's ids sit at keys i-1, i, i+1 (columns
+    0, 1, 2 of its side-input row); keys outside [0, 5) and row 5 (padding) are masked."""
+    geo = _band_geometry()
+    assert (geo.block, geo.window, geo.num_blocks, geo.window_pieces) == (2, 4, 3, 2)
+    expected = torch.tensor(
+        [
+            [[V, 1, 2, V], [V, 10, 11, 12]],  # keys -1, 0, 1, 2
+            [[20, 21, 22, V], [V, 30, 31, 32]],  # keys 1, 2, 3, 4
+            [[40, 41, V, V], [V, V, V, V]],  # keys 3, 4, 5, 6
+        ]
+    )
+    assert torch.equal(local_index(geo, _Band()), expected[None])
+
+
+def test_windows_are_the_rows_each_block_may_reach_zero_padded() -> None:
+    geo = _band_geometry()
+    lay = CallTensors.__new__(CallTensors)
+    lay.geo, lay.dim = geo, 1
+    keys = torch.arange(1.0, 6.0).view(1, 5, 1)  # key i holds i + 1
+    windows = lay.windows(keys, 0, 3, Scratch(keys))
+    expected = torch.tensor([[0.0, 1, 2, 3], [2, 3, 4, 5], [4, 5, 0, 0]])
+    assert torch.equal(windows.squeeze(-1), expected)
+    assert torch.equal(lay.windows(keys, 1, 2, Scratch(keys)).squeeze(-1), expected[1:2])
+
+
+def test_rows_without_an_allowed_key_point_their_sink_at_the_zero_column() -> None:
+    case = synthetic_case(num_long=13, num_global=4, radius=2, empty_long_rows=3, long_padding=2, hard_l2g=True)
+    global_q, global_k, _, long_q, _, _ = case.states
+    plan = blocked.plan(direct_request(case.side, global_q, global_k, long_q, case.key_table, workers=1))
+    geo = replace(plan.geo, scale=0.5)
+    states = [s.detach() for s in case.states]
+    tables = [blocked.label_tables(states[i], case.key_table.detach(), None, 0.5) for i in (0, 3)]
+    lay = CallTensors(geo, plan, *states, *tables)
+    assert geo.blocks_per_chunk >= geo.num_blocks  # one chunk holds every row
+    tile = LongChunk(lay, 0, geo.num_blocks, Scratches(states[3]))
+    side, length = case.side, geo.num_long
+    keys = torch.arange(length)[:, None] + torch.arange(-2, 3)[None, :]
+    band = ((side.l2l_att_mask != 0) & (keys >= 0) & (keys < length)).any(-1)
+    empty = ~(band | (side.l2g_att_mask != 0).any(-1))
+    empty = torch.cat([empty, torch.ones(1, geo.padded_long - length, dtype=torch.bool).expand(len(empty), -1)], 1)
+    assert empty.any() and not empty.all()
+    assert torch.equal(tile.index[:, :, -1], torch.where(empty, geo.vocab + 1, geo.vocab))
+    probs = tile.probs(Scratches(states[3]))
+    sink = probs.view(geo.batch, geo.heads, geo.padded_long, -1)[..., -1]
+    assert torch.equal(sink, empty[:, None].expand_as(sink).to(sink.dtype))  # all weight, or none
+
+
+def test_the_chooser_alternates_then_keeps_the_faster_mode_and_rechecks() -> None:
+    chooser = blocked_modes.ModeChooser(threads=lambda: 2, busy=lambda: False)
+    picks = []
+    for seconds in (1.0, 0.5, 1.2, 0.6):  # workers, omp, workers, omp
+        picks.append(chooser.pick("k"))
+        chooser.record("k", picks[-1], seconds)
+    assert picks == [2, 1, 2, 1] and chooser.best("k") == 1
+    later = [chooser.pick("k") for _ in range(blocked_modes.RECHECK_OMP - blocked_modes.EXPLORE + 1)]
+    assert later == [1] * (len(later) - 1) + [2]  # the 8th call tries workers again
+    for _ in range(blocked_modes.KEEP):  # the machine got busy: omp slowed down
+        chooser.record("k", 1, 5.0)
+    assert chooser.best("k") == 2
+    later = [chooser.pick("k") for _ in range(blocked_modes.RECHECK - blocked_modes.RECHECK_OMP)]
+    assert later == [2] * (len(later) - 1) + [1]  # workers now; the 32nd call tries omp
+    assert blocked_modes.ModeChooser(threads=lambda: 1).pick("k") == 1
+
+
+def test_a_busy_machine_runs_workers_whatever_was_measured() -> None:
+    busy = [False]
+    chooser = blocked_modes.ModeChooser(threads=lambda: 2, busy=lambda: busy[0])
+    for seconds in (1.0, 0.5, 1.0, 0.5):
+        chooser.record("k", chooser.pick("k"), seconds)
+    assert chooser.pick("k") == 1
+    busy[0] = True
+    assert chooser.pick("k") == 2 and chooser.best("k") == 2
+    assert [chooser.pick("new") for _ in range(blocked_modes.EXPLORE)] == [2] * blocked_modes.EXPLORE
+
+
+def test_omp_must_win_by_a_margin() -> None:
+    chooser = blocked_modes.ModeChooser(threads=lambda: 4, busy=lambda: False)
+    for seconds in (1.0, 0.95, 1.0, 0.95):  # omp 5% faster: not enough to risk it
+        chooser.record("k", chooser.pick("k"), seconds)
+    assert chooser.best("k") == 4 and chooser.pick("k") == 4
+
+
+def test_the_default_mode_gives_the_oracle_results_whichever_mode_runs() -> None:
+    case = synthetic_case(num_long=41, num_global=7, radius=4, num_docs=2, mention_links=6, empty_long_rows=2)
+    expected = run(dense.attention, case)
+    for _ in range(blocked_modes.EXPLORE + 1):  # both modes, forward and backward
+        assert_all_close(run(blocked.attention, case), expected, 1e-10, RESULT_NAMES)
+
+
+def test_shape_classes_round_lengths_to_powers_of_two() -> None:
+    cpu = torch.device("cpu")
+    key = blocked_modes.shape_class("forward", cpu, torch.float32, 12, 4000, 250)
+    assert key == blocked_modes.shape_class("forward", cpu, torch.float32, 12, 3000, 200)
+    assert key != blocked_modes.shape_class("forward", cpu, torch.float32, 12, 5000, 250)
+    assert key != blocked_modes.shape_class("backward", cpu, torch.float32, 12, 4000, 250)
+    assert math.log2(key[4]) == 12
