@@ -12,7 +12,7 @@ def _config(family: str, **extra):
 
     common = dict(vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64)
     if family == "llama":
-        return tf.LlamaConfig(**common, num_key_value_heads=2, attention_dropout=0.0, **extra)
+        return tf.LlamaConfig(**{**common, "num_key_value_heads": 2, "attention_dropout": 0.0, **extra})
     if family == "qwen2":  # GQA and a sliding-window layer (layer 1) beside a full one
         return tf.Qwen2Config(
             **common,
@@ -24,14 +24,8 @@ def _config(family: str, **extra):
             **extra,
         )
     if family == "bert":
-        return tf.BertConfig(
-            **common,
-            type_vocab_size=8,
-            max_position_embeddings=512,
-            attention_probs_dropout_prob=0.0,
-            hidden_dropout_prob=0.0,
-            **extra,
-        )
+        bert = dict(type_vocab_size=8, max_position_embeddings=512, attention_probs_dropout_prob=0.0)
+        return tf.BertConfig(**{**common, **bert, "hidden_dropout_prob": 0.0, **extra})
     if family == "modernbert":  # layer 0 global, layer 1 local (bidirectional window of 2)
         return tf.ModernBertConfig(
             **common,
