@@ -57,15 +57,33 @@ def structure_from_instances(instances: Sequence[EtcInstance], *, causal: bool =
     }
 
 
-def compile_schema(graphs, schema, tokenizer, *, causal: bool = False, pad_token_id: int = 0) -> dict:
-    """DocGraph(s) + relation schema -> one flat row per graph (a list of graphs, a batch).
-    The tokenizer must be the model's (its ids are the model's input ids)."""
+def global_targets(instances: Sequence[EtcInstance], global_length: int) -> dict[str, torch.Tensor]:
+    """The schema's per-global targets on the flat rows' global positions, [B, G] (-100: none)."""
+    out = {}
+    for name, axis in instances[0].target_axes.items():
+        if axis == "global":
+            rows = np.full((len(instances), global_length), -100, np.int64)
+            for b, inst in enumerate(instances):
+                rows[b, : inst.global_length] = inst.targets[name]
+            out[name] = torch.from_numpy(rows)
+    return out
+
+
+def compile_schema(
+    graphs, schema, tokenizer, *, causal: bool = False, pad_token_id: int = 0, return_targets: bool = False
+):
+    """DocGraph(s) + relation schema -> one flat row per graph (a list of graphs, a batch): the
+    model inputs (`structure_from_instances`). The tokenizer must be the model's. With
+    `return_targets`, also the schema's per-global targets ({name: [B, G]}, -100 = none)."""
     from graphattn.compile import compile_instance
     from graphattn.graph import DocGraph
 
     items = [graphs] if isinstance(graphs, DocGraph) else list(graphs)
     instances = [compile_instance(graph, schema, tokenizer, compact=True) for graph in items]
-    return structure_from_instances(instances, causal=causal, pad_token_id=pad_token_id)
+    inputs = structure_from_instances(instances, causal=causal, pad_token_id=pad_token_id)
+    if return_targets:
+        return inputs, global_targets(instances, inputs["attention_mask"].global_length)
+    return inputs
 
 
 def dense_mask(structure: Structure) -> tuple[torch.Tensor, torch.Tensor]:
