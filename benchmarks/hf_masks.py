@@ -8,7 +8,8 @@
    again). "blocks ok" checks that our kept blocks cover theirs and our full blocks are theirs.
 2. Packed vs padded training throughput of a tiny Llama on CPU (forward + backward): the same
    documents as rows padded to the longest (sdpa, 2-D padding mask) or packed into rows of
-   --pack-length tokens (graphattn, chunked CPU path); tokens/s counts real tokens only.
+   --pack-length tokens (graphattn, chunked CPU path); tokens/s counts real tokens only. Then one
+   packed row of --long-row tokens (32K) forward + backward: time and peak memory growth.
 3. One prompt with 8 completions: tokens in a prefix tree vs 8 separate sequences, and the
    forward time of each on the tiny Llama.
 
@@ -19,7 +20,9 @@ Times are the best of --repeats runs after a warm-up. Usage:
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -103,7 +106,9 @@ def block_rows(sizes: list[int], repeats: int) -> list[tuple]:
                 t.numel() * t.element_size()
                 for t in (mine.kv_num_blocks, mine.kv_indices, mine.full_kv_num_blocks, mine.full_kv_indices)
             )
-            structure_bytes = sum(t.numel() * t.element_size() for t in (structure.positions, structure.enter, structure.exit))
+            structure_bytes = sum(
+                t.numel() * t.element_size() for t in (structure.positions, structure.enter, structure.exit)
+            )
             args = (mask_mod, 1, None, size, size, "cpu")
             start = time.perf_counter()
             theirs = compiled(*args, BLOCK_SIZE=TILE)
@@ -172,7 +177,9 @@ def packed_vs_padded(total: int, pack_length: int, repeats: int) -> tuple[float,
             width = max(len(d) for d in group)
             ids = torch.tensor([d + [0] * (width - len(d)) for d in group])
             mask = (torch.arange(width)[None] < torch.tensor([len(d) for d in group])[:, None]).long()
-            model(input_ids=ids, attention_mask=mask, labels=ids.masked_fill(mask == 0, -100), use_cache=False).loss.backward()
+            model(
+                input_ids=ids, attention_mask=mask, labels=ids.masked_fill(mask == 0, -100), use_cache=False
+            ).loss.backward()
 
     batch = pack_documents(docs, max_length=pack_length)
 
@@ -187,6 +194,33 @@ def packed_vs_padded(total: int, pack_length: int, repeats: int) -> tuple[float,
     return tokens / best(padded, repeats), tokens / best(packed, repeats)
 
 
+def long_row(total: int) -> tuple[float, float, float]:
+    """One packed row of `total` tokens (documents 32..4096) through the tiny Llama, forward +
+    backward on the chunked CPU path: seconds, the peak resident-set growth (MiB) and what one
+    fp32 [heads, N, N] score tensor would take (MiB)."""
+    import resource
+
+    name = register()
+    g = torch.Generator().manual_seed(3)
+    docs, used = [], 0
+    while used < total:
+        n = min(int(torch.exp(torch.empty(1).uniform_(3.5, 8.3, generator=g)).item()), total - used)
+        docs.append(torch.randint(3, 256, (n,), generator=g).tolist())
+        used += n
+    model = tiny_llama()
+    model.set_attn_implementation(name)
+    warm = pack_documents(docs[:2])
+    model(**warm, use_cache=False).loss.backward()  # first-call costs (imports, checkpoint set-up) apart
+    model.zero_grad()
+    batch = pack_documents(docs)
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    start = time.perf_counter()
+    model(**batch, use_cache=False).loss.backward()
+    seconds = time.perf_counter() - start
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    return seconds, peak - before, 4 * total * total * 4 / 2**20
+
+
 def tree_savings(prompt: int, completion: int, repeats: int) -> tuple[int, int, float, float]:
     name = register()
     g = torch.Generator().manual_seed(2)
@@ -199,7 +233,12 @@ def tree_savings(prompt: int, completion: int, repeats: int) -> tuple[int, int, 
     def run_tree():
         model.set_attn_implementation(name)
         with torch.no_grad():
-            model(input_ids=tree["input_ids"], position_ids=tree["position_ids"], attention_mask=tree["attention_mask"], use_cache=False)
+            model(
+                input_ids=tree["input_ids"],
+                position_ids=tree["position_ids"],
+                attention_mask=tree["attention_mask"],
+                use_cache=False,
+            )
 
     def run_flat():
         model.set_attn_implementation("sdpa")
@@ -217,14 +256,23 @@ def main(argv=None) -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--train-tokens", type=int, default=8192, help="tokens of the packed-vs-padded run")
     parser.add_argument("--pack-length", type=int, default=2048)
+    parser.add_argument("--long-row", type=int, default=32768, help="tokens of the one-row CPU training run")
     parser.add_argument("--prompt", type=int, default=512)
     parser.add_argument("--completion", type=int, default=128)
     parser.add_argument("--quick", action="store_true", help="tiny sizes (the test runs this)")
+    parser.add_argument("--long-row-only", type=int, help=argparse.SUPPRESS)  # the fresh process of the long row
     args = parser.parse_args(argv)
+    if args.long_row_only:
+        print(json.dumps(long_row(args.long_row_only)))
+        return
     if args.quick:
-        args.sizes, args.repeats, args.train_tokens, args.pack_length = [1024], 1, 1024, 512
+        args.sizes, args.repeats, args.train_tokens, args.pack_length, args.long_row = [1024], 1, 1024, 512, 2048
         args.prompt, args.completion = 64, 16
-    for name, value in (("--sizes", min(args.sizes)), ("--train-tokens", args.train_tokens)):
+    for name, value in (
+        ("--sizes", min(args.sizes)),
+        ("--train-tokens", args.train_tokens),
+        ("--long-row", args.long_row),
+    ):
         if not 128 <= value <= 1 << 20:
             parser.error(f"{name}: expected 128..{1 << 20}, got {value}")
     print(
@@ -238,9 +286,24 @@ def main(argv=None) -> None:
     )
     block_rows(args.sizes, args.repeats)
     padded, packed = packed_vs_padded(args.train_tokens, args.pack_length, args.repeats)
-    print(f"\n2. tiny Llama (2 layers, hidden 64) forward+backward on CPU, {args.train_tokens} tokens of documents 16..511")
+    print(
+        f"\n2. tiny Llama (2 layers, hidden 64) forward+backward on CPU, {args.train_tokens} tokens "
+        "of documents 16..511"
+    )
     print(f"   padded rows (sdpa): {padded:9.0f} tokens/s")
     print(f"   packed rows of {args.pack_length} (graphattn): {packed:9.0f} tokens/s   ratio {packed / padded:.2f}x")
+    seconds, grown, dense = json.loads(
+        subprocess.run(
+            [sys.executable, __file__, "--long-row-only", str(args.long_row)],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+    )
+    print(
+        f"   one packed row of {args.long_row} tokens, forward+backward (chunked CPU path): {seconds:.1f} s, "
+        f"peak RSS +{grown:.0f} MiB in a fresh process (one fp32 [4 heads, N, N] score tensor: {dense:.0f} MiB)"
+    )
     tree_tokens, flat_tokens, t_tree, t_flat = tree_savings(args.prompt, args.completion, args.repeats)
     print(f"\n3. one prompt of {args.prompt} tokens with 8 completions of {args.completion}")
     print(f"   8 sequences: {flat_tokens} tokens, forward {t_flat * 1e3:.1f} ms (sdpa)")

@@ -34,19 +34,33 @@ def token_logprobs(logits: torch.Tensor, batch: dict) -> torch.Tensor:
 def main() -> None:
     torch.manual_seed(0)
     config = Qwen2Config(
-        vocab_size=3000, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-        num_key_value_heads=2, use_sliding_window=True, sliding_window=16, max_window_layers=1,
+        vocab_size=3000,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        use_sliding_window=True,
+        sliding_window=16,
+        max_window_layers=1,
     )
     model = Qwen2ForCausalLM(config)
     model.set_attn_implementation(gh.register())
     prompt = [int(t) for t in tokenizer().encode(PROMPT).ids]
     g = torch.Generator().manual_seed(1)
-    completions = [torch.randint(5, 3000, (int(torch.randint(6, 20, (1,), generator=g)),), generator=g).tolist() for _ in range(8)]
+    completions = [
+        torch.randint(5, 3000, (int(torch.randint(6, 20, (1,), generator=g)),), generator=g).tolist() for _ in range(8)
+    ]
     rewards = torch.rand(8, generator=g)
     tree = gh.pack_tree([(-1, prompt)] + [(0, c) for c in completions])
     segment = torch.repeat_interleave(torch.arange(9), torch.tensor([len(prompt)] + [len(c) for c in completions]))
 
-    logits = model(input_ids=tree["input_ids"], position_ids=tree["position_ids"], attention_mask=tree["attention_mask"], use_cache=False).logits
+    logits = model(
+        input_ids=tree["input_ids"],
+        position_ids=tree["position_ids"],
+        attention_mask=tree["attention_mask"],
+        use_cache=False,
+    ).logits
     logp = token_logprobs(logits, tree)[0]
     sums = torch.zeros(9).index_add(0, segment, logp)[1:]  # log p(completion | prompt), per completion
 
@@ -66,7 +80,10 @@ def main() -> None:
     moved = sum(p.grad.abs().sum().item() for p in model.parameters() if p.grad is not None)
     flat = sum(len(prompt) + len(c) for c in completions)
     print(f"policy-gradient loss {loss.item():.4f}, gradient norm-1 {moved:.3f}")
-    print(f"tokens: tree {tree['input_ids'].numel()} vs 8 sequences {flat} ({1 - tree['input_ids'].numel() / flat:.0%} fewer)")
+    print(
+        f"tokens: tree {tree['input_ids'].numel()} vs 8 sequences {flat} "
+        f"({1 - tree['input_ids'].numel() / flat:.0%} fewer)"
+    )
 
 
 if __name__ == "__main__":

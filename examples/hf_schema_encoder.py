@@ -6,8 +6,8 @@ Each record's globals (question tokens, one per paragraph, title and sentence) c
 positions, its wordpieces follow; the schema's hard masks decide who attends whom, and each
 pair's relative label (distance, belongs, does-not-belong, cross-paragraph) selects a learned
 bias per layer and head. The tables start at zero, so before training the model computes what it
-computes on the same tokens with the same mask and no bias (checked below); a few steps predicting each sentence global's `supporting` flag (the schema's target) then
-move them.
+computes on the same tokens with the same mask and no bias (checked below); a few steps
+predicting each sentence global's `supporting` flag (the schema's target) then move them.
 
 Run: python examples/hf_schema_encoder.py
 """
@@ -32,8 +32,14 @@ def main() -> None:
         f"{structure.shape[1] - structure.global_length} long tokens, {structure.num_labels} relative labels"
     )
     config = BertConfig(
-        vocab_size=3000, hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=128,
-        type_vocab_size=8, max_position_embeddings=1024, attention_probs_dropout_prob=0.0,
+        vocab_size=3000,
+        hidden_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=128,
+        type_vocab_size=8,
+        max_position_embeddings=1024,
+        attention_probs_dropout_prob=0.0,
     )
     model = BertModel(config)
     tables = gh.attach_relative_bias(model, structure.num_labels)
@@ -51,7 +57,10 @@ def main() -> None:
         model.set_attn_implementation(name)
     rows = mask.any(-1)
     gap = (ours - plain)[rows].abs().max().item()
-    print(f"zero-initialised bias: equals BERT without graphattn on the same tokens and mask (max gap {gap:.1e}): {gap < 2e-4}")
+    print(
+        "zero-initialised bias: equals BERT without graphattn on the same tokens and mask "
+        f"(max gap {gap:.1e}): {gap < 2e-4}"
+    )
 
     head = torch.nn.Linear(64, 1)
     optimizer = torch.optim.AdamW([*model.parameters(), *head.parameters()], lr=1e-2)
@@ -61,7 +70,10 @@ def main() -> None:
     for step in range(3):
         out = model(**inputs).last_hidden_state[:, : structure.global_length]
         logits = head(out)[..., 0]
-        loss = (torch.nn.functional.binary_cross_entropy_with_logits(logits, target.clamp(min=0).float(), reduction="none") * weight).sum() / weight.sum()
+        loss = (
+            torch.nn.functional.binary_cross_entropy_with_logits(logits, target.clamp(min=0).float(), reduction="none")
+            * weight
+        ).sum() / weight.sum()
         loss.backward()
         optimizer.step()
         optimizer.zero_grad()

@@ -29,7 +29,11 @@ def main() -> None:
 
     torch.manual_seed(0)
     config = LlamaConfig(
-        vocab_size=3000, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+        vocab_size=3000,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
         num_key_value_heads=2,
     )
     model = LlamaForCausalLM(config)

@@ -84,6 +84,9 @@ def test_the_hf_masks_benchmark_prints_its_three_tables_at_a_tiny_size():
     assert any("packed rows of 512 (graphattn):" in line and "ratio" in line for line in lines)
     assert any("prefix tree: 192 tokens" in line and "70% fewer tokens" in line for line in lines)
     bad = subprocess.run(
-        [sys.executable, str(BENCHMARK_DIR / "hf_masks.py"), "--sizes", "7"], capture_output=True, text=True, timeout=300
+        [sys.executable, str(BENCHMARK_DIR / "hf_masks.py"), "--sizes", "7"],
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert bad.returncode == 2 and "--sizes: expected 128.." in bad.stderr

@@ -65,7 +65,9 @@ def _probe_rule(mask_function, window: int) -> LayerRule:
         allowed = mask_function(zero, zero, q, q + offsets)
         answers.append(torch.as_tensor(allowed, dtype=torch.bool).expand_as(offsets))
     if not torch.equal(answers[0], answers[1]):
-        raise GraphattnMaskError("the model's mask function depends on more than the key - query offset; graphattn cannot combine it")
+        raise GraphattnMaskError(
+            "the model's mask function depends on more than the key - query offset; graphattn cannot combine it"
+        )
     allowed = answers[0]
     kept = offsets[allowed]
     if kept.numel() == 0 or not allowed[(offsets >= kept.min()) & (offsets <= kept.max())].all():
@@ -99,7 +101,8 @@ def graphattn_mask(
         )
     if (batch_size, q_length) != attention_mask.shape:
         raise GraphattnMaskError(
-            f"attention_mask: the structure is {tuple(attention_mask.shape)} tokens, the input is {(batch_size, q_length)}"
+            f"attention_mask: the structure is {tuple(attention_mask.shape)} tokens, "
+            f"the input is {(batch_size, q_length)}"
         )
     window = int(local_size or getattr(config, "sliding_window", None) or 0)
     return LayerMask(attention_mask, _probe_rule(mask_function, window))
@@ -141,7 +144,8 @@ def _bias_table(module, structure: Structure) -> torch.Tensor | None:
     table = getattr(module, BIAS_ATTRIBUTE, None) if structure.has_labels else None
     if table is not None and table.shape[1] < structure.num_labels:
         raise GraphattnMaskError(
-            f"{type(module).__name__}: its bias table has {table.shape[1]} labels, the structure uses {structure.num_labels}"
+            f"{type(module).__name__}: its bias table has {table.shape[1]} labels, "
+            f"the structure uses {structure.num_labels}"
         )
     return table
 
@@ -174,6 +178,16 @@ def _attend_tile(query, key, value, table, structure, rule, rows_start, keys, sc
     groups = key.shape[1]
     k = key.index_select(2, keys)
     v = value.index_select(2, keys)
+    if table is None:  # a fused kernel; rows that see nothing (padding) attend a dummy key, zeroed after
+        mask, _ = structure.pairs(slice(rows_start, rows_start + n), keys, rule)
+        empty = ~mask.any(-1)
+        if empty.any():
+            mask = mask.clone()
+            mask[..., 0] |= empty
+        out = F.scaled_dot_product_attention(
+            query, k, v, attn_mask=mask[:, None], scale=scale, enable_gqa=groups != heads
+        )
+        return out.masked_fill(empty[:, None, :, None], 0.0)
     q = query.view(batch, groups, heads // groups, n, dim)
     scores = torch.einsum("bgrnd,bgmd->bgrnm", q, k) * scale
     mask, labels = structure.pairs(slice(rows_start, rows_start + n), keys, rule)
@@ -193,9 +207,7 @@ def chunked_attention(query, key, value, layer: LayerMask, table, scale: float) 
     if heads % key.shape[1]:
         raise GraphattnMaskError(f"{heads} query heads do not group over {key.shape[1]} key/value heads")
     plans = structure.key_tiles(rule, CHUNK)
-    grad = torch.is_grad_enabled() and any(
-        t is not None and t.requires_grad for t in (query, key, value, table)
-    )
+    grad = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (query, key, value, table))
     outs = []
     for index, keys in enumerate(plans):
         start = index * CHUNK

@@ -22,9 +22,14 @@ _compiled = None
 
 def _kv_lists(blocks: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """[B, nq, nk] bool -> counts [B, 1, nq] and key-tile indices [B, 1, nq, nk] (kept ones first)."""
+    n_keys = blocks.shape[-1]
+    slot = blocks.cumsum(-1, dtype=torch.int32) - 1  # a kept tile's place in its row's list
+    slot = torch.where(blocks, slot, n_keys)  # the rest go to a spare column, dropped below
+    order = torch.zeros(*blocks.shape[:-1], n_keys + 1, dtype=torch.int32, device=blocks.device)
+    tile = torch.arange(n_keys, dtype=torch.int32, device=blocks.device).expand_as(slot)
+    order.scatter_(-1, slot.long(), tile)
     counts = blocks.sum(-1, dtype=torch.int32)
-    order = torch.argsort(blocks.to(torch.int8), dim=-1, descending=True, stable=True).to(torch.int32)
-    return counts[:, None].contiguous(), order[:, None].contiguous()
+    return counts[:, None].contiguous(), order[..., :n_keys][:, None].contiguous()
 
 
 def _tree_mask_mod(structure: Structure, rule: LayerRule):

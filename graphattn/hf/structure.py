@@ -216,7 +216,10 @@ class Structure:
         band = ((token - c.local_radius).clamp(min=0) + g, (token + c.local_radius + 1).clamp(max=length) + g)
         empty = lambda n: (torch.full((batch, n), _BIG, device=device), torch.full((batch, n), -_BIG, device=device))  # noqa: E731
         shift = lambda r: (r[0] + g, torch.where(r[1] > -_BIG, r[1] + g, r[1]))  # noqa: E731
-        to_globals = (torch.cat([g2g[0], (l2g or empty(length))[0]], 1), torch.cat([g2g[1], (l2g or empty(length))[1]], 1))
+        to_globals = (
+            torch.cat([g2g[0], (l2g or empty(length))[0]], 1),
+            torch.cat([g2g[1], (l2g or empty(length))[1]], 1),
+        )
         long_side = shift(g2l) if g2l is not None else empty(g)
         to_long = (torch.cat([long_side[0], band[0]], 1), torch.cat([long_side[1], band[1]], 1))
         any_ = torch.zeros(batch, start.numel(), start.numel(), dtype=torch.bool, device=device)

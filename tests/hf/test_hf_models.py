@@ -43,7 +43,9 @@ def test_a_packed_row_equals_each_document_alone_in_values_and_parameter_gradien
 
     model.set_attn_implementation(NAME)
     model.zero_grad()
-    packed = outputs(model, input_ids=batch["input_ids"], position_ids=batch["position_ids"], attention_mask=batch["attention_mask"])[0]
+    packed = outputs(
+        model, input_ids=batch["input_ids"], position_ids=batch["position_ids"], attention_mask=batch["attention_mask"]
+    )[0]
     (packed * torch.cat(weights)).sum().backward()
     start = 0
     for doc, ref in zip(docs, alone):
@@ -66,7 +68,11 @@ def test_changing_one_document_moves_no_other_documents_outputs(family):
     for ds in (docs, changed):
         b = gh.pack_documents(ds, causal=family in DECODERS)
         with torch.no_grad():
-            runs.append(outputs(model, input_ids=b["input_ids"], position_ids=b["position_ids"], attention_mask=b["attention_mask"])[0])
+            runs.append(
+                outputs(
+                    model, input_ids=b["input_ids"], position_ids=b["position_ids"], attention_mask=b["attention_mask"]
+                )[0]
+            )
     starts = [0, 9, 12, 26, 32]
     for d in range(4):
         same = torch.equal(runs[0][starts[d] : starts[d + 1]], runs[1][starts[d] : starts[d + 1]])
@@ -82,7 +88,9 @@ def test_a_prefix_tree_equals_every_root_to_leaf_sequence_alone(family):
     tree = gh.pack_tree(segments)
     model.set_attn_implementation(NAME)
     with torch.no_grad():
-        packed = outputs(model, input_ids=tree["input_ids"], position_ids=tree["position_ids"], attention_mask=tree["attention_mask"])[0]
+        packed = outputs(
+            model, input_ids=tree["input_ids"], position_ids=tree["position_ids"], attention_mask=tree["attention_mask"]
+        )[0]
     model.set_attn_implementation("eager")
     starts, lengths = [], []
     at = 0
@@ -110,7 +118,12 @@ def test_a_batch_of_rows_with_different_document_counts_pads_and_matches():
     assert batch["input_ids"].shape == (3, 11)  # padded to the longest row
     model.set_attn_implementation(NAME)
     with torch.no_grad():
-        packed = outputs(model, input_ids=batch["input_ids"], position_ids=batch["position_ids"], attention_mask=batch["attention_mask"])
+        packed = outputs(
+            model,
+            input_ids=batch["input_ids"],
+            position_ids=batch["position_ids"],
+            attention_mask=batch["attention_mask"],
+        )
     model.set_attn_implementation("eager")
     where = [(0, 0), (1, 0), (1, 6), (2, 0), (2, 2)]  # (row, start) of each document
     for doc, (row, start) in zip(docs, where):

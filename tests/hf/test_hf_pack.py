@@ -13,7 +13,8 @@ from graphattn.kernels.structure import dense_region_tiles
 NAME = gh.register()
 
 
-def _dense(structure, rule=gh.LayerRule()):
+def _dense(structure, rule=None):
+    rule = rule or gh.LayerRule()
     n = structure.shape[1]
     return structure.pairs(slice(0, n), torch.arange(n), rule)[0]
 

@@ -108,5 +108,9 @@ def test_the_flex_path_equals_the_chunked_path(hotpot):
             llama.set_attn_implementation(name)
             fresh = gh.Structure(**{**vars(batch["attention_mask"]), "_plans": {}})
             with torch.no_grad():
-                runs.append(outputs(llama, input_ids=batch["input_ids"], position_ids=batch["position_ids"], attention_mask=fresh))
+                runs.append(
+                    outputs(
+                        llama, input_ids=batch["input_ids"], position_ids=batch["position_ids"], attention_mask=fresh
+                    )
+                )
         torch.testing.assert_close(runs[0], runs[1], atol=TOL, rtol=0)
