@@ -63,7 +63,7 @@ COMMANDS = {
         "graphattn evaluate --model runs/hotpotqa --data shards/",
     ),
     "tokenizer": Command(
-        "graphattn.tokenizer_cli",
+        "graphattn.tokenize.cli",
         "train a WordPiece tokenizer.json on your own text",
         "graphattn tokenizer train corpus.txt --vocab-size 8000 --out tokenizer.json",
     ),

@@ -28,7 +28,6 @@ from typing import Any
 
 import numpy as np
 
-from graphattn.contract import SIDE_INPUT_NAMES, SideInputs
 from graphattn.errors import BatchError
 from graphattn.labels import (
     SideInputError,
@@ -38,6 +37,7 @@ from graphattn.labels import (
     local_relative_ids,
     relative_position_ids,
 )
+from graphattn.side import SIDE_INPUT_NAMES, SideInputs
 
 
 # -- numpy building blocks shared with compile/side_inputs.py ----------------------------------

@@ -11,7 +11,7 @@ shapes below have no batch dim; `collate` adds B in front.
 Masks are 1 = may attend. All eight are int32 (numpy per instance, torch once batched).
 
 Task targets (`EtcInstance.targets`, declared in the schema's `targets:` section, see
-`graphattn.schema_targets`) are int32 arrays holding TARGET_IGNORE where there is no label:
+`graphattn.schema.targets`) are int32 arrays holding TARGET_IGNORE where there is no label:
 
     global_labels  <name>                          [G]     class of each labelled global
     choice         <name>                          [G]     1 chosen candidate, 0 other candidate
@@ -33,6 +33,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from graphattn.side import SIDE_INPUT_NAMES as SIDE_INPUT_NAMES  # re-exported: users import both from here
+from graphattn.side import SideInputs
+
 if TYPE_CHECKING:
     import torch
 
@@ -40,72 +43,6 @@ if TYPE_CHECKING:
     from graphattn.labels import LabelVocab
 
 TARGET_IGNORE = -100  # "no label here" in every target array (torch cross-entropy's ignore_index)
-
-SIDE_INPUT_NAMES = (
-    "l2l_att_mask",
-    "g2g_att_mask",
-    "l2g_att_mask",
-    "g2l_att_mask",
-    "l2l_relative_att_ids",
-    "g2g_relative_att_ids",
-    "l2g_relative_att_ids",
-    "g2l_relative_att_ids",
-)
-
-
-def _as_torch(x: Any) -> torch.Tensor:
-    import torch
-
-    return x if isinstance(x, torch.Tensor) else torch.from_numpy(np.ascontiguousarray(x))
-
-
-@dataclass
-class SideInputs:
-    """The eight ETC side inputs, numpy or torch, with or without a batch dim."""
-
-    l2l_att_mask: Any
-    g2g_att_mask: Any
-    l2g_att_mask: Any
-    g2l_att_mask: Any
-    l2l_relative_att_ids: Any
-    g2g_relative_att_ids: Any
-    l2g_relative_att_ids: Any
-    g2l_relative_att_ids: Any
-
-    # -- derived from the arrays' shapes --------------------------------------------------
-    @property
-    def local_radius(self) -> int:
-        """r, from the l2l window width 2r+1."""
-        return (self.l2l_att_mask.shape[-1] - 1) // 2
-
-    @property
-    def long_length(self) -> int:
-        """L (padded, in a batch)."""
-        return self.l2l_att_mask.shape[-2]
-
-    @property
-    def global_length(self) -> int:
-        """G (padded, in a batch)."""
-        return self.g2g_att_mask.shape[-1]
-
-    # -- conversions ------------------------------------------------------------------------
-    def as_dict(self) -> dict[str, Any]:
-        """The eight arrays by their etcmodel names, in SIDE_INPUT_NAMES order."""
-        return {name: getattr(self, name) for name in SIDE_INPUT_NAMES}
-
-    def map(self, fn) -> SideInputs:
-        """Apply `fn` to each of the eight arrays (e.g. `lambda t: t.to(device)`)."""
-        return SideInputs(**{name: fn(value) for name, value in self.as_dict().items()})
-
-    def to_torch(self) -> SideInputs:
-        """The same arrays as torch tensors (numpy ones shared, not copied, where contiguous)."""
-        return self.map(_as_torch)
-
-    def to_numpy(self) -> SideInputs:
-        """The same arrays as numpy (torch tensors moved to the CPU first)."""
-        return self.map(
-            lambda x: x if isinstance(x, np.ndarray) else x.cpu().numpy() if hasattr(x, "cpu") else np.asarray(x)
-        )
 
 
 @dataclass

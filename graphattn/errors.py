@@ -72,6 +72,10 @@ class BatchError(GraphattnError):
     """Tensors handed to the encoder or kernels that disagree with each other."""
 
 
+class TokenizerError(GraphattnError):
+    """A tokenizer that cannot be loaded or used as asked (names the file where there is one)."""
+
+
 class LabelError(IngestError):
     """A task label that matches nothing, refused (``graphattn compile --strict``)."""
 

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from graphattn.errors import SchemaError
 from graphattn.schema import JSON_SCHEMA_PATH, load_schema
-from graphattn.schema_io import MAX_DEPTH, MAX_NUMBER_CHARS, MAX_SCHEMA_BYTES, MAX_VALUES
+from graphattn.schema.io import MAX_DEPTH, MAX_NUMBER_CHARS, MAX_SCHEMA_BYTES, MAX_VALUES
 
 BASE = {"name": "b", "special_tokens": {"global": 1}, "node_types": {"s": {"global": "node", "long": True}}}
 MINIMAL = "name: b\nspecial_tokens: {global: 1}\nnode_types:\n  s: {global: node, long: true}\n"

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from graphattn.tokenize import HFTokenizer, TokenizerError, load_tokenizer
-from graphattn.tokenizer_files import DEFAULT_TOKENIZER_FILE
+from graphattn.tokenize.files import DEFAULT_TOKENIZER_FILE
 
 REPO = Path(__file__).resolve().parents[1]
 TEXT = "The river runs past old mills and quiet towns, where people trade grain and wool."

@@ -9,7 +9,7 @@ import numpy as np
 
 from graphattn.errors import CompileError
 from graphattn.graph import DocGraph
-from graphattn.graph_forest import forest_depths
+from graphattn.graph.forest import forest_depths
 from graphattn.schema import Schema
 
 

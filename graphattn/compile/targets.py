@@ -1,4 +1,4 @@
-"""Lowering the schema's task targets (`targets:`, see `graphattn.schema_targets`) into arrays.
+"""Lowering the schema's task targets (`targets:`, see `graphattn.schema.targets`) into arrays.
 
 Assembly hands over, per document of the instance, which node each global stands for and where
 each node's tokens landed (`DocNodes`); the pure functions below turn those id arrays into the
@@ -39,7 +39,7 @@ from graphattn.compile.ranges import take_or
 from graphattn.contract import TARGET_IGNORE
 from graphattn.errors import CompileError
 from graphattn.graph import DocGraph
-from graphattn.schema_targets import TargetSpec
+from graphattn.schema.targets import TargetSpec
 
 
 @dataclass

@@ -16,7 +16,7 @@ import sys
 
 from graphattn.cli import EXIT_INCOMPLETE, EXIT_INTERRUPTED, EXIT_OK, add_verbosity_arguments, verbosity
 from graphattn.corpus.sources import DEFAULT_MAX_REJECTED, DEFAULT_SHARD_SIZE, FORMATS
-from graphattn.tokenizer_files import TOKENIZER_HELP
+from graphattn.tokenize.files import TOKENIZER_HELP
 
 REASONS_SHOWN = 3  # rejection reasons printed on stderr (all of them with -v)
 

@@ -159,7 +159,7 @@ def _file_sha256(path: str | os.PathLike) -> str:
 def _load_fixed_tokenizer(spec: str | None):
     """The run's tokenizer and a fingerprint of everything that decides its ids."""
     from graphattn.tokenize import HFTokenizer, load_tokenizer
-    from graphattn.tokenizer_files import DEFAULT_TOKENIZER
+    from graphattn.tokenize.files import DEFAULT_TOKENIZER
 
     if spec is not None and spec.startswith("spacy:"):
         raise GraphattnError(

@@ -18,7 +18,7 @@ import lxml.etree as etree
 import numpy as np
 
 from graphattn.errors import IngestError
-from graphattn.graph_forest import forest_depths
+from graphattn.graph.forest import forest_depths
 from graphattn.ingest import _style as style
 
 COMMENT = "#comment"  # stands for a comment or PI the parser kept: not an element, but its tail is text

@@ -20,7 +20,7 @@ import re
 import numpy as np
 
 from graphattn.graph import CONTAINS, DocGraph
-from graphattn.graph_columns import Deferred
+from graphattn.graph.columns import Deferred
 from graphattn.ingest import _style as style
 from graphattn.ingest._tree import COMMENT, Walk
 

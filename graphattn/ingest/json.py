@@ -46,8 +46,9 @@ import numpy as np
 
 from graphattn.errors import IngestError
 from graphattn.graph import CONTAINS, DocGraph
-from graphattn.graph_columns import MISSING
+from graphattn.graph.columns import MISSING
 from graphattn.ingest.nq import nq_graph
+from graphattn.ingest.openkp import openkp_graph
 from graphattn.ingest.records import Record, RecordRef, doc_id_of, iter_records
 
 __all__ = [
@@ -331,17 +332,11 @@ def wikihop_graph(record: Record | Any, *, nlp=None) -> DocGraph:
 
 
 # -- files -----------------------------------------------------------------------------------
-def _openkp_graph(record: Record | Any) -> DocGraph:
-    from graphattn.ingest.openkp import openkp_graph  # its own module (it imports this one)
-
-    return openkp_graph(record)
-
-
 ADAPTERS: dict[str, Callable[..., DocGraph]] = {
     "hotpotqa": hotpotqa_graph,
     "wikihop": wikihop_graph,
     "nq": nq_graph,
-    "openkp": _openkp_graph,
+    "openkp": openkp_graph,
 }
 
 

@@ -48,9 +48,9 @@ import numpy as np
 
 from graphattn.errors import IngestError
 from graphattn.graph import CONTAINS, DocGraph
-from graphattn.graph_columns import MISSING
+from graphattn.graph.columns import MISSING
 from graphattn.ingest.json import Record
-from graphattn.schema_io import parse_bounded, read_bounded_text
+from graphattn.schema.io import parse_bounded, read_bounded_text
 
 _SPEC_KEYS = ("type", "fields", "each", "separator", "id", "attrs", "links", "relation", "optional")
 _TOP_KEYS = ("root",)

@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from graphattn.graph import CONTAINS, DocGraph
-from graphattn.graph_columns import MISSING
+from graphattn.graph.columns import MISSING
 from graphattn.ingest.records import Record, doc_id_of
 
 _LIST_TAGS = ("<ul>", "<ol>", "<dl>")

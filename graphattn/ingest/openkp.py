@@ -33,7 +33,7 @@ import numpy as np
 from graphattn.errors import warn_label
 from graphattn.graph import DocGraph
 from graphattn.ingest import _style as style
-from graphattn.ingest.json import Record
+from graphattn.ingest.records import Record
 
 KEYPHRASE = "keyphrase"
 VDOM_FEATURES = ("x", "width", "y", "height", "is_block", "is_inline", "is_heading", "is_leaf", "font_size", "is_bold")

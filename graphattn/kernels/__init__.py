@@ -27,9 +27,6 @@ from graphattn.kernels.prepared import (
     resolve_backend,
     triton_available,
 )
-
-# prepared.backend_module looks the Triton module up here, so that a test can patch it
-from graphattn.kernels.prepared import _triton_module as _triton_module
 from graphattn.kernels.validate import check_states, check_tables
 
 __all__ = [

@@ -61,10 +61,10 @@ __all__ = [
 def _triton_module() -> ModuleType:
     """The Triton backend, imported on first use so that CPU-only installs never need triton."""
     try:
-        return importlib.import_module("graphattn.kernels.triton_attention")
+        return importlib.import_module("graphattn.kernels.triton.attention")
     except ImportError as err:
         raise RuntimeError(
-            f"backend='triton' needs triton and graphattn.kernels.triton_attention ({err}); use backend='blocked' on "
+            f"backend='triton' needs triton and graphattn.kernels.triton.attention ({err}); use backend='blocked' on "
             "machines without it"
         ) from err
 
@@ -88,7 +88,7 @@ def resolve_backend(backend: str, device: torch.device, dtype: torch.dtype | Non
         return backend
     if device.type != "cuda" or not triton_available():
         return "blocked"
-    from graphattn.kernels.triton_config import launches_without_refusal
+    from graphattn.kernels.triton.config import launches_without_refusal
 
     if launches_without_refusal(dtype):
         return "triton"
@@ -97,9 +97,7 @@ def resolve_backend(backend: str, device: torch.device, dtype: torch.dtype | Non
 
 def backend_module(name: str) -> ModuleType:
     if name == "triton":
-        import graphattn.kernels as package  # looked up there, so that a test can stand in a fake module
-
-        return package._triton_module()
+        return _triton_module()  # looked up at call time, so that a test can stand in a fake module
     return {"dense": dense, "blocked": blocked, "flex": flex}[name]
 
 

@@ -47,7 +47,7 @@ from graphattn.compact import CompactSideInputs
 from graphattn.contract import EtcInstance, TruncationReport
 from graphattn.errors import GraphattnError
 from graphattn.labels import LabelVocab
-from graphattn.schema_targets import target_arrays
+from graphattn.schema.targets import target_arrays
 from graphattn.shards import arrow
 
 FORMAT = "graphattn-shards/3"  # 2: hard-mask flags per query row only; 3: task targets (target:*, dropped_targets)

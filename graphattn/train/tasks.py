@@ -6,7 +6,7 @@
     model.predict(batch)                              # {"supporting": ..., "answer": ...}
 
 The heads read `EtcBatch.targets`, the arrays the compiler lowered from the schema's `targets:`
-section (`graphattn.schema_targets`), so a new task needs a schema file, not a new model. Each
+section (`graphattn.schema.targets`), so a new task needs a schema file, not a new model. Each
 target kind has its head (`graphattn.nn.heads`):
 
     global_labels  GlobalLabelHead       a class per global, cross-entropy over the labelled globals
@@ -36,7 +36,7 @@ from graphattn.contract import TARGET_IGNORE, EtcBatch
 from graphattn.errors import GraphattnError
 from graphattn.nn.encoder import EtcEncoder
 from graphattn.nn.heads import CandidateScoringHead, GlobalLabelHead, KeyphraseHead, SpanExtractionHead
-from graphattn.schema_targets import TargetSpec
+from graphattn.schema.targets import TargetSpec
 
 DEFAULT_MAX_NGRAM = 10  # wordpieces per keyphrase n-gram the spans head scores (OpenKP phrases are short words)
 

@@ -22,7 +22,7 @@ from graphattn.cli import add_verbosity_arguments, verbosity
 from graphattn.contract import EtcInstance
 from graphattn.errors import GraphattnError, IngestError
 from graphattn.ingest.formats import FORMATS as DOCUMENT_FORMATS
-from graphattn.tokenizer_files import DEFAULT_TOKENIZER, TOKENIZER_HELP
+from graphattn.tokenize.files import DEFAULT_TOKENIZER, TOKENIZER_HELP
 
 SHARD_SUFFIXES = (".parquet",)
 

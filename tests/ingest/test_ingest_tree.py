@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from graphattn.errors import IngestError
-from graphattn.graph_forest import forest_depths
+from graphattn.graph.forest import forest_depths
 from graphattn.ingest._tree import _below, _events, walk
 from graphattn.ingest.html import _parse_tree
 

@@ -20,7 +20,7 @@ from test_ingest_mapping import HOTPOT_MAPPING
 
 from graphattn.errors import GraphattnError, GraphError
 from graphattn.graph import CONTAINS, DocGraph
-from graphattn.graph_columns import MISSING
+from graphattn.graph.columns import MISSING
 from graphattn.ingest.json import Record, hotpotqa_graph, nq_graph, wikihop_graph
 from graphattn.ingest.mapping import json_graph
 

@@ -22,7 +22,7 @@ def triton_on_cuda(monkeypatch):
     if not ON_GPU:
         yield
         return
-    import graphattn.kernels.triton_attention as backend
+    import graphattn.kernels.triton.attention as backend
 
     real_init, real_run, real_check = backend.TritonPlan.__init__, backend.run, backend._check_states
 

@@ -10,6 +10,7 @@ import torch
 from kernel_cases import assert_all_close, run, synthetic_case
 
 import graphattn.kernels as kernels
+import graphattn.kernels.prepared as prepared
 from graphattn.contract import SideInputs
 from graphattn.errors import BatchError
 from graphattn.kernels import dense, global_local_attention
@@ -150,13 +151,13 @@ def test_triton_rejects_an_unsupported_head_dim_before_running(case, monkeypatch
         def attention(*args):
             raise AssertionError("the kernel must not run")
 
-    monkeypatch.setattr(kernels, "_triton_module", lambda: FakeTriton)
+    monkeypatch.setattr(prepared, "_triton_module", lambda: FakeTriton)
     with pytest.raises(BatchError, match="head_dim 16 is not supported by the 'triton' backend"):
         call(case, backend="triton")
 
 
 def test_missing_triton_module_gives_a_clear_error(case, monkeypatch) -> None:
-    monkeypatch.setitem(sys.modules, "graphattn.kernels.triton_attention", None)
+    monkeypatch.setitem(sys.modules, "graphattn.kernels.triton.attention", None)
     assert not kernels.triton_available()
     with pytest.raises(RuntimeError, match="backend='triton' needs triton"):
         call(case, backend="triton")

@@ -10,7 +10,7 @@ from kernel_cases import assert_all_close, synthetic_case
 
 from graphattn.contract import SideInputs
 from graphattn.kernels import dense, flex, prepare_attention
-from graphattn.kernels.triton_blocks import BlockSizes
+from graphattn.kernels.triton.blocks import BlockSizes
 
 QUERIES = 4  # of the case's 7 global slots; the other 3 are keys only
 

@@ -13,7 +13,7 @@ import torch
 from kernel_cases import RESULT_NAMES, assert_all_close, run, synthetic_case
 
 from graphattn.kernels import dense, flex, global_local_attention
-from graphattn.kernels.triton_blocks import BlockSizes
+from graphattn.kernels.triton.blocks import BlockSizes
 
 BACKENDS = ["blocked", "triton"] + (["flex"] if flex.available() else [])
 
@@ -64,7 +64,7 @@ def test_every_backend_matches_dense_below_minus_1e30(backend, kind) -> None:
     options = {"block_sizes": BlockSizes(16, 16)} if backend == "triton" else {}
     with torch.no_grad():
         if backend == "triton":
-            from graphattn.kernels.triton_attention import attention
+            from graphattn.kernels.triton.attention import attention
 
             ours = attention(*case.states, case.side, case.key_table, case.bias_table, 0.25, **options)
         elif backend == "flex":
@@ -89,7 +89,7 @@ def test_gradients_match_dense_below_minus_1e30(backend, kind) -> None:
     -3e38 the log-sum-exp cannot hold log(sum), and every p would come out 1."""
     case = edge_case(kind)
     if backend == "triton":
-        from graphattn.kernels.triton_attention import attention
+        from graphattn.kernels.triton.attention import attention
 
         def fn(*args):
             return attention(*args, block_sizes=BlockSizes(16, 16))

@@ -16,8 +16,8 @@ from graphattn.contract import SideInputs
 from graphattn.errors import BatchError
 from graphattn.kernels import dense, prepare_attention
 from graphattn.kernels.synthetic import synthetic_side_inputs
-from graphattn.kernels.triton_attention import attention, g2l_key_blocks
-from graphattn.kernels.triton_blocks import BlockSizes, make_plan
+from graphattn.kernels.triton.attention import attention, g2l_key_blocks
+from graphattn.kernels.triton.blocks import BlockSizes, make_plan
 
 SMALL_TILES = BlockSizes(long=16, global_=16)
 

@@ -6,7 +6,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from graphattn.errors import BatchError
-from graphattn.kernels.triton_blocks import (
+from graphattn.kernels.triton.blocks import (
     BlockSizes,
     check_key_blocks,
     g2l_key_blocks,

@@ -1,7 +1,7 @@
 """The Triton kernels compile for real GPUs, checked on a machine without one.
 
 CI runs the kernels only through the interpreter, which never compiles them. Here Triton's own
-compiler lowers every launched variant (the tiles triton_config picks for the architecture) to a
+compiler lowers every launched variant (the tiles triton/config.py picks for the architecture) to a
 cubin for Hopper (sm_90) and Ampere (sm_80), in a subprocess without TRITON_INTERPRET, and each
 must fit the architecture's shared memory without spilling registers, run its block products on
 tensor cores (wgmma on Hopper), use no atomics, and compute the softmax once per key tile.
@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from graphattn.kernels.triton_config import SHARED_MEMORY_LIMIT
+from graphattn.kernels.triton.config import SHARED_MEMORY_LIMIT
 
 KERNELS = {"forward", "dq", "dk dv"}
 TOOLS = ("ptxas", "cuobjdump")
@@ -45,10 +45,10 @@ pytestmark = [
 
 
 def aot(*args: str, timeout: int = 1800) -> subprocess.CompletedProcess:
-    """`python -m graphattn.kernels.triton_aot ARGS` without the interpreter."""
+    """`python -m graphattn.kernels.triton.aot ARGS` without the interpreter."""
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env.setdefault("TRITON_DEFAULT_FP_FUSION", "1")
-    command = [sys.executable, "-W", "ignore", "-m", "graphattn.kernels.triton_aot", *args]
+    command = [sys.executable, "-W", "ignore", "-m", "graphattn.kernels.triton.aot", *args]
     return subprocess.run(command, capture_output=True, text=True, env=env, timeout=timeout)
 
 

@@ -21,8 +21,12 @@ from kernel_cases import RESULT_NAMES, assert_all_close, graph_batch
 
 from graphattn.compile.batching import collate
 from graphattn.errors import BatchError
-from graphattn.kernels import dense, prepare_attention, triton_backward, triton_config, triton_forward, triton_labels
-from graphattn.kernels.triton_blocks import BlockSizes
+from graphattn.kernels import dense, prepare_attention
+from graphattn.kernels.triton import config as triton_config
+from graphattn.kernels.triton import dkdv, dq, launches, tiles
+from graphattn.kernels.triton import forward as triton_forward
+from graphattn.kernels.triton import labels as triton_labels
+from graphattn.kernels.triton.blocks import BlockSizes
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "compile"))
 from compile_helpers import WordTokenizer  # noqa: E402
@@ -118,7 +122,7 @@ def test_a_compact_batch_never_becomes_dense_side_inputs(backend, monkeypatch) -
 
 def test_the_kernels_use_no_atomics() -> None:
     """Every output is written by the one program that owns it (the label gradients too)."""
-    for module in (triton_forward, triton_backward, triton_labels):
+    for module in (tiles, triton_forward, dq, dkdv, launches, triton_labels):
         assert "tl.atomic" not in inspect.getsource(module), module.__name__
 
 
@@ -174,7 +178,7 @@ def test_more_than_128_labels_are_refused() -> None:
 def test_separate_query_and_key_tiles_and_split_label_gradients(form) -> None:
     """Query tiles of 32 rows against 16-token key tiles, dq and the label gradients written by
     two launches (the head-dim-128 configuration), key-owner tiles of their own."""
-    from graphattn.kernels.triton_blocks import KernelTiles, TileConfig
+    from graphattn.kernels.triton.blocks import KernelTiles, TileConfig
 
     tiles = TileConfig(
         KernelTiles(32, 16, 16, 16), KernelTiles(16, 32, 16, 16, split_label_grads=True), KernelTiles(16, 16, 32, 16)

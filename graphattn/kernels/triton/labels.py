@@ -40,14 +40,22 @@ REGION_L2L = tl.constexpr(3)
 
 
 @triton.jit
-def batch_structure(b, LONG, OWN, GLOB, LINK_OFF, EDGE_OFF, n_long, n_global, n_levels):
-    """The per-row structure tensors' pointers at batch row `b` (LINK and EDGE are flat)."""
+def batch_structure(b, structure, n_long, n_global):
+    """The structure tuple with its per-row tensors' pointers at batch row `b` (LINK and EDGE are flat)."""
+    LONG, OWN, GLOB, LINK_OFF, LINK, EDGE_OFF, EDGE, n_levels, n_links, n_edges, max_distance, cross_label = structure
     return (
         LONG + b * 3 * n_long,
         OWN + b * n_levels * n_long,
         GLOB + b * 4 * n_global,
         LINK_OFF + b * (n_long + 1),
+        LINK,
         EDGE_OFF + b * (n_global + 1),
+        EDGE,
+        n_levels,
+        n_links,
+        n_edges,
+        max_distance,
+        cross_label,
     )
 
 
@@ -143,26 +151,16 @@ def tile_terms(
     other_term,
     right_term,
     left_term,
-    LONG,
-    OWN,
-    GLOB,
-    LINK_OFF,
-    LINK,
-    EDGE_OFF,
-    EDGE,
+    structure,
     n_long,
     n_global,
-    n_levels,
-    n_links,
-    n_edges,
-    max_distance,
-    cross_label,
 ):
     """(label id of each (query qi, key kj) pair, -1 where it may not attend; its label term).
 
     [q_lo, q_hi) and [k_lo, k_hi) are the tiles' token ranges (they select the links and edges
     to look at); `qab` is the query rows' qab tile, the *_term vectors their qab at belongs,
     does_not_belong, the farthest right and left distance ids (broadcast like qi)."""
+    LONG, OWN, GLOB, LINK_OFF, LINK, EDGE_OFF, EDGE, n_levels, n_links, n_edges, max_distance, cross_label = structure
     inside = (qi >= 0) & (qi < n_q) & (kj >= 0) & (kj < n_k)
     if REGION == REGION_L2L:
         column = kj - qi + radius
@@ -257,9 +255,10 @@ def tile_terms(
 
 
 @triton.jit
-def row_terms(QAB, rows, n_rows, n_labels, max_distance):
+def row_terms(QAB, rows, n_rows, n_labels, structure):
     """The query rows' qab at belongs, does_not_belong and the farthest right / left distance ids
     (ids past the vocabulary, which no label of the batch can be, read its last column)."""
+    max_distance = structure[10]
     inside = rows < n_rows
     base = QAB + rows * n_labels
     last = n_labels - 1

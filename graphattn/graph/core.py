@@ -7,15 +7,15 @@ Containment (document > paragraph > sentence) is an ordinary relation, conventio
 
 Storage is columnar, so that a page of 100k elements is a few arrays rather than 100k objects:
 node ids (a list), type codes, span starts and ends (-1: no span), edges as source/target row
-indices with relation codes, and attrs as one column per name (`graph_columns`). Builders add
+indices with relation codes, and attrs as one column per name (`columns.py`). Builders add
 one node at a time (`add_node`, `add_child`), many (`add_nodes`, `add_edges`: what the HTML
 reader uses), or a whole graph at once (`from_columns`: what the JSON readers use), checked as
 `add_node` checks but over arrays; the compiler reads the columns (`type_codes`, `span_array`,
 `edge_arrays`, `attr_column`, `attr_values`). `graph.nodes`, `graph.node(id)`, `graph.edges`
 and iteration give `Node` / `Edge` views of rows: reading them reads the columns, and writing a
 view's span, type or attrs writes the columns, checked like `add_node` (a span past the text
-raises there and then). The views live in `graph_views`, the dict and networkx conversions in
-`graph_interchange`.
+raises there and then). The views live in `views.py`, the dict and networkx conversions in
+`interchange.py`.
 
 The graph checks what it can know alone (ids, dangling edges, spans: pairs of integers inside
 the text); what the schema decides (which types and relations exist, overlapping spans of one
@@ -32,9 +32,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from graphattn.errors import GraphError
-from graphattn.graph_columns import Column, add_columns, check_columns, set_attrs
-from graphattn.graph_interchange import graph_from_dict, graph_from_networkx, graph_to_dict, graph_to_networkx
-from graphattn.graph_views import Edge, EdgesView, EdgeView, Node, NodesView, NodeView
+from graphattn.graph.columns import Column, add_columns, check_columns, set_attrs
+from graphattn.graph.interchange import graph_from_dict, graph_from_networkx, graph_to_dict, graph_to_networkx
+from graphattn.graph.views import Edge, EdgesView, EdgeView, Node, NodesView, NodeView
 
 if TYPE_CHECKING:
     import networkx as nx
@@ -502,7 +502,7 @@ class DocGraph:
             return values.tolist()
         return [v if p else default for v, p in zip(values.tolist(), present.tolist())]
 
-    # -- plain dicts and networkx (graph_interchange) -----------------------------------------
+    # -- plain dicts and networkx (interchange) -----------------------------------------------
     def to_dict(self) -> dict[str, Any]:
         """``{"doc_id", "text", "nodes", "edges"}``, the form `from_dict` reads."""
         return graph_to_dict(self)

@@ -6,7 +6,7 @@ stores `kv_num_blocks` / `kv_indices`. Hard g2l masking leaves most (global quer
 block) tiles empty, and the global-query programs only visit the listed ones.
 
 A plan reads labels one of two ways (`AttentionPlan.structured`): from the compact structure
-(per-token ids, links and edges, see triton_labels.py: O(L + G + E), the lists from
+(per-token ids, links and edges, see labels.py: O(L + G + E), the lists from
 `structure.region_tiles`), or from dense tables with -1 where masked (dense side inputs,
 converted once per batch).
 """
@@ -83,7 +83,7 @@ def interpreter_active() -> bool:
 
 def default_block_sizes() -> BlockSizes:
     """The interpreter's tiles: small, so that tests with a few dozen tokens cross tile edges.
-    On a GPU the tiles come from triton_config (per architecture, head dim and dtype)."""
+    On a GPU the tiles come from config.py (per architecture, head dim and dtype)."""
     return BlockSizes(long=32, global_=16) if interpreter_active() else BlockSizes(long=64, global_=64)
 
 
@@ -133,7 +133,7 @@ def nonempty_key_blocks(allowed: torch.Tensor, block_q: int, block_k: int) -> Ke
 def g2l_key_blocks(g2l_att_mask: torch.Tensor, block_m: int | None = None, block_n: int | None = None) -> KeyBlocks:
     """Non-empty long key blocks per (batch, global query block) of a [B, G, L] g2l mask, for the
     forward kernel's tiles (global query rows x long key columns; default: the interpreter's
-    `default_block_sizes`; on a GPU pass the tiles `triton_config.candidates` gives the forward
+    `default_block_sizes`; on a GPU pass the tiles `config.candidates` gives the forward
     kernel), to hand to `attention(..., g2l_key_blocks=...)` with those tiles as `block_sizes`."""
     sizes = default_block_sizes()
     return nonempty_key_blocks(g2l_att_mask, block_m or sizes.global_, block_n or sizes.long)

@@ -3,20 +3,17 @@
 A view reads the graph's columns when asked and writes them back through the graph's own checks
 (a span past the text raises there and then), so code written against objects keeps working
 while the graph stays columnar. The views reach into the graph's private columns: this module is
-the graph's other half, split off only to keep `graph.py` about storage and building.
+the graph's other half, split off only to keep `core.py` about storage and building.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from graphattn.errors import GraphError
-from graphattn.graph_columns import RowAttrs
-
-if TYPE_CHECKING:
-    from graphattn.graph import DocGraph
+from graphattn.graph.columns import ColumnarGraph, RowAttrs
 
 
 @dataclass
@@ -42,7 +39,7 @@ class Edge:
 class NodeView(Node):
     """Row `row` of a graph, read (and written, with the graph's checks) through its columns."""
 
-    def __init__(self, graph: DocGraph, row: int):  # noqa: D107 - no dataclass fields of its own
+    def __init__(self, graph: ColumnarGraph, row: int):  # noqa: D107 - no dataclass fields of its own
         self._graph, self._row = graph, row
 
     @property
@@ -83,7 +80,7 @@ class NodeView(Node):
 
 
 class EdgeView(Edge):
-    def __init__(self, graph: DocGraph, row: int):  # noqa: D107
+    def __init__(self, graph: ColumnarGraph, row: int):  # noqa: D107
         self._graph, self._row = graph, row
 
     @property
@@ -109,7 +106,7 @@ class EdgeView(Edge):
 class NodesView(Mapping):
     """`graph.nodes`: node id -> Node view, in insertion order."""
 
-    def __init__(self, graph: DocGraph):
+    def __init__(self, graph: ColumnarGraph):
         self._graph = graph
 
     def __getitem__(self, node_id: str) -> Node:
@@ -131,7 +128,7 @@ class NodesView(Mapping):
 class EdgesView(Sequence):
     """`graph.edges`: Edge views in insertion order; `append` adds an edge (checked)."""
 
-    def __init__(self, graph: DocGraph):
+    def __init__(self, graph: ColumnarGraph):
         self._graph = graph
 
     def __getitem__(self, i):  # type: ignore[override]

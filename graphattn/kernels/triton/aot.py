@@ -2,7 +2,7 @@
 
 The interpreter (how CI runs the kernels) never compiles them, so a kernel that only the
 interpreter accepts would first fail on a user's GPU. This lowers every kernel variant the
-backend launches on the asked architecture (the tiles triton_config picks there) through
+backend launches on the asked architecture (the tiles config.py picks there) through
 Triton's own compiler to a cubin and reads back what the hardware would need:
 
     arch dtype d mode kernel tiles  shared  regs stack  mma wgmma atomics exp2 band-loop
@@ -14,7 +14,7 @@ phase: 2 per loop in the forward) and the PTX instructions of the band loop's bo
 last loop: one long-query tile against one key tile of its window). A configuration the wrapper
 refuses is printed as "refused" with the reason.
 
-    python -m graphattn.kernels.triton_aot --arch 80 90 --dtype bfloat16 --head-dim 64 128
+    python -m graphattn.kernels.triton.aot --arch 80 90 --dtype bfloat16 --head-dim 64 128
 
 Must run without TRITON_INTERPRET (which swaps the kernels for interpreted stand-ins).
 """
@@ -30,8 +30,8 @@ from pathlib import Path
 
 import torch
 
-from graphattn.kernels.triton_blocks import interpreter_active
-from graphattn.kernels.triton_config import SHARED_MEMORY_LIMIT, SUPPORTED_HEAD_DIMS, candidates, refusal_reason
+from graphattn.kernels.triton.blocks import interpreter_active
+from graphattn.kernels.triton.config import SHARED_MEMORY_LIMIT, SUPPORTED_HEAD_DIMS, candidates, refusal_reason
 
 _TRITON_TYPE = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16"}
 DTYPES = {
@@ -91,8 +91,7 @@ def _pointer_types(dtype: torch.dtype) -> dict[str, str]:
 
 def _variants(tiles, head_dim: int, dtype: torch.dtype, precision: str, structured: bool, v_pad: int):
     """(name, kernel, constexprs, launch options) of the three launches."""
-    from graphattn.kernels import triton_backward as backward
-    from graphattn.kernels import triton_forward as forward
+    from graphattn.kernels.triton import dkdv, dq, forward
 
     dots = {"UPCAST": False, "PRECISION": "ieee" if precision == "ieee" else "tf32"}
     dq_writes = (
@@ -100,9 +99,9 @@ def _variants(tiles, head_dim: int, dtype: torch.dtype, precision: str, structur
     )
     launches = [("forward", forward._forward_kernel, tiles.forward, {})]
     launches += [
-        (name, backward._dq_kernel, tiles.dq, {"WRITE_DQ": w[0], "WRITE_LABEL_GRADS": w[1]}) for name, w in dq_writes
+        (name, dq._dq_kernel, tiles.dq, {"WRITE_DQ": w[0], "WRITE_LABEL_GRADS": w[1]}) for name, w in dq_writes
     ]
-    launches += [("dk dv", backward._dkdv_kernel, tiles.dkdv, {})]
+    launches += [("dk dv", dkdv._dkdv_kernel, tiles.dkdv, {})]
     for name, kernel, kernel_tiles, extra in launches:
         constants = {key: value for key, value in kernel_tiles.constants().items() if key.startswith("BLOCK")}
         constants |= {"STRUCTURED": structured, "D": head_dim, "V_PAD": v_pad, **dots, **extra}
@@ -248,7 +247,7 @@ def main(argv: list[str] | None = None) -> int:
                     prefix = f"{arch:>4} {dtype_name:>8} {head_dim:>3} {mode:>10}"
                     if not variants:
                         why = refusal_reason(head_dim, precision)
-                        print(f"{prefix}  refused: {why} (graphattn/kernels/triton_config.py)")
+                        print(f"{prefix}  refused: {why} (graphattn/kernels/triton/config.py)")
                         continue
                     for v in variants:
                         flags = []

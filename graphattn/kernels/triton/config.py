@@ -2,7 +2,7 @@
 which combinations are refused before launch.
 
 The tables below were fitted with Triton's own compiler for sm_80 / 86 / 89 / 90 (`python -m
-graphattn.kernels.triton_aot`, which needs no GPU, prints every kernel's shared memory, registers,
+graphattn.kernels.triton.aot`, which needs no GPU, prints every kernel's shared memory, registers,
 spilled stack bytes and tensor-core instructions): each entry's kernels fit the architecture's
 shared memory without register spills. An architecture's entry is an ordered list of candidates;
 at its first launch on a GPU each kernel is compiled (`warmup`) and a candidate whose compiled
@@ -24,7 +24,7 @@ from __future__ import annotations
 import torch
 
 from graphattn.errors import BatchError
-from graphattn.kernels.triton_blocks import KernelTiles, TileConfig
+from graphattn.kernels.triton.blocks import KernelTiles, TileConfig
 
 SUPPORTED_HEAD_DIMS = (16, 32, 64, 128)
 

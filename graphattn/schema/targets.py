@@ -30,10 +30,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from graphattn.schema import NodeType
+from graphattn.schema.node_type import NodeType
 
 TARGET_KINDS = ("global_labels", "choice", "span", "spans")
 METRICS = {

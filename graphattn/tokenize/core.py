@@ -37,7 +37,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-from graphattn.errors import GraphattnError
+from graphattn.errors import TokenizerError
 
 WORDPIECE_SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
 
@@ -64,10 +64,6 @@ _UNCLASSIFIED = 255
 # False, stands for all code points above).
 IS_WHITESPACE = np.array([chr(c).isspace() for c in range(0x3002)], dtype=bool)
 IS_WHITESPACE[-1] = False
-
-
-class TokenizerError(GraphattnError):
-    """A tokenizer that cannot be loaded or used as asked (names the file where there is one)."""
 
 
 class Encoding:
@@ -253,8 +249,8 @@ class HFTokenizer:
 
     @classmethod
     def from_file(cls, path: str | os.PathLike, **special_tokens: str) -> HFTokenizer:
-        """A tokenizer.json, a Hugging Face model directory or ``"default"`` (see `graphattn.tokenizer_files`)."""
-        from graphattn.tokenizer_files import raw_tokenizer
+        """A tokenizer.json, a Hugging Face model directory or ``"default"`` (see `graphattn.tokenize.files`)."""
+        from graphattn.tokenize.files import raw_tokenizer
 
         raw, source = raw_tokenizer(path)
         return cls(raw, source=source, **special_tokens)

@@ -23,10 +23,10 @@ import re
 from pathlib import Path
 from typing import Any
 
-from graphattn.tokenize import TokenizerError
+from graphattn.errors import TokenizerError
 
 DEFAULT_TOKENIZER = "default"
-DEFAULT_TOKENIZER_FILE = Path(__file__).resolve().parent / "assets" / "default-tokenizer.json"
+DEFAULT_TOKENIZER_FILE = Path(__file__).resolve().parents[1] / "assets" / "default-tokenizer.json"
 TOKENIZER_HELP = (
     "tokenizer.json, or a local Hugging Face model directory (tokenizer.json, BERT vocab.txt or RoBERTa "
     "vocab.json + merges.txt); default: 'default', a small English WordPiece shipped for structure-only use "

@@ -7,11 +7,11 @@ window]. Fully masked rows give zeros. Softmax statistics are fp32 for fp32, fp1
 
 The label term enters as a per-query table qab = scale * q a^K^T + b ([B, H, n, V], one small
 einsum per query kind, so autograd carries its gradient to q, a^K and b) that the kernels
-gather by label id. The kernels (triton_forward.py, triton_backward.py) derive labels and masks
-in registers from the batch's compact structure, or read pre-masked dense tables when only dense
-side inputs were given (triton_labels.py); the block tables that let programs skip empty tiles
-come from triton_blocks.py. Tiles per GPU architecture, and what is refused before launch, are
-in triton_config.py.
+gather by label id. The kernels (forward.py, dq.py, dkdv.py, launched from launches.py) derive
+labels and masks in registers from the batch's compact structure, or read pre-masked dense tables
+when only dense side inputs were given (labels.py); the block tables that let programs skip empty
+tiles come from blocks.py. Tiles per GPU architecture, and what is refused before launch, are in
+config.py.
 
 Supported head dims: 16, 32, 64, 128; at most 128 relative labels. Runs on CUDA tensors (compute
 capability 8.0 or newer), or on CPU tensors under TRITON_INTERPRET=1 (how the tests check it).
@@ -26,8 +26,7 @@ from graphattn.compact import CompactBatch
 from graphattn.contract import SideInputs
 from graphattn.errors import BatchError
 from graphattn.kernels.request import PlanRequest
-from graphattn.kernels.triton_backward import backward, dkdv_launch, dq_launches
-from graphattn.kernels.triton_blocks import (
+from graphattn.kernels.triton.blocks import (
     AttentionPlan,
     BlockSizes,
     KeyBlocks,
@@ -39,13 +38,13 @@ from graphattn.kernels.triton_blocks import (
     make_structured_plan,
     nonempty_key_blocks,
 )
-from graphattn.kernels.triton_config import (
+from graphattn.kernels.triton.config import (
     SUPPORTED_HEAD_DIMS,
     SharedMemoryExceeded,
     check_shared_memory,
     tile_candidates,
 )
-from graphattn.kernels.triton_forward import forward, forward_launch
+from graphattn.kernels.triton.launches import backward, dkdv_launch, dq_launches, forward, forward_launch
 
 __all__ = [
     "attention",

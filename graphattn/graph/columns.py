@@ -12,8 +12,9 @@ per node).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, MutableMapping
-from typing import Any
+from array import array
+from collections.abc import Callable, Iterator, MutableMapping, Sequence
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -244,3 +245,41 @@ def add_columns(columns: dict[str, Column], start: int, attrs: dict[str, Any]) -
         if column is None:
             column = columns[key] = Column()
         column.extend(start, values, present)
+
+
+class ColumnarGraph(Protocol):
+    """What the row views (`graphattn.graph.views`) and the conversions (`.interchange`) use of a
+    `DocGraph` (`graphattn.graph.core`): its columns and checks. A protocol here, below all three,
+    so that the graph imports its views and conversions and they never import the graph."""
+
+    doc_id: str | None
+    source: str | None
+    _ids: list[str]
+    _type_names: list[str]
+    _types: array
+    _starts: array
+    _ends: array
+    _node_attrs: dict[str, Column]
+    _src: array
+    _dst: array
+    _rel: array
+    _relation_names: list[str]
+    _edge_attrs: dict[str, Column]
+
+    @property
+    def text(self) -> str: ...
+
+    @property
+    def edges(self) -> Sequence[Any]: ...
+
+    def __iter__(self) -> Iterator[Any]: ...
+
+    def _index(self) -> dict[str, int]: ...
+
+    def _type_code(self, node_id: str | None, type: Any) -> int: ...
+
+    def _set_span(self, row: int, span: Any) -> None: ...
+
+    def add_node(self, node_id: str, type: str, span: tuple[int, int] | None = None, **attrs: Any) -> Any: ...
+
+    def add_edge(self, src: str, relation: str, dst: str, **attrs: Any) -> Any: ...

@@ -29,7 +29,7 @@ import yaml
 
 from graphattn.errors import GraphattnError, SchemaError
 
-SCHEMA_DIR = Path(__file__).resolve().parent / "schemas"
+SCHEMA_DIR = Path(__file__).resolve().parents[1] / "schemas"
 JSON_SCHEMA_PATH = SCHEMA_DIR / "relation-schema.json"
 
 Path_ = tuple  # a key path: ("node_types", "sentence", "global")

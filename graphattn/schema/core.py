@@ -23,8 +23,9 @@ import numpy as np
 
 from graphattn.errors import SchemaError
 from graphattn.labels import LabelVocab, first_schema_label_id
-from graphattn.schema_io import JSON_SCHEMA_PATH, SCHEMA_DIR, Path_, line_of, read_schema_file, validate
-from graphattn.schema_targets import TargetSpec, build_targets
+from graphattn.schema.io import JSON_SCHEMA_PATH, SCHEMA_DIR, Path_, line_of, read_schema_file, validate
+from graphattn.schema.node_type import NodeType
+from graphattn.schema.targets import TargetSpec, build_targets
 
 __all__ = ["JSON_SCHEMA_PATH", "SCHEMA_DIR", "Schema", "NodeType", "Relation", "load_schema", "shipped_schemas"]
 
@@ -36,31 +37,6 @@ DEFAULT_ROLE_TOKENS = {"cls": "[CLS]", "sep": "[SEP]"}
 # ------------------------------------------------------------------------------------------
 # The typed schema
 # ------------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class NodeType:
-    """One declared node type and what it lowers to."""
-
-    name: str
-    global_mode: str = "none"  # none | node | per_token
-    long: bool = False
-    type_id: int | None = None
-    global_type_id: int = 0
-    global_token: str | int | None = None  # None: special_tokens["global"]
-    segment: bool = False
-    sep_after: bool = False
-    ignore_hard_g2l: bool = False
-    ignore_hard_l2g: bool = False
-    where: Mapping[str, tuple] = field(default_factory=dict)  # attr -> allowed values
-
-    @property
-    def is_global(self) -> bool:
-        return self.global_mode != "none"
-
-    def selects(self, attrs: Mapping[str, Any]) -> bool:
-        """Whether a node with these attrs becomes a global (the `where` filter)."""
-        return all(attrs.get(key) in allowed for key, allowed in self.where.items())
-
-
 @dataclass(frozen=True)
 class Relation:
     name: str
@@ -145,7 +121,7 @@ class Schema:
     truncation: Truncation = Truncation()
     features: tuple[Feature, ...] = ()
     description: str = ""
-    targets: Mapping[str, TargetSpec] = field(default_factory=dict)  # task labels (graphattn.schema_targets)
+    targets: Mapping[str, TargetSpec] = field(default_factory=dict)  # task labels (graphattn.schema.targets)
     source: str | None = field(default=None, compare=False)
     lines: Mapping[Path_, int] = field(default_factory=dict, repr=False, compare=False)
 

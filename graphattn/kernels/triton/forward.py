@@ -14,18 +14,17 @@ One launch covers both kinds, global tiles first; the heads of one tile are neig
 programs, so they share the structure and label reads in L2. How a phase walks its key tiles is
 a compile-time switch (`WALK_ALL`, `WALK_LIST`, `WALK_BAND`), where labels come from is another
 (`STRUCTURED`: derived in registers from the compact structure, or read from dense tables, see
-triton_labels.py). The label term is gathered from a per-query table `qab[i, v] = scale *
+labels.py). The label term is gathered from a per-query table `qab[i, v] = scale *
 q_i . a^K_v + b_v` (computed once per label in PyTorch), never built per pair. Query tiles
 (BLOCK_LM long, BLOCK_GM global rows) and key tiles (BLOCK_LN, BLOCK_GN) are sized apart.
 """
 
 from __future__ import annotations
 
-import torch
 import triton
 import triton.language as tl
 
-from graphattn.kernels.triton_labels import (
+from graphattn.kernels.triton.labels import (
     REGION_G2G,
     REGION_G2L,
     REGION_L2G,
@@ -35,69 +34,16 @@ from graphattn.kernels.triton_labels import (
     row_terms,
     tile_terms,
 )
-
-LOG2E = 1.4426950408889634
-
-WALK_ALL = tl.constexpr(0)  # every tile of the other side, in order
-WALK_LIST = tl.constexpr(1)  # the tiles a KeyBlocks table lists for this tile
-WALK_BAND = tl.constexpr(2)  # the long tiles overlapping the local window [i - r, i + r] of the tile
-
-
-@triton.jit
-def _dot(a, b, acc, UPCAST: tl.constexpr, PRECISION: tl.constexpr):
-    """acc + a @ b with fp32 accumulation, accumulating in place (on sm_90 a separate add would
-    serialize the wgmma pipeline). UPCAST feeds fp32 operands to `tl.dot`: the interpreter
-    multiplies bf16 operands wrongly; on a GPU it is never set."""
-    if UPCAST:
-        out = tl.dot(a.to(tl.float32), b.to(tl.float32), acc, input_precision="ieee")
-    else:
-        out = tl.dot(a, b, acc, input_precision=PRECISION)
-    return out
-
-
-@triton.jit
-def _load_rows(ptr, rows, n_rows, D: tl.constexpr):
-    """Rows `rows` of a contiguous [n_rows, D] matrix, zeros outside it."""
-    cols = tl.arange(0, D)
-    inside = (rows[:, None] >= 0) & (rows[:, None] < n_rows)
-    return tl.load(ptr + rows[:, None] * D + cols[None, :], mask=inside, other=0.0)
-
-
-@triton.jit
-def _walk_bounds(
-    WALK: tl.constexpr, own_start, n_other, radius, count_ptr, BLOCK_OWN: tl.constexpr, BLOCK_WALK: tl.constexpr
-):
-    """(first token, number of tiles) of the other side's tiles a program visits."""
-    if WALK == WALK_LIST:
-        first = 0
-        count = tl.load(count_ptr)
-    elif WALK == WALK_BAND:
-        first = tl.maximum(own_start - radius, 0)
-        last = tl.minimum(own_start + BLOCK_OWN + radius, n_other)
-        count = tl.cdiv(last - first, BLOCK_WALK)
-    else:
-        first = 0
-        count = tl.cdiv(n_other, BLOCK_WALK)
-    return first, count
-
-
-@triton.jit
-def _walk_start(WALK: tl.constexpr, step, first, index_ptr, BLOCK_WALK: tl.constexpr):
-    """First token of the `step`-th visited tile."""
-    if WALK == WALK_LIST:
-        start = tl.load(index_ptr + step) * BLOCK_WALK
-    else:
-        start = first + step * BLOCK_WALK
-    return start
-
-
-@triton.jit
-def _program(pid, n_tiles, n_heads):
-    """(batch, tile, batch x head) of a program; the heads of one (batch, tile) are neighbours."""
-    head = pid % n_heads
-    tile = (pid // n_heads) % n_tiles
-    b = pid // (n_heads * n_tiles)
-    return b, tile, (b * n_heads + head).to(tl.int64)
+from graphattn.kernels.triton.tiles import (
+    WALK_ALL,
+    WALK_BAND,
+    WALK_LIST,
+    _dot,
+    _load_rows,
+    _program,
+    _walk_bounds,
+    _walk_start,
+)
 
 
 @triton.jit
@@ -121,22 +67,11 @@ def _attend(
     INDEX,
     TABLE,
     row_stride,
-    LONG,
-    OWN,
-    GLOB,
-    LINK_OFF,
-    LINK,
-    EDGE_OFF,
-    EDGE,
+    structure,
     n_q,
     n_k,
     n_long,
     n_global,
-    n_levels,
-    n_links,
-    n_edges,
-    max_distance,
-    cross_label,
     n_labels,
     radius,
     scale,
@@ -181,20 +116,9 @@ def _attend(
             other_term,
             right_term,
             left_term,
-            LONG,
-            OWN,
-            GLOB,
-            LINK_OFF,
-            LINK,
-            EDGE_OFF,
-            EDGE,
+            structure,
             n_long,
             n_global,
-            n_levels,
-            n_links,
-            n_edges,
-            max_distance,
-            cross_label,
         )
         valid = labels >= 0
         s = tl.where(valid, _dot(q, tl.trans(k), None, UPCAST, PRECISION) * scale + term, float("-inf"))
@@ -227,21 +151,10 @@ def _forward_tile(
     INDEX_G,
     COUNT_L,
     INDEX_L,
-    LONG,
-    OWN,
-    GLOB,
-    LINK_OFF,
-    LINK,
-    EDGE_OFF,
-    EDGE,
+    structure,
     n_q,
     n_g,
     n_l,
-    n_levels,
-    n_links,
-    n_edges,
-    max_distance,
-    cross_label,
     n_labels,
     radius,
     scale,
@@ -270,7 +183,7 @@ def _forward_tile(
     VG += bh * n_g * D
     KL += bh * n_l * D
     VL += bh * n_l * D
-    LONG, OWN, GLOB, LINK_OFF, EDGE_OFF = batch_structure(b, LONG, OWN, GLOB, LINK_OFF, EDGE_OFF, n_l, n_g, n_levels)
+    structure = batch_structure(b, structure, n_l, n_g)
     if REGION_L == REGION_L2L:
         l_stride = 2 * radius + 1  # the band [L, 2r+1]
     else:
@@ -283,7 +196,7 @@ def _forward_tile(
     qi = q_lo + tl.arange(0, BLOCK_M)
     q = _load_rows(Q, qi, n_q, D)
     qab = qab_rows(QAB, qi, n_q, n_labels, V_PAD, False)
-    belongs, other, right, left = row_terms(QAB, qi, n_q, n_labels, max_distance)
+    belongs, other, right, left = row_terms(QAB, qi, n_q, n_labels, structure)
     m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
     acc = tl.zeros([BLOCK_M, D], dtype=tl.float32)
@@ -307,22 +220,11 @@ def _forward_tile(
         INDEX_G + row * tl.cdiv(n_g, BLOCK_GN),
         TABLE_G,
         n_g,
-        LONG,
-        OWN,
-        GLOB,
-        LINK_OFF,
-        LINK,
-        EDGE_OFF,
-        EDGE,
+        structure,
         n_q,
         n_g,
         n_l,
         n_g,
-        n_levels,
-        n_links,
-        n_edges,
-        max_distance,
-        cross_label,
         n_labels,
         radius,
         scale,
@@ -355,22 +257,11 @@ def _forward_tile(
         INDEX_L + row * tl.cdiv(n_l, BLOCK_LN),
         TABLE_L,
         l_stride,
-        LONG,
-        OWN,
-        GLOB,
-        LINK_OFF,
-        LINK,
-        EDGE_OFF,
-        EDGE,
+        structure,
         n_q,
         n_l,
         n_l,
         n_g,
-        n_levels,
-        n_links,
-        n_edges,
-        max_distance,
-        cross_label,
         n_labels,
         radius,
         scale,
@@ -456,6 +347,7 @@ def _forward_kernel(
     tiles and its window), and there are few of them: started first, they overlap with the
     many short long-query programs instead of trailing a second launch on an idle GPU.
     """
+    structure = (LONG, OWN, GLOB, LINK_OFF, LINK, EDGE_OFF, EDGE, n_levels, n_links, n_edges, max_distance, cross_label)
     pid = tl.program_id(0)
     global_tiles = tl.cdiv(n_gq, BLOCK_GM)
     if pid < global_tiles * n_batch * n_heads:
@@ -478,21 +370,10 @@ def _forward_kernel(
             INDEX_GL,
             COUNT_GL,
             INDEX_GL,
-            LONG,
-            OWN,
-            GLOB,
-            LINK_OFF,
-            LINK,
-            EDGE_OFF,
-            EDGE,
+            structure,
             n_gq,
             n_g,
             n_l,
-            n_levels,
-            n_links,
-            n_edges,
-            max_distance,
-            cross_label,
             n_labels,
             radius,
             scale,
@@ -529,21 +410,10 @@ def _forward_kernel(
             INDEX_LG,
             COUNT_LG,
             INDEX_LG,
-            LONG,
-            OWN,
-            GLOB,
-            LINK_OFF,
-            LINK,
-            EDGE_OFF,
-            EDGE,
+            structure,
             n_l,
             n_g,
             n_l,
-            n_levels,
-            n_links,
-            n_edges,
-            max_distance,
-            cross_label,
             n_labels,
             radius,
             scale,
@@ -560,81 +430,3 @@ def _forward_kernel(
             UPCAST,
             PRECISION,
         )
-
-
-def dot_options(dtype: torch.dtype) -> dict:
-    """Compile-time switches for `_dot`: fp32 runs on TF32 tensor cores when the user allowed
-    TF32 (torch.backends.cuda.matmul.allow_tf32), else as IEEE fp32 on the FMA units (the
-    smaller tiles of `triton_config` keep that variant free of spills); bf16 is upcast under the
-    interpreter only."""
-    from graphattn.kernels.triton_blocks import interpreter_active
-
-    allow_tf32 = torch.backends.cuda.matmul.allow_tf32
-    precision = "tf32" if dtype != torch.float32 or allow_tf32 else "ieee"
-    return {"UPCAST": interpreter_active() and dtype == torch.bfloat16, "PRECISION": precision}
-
-
-def program_count(n_global_tiles: int, n_long_tiles: int, batch_heads: int) -> int:
-    """Programs of a launch that covers every global tile and every long tile of every head."""
-    return (n_global_tiles + n_long_tiles) * batch_heads
-
-
-def forward_launch(t: dict, plan, scale: float, batch: int, heads: int, head_dim: int, dtype: torch.dtype):
-    """(kernel, grid, args, constants) of the forward launch. `t` maps q_g, o_g, stats_g, qab_g,
-    q_l, o_l, stats_l, qab_l, k_g, v_g, k_l, v_l to tensors (or, for a compile-only check, to
-    their dtypes)."""
-    tiles = plan.tiles.forward
-    grid = (
-        program_count(
-            triton.cdiv(plan.n_global, tiles.global_rows), triton.cdiv(plan.n_long, tiles.long_rows), batch * heads
-        ),
-    )
-    lists = plan.forward_lists
-    args = (
-        t["q_g"],
-        t["o_g"],
-        t["stats_g"],
-        t["qab_g"],
-        t["q_l"],
-        t["o_l"],
-        t["stats_l"],
-        t["qab_l"],
-        t["k_g"],
-        t["v_g"],
-        t["k_l"],
-        t["v_l"],
-        *plan.tables,
-        lists["g2l"].counts,
-        lists["g2l"].indices,
-        lists["l2g"].counts,
-        lists["l2g"].indices,
-        *plan.structure_tensors,
-        plan.n_global,
-        plan.n_global_keys,
-        plan.n_long,
-        batch,
-        heads,
-        *plan.structure_sizes,
-        plan.n_labels,
-        plan.radius,
-        scale,
-    )
-    return _forward_kernel, grid, args, {**plan.kernel_constants("forward", head_dim, dtype), **dot_options(dtype)}
-
-
-def forward(states: dict[str, torch.Tensor], plan, scale: float) -> dict[str, torch.Tensor]:
-    """Outputs o_g, o_l ([B, H, n, d]) and softmax statistics stats_g, stats_l ([B, H, n, 2]: each
-    row's max score and log2 of its sum of exp(score - max); +inf for rows with no key).
-
-    `states` maps q_g, k_g, v_g, q_l, k_l, v_l (contiguous [B, H, n, d]) and qab_g, qab_l
-    ([B, H, n, V] fp32) to tensors; g = global, l = long; `plan` is the batch's AttentionPlan.
-    """
-    from graphattn.kernels.triton_config import launch
-
-    q_g, q_l = states["q_g"], states["q_l"]
-    batch, heads, _, head_dim = q_l.shape
-    out = {"o_g": torch.empty_like(q_g), "o_l": torch.empty_like(q_l)}
-    for kind, q in (("g", q_g), ("l", q_l)):
-        out[f"stats_{kind}"] = torch.empty((*q.shape[:3], 2), dtype=torch.float32, device=q.device)
-    launch(*forward_launch({**states, **out}, plan, scale, batch, heads, head_dim, q_l.dtype))
-    return out

@@ -7,18 +7,19 @@ and `add_edge` check it, and the error names the place (JSON path, node id).
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from graphattn.errors import GraphError
-from graphattn.graph_views import checked_attrs
+from graphattn.graph.columns import ColumnarGraph
+from graphattn.graph.views import checked_attrs
 
 if TYPE_CHECKING:
     import networkx as nx
 
-    from graphattn.graph import DocGraph
+Graph = TypeVar("Graph", bound=ColumnarGraph)  # DocGraph; the protocol keeps this module below it
 
 
-def graph_to_dict(graph: DocGraph) -> dict[str, Any]:
+def graph_to_dict(graph: ColumnarGraph) -> dict[str, Any]:
     """``{"doc_id", "text", "nodes", "edges"}``, the form `graph_from_dict` reads."""
     nodes = []
     for view in graph:
@@ -39,7 +40,7 @@ def graph_to_dict(graph: DocGraph) -> dict[str, Any]:
     return {"doc_id": graph.doc_id, "text": graph.text, "nodes": nodes, "edges": edges}
 
 
-def graph_from_dict(cls: type[DocGraph], data: dict[str, Any], source: str | None = None) -> DocGraph:
+def graph_from_dict(cls: type[Graph], data: dict[str, Any], source: str | None = None) -> Graph:
     """See `DocGraph.from_dict`."""
     if not isinstance(data, dict):
         raise GraphError(f"a document graph must be an object, got {type(data).__name__}", file=source)
@@ -61,7 +62,7 @@ def graph_from_dict(cls: type[DocGraph], data: dict[str, Any], source: str | Non
     return graph
 
 
-def graph_to_networkx(graph: DocGraph) -> nx.MultiDiGraph:
+def graph_to_networkx(graph: ColumnarGraph) -> nx.MultiDiGraph:
     """See `DocGraph.to_networkx`."""
     import networkx as nx  # only for the conversions: reading and compiling never need it
 
@@ -73,9 +74,7 @@ def graph_to_networkx(graph: DocGraph) -> nx.MultiDiGraph:
     return g
 
 
-def graph_from_networkx(
-    cls: type[DocGraph], g: nx.Graph, text: str | None = None, doc_id: str | None = None
-) -> DocGraph:
+def graph_from_networkx(cls: type[Graph], g: nx.Graph, text: str | None = None, doc_id: str | None = None) -> Graph:
     """See `DocGraph.from_networkx`."""
     graph = cls(text if text is not None else g.graph.get("text", ""), doc_id or g.graph.get("doc_id"))
     for node_id, data in g.nodes(data=True):
