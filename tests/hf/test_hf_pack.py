@@ -69,8 +69,10 @@ def test_pack_tree_spells_ancestors_positions_and_predecessors():
 @pytest.mark.parametrize("rule", [gh.LayerRule(), gh.LayerRule(hi=0), gh.LayerRule(lo=-5, hi=0), gh.LayerRule(-3, 3)])
 def test_tiles_cover_every_allowed_pair_and_full_tiles_are_exact(rule):
     docs = gh.pack_documents(random_docs((13, 2, 30, 7, 1, 19), seed=8), causal=False, pad_to_multiple_of=8)
-    tree = gh.pack_tree([(-1, [1] * 9), (0, [2] * 12), (0, [3] * 5), (1, [4] * 8), (-1, [5] * 6)], causal=False)
-    for structure in (docs["attention_mask"], tree["attention_mask"]):
+    segments = [(-1, [1] * 9), (0, [2] * 12), (0, [3] * 5), (1, [4] * 8), (-1, [5] * 6)]
+    causal = gh.pack_documents(random_docs((5, 17, 11), seed=9))["attention_mask"]
+    trees = [gh.pack_tree(segments, causal=c)["attention_mask"] for c in (False, True)]
+    for structure in (docs["attention_mask"], causal, *trees):
         dense = _dense(structure, rule)
         exact = dense_region_tiles(dense, 4, 4)
         any_, full = structure.tiles(rule, 4)
@@ -132,3 +134,32 @@ def test_what_graphattn_cannot_honour_is_refused_never_ignored():
     labelled = gh.Structure("graph", batch["position_ids"], num_labels=3)
     with pytest.raises(gh.GraphattnMaskError, match="attach_relative_bias"):
         outputs(model, **dict(inputs, attention_mask=labelled))
+
+
+def test_the_model_rule_is_read_from_its_mask_function():
+    from transformers.masking_utils import (
+        causal_mask_function,
+        sliding_window_bidirectional_mask_function,
+        sliding_window_causal_mask_function,
+    )
+
+    from graphattn.hf.attention import _probe_rule
+
+    assert _probe_rule(causal_mask_function, 0) == gh.LayerRule(hi=0)
+    assert _probe_rule(sliding_window_causal_mask_function(4), 4) == gh.LayerRule(lo=-3, hi=0)
+    assert _probe_rule(sliding_window_bidirectional_mask_function(2), 2) == gh.LayerRule(lo=-2, hi=2)
+    with pytest.raises(gh.GraphattnMaskError, match="more than the key - query offset"):
+        _probe_rule(lambda b, h, q, k: (k <= q) & (k > 3), 0)  # an overlay tied to absolute positions
+
+
+def test_an_attention_call_without_our_mask_and_a_model_without_attention_modules_are_refused():
+    from graphattn.hf.attention import make_attention
+
+    structure = gh.pack_documents([[1, 2]])["attention_mask"]
+    q = torch.zeros(1, 2, 2, 4)
+    with pytest.raises(gh.GraphattnMaskError, match="does not build its masks through transformers.masking_utils"):
+        make_attention("auto")(torch.nn.Identity(), q, q, q, structure)
+    with pytest.raises(ValueError, match="backend: expected one of"):
+        make_attention("cuda")
+    with pytest.raises(gh.GraphattnMaskError, match="no module on transformers' attention interface"):
+        gh.attach_relative_bias(torch.nn.Sequential(torch.nn.Linear(2, 2)), 4)
