@@ -12,9 +12,10 @@ attention module. Ours:
 - the attention function refuses what it cannot honour (attention dropout while training, softcap,
   a KV cache, a mask that is not ours, labels without a bias table) and runs one of:
   * "chunked" (the CPU default): per query tile of 128 rows, attention over only the key tiles the
-    structure allows, in plain PyTorch; each tile is recomputed in the backward pass
+    structure allows, in plain PyTorch (SDPA with the tile's boolean mask; with relative labels
+    an einsum + the bias gathered per pair); each tile is recomputed in the backward pass
     (activation checkpointing), so memory stays O(N + tile x allowed keys) at 32K tokens, and
-    gradients are deterministic (index_select / embedding backward on CPU);
+    gradients are deterministic on CPU (tests/hf check bitwise-equal reruns);
   * "flex" (the CUDA default): FlexAttention with a BlockMask built from the structure's tiles
     (never a mask_mod sweep), shared by every layer; relative labels reach it through score_mod.
 """

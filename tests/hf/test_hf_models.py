@@ -131,3 +131,15 @@ def test_a_batch_of_rows_with_different_document_counts_pads_and_matches():
             alone = outputs(model, input_ids=torch.tensor([doc]))[0]
         torch.testing.assert_close(packed[row, start : start + len(doc)], alone, atol=TOL, rtol=0)
     assert batch["labels"][2].tolist()[5:] == [-100] * 6  # padding
+
+
+def test_gradients_are_deterministic_on_the_chunked_path():
+    model = tiny_model("qwen2")
+    model.set_attn_implementation(NAME)
+    batch = gh.pack_documents(random_docs((150, 40, 90), seed=10))
+    runs = []
+    for _ in range(2):
+        model.zero_grad()
+        model(**batch, use_cache=False).loss.backward()
+        runs.append(_grads(model))
+    assert all(torch.equal(runs[0][name], runs[1][name]) for name in runs[0])
