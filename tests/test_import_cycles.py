@@ -65,8 +65,14 @@ def import_graph(root: Path) -> nx.DiGraph:
 
 
 def circles(graph: nx.DiGraph) -> list[str]:
-    """Every import circle, written `a -> b -> a`, shortest first."""
-    found = sorted(nx.simple_cycles(graph), key=lambda cycle: (len(cycle), cycle))
+    """Every import circle, written `a -> b -> a` from its alphabetically first module (networkx
+    may start a circle anywhere, depending on set order), shortest first."""
+
+    def from_first(cycle: list[str]) -> list[str]:
+        start = cycle.index(min(cycle))
+        return cycle[start:] + cycle[:start]
+
+    found = sorted((from_first(cycle) for cycle in nx.simple_cycles(graph)), key=lambda cycle: (len(cycle), cycle))
     return [" -> ".join([*cycle, cycle[0]]) for cycle in found]
 
 

@@ -7,7 +7,9 @@
 Every backend computes, per head, e_ij = (q_i.k_j + q_i.a^K[label_ij]) * scale + b[label_ij]
 (-inf where masked) with one softmax over [g2g ; g2l] per global query and one over
 [l2g ; l2l window] per long query, and returns (global_out [B,H,G,d], long_out [B,H,L,d]).
-`global_local_attention(...)` prepares and runs in one call.
+`global_local_attention(...)` prepares and runs in one call. `attend` also takes keys/values
+per attention kind (l2g_k, g2l_k, ...) and a table pair for the global queries (global_tables),
+for etcmodel's unshared projections (graphattn.nn.EtcConfig).
 
 backends: "dense" (the oracle, [G+L, G+L]), "blocked" (PyTorch, linear memory, the CPU
 default), "triton" (fused kernels, the CUDA default), "flex" (torch FlexAttention).

@@ -54,6 +54,7 @@ from graphattn.kernels.request import PlanRequest, direct_request
 __all__ = ["attention", "plan", "run", "label_tables", "TILE_ELEMENTS"]
 
 NATIVE_COMPACT = True  # chunks derive their masks and labels from a CompactBatch (blocked_sources.py)
+QUERY_SIDES = True  # run(..., queries="global" | "long") computes one query side (the other comes out as zeros)
 
 # Rows with nothing to attend to have a -inf maximum: it is replaced by 0 (so exp(-inf - 0) = 0,
 # never NaN), their zero sum by a tiny floor (so out = 0 / floor = 0 and log-sum ~ -69, which
@@ -87,11 +88,20 @@ def _probs(scores: torch.Tensor, stats: torch.Tensor) -> torch.Tensor:
     return scores.sub_(stats[0].unsqueeze(-1)).sub_(stats[1].unsqueeze(-1)).exp_()
 
 
-def _forward(lay: CallTensors, workers: int):
+def _chunk_tasks(geo, queries: str, long_task, global_task) -> list:
+    """The chunks of the query sides asked for ("both", "global" or "long")."""
+    tasks = [partial(long_task, *c) for c in long_chunks(geo)] if queries != "global" else []
+    return tasks + ([partial(global_task, *c) for c in global_chunks(geo)] if queries != "long" else [])
+
+
+def _forward(lay: CallTensors, workers: int, queries: str = "both"):
     geo = lay.geo
     bh, d = geo.bh, lay.dim
-    long_out, long_stats = lay.lq.new_empty(bh, geo.num_long, d), lay.lq.new_empty(2, bh, geo.padded_long)
-    global_out, global_stats = lay.gq.new_empty(bh, geo.num_global, d), lay.gq.new_empty(2, bh, geo.num_global)
+    new_long, new_global = (
+        x.new_zeros if queries == side else x.new_empty for x, side in ((lay.lq, "global"), (lay.gq, "long"))
+    )
+    long_out, long_stats = new_long(bh, geo.num_long, d), new_long(2, bh, geo.padded_long)
+    global_out, global_stats = new_global(bh, geo.num_global, d), new_global(2, bh, geo.num_global)
 
     def long_task(first: int, last: int, scratch: Scratches) -> None:
         tile = LongChunk(lay, first, last, scratch)
@@ -118,8 +128,7 @@ def _forward(lay: CallTensors, workers: int):
             out.baddbmm_(tile.g2l, lay.lv[:, tile.keys])
         global_out[:, tile.rows] = _finish(out, row_sum, row_max, global_stats, tile.rows)
 
-    tasks = [partial(long_task, *c) for c in long_chunks(geo)] + [partial(global_task, *c) for c in global_chunks(geo)]
-    run_tasks(tasks, lambda: Scratches(lay.lq), workers)
+    run_tasks(_chunk_tasks(geo, queries, long_task, global_task), lambda: Scratches(lay.lq), workers)
     return global_out, global_stats, long_out, long_stats
 
 
@@ -165,7 +174,7 @@ class _KeyGrads:
             d_pad[:, (first + shift) * w : (last + shift) * w].view(bh, nbc, w, d).add_(parts[:, :, shift])
 
 
-def _backward(lay: CallTensors, outputs, grad_global, grad_long, workers: int):
+def _backward(lay: CallTensors, outputs, grad_global, grad_long, workers: int, queries: str = "both"):
     geo = lay.geo
     bh, d, w = geo.bh, lay.dim, geo.block
     global_out, global_stats, long_out, long_stats = outputs
@@ -226,8 +235,7 @@ def _backward(lay: CallTensors, outputs, grad_global, grad_long, workers: int):
             _add_product(d_gq[:, rows], d_scores, k)
             _add_product(d_k, d_scores.transpose(1, 2), tile.q)
 
-    tasks = [partial(long_task, *c) for c in long_chunks(geo)] + [partial(global_task, *c) for c in global_chunks(geo)]
-    accs = run_tasks(tasks, lambda: _KeyGrads(lay), workers)
+    accs = run_tasks(_chunk_tasks(geo, queries, long_task, global_task), lambda: _KeyGrads(lay), workers)
 
     def total(name: str) -> torch.Tensor:
         """One gradient summed over the workers' private accumulators."""
@@ -242,10 +250,10 @@ def _backward(lay: CallTensors, outputs, grad_global, grad_long, workers: int):
 
 class _BlockedAttention(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, gq, gk, gv, lq, lk, lv, t_global, t_long, plan, geo):
-        outputs = _forward(CallTensors(geo, plan, gq, gk, gv, lq, lk, lv, t_global, t_long), plan.workers)
+    def forward(ctx, gq, gk, gv, lq, lk, lv, t_global, t_long, plan, geo, queries):
+        outputs = _forward(CallTensors(geo, plan, gq, gk, gv, lq, lk, lv, t_global, t_long), plan.workers, queries)
         ctx.save_for_backward(gq, gk, gv, lq, lk, lv, t_global, t_long, *outputs)
-        ctx.plan, ctx.geo = plan, geo
+        ctx.plan, ctx.geo, ctx.queries = plan, geo, queries
         shape = lambda n: (geo.batch, geo.heads, n, lq.shape[-1])  # noqa: E731
         return outputs[0].view(shape(geo.num_global)), outputs[2].view(shape(geo.num_long))
 
@@ -253,9 +261,9 @@ class _BlockedAttention(torch.autograd.Function):
     def backward(ctx, grad_global, grad_long):
         gq, gk, gv, lq, lk, lv, t_global, t_long, *outputs = ctx.saved_tensors
         lay = CallTensors(ctx.geo, ctx.plan, gq, gk, gv, lq, lk, lv, t_global, t_long)
-        grads = _backward(lay, outputs, grad_global.contiguous(), grad_long.contiguous(), ctx.plan.workers)
+        grads = _backward(lay, outputs, grad_global.contiguous(), grad_long.contiguous(), ctx.plan.workers, ctx.queries)
         inputs = (gq, gk, gv, lq, lk, lv, t_global, t_long)
-        return (*(g.reshape(x.shape) for g, x in zip(grads, inputs)), None, None)
+        return (*(g.reshape(x.shape) for g, x in zip(grads, inputs)), None, None, None)
 
 
 def label_tables(
@@ -302,18 +310,33 @@ def plan(request: PlanRequest) -> BlockedPlan:
     return make_plan(geo, source, workers)
 
 
-def run(plan: BlockedPlan, states, rel_key_table: torch.Tensor, rel_bias_table: torch.Tensor | None, scale: float):
-    """One layer's attention over a planned batch: (global_out [B,H,G,d], long_out [B,H,L,d])."""
+def run(
+    plan: BlockedPlan,
+    states,
+    rel_key_table: torch.Tensor,
+    rel_bias_table: torch.Tensor | None,
+    scale: float,
+    *,
+    global_tables: tuple[torch.Tensor, torch.Tensor | None] | None = None,
+    queries: str = "both",
+):
+    """One layer's attention over a planned batch: (global_out [B,H,G,d], long_out [B,H,L,d]).
+    `global_tables` = (a^K, b) of the global queries when they have their own; `queries`
+    "global" or "long" computes that side only (the other output is zeros)."""
     _global_q, long_q = states[0], states[3]
     out_dtype = long_q.dtype
     compute = torch.promote_types(long_q.dtype, torch.float32)  # fp32 statistics; fp64 stays fp64
     states = [t.to(compute).contiguous() for t in states]
-    key_table = rel_key_table.to(compute)
-    bias_table = rel_bias_table.to(compute) if rel_bias_table is not None else None
-    t_global = label_tables(states[0], key_table, bias_table, scale)
-    t_long = label_tables(states[3], key_table, bias_table, scale)
+
+    def side_table(side: str, q: torch.Tensor, key_table: torch.Tensor, bias_table: torch.Tensor | None):
+        if queries not in ("both", side):  # this side's rows are not computed: no table either
+            return q.new_zeros(()).expand(*q.shape[:3], key_table.shape[0])
+        return label_tables(q, key_table.to(compute), bias_table.to(compute) if bias_table is not None else None, scale)
+
+    t_global = side_table("global", states[0], *(global_tables or (rel_key_table, rel_bias_table)))
+    t_long = side_table("long", states[3], rel_key_table, rel_bias_table)
     geo = replace(plan.geo, scale=scale)
-    global_out, long_out = _BlockedAttention.apply(*states, t_global, t_long, plan, geo)
+    global_out, long_out = _BlockedAttention.apply(*states, t_global, t_long, plan, geo, queries)
     return global_out.to(out_dtype), long_out.to(out_dtype)
 
 

@@ -5,6 +5,8 @@ backend is tested against it, which is why it is written straight from the defin
 
     e_ij = (q_i . k_j + q_i . a^K[label_ij]) * scale + b[label_ij],   -inf where the mask is 0
 
+(a^K, b: the table pair of query i's side, global or long).
+
 A global query's row is [g2g ; g2l] and a long query's row is [l2g ; l2l window]; one softmax
 over the concatenated row is exactly ETC's two fused softmaxes. q . a^K is computed once per
 label ([.., n, V]) and gathered by label id, never built per pair.
@@ -84,7 +86,17 @@ def attention(
     )
 
 
-def run(labels_and_mask, states, rel_key_table: torch.Tensor, rel_bias_table: torch.Tensor | None, scale: float):
+def run(
+    labels_and_mask,
+    states,
+    rel_key_table: torch.Tensor,
+    rel_bias_table: torch.Tensor | None,
+    scale: float,
+    *,
+    global_tables: tuple[torch.Tensor, torch.Tensor | None] | None = None,
+):
+    """`global_tables` = (a^K, b) of the global queries when they have their own (default: the
+    long queries' pair)."""
     global_q, global_k, global_v, long_q, long_k, long_v = states
     labels, mask = labels_and_mask  # [B, N_q, N_k]
     out_dtype = long_q.dtype
@@ -96,11 +108,21 @@ def run(labels_and_mask, states, rel_key_table: torch.Tensor, rel_bias_table: to
 
     heads = q.shape[1]
     label_index = labels[:, None].expand(-1, heads, -1, -1)  # [B, H, N, N]
-    q_dot_a = torch.einsum("bhnd,vhd->bhnv", q, rel_key_table.to(f32))  # [B, H, N, V]
-    scores = q @ k.transpose(-1, -2) + torch.gather(q_dot_a, -1, label_index)
+    global_key_table, global_bias_table = global_tables or (rel_key_table, rel_bias_table)
+    sides = ((global_q, global_key_table, global_bias_table), (long_q, rel_key_table, rel_bias_table))
+    q_dot_a = torch.cat([torch.einsum("bhnd,vhd->bhnv", x.to(f32), a.to(f32)) for x, a, _ in sides], dim=2)
+    scores = q @ k.transpose(-1, -2) + torch.gather(q_dot_a, -1, label_index)  # q_dot_a: [B, H, N, V]
     scores = scores * scale
-    if rel_bias_table is not None:
-        bias = rel_bias_table.to(f32).t()[None, :, None, :].expand(q.shape[0], -1, q.shape[2], -1)  # [B, H, N, V]
+    if rel_bias_table is not None or global_bias_table is not None:
+        bias = torch.cat(
+            [
+                (b.to(f32).t() if b is not None else q.new_zeros(heads, a.shape[0]))[None, :, None, :].expand(
+                    q.shape[0], -1, x.shape[2], -1
+                )
+                for x, a, b in sides
+            ],
+            dim=2,
+        )  # [B, H, N, V]
         scores = scores + torch.gather(bias, -1, label_index)
     scores = scores.masked_fill(~mask[:, None], float("-inf"))
 

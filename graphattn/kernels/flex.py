@@ -273,13 +273,17 @@ def run(
     scale: float,
     *,
     compiled: bool | None = None,
+    global_tables: tuple[torch.Tensor, torch.Tensor | None] | None = None,
 ):
+    """`global_tables` = (a^K, b) of the global queries when they have their own."""
     from graphattn.kernels.blocked import label_tables
 
     global_q, global_k, global_v, long_q, long_k, long_v = states
     compiled = plan.compiled if compiled is None else compiled
     on_cpu = long_q.device.type == "cpu"
-    params = [*states, rel_key_table] + ([rel_bias_table] if rel_bias_table is not None else [])
+    global_key_table, global_bias_table = global_tables or (rel_key_table, rel_bias_table)
+    tables = (rel_key_table, rel_bias_table, global_key_table, global_bias_table)
+    params = [*states, *(t for t in tables if t is not None)]
     if on_cpu and torch.is_grad_enabled() and any(t.requires_grad for t in params):
         raise RuntimeError("FlexAttention has no backward on CPU; use backend='blocked' (the CPU default) to train")
     out_dtype = long_q.dtype
@@ -288,11 +292,15 @@ def run(
     q = torch.cat([_pad_rows(states[0], plan.padded_global), states[3]], dim=2)
     k, v = (torch.cat([_pad_rows(states[i], plan.padded_global_keys), states[i + 3]], dim=2) for i in (1, 2))
     stat_dtype = torch.promote_types(q.dtype, torch.float32)
-    table = label_tables(
-        q.to(stat_dtype),
-        rel_key_table.to(stat_dtype),
-        None if rel_bias_table is None else rel_bias_table.to(stat_dtype),
-        scale,
+
+    def side_table(rows: torch.Tensor, key_table: torch.Tensor, bias_table: torch.Tensor | None) -> torch.Tensor:
+        bias = None if bias_table is None else bias_table.to(stat_dtype)
+        return label_tables(rows.to(stat_dtype), key_table.to(stat_dtype), bias, scale)
+
+    padded = plan.padded_global
+    table = torch.cat(
+        [side_table(q[:, :, :padded], global_key_table, global_bias_table), side_table(q[:, :, padded:], *tables[:2])],
+        dim=2,
     )
     label_of = plan.label_of
 

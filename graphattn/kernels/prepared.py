@@ -11,6 +11,10 @@ synchronisation) and runs the kernels.
     for layer in layers:
         global_out, long_out = attention.attend(global_q, global_k, global_v, long_q, long_k, long_v, a_k, b)
 
+Keys and values may differ per attention kind (`l2g_k`, `g2l_k`, ... of `attend`) and each query
+side may have its own relative tables (`global_tables`), which is how etcmodel's unshared
+projections run; shared ones are passed once and cost nothing extra.
+
 The structure is given either as the eight dense side inputs (`SideInputs`, torch or numpy) or
 as a batch's compact form (`graphattn.compact.CompactBatch`), which no backend expands to
 [L, G] tensors unless it has to (the dense oracle, and FlexAttention's mask_mod).
@@ -148,18 +152,58 @@ class PreparedAttention:
         rel_key_table: torch.Tensor,
         rel_bias_table: torch.Tensor | None = None,
         scale: float | None = None,
+        *,
+        l2g_k: torch.Tensor | None = None,
+        l2g_v: torch.Tensor | None = None,
+        g2l_k: torch.Tensor | None = None,
+        g2l_v: torch.Tensor | None = None,
+        global_tables: tuple[torch.Tensor, torch.Tensor | None] | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """(global_out [B, H, G, d], long_out [B, H, L, d]). Checks shapes, dtypes and devices
-        against the prepared batch (no tensor values are read) and runs the backend."""
+        against the prepared batch (no tensor values are read) and runs the backend.
+
+        Keys and values per attention kind: `global_k`/`global_v` are the global tokens as global
+        queries see them (g2g), `long_k`/`long_v` the long tokens as long queries see them (l2l);
+        `l2g_k`/`l2g_v` (global tokens seen by long queries) default to g2g's and `g2l_k`/`g2l_v`
+        (long tokens seen by global queries) to l2l's. Tables per query side: (`rel_key_table`,
+        `rel_bias_table`) for long queries, `global_tables` = (a^K, b) for global queries
+        (default: the long queries' pair). Defaults and aliases (the same tensor object) cost
+        nothing; distinct per-kind keys run the backend once per query side (see `_run_sides`)."""
+        l2g_k, l2g_v = global_k if l2g_k is None else l2g_k, global_v if l2g_v is None else l2g_v
+        g2l_k, g2l_v = long_k if g2l_k is None else g2l_k, long_v if g2l_v is None else g2l_v
         states = dict(
             global_q=global_q, global_k=global_k, global_v=global_v, long_q=long_q, long_k=long_k, long_v=long_v
         )
-        self.check(states)
+        per_kind = dict(l2g_k=l2g_k, l2g_v=l2g_v, g2l_k=g2l_k, g2l_v=g2l_v)
+        self.check({**states, **per_kind})
         check_tables(
             rel_key_table, rel_bias_table, self.num_heads, self.head_dim, global_q.device, vocab=self.vocab_size
         )
+        if global_tables is not None:
+            global_key_table, global_bias_table = global_tables
+            if global_key_table is rel_key_table and global_bias_table is rel_bias_table:
+                global_tables = None
+            else:
+                check_tables(
+                    global_key_table,
+                    global_bias_table,
+                    self.num_heads,
+                    self.head_dim,
+                    global_q.device,
+                    vocab=self.vocab_size,
+                    names=("global_rel_key_table", "global_rel_bias_table"),
+                )
         scale = 1.0 / math.sqrt(self.head_dim) if scale is None else float(scale)
-        return _run(self._module, self._plan, tuple(states.values()), rel_key_table, rel_bias_table, scale)
+        tables = (rel_key_table, rel_bias_table, global_tables)
+        if all(per_kind[f"l2g_{x}"] is states[f"global_{x}"] for x in "kv") and all(
+            per_kind[f"g2l_{x}"] is states[f"long_{x}"] for x in "kv"
+        ):
+            return _run(self._module, self._plan, tuple(states.values()), tables, scale, "both")
+        global_side = (global_q, global_k, global_v, long_q, g2l_k, g2l_v)
+        long_side = (global_q, l2g_k, l2g_v, long_q, long_k, long_v)
+        global_out, _ = _run(self._module, self._plan, global_side, tables, scale, "global")
+        _, long_out = _run(self._module, self._plan, long_side, tables, scale, "long")
+        return global_out, long_out
 
     def check(self, states: dict[str, torch.Tensor]) -> None:
         """States against the prepared batch: shapes, one dtype, the prepared device."""
@@ -185,9 +229,19 @@ class PreparedAttention:
 
 
 @torch.compiler.disable  # data-dependent chunking and custom kernels: torch.compile runs around it
-def _run(module: ModuleType, plan: Any, states: tuple, rel_key_table, rel_bias_table, scale: float):
+def _run(module: ModuleType, plan: Any, states: tuple, tables: tuple, scale: float, queries: str):
+    """One backend call. Extra arguments go only to a backend that needs them: per-side tables
+    when the global queries have their own, and `queries` ("global" or "long": the side whose
+    output is kept) when the call is one of a pair. A backend whose `run` has no `queries`
+    computes both sides and the caller drops one."""
+    rel_key_table, rel_bias_table, global_tables = tables
+    options: dict[str, Any] = {}
+    if global_tables is not None:
+        options["global_tables"] = global_tables
+    if queries != "both" and getattr(module, "QUERY_SIDES", False):
+        options["queries"] = queries
     with torch.autocast(device_type=states[0].device.type, enabled=False):  # kernels pick their own precision
-        return module.run(plan, states, rel_key_table, rel_bias_table, scale)
+        return module.run(plan, states, rel_key_table, rel_bias_table, scale, **options)
 
 
 def _structure_shape(structure: SideInputs | CompactBatch, local_radius: int | None) -> AttentionShape:

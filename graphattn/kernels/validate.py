@@ -42,7 +42,8 @@ def check_states(states: dict[str, torch.Tensor]) -> tuple[int, int, int, int, i
     """Check q/k/v of both sequences; returns (B, H, G, G_keys, L, d).
 
     global_k / global_v may have more rows than global_q (G_keys >= G): the extra global slots
-    are keys only."""
+    are keys only. Per-kind keys and values (l2g_*: global tokens, g2l_*: long tokens) may be
+    given too."""
     for name, t in states.items():
         if not isinstance(t, torch.Tensor):
             _fail(name, f"expected a torch.Tensor, got {type(t).__name__}")
@@ -61,7 +62,7 @@ def check_states(states: dict[str, torch.Tensor]) -> tuple[int, int, int, int, i
             "allowed)",
         )
     for name, t in states.items():
-        length = num_long if name.startswith("long") else num_global if name == "global_q" else num_keys
+        length = num_long if name.startswith(("long", "g2l")) else num_global if name == "global_q" else num_keys
         expected = (batch, heads, length, dim)
         if tuple(t.shape) != expected:
             _fail(
@@ -130,39 +131,42 @@ def check_tables(
     dim: int,
     device: torch.device,
     vocab: int | None = None,
+    names: tuple[str, str] = ("rel_key_table", "rel_bias_table"),
 ) -> int:
     """Check a^K [V, H, d] and b [V, H]; returns V (which must equal `vocab` when given: the size
     the label ids were checked against). Tables may be in a wider float dtype than the states
-    (fp32 parameters under autocast); kernels compute their terms in fp32."""
+    (fp32 parameters under autocast); kernels compute their terms in fp32. `names` name the two
+    tables in errors (a global query side's pair has its own)."""
+    key_name, bias_name = names
     if (
         not isinstance(rel_key_table, torch.Tensor)
         or rel_key_table.dim() != 3
         or tuple(rel_key_table.shape[1:]) != (heads, dim)
     ):
         shape = _shape(rel_key_table) if isinstance(rel_key_table, torch.Tensor) else type(rel_key_table).__name__
-        _fail("rel_key_table", f"expected [vocab, heads={heads}, head_dim={dim}], got {shape}")
+        _fail(key_name, f"expected [vocab, heads={heads}, head_dim={dim}], got {shape}")
     if vocab is not None and rel_key_table.shape[0] != vocab:
         _fail(
-            "rel_key_table",
+            key_name,
             f"has {rel_key_table.shape[0]} rows but the attention was prepared for a relative vocabulary of {vocab}",
         )
     vocab = rel_key_table.shape[0]
     if vocab == 0:
-        _fail("rel_key_table", "the relative vocabulary is empty (V = 0)")
+        _fail(key_name, "the relative vocabulary is empty (V = 0)")
     if not rel_key_table.is_floating_point():
-        _fail("rel_key_table", f"expected a floating dtype, got {rel_key_table.dtype}")
+        _fail(key_name, f"expected a floating dtype, got {rel_key_table.dtype}")
     if rel_key_table.device != device:
-        _fail("rel_key_table", f"on {rel_key_table.device} but the states are on {device}")
+        _fail(key_name, f"on {rel_key_table.device} but the states are on {device}")
     if rel_bias_table is not None:
         if not isinstance(rel_bias_table, torch.Tensor) or tuple(rel_bias_table.shape) != (vocab, heads):
             shape = (
                 _shape(rel_bias_table) if isinstance(rel_bias_table, torch.Tensor) else type(rel_bias_table).__name__
             )
-            _fail("rel_bias_table", f"expected [vocab={vocab}, heads={heads}], got {shape}")
+            _fail(bias_name, f"expected [vocab={vocab}, heads={heads}], got {shape}")
         if not rel_bias_table.is_floating_point():
-            _fail("rel_bias_table", f"expected a floating dtype, got {rel_bias_table.dtype}")
+            _fail(bias_name, f"expected a floating dtype, got {rel_bias_table.dtype}")
         if rel_bias_table.device != device:
-            _fail("rel_bias_table", f"on {rel_bias_table.device} but the states are on {device}")
+            _fail(bias_name, f"on {rel_bias_table.device} but the states are on {device}")
     return vocab
 
 

@@ -12,13 +12,32 @@ from graphattn.labels import first_schema_label_id
 
 @dataclass
 class EtcConfig:
-    """ETC-base by default. Differences from etcmodel, on purpose:
+    """ETC-base sizes by default. The sharing switches carry etcmodel's names and meaning:
 
+    * `share_qkv_projections` (default): one Q, K, V for all four attention kinds;
+      `share_kv_projections` (when the former is off): a query projection per side, and each
+      side's queries see every token, long or global, through that side's own K/V; neither: K/V
+      per kind (l2l, l2g, g2g, g2l) and a query projection per side.
+    * `share_att_output_projection`, `share_feed_forward_params`: one output projection / one
+      feed-forward block (with its LayerNorm) for both sides, or one per side.
+    * `embedding_size` (None: hidden_size): token embeddings of that width, projected to
+      hidden_size when they differ (ALBERT-style, as etcmodel).
+
+    graphattn's own layout, which today's checkpoints use, differs from etcmodel's in a few
+    switches etcmodel does not have; `etcmodel_layout()` turns them to etcmodel's:
+
+    * `share_att_output_projection=True` (etcmodel's default is False);
+    * `share_relative_tables`: one relative table pair for both query sides (etcmodel: one
+      pair per side, `long_qkv_attention` and `global_qkv_attention`);
+    * `share_attention_norm`: one post-attention LayerNorm for both sides (etcmodel: always two);
+    * `relative_bias`: the learned bias b [V, H] per label is optional (etcmodel: always there).
+      Ours is added after the 1/sqrt(d) scale, etcmodel's before it: an etcmodel bias table
+      enters as table / sqrt(head_dim) (the loader's job; the scores are equal);
+    * `global_token_projections`: graphattn's earlier meaning of share_qkv_projections=False
+      (global tokens get their own Q/K/V, and every query sees a token through its token kind's
+      K/V). Configurations saved before the etcmodel switches existed are read that way.
     * no dropout on attention probabilities (the fused/blocked kernels never materialize them);
-      `hidden_dropout_prob` applies to embeddings, attention output and FFN output as in BERT;
-    * one output projection shared by global and long (etcmodel's share_att_output_projection
-      = False keeps two), and one feed-forward block for both (its default);
-    * `relative_bias` adds an optional learned bias b [V, H] per label (off in ETC).
+      `hidden_dropout_prob` applies to embeddings, attention output and FFN output as in BERT.
     """
 
     vocab_size: int = 30522
@@ -31,6 +50,13 @@ class EtcConfig:
     relative_pos_max_distance: int = 12
     relative_vocab_size: int = 32
     share_qkv_projections: bool = True
+    share_kv_projections: bool = False
+    share_att_output_projection: bool = True
+    share_feed_forward_params: bool = True
+    share_relative_tables: bool = True
+    share_attention_norm: bool = True
+    global_token_projections: bool = False
+    embedding_size: int | None = None  # None: hidden_size
     relative_bias: bool = False
     max_absolute_position_embeddings: int = 0  # 0: no absolute positions (ETC's default)
     hidden_act: str = "gelu"
@@ -79,10 +105,34 @@ class EtcConfig:
             fail("attention_backend", f"{self.attention_backend!r} is not one of {', '.join(BACKENDS)}")
         if self.hidden_act not in ("gelu", "gelu_tanh", "relu"):
             fail("hidden_act", f"{self.hidden_act!r} is not one of gelu, gelu_tanh, relu")
+        if self.embedding_size is not None and not 1 <= self.embedding_size <= 1 << 16:
+            fail("embedding_size", f"must be None or in [1, 65536], got {self.embedding_size}")
+        if self.global_token_projections and (self.share_qkv_projections or self.share_kv_projections):
+            fail(
+                "global_token_projections",
+                "is a sharing mode of its own: it needs share_qkv_projections=False and share_kv_projections=False",
+            )
 
     @property
     def head_dim(self) -> int:
         return self.hidden_size // self.num_attention_heads
+
+    @property
+    def projection_mode(self) -> str:
+        """Which Q/K/V projections exist: "shared", "per_side" (share_kv_projections),
+        "per_kind" (neither) or "per_token_kind" (global_token_projections)."""
+        if self.share_qkv_projections:
+            return "shared"
+        if self.share_kv_projections:
+            return "per_side"
+        return "per_token_kind" if self.global_token_projections else "per_kind"
+
+    def etcmodel_layout(self) -> EtcConfig:
+        """This configuration with etcmodel's fixed choices: a relative table pair and a
+        post-attention LayerNorm per side, the bias table, GELU in its tanh form."""
+        return replace(
+            self, share_relative_tables=False, share_attention_norm=False, relative_bias=True, hidden_act="gelu_tanh"
+        )
 
     @classmethod
     def etc_large(cls, **overrides: Any) -> EtcConfig:
@@ -107,8 +157,15 @@ class EtcConfig:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> EtcConfig:
+        """A saved configuration (run.json, a checkpoint's config). One saved before the
+        etcmodel switches existed (no `share_kv_projections` key) meant by
+        share_qkv_projections=False what is now `global_token_projections`; it is read so, and
+        the encoder's parameter names are unchanged, so its weights load as they are."""
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(data) - known)
         if unknown:
             raise GraphattnError(f"unknown EtcConfig fields: {', '.join(unknown)}", path=("EtcConfig",))
+        data = dict(data)
+        if "share_kv_projections" not in data and data.get("share_qkv_projections") is False:
+            data["global_token_projections"] = True
         return cls(**data)

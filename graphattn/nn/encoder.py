@@ -19,27 +19,44 @@ _ACTIVATIONS = {"gelu": lambda: nn.GELU(), "gelu_tanh": lambda: nn.GELU(approxim
 class EtcLayer(nn.Module):
     """Post-LN: x = LN(x + attn(x)); x = LN(x + FFN(x)), FFN = Linear -> act -> Linear.
 
-    Global and long states share every weight here (etcmodel's share_feed_forward_params). The
-    attention runs through the pattern it is given (a batch's PreparedAttention, or another
-    pattern of graphattn.patterns), optionally over extra key/value `memory` rows; a pattern
-    with its own attention module passes it in and reuses `residual_block`."""
+    The long side uses `attention_norm`, `intermediate`, `output`, `output_norm`; the global
+    side the same modules, or its own `global_attention_norm` (share_attention_norm off, as in
+    etcmodel) and `global_intermediate`, `global_output`, `global_output_norm`
+    (share_feed_forward_params off). The attention runs through the pattern it is given (a
+    batch's PreparedAttention, or another pattern of graphattn.patterns), optionally over extra
+    key/value `memory` rows; a pattern with its own attention module passes it in and reuses
+    `residual_block`."""
 
     def __init__(self, config: EtcConfig, attention: nn.Module | None = None):
         super().__init__()
+        hidden, eps = config.hidden_size, config.layer_norm_eps
         self.attention = attention if attention is not None else GlobalLocalAttention(config)
-        self.attention_norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
-        self.intermediate = nn.Linear(config.hidden_size, config.intermediate_size)
+        self.attention_norm = nn.LayerNorm(hidden, eps=eps)
+        self.intermediate = nn.Linear(hidden, config.intermediate_size)
         self.activation = _ACTIVATIONS[config.hidden_act]()
-        self.output = nn.Linear(config.intermediate_size, config.hidden_size)
-        self.output_norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+        self.output = nn.Linear(config.intermediate_size, hidden)
+        self.output_norm = nn.LayerNorm(hidden, eps=eps)
+        if not config.share_attention_norm:
+            self.global_attention_norm = nn.LayerNorm(hidden, eps=eps)
+        if not config.share_feed_forward_params:
+            self.global_intermediate = nn.Linear(hidden, config.intermediate_size)
+            self.global_output = nn.Linear(config.intermediate_size, hidden)
+            self.global_output_norm = nn.LayerNorm(hidden, eps=eps)
         self.dropout = nn.Dropout(config.hidden_dropout_prob)
 
-    def _feed_forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.output_norm(x + self.dropout(self.output(self.activation(self.intermediate(x)))))
+    def _side(self, name: str, side: str) -> nn.Module:
+        """The module `name` of the long side, or the global side's own when it has one."""
+        own = getattr(self, f"global_{name}", None) if side == "global" else None
+        return own if own is not None else getattr(self, name)
 
-    def residual_block(self, hidden: torch.Tensor, attended: torch.Tensor) -> torch.Tensor:
-        """Everything after attention: x = LN(x + dropout(attended)); x = LN(x + FFN(x))."""
-        return self._feed_forward(self.attention_norm(hidden + self.dropout(attended)))
+    def _feed_forward(self, x: torch.Tensor, side: str = "long") -> torch.Tensor:
+        up, down, norm = (self._side(name, side) for name in ("intermediate", "output", "output_norm"))
+        return norm(x + self.dropout(down(self.activation(up(x)))))
+
+    def residual_block(self, hidden: torch.Tensor, attended: torch.Tensor, side: str = "long") -> torch.Tensor:
+        """Everything after attention, for the "long" or "global" side: x = LN(x + dropout(attended));
+        x = LN(x + FFN(x))."""
+        return self._feed_forward(self._side("attention_norm", side)(hidden + self.dropout(attended)), side)
 
     def forward(
         self,
@@ -49,17 +66,21 @@ class EtcLayer(nn.Module):
         memory: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         global_att, long_att = self.attention(global_hidden, long_hidden, attention, memory)
-        return self.residual_block(global_hidden, global_att), self.residual_block(long_hidden, long_att)
+        return self.residual_block(global_hidden, global_att, "global"), self.residual_block(long_hidden, long_att)
 
 
 class EtcEmbeddings(nn.Module):
     """Token and type embeddings shared by both sequences (so word pieces can be put in the
     global memory); optional absolute positions, separate tables for global and long as in
-    etcmodel; one LayerNorm per sequence."""
+    etcmodel; one LayerNorm per sequence. With `embedding_size` != hidden_size the token
+    embeddings are that wide and `embedding_projection` brings them to hidden_size before the
+    type and position embeddings are added (etcmodel's order)."""
 
     def __init__(self, config: EtcConfig):
         super().__init__()
-        self.word_embeddings = nn.Embedding(config.vocab_size, config.hidden_size)
+        width = config.embedding_size or config.hidden_size
+        self.word_embeddings = nn.Embedding(config.vocab_size, width)
+        self.embedding_projection = nn.Linear(width, config.hidden_size) if width != config.hidden_size else None
         self.token_type_embeddings = nn.Embedding(config.type_vocab_size, config.hidden_size)
         positions = config.max_absolute_position_embeddings
         self.position_embeddings = nn.Embedding(positions, config.hidden_size) if positions else None
@@ -69,7 +90,10 @@ class EtcEmbeddings(nn.Module):
         self.dropout = nn.Dropout(config.hidden_dropout_prob)
 
     def _embed(self, token_ids, type_ids, positions: nn.Embedding | None, norm: nn.LayerNorm) -> torch.Tensor:
-        x = self.word_embeddings(token_ids) + self.token_type_embeddings(type_ids)
+        x = self.word_embeddings(token_ids)
+        if self.embedding_projection is not None:
+            x = self.embedding_projection(x)
+        x = x + self.token_type_embeddings(type_ids)
         if positions is not None:
             x = x + positions(torch.arange(token_ids.shape[1], device=token_ids.device))[None]
         return self.dropout(norm(x))

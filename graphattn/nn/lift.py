@@ -12,6 +12,10 @@ covering the whole input, an ETC layer is BERT self-attention, so every BERT ten
     encoder.layer.N.intermediate.dense                  -> layer.N.intermediate
     encoder.layer.N.output.dense / LayerNorm            -> layer.N.output / output_norm
 
+Whatever the EtcConfig shares or not, each per-side or per-kind module (global_query,
+l2g_key, g2l_value, global_output, global_attention_norm, global_intermediate, ...) gets a copy
+of its BERT tensor, so every sharing mode starts from the same function.
+
 RoBERTa numbers positions from padding_idx + 1 (position ids 2, 3, ... with padding_idx 1), while
 EtcEmbeddings numbers them from 0: lifting keeps the table from row padding_idx + 1 on, so ETC
 position i is RoBERTa position padding_idx + 1 + i (exact for inputs whose padding comes last).
@@ -57,10 +61,18 @@ _PER_LAYER = {  # ETC name inside layer.N -> HF name inside encoder.layer.N
     "output": "output.dense",
     "output_norm": "output.LayerNorm",
 }
-_GLOBAL_COPIES = {
+_COPIES = {  # ETC modules that exist only when a side or attention kind has its own -> HF name
     "attention.global_query": "attention.self.query",
-    "attention.global_key": "attention.self.key",
-    "attention.global_value": "attention.self.value",
+    **{
+        f"attention.{kind}_{part}": f"attention.self.{part}"
+        for kind in ("global", "l2g", "g2l")
+        for part in ("key", "value")
+    },
+    "attention.global_output": "attention.output.dense",
+    "global_attention_norm": "attention.output.LayerNorm",
+    "global_intermediate": "intermediate.dense",
+    "global_output": "output.dense",
+    "global_output_norm": "output.LayerNorm",
 }
 
 
@@ -431,8 +443,8 @@ def lift_into(
     for n in range(cfg.num_hidden_layers):
         for etc_name, hf_name in _PER_LAYER.items():
             lifter.copy_linear(f"layer.{n}.{etc_name}", f"encoder.layer.{n}.{hf_name}")
-        if not cfg.share_qkv_projections:
-            for etc_name, hf_name in _GLOBAL_COPIES.items():
+        for etc_name, hf_name in _COPIES.items():
+            if f"layer.{n}.{etc_name}.weight" in lifter.params:
                 lifter.copy_linear(f"layer.{n}.{etc_name}", f"encoder.layer.{n}.{hf_name}")
         _init_relative(encoder, n, relative_init, report)
 
@@ -445,19 +457,24 @@ def lift_into(
 def _init_relative(encoder: EtcEncoder, n: int, how: str, report: LiftReport) -> None:
     attention = encoder.layer[n].attention
     with torch.no_grad():
-        if how == "zeros":
-            attention.relative_key_table.zero_()
-        else:
-            attention.relative_key_table.normal_(std=encoder.config.initializer_range)
-        report.created.append(
-            (
-                f"layer.{n}.attention.relative_key_table",
-                "zeros (lifted output unchanged)" if how == "zeros" else "normal",
+        for prefix in ("", "global_"):
+            key_table = getattr(attention, f"{prefix}relative_key_table", None)
+            if key_table is None:
+                continue
+            if how == "zeros":
+                key_table.zero_()
+            else:
+                key_table.normal_(std=encoder.config.initializer_range)
+            report.created.append(
+                (
+                    f"layer.{n}.attention.{prefix}relative_key_table",
+                    "zeros (lifted output unchanged)" if how == "zeros" else "normal",
+                )
             )
-        )
-        if attention.relative_bias_table is not None:
-            attention.relative_bias_table.zero_()
-            report.created.append((f"layer.{n}.attention.relative_bias_table", "zeros"))
+            bias_table = getattr(attention, f"{prefix}relative_bias_table", None)
+            if bias_table is not None:
+                bias_table.zero_()
+                report.created.append((f"layer.{n}.attention.{prefix}relative_bias_table", "zeros"))
 
 
 def _why_dropped(name: str) -> str:

@@ -16,13 +16,16 @@ from graphattn.nn.encoder import _ACTIVATIONS
 
 class MlmHead(nn.Module):
     """hidden -> dense -> activation -> LayerNorm -> vocabulary logits, the output matrix tied to
-    the encoder's word embeddings (as BERT's), plus its own bias."""
+    the encoder's word embeddings (as BERT's), plus its own bias. With an `embedding_size`
+    narrower than hidden_size (ALBERT-style) `dense` maps to the embedding width, which the tied
+    matrix needs."""
 
     def __init__(self, config: EtcConfig, word_embeddings: nn.Embedding):
         super().__init__()
-        self.dense = nn.Linear(config.hidden_size, config.hidden_size)
+        width = word_embeddings.embedding_dim
+        self.dense = nn.Linear(config.hidden_size, width)
         self.activation = _ACTIVATIONS[config.hidden_act]()
-        self.layer_norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+        self.layer_norm = nn.LayerNorm(width, eps=config.layer_norm_eps)
         self.word_embeddings = word_embeddings  # shared, not a copy: the decoder is tied
         self.bias = nn.Parameter(torch.zeros(config.vocab_size))
         nn.init.normal_(self.dense.weight, std=config.initializer_range)

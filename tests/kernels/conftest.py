@@ -32,9 +32,13 @@ def triton_on_cuda(monkeypatch):
             device = torch.device("cuda", torch.cuda.current_device())
         real_init(self, structure, n_labels, device, *args, **kwargs)
 
-    def run(plan, states, rel_key_table, rel_bias_table, scale):
+    def run(plan, states, rel_key_table, rel_bias_table, scale, **options):
         on_cpu = states[0].device.type == "cpu"
-        outputs = real_run(plan, tuple(_cuda(s) for s in states), _cuda(rel_key_table), _cuda(rel_bias_table), scale)
+        if options.get("global_tables") is not None:
+            options["global_tables"] = tuple(_cuda(t) for t in options["global_tables"])
+        outputs = real_run(
+            plan, tuple(_cuda(s) for s in states), _cuda(rel_key_table), _cuda(rel_bias_table), scale, **options
+        )
         return tuple(o.cpu() for o in outputs) if on_cpu else outputs
 
     monkeypatch.setattr(backend.TritonPlan, "__init__", init)

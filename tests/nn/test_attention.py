@@ -63,7 +63,9 @@ def test_no_globals_and_full_radius_is_bert_self_attention(backend) -> None:
 def test_separate_global_projections_equal_shared_ones_when_copied() -> None:
     side, _ = synthetic_side_inputs(2, 15, 4, 3, 2)
     shared = GlobalLocalAttention(tiny_config(local_radius=3))
-    separate = GlobalLocalAttention(tiny_config(local_radius=3, share_qkv_projections=False))
+    separate = GlobalLocalAttention(
+        tiny_config(local_radius=3, share_qkv_projections=False, global_token_projections=True)
+    )
     assert {"global_query.weight", "global_key.bias", "global_value.weight"} <= set(separate.state_dict())
     assert not any(name.startswith("global_") for name in shared.state_dict())
     separate.load_state_dict(shared.state_dict(), strict=False)

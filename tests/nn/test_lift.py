@@ -54,16 +54,31 @@ def long_only_batch(token_ids: torch.Tensor, type_ids: torch.Tensor, lengths: li
     return EtcBatch(token_ids, type_ids, empty, empty, example_ids, empty.int(), side, 7)
 
 
+SHARING_MODES = {  # name -> EtcConfig switches, and how many q/k/v Linear modules a layer has
+    "shared": ({}, 3),
+    "global_token": ({"share_qkv_projections": False, "global_token_projections": True}, 6),
+    "per_side": ({"share_qkv_projections": False, "share_kv_projections": True}, 6),
+    "etcmodel_unshared": (
+        {
+            "share_qkv_projections": False,
+            "share_att_output_projection": False,
+            "share_feed_forward_params": False,
+            "share_relative_tables": False,
+            "share_attention_norm": False,
+            "relative_bias": True,
+        },
+        10,
+    ),
+}
+
+
 @pytest.mark.parametrize("kind", ["bert", "roberta"])
-@pytest.mark.parametrize("share_qkv", [True, False])
-def test_lifted_encoder_reproduces_the_hf_model(tmp_path, kind, share_qkv) -> None:
+@pytest.mark.parametrize("mode", list(SHARING_MODES))
+def test_lifted_encoder_reproduces_the_hf_model(tmp_path, kind, mode) -> None:
+    switches, qkv_modules = SHARING_MODES[mode]
     hf = save_hf(kind, tmp_path)
     encoder, report = lift_pretrained(
-        tmp_path,
-        local_radius=RADIUS,
-        relative_pos_max_distance=2,
-        relative_vocab_size=8,
-        share_qkv_projections=share_qkv,
+        tmp_path, local_radius=RADIUS, relative_pos_max_distance=2, relative_vocab_size=8, **switches
     )
     encoder.eval()
     gen = torch.Generator().manual_seed(1)
@@ -79,15 +94,15 @@ def test_lifted_encoder_reproduces_the_hf_model(tmp_path, kind, share_qkv) -> No
     assert global_hidden.shape == (2, 0, 32)
     real = attention_mask.bool()
     torch.testing.assert_close(long_hidden[real], expected[real], rtol=1e-5, atol=1e-5)
-    copies = 3 * 2 * (1 if share_qkv else 2)  # q/k/v weight+bias, once or twice per layer
-    assert (
-        sum(
-            etc.startswith("layer.0.attention.")
-            and etc.split(".")[3] in {"query", "key", "value", "global_query", "global_key", "global_value"}
-            for etc, _, _ in report.copied
-        )
-        == copies
-    )
+    qkv = {"query", "key", "value", "global_query"} | {
+        f"{k}_{p}" for k in ("global", "l2g", "g2l") for p in ("key", "value")
+    }
+    copied = [etc for etc, _, _ in report.copied if etc.startswith("layer.0.")]
+    assert sum(etc.startswith("layer.0.attention.") and etc.split(".")[3] in qkv for etc in copied) == 2 * qkv_modules
+    # every parameter of the layer is either copied from BERT or a created relative table
+    created = {etc for etc, _ in report.created}
+    for name, _ in encoder.layer[0].named_parameters():
+        assert f"layer.0.{name}" in set(copied) | created, name
 
 
 def test_report_lists_copied_created_and_dropped_and_keeps_the_mlm_head(tmp_path) -> None:

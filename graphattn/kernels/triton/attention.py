@@ -311,12 +311,15 @@ def run(
     rel_key_table: torch.Tensor,
     rel_bias_table: torch.Tensor | None,
     scale: float,
+    *,
+    global_tables: tuple[torch.Tensor, torch.Tensor | None] | None = None,
 ):
-    """One layer's attention through the fused kernels; differentiable in every tensor."""
+    """One layer's attention through the fused kernels; differentiable in every tensor.
+    `global_tables` = (a^K, b) of the global queries when they have their own."""
     global_q, long_q = states[0], states[3]
     if isinstance(plan, TritonPlan):
         plan = plan.for_states(long_q.dtype, long_q.shape[-1])
-    qab_global = _label_scores(global_q, rel_key_table, rel_bias_table, scale)
+    qab_global = _label_scores(global_q, *(global_tables or (rel_key_table, rel_bias_table)), scale)
     qab_long = _label_scores(long_q, rel_key_table, rel_bias_table, scale)
     states = [t.contiguous() for t in states]
     return _GlobalLocalAttention.apply(*states, qab_global, qab_long, plan, float(scale))
