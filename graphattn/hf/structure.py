@@ -229,12 +229,19 @@ class Structure:
         return any_
 
     # -- per-layer plans, built once per batch ------------------------------------------------------
-    def key_tiles(self, rule: LayerRule, tile: int) -> list[torch.Tensor]:
-        """Per query tile, the key indices of the tiles that may hold a pair for any row of the batch."""
-        key = ("keys", rule, tile)
+    def key_tiles(self, rule: LayerRule, tile: int, rows: int | None = None) -> list[torch.Tensor]:
+        """Per block of `rows` query rows (default `tile`; a multiple of it), the key indices of the
+        key tiles of `tile` tokens that may hold a pair for any row of the batch."""
+        rows = rows or tile
+        if rows % tile:
+            raise ValueError(f"rows ({rows}) must be a multiple of tile ({tile})")
+        key = ("keys", rule, tile, rows)
         if key not in self._plans:
             any_, _ = self.tiles(rule, tile)
             union = any_.any(0)  # [tiles, tiles]
+            group = rows // tile
+            pad = -union.shape[0] % group
+            union = torch.nn.functional.pad(union, (0, 0, 0, pad)).view(-1, group, union.shape[1]).any(1)
             n = self.shape[1]
             counts = union.sum(1).tolist()
             tile_ids = union.nonzero()[:, 1]
