@@ -83,7 +83,8 @@ CASES = [
     (
         ["compile", "{d}/notes.txt", "--schema", "etc-sentences", "--out", "{d}/o5", "--tokenizer", "{d}/emptydir"],
         2,
-        "emptydir: no tokenizer here: expected tokenizer.json, vocab.txt (BERT) or vocab.json + merges.txt",
+        "emptydir: no tokenizer here: expected tokenizer.json, vocab.txt (BERT), vocab.json + merges.txt (RoBERTa), "
+        "or an ETC checkpoint's vocab_bert_uncased_english.txt or one SentencePiece *.model; found nothing",
     ),
     (
         [
@@ -147,7 +148,7 @@ CASES = [
     (["inspect", "{d}/binary.parquet"], 2, "binary.parquet: not a readable Parquet file"),
     (["inspect", "{d}/notes.txt"], 2, "notes.txt: not a readable Parquet file"),
     (["inspect", "{d}/o13", "--bins", "0"], 2, "--bins must be >= 1"),
-    (["inspect", "{d}/damaged.parquet"], 2, "damaged.parquet: damaged shard data"),
+    (["inspect", "{d}/damaged.parquet"], 2, "damaged.parquet: damaged shard: row group 0 cannot be read"),
     (["viz", "{d}/binary.parquet"], 2, "binary.parquet: not a readable Parquet file"),
     (["viz", "{d}/damaged.parquet"], 2, "damaged.parquet: damaged shard: row group 0 cannot be read"),
     (["viz", "{d}/broken.json", "--schema", "etc-sentences"], 2, "broken.json:2: not valid JSON"),

@@ -128,3 +128,95 @@ def test_compile_and_viz_default_to_the_same_tokenizer(tmp_path):
     stored = ShardDataset(tmp_path / "shards")[0]
     drawn = load_instance(tmp_path / "doc.txt", schema="etc-sentences").instance  # viz with its default tokenizer
     np.testing.assert_array_equal(drawn.long_token_ids, stored.long_token_ids)
+
+
+def test_etc_checkpoint_directory_gives_its_lowercased_wordpiece_vocabulary(tmp_path):
+    words = ["[PAD]", "[unused0]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the", "river", "##s", "flow", "."]
+    (tmp_path / "vocab_bert_uncased_english.txt").write_text("\n".join(words) + "\n")
+    (tmp_path / "etc_config.json").write_text("{}")
+    tokenizer = load_tokenizer(str(tmp_path))
+    encoding = tokenizer.encode("The Rivers FLOW.")
+    assert encoding.tokens == ["the", "river", "##s", "flow", "."]
+    assert encoding.ids.tolist() == [6, 7, 8, 9, 10]
+    assert encoding.offsets.tolist() == [[0, 3], [4, 9], [9, 10], [11, 15], [15, 16]]
+
+
+@pytest.fixture(scope="module")
+def sentencepiece_models(tmp_path_factory):
+    """Unigram and BPE SentencePiece models trained here (the checkpoints' own are too large to ship)."""
+    spm = pytest.importorskip("sentencepiece")
+    lines = [line for line in (REPO / "examples" / "data" / "corpus.txt").read_text().splitlines() if line.strip()]
+    models = {}
+    for kind in ("unigram", "bpe"):
+        folder = tmp_path_factory.mktemp(f"etc_large_{kind}")
+        spm.SentencePieceTrainer.train(
+            sentence_iterator=iter(lines),
+            model_prefix=str(folder / "vocab_gpt_for_etc"),
+            vocab_size=400,
+            model_type=kind,
+            minloglevel=2,
+        )
+        models[kind] = folder
+    return models, lines
+
+
+@pytest.mark.parametrize("kind", ["unigram", "bpe"])
+def test_sentencepiece_model_encodes_as_sentencepiece_does(sentencepiece_models, kind):
+    import sentencepiece as spm
+
+    models, lines = sentencepiece_models
+    reference = spm.SentencePieceProcessor(model_file=str(models[kind] / "vocab_gpt_for_etc.model"))
+    tokenizer = load_tokenizer(str(models[kind]))  # the checkpoint directory: its one *.model
+    assert tokenizer.vocab_size == reference.get_piece_size()
+    texts = lines[:150] + ["  Two  spaces and\ttabs ", "Caf\u00e9 \uff21\uff22 (full-width)", ""]
+    for text, encoding in zip(texts, tokenizer.encode_batch(texts)):
+        assert encoding.ids.tolist() == reference.encode(text), text
+        for (start, end), piece in zip(encoding.offsets.tolist(), encoding.tokens):
+            assert text[start:end].strip() or piece == "\u2581", (text, piece)  # offsets point into the text
+
+
+def test_split_punctuation_directory_splits_words_first(sentencepiece_models):
+    models, _ = sentencepiece_models
+    split = models["unigram"].parent / "etc_large_split_punctuation"
+    split.mkdir(exist_ok=True)
+    (split / "vocab_gpt_for_etc.model").write_bytes((models["unigram"] / "vocab_gpt_for_etc.model").read_bytes())
+    plain = load_tokenizer(str(models["unigram"])).encode("The end.").tokens
+    words = load_tokenizer(str(split)).encode("The end.").tokens
+    assert "".join(words).endswith("\u2581.") and not "".join(plain).endswith("\u2581.")  # "." is a word of its own
+
+
+def test_compile_takes_an_etc_checkpoint_directory_as_tokenizer(sentencepiece_models, tmp_path):
+    models, _ = sentencepiece_models
+    (tmp_path / "doc.txt").write_text(TEXT)
+    out = tmp_path / "shards"
+    argv = ["compile", str(tmp_path / "doc.txt"), "--schema", "etc-sentences", "--out", str(out), "-q"]
+    proc = subprocess.run(["graphattn", *argv, "--tokenizer", str(models["bpe"])], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    run = json.loads((out / "run.json").read_text())
+    assert run["settings"]["tokenizer_vocab_size"] == 400
+    from graphattn.shards.dataset import ShardDataset
+
+    instance = ShardDataset(out)[0]
+    assert set(instance.global_token_ids.tolist()) == {1}  # every sentence global is id 1, as ETC pre-trained
+
+
+def test_a_damaged_sentencepiece_model_is_one_line(tmp_path):
+    pytest.importorskip("sentencepiece")
+    (tmp_path / "vocab.model").write_bytes(b"\x0a\xff\xff\xff")
+    with pytest.raises(TokenizerError) as exc:
+        load_tokenizer(str(tmp_path / "vocab.model"))
+    assert "vocab.model" in str(exc.value) and "not a SentencePiece model" in str(exc.value)
+    assert "\n" not in str(exc.value)
+
+
+def test_viz_takes_an_etc_checkpoint_directory_as_tokenizer(tmp_path):
+    words = ["[PAD]", "[unused0]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the", "river", "##s", "flow", "."]
+    checkpoint = tmp_path / "etc_base_2x_pretrain"
+    checkpoint.mkdir()
+    (checkpoint / "vocab_bert_uncased_english.txt").write_text("\n".join(words) + "\n")
+    (tmp_path / "doc.txt").write_text("The rivers flow. The river flows.")
+    argv = ["viz", str(tmp_path / "doc.txt"), "--schema", "etc-sentences", "--tokenizer", str(checkpoint)]
+    done = subprocess.run(["graphattn", *argv, "--out", str(tmp_path / "pic.png")], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith(f"wrote {tmp_path / 'pic.png'} (tokens, queries 0:12, keys 0:12)")
+    assert (tmp_path / "pic.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -13,10 +13,13 @@ target arrays of `EtcInstance.targets`. Their rules under truncation and strided
   candidate is IGNORE (nothing to learn). A chosen node whose global truncation cut (not a window
   that does not hold it) is counted in the report's `dropped_targets`.
 * span: the first answer node whose long tokens are all in the instance gives (first, last,
-  type). An answer node without long tokens gives (IGNORE, IGNORE, type), e.g. HotpotQA's yes /
+  type). An answer node without characters gives (IGNORE, IGNORE, type), e.g. HotpotQA's yes /
   no, or (0, 0, null) when its type is the null type. An answer only partly or not at all in
   the instance gives the null target (0, 0, types[0]), counted in `dropped_targets` when
-  truncation (not a window) cut it. A graph without answer nodes gives IGNORE everywhere.
+  truncation (not a window) cut it. A graph without answer nodes gives IGNORE everywhere, and
+  so does an answer whose characters hold no whole long token (a tokenizer that joins them to
+  their neighbours): the message says so (`NO_TOKEN`), and `graphattn compile` makes it a
+  LabelWarning. So a span target never has a type with characters but no span.
 * spans: the answer nodes wholly in the instance, in document order, up to `max_spans` rows;
   rows left over are IGNORE. Nodes truncation cut are counted; nodes past `max_spans` are said.
 
@@ -87,6 +90,9 @@ def choice_labels(
     return out
 
 
+NO_TOKEN = "characters hold no whole long token"  # in the message of a span answer with no span
+
+
 def span_target(
     first: np.ndarray,
     last: np.ndarray,
@@ -94,11 +100,14 @@ def span_target(
     answers: np.ndarray,
     answer_types: np.ndarray,
     has_text: np.ndarray,
+    has_chars: np.ndarray | None = None,
 ) -> tuple[int, int, int]:
     """(start, end, type) from the answer nodes `answers` (node indices in document order) and
     their type ids. The first answer wholly in the instance wins; an answer without long tokens
-    gives (IGNORE, IGNORE, type) or, for the null type 0, (0, 0, 0); otherwise the null target
-    (0, 0, 0). No answer nodes: all IGNORE."""
+    gives, when it has no characters either (`has_chars` [N]; None: no node has), (IGNORE,
+    IGNORE, type) or, for the null type 0, (0, 0, 0), and when it has characters all IGNORE (it
+    cannot be a span, and its type says it is one); otherwise the null target (0, 0, 0). No
+    answer nodes: all IGNORE."""
     answers = np.asarray(answers, np.int64)
     if answers.size == 0:
         return TARGET_IGNORE, TARGET_IGNORE, TARGET_IGNORE
@@ -107,6 +116,8 @@ def span_target(
         node = answers[inside[0]]
         return int(first[node]), int(last[node]), int(answer_types[inside[0]])
     if not np.asarray(has_text, bool)[answers[0]]:
+        if has_chars is not None and np.asarray(has_chars, bool)[answers[0]]:
+            return TARGET_IGNORE, TARGET_IGNORE, TARGET_IGNORE
         kind = int(answer_types[0])
         return (0, 0, 0) if kind == 0 else (TARGET_IGNORE, TARGET_IGNORE, kind)
     return 0, 0, 0
@@ -246,7 +257,15 @@ def _choice(doc: DocNodes, spec: TargetSpec, windowed: bool, out: LoweredTargets
 def _span(doc: DocNodes, spec: TargetSpec, windowed: bool, out: LoweredTargets) -> None:
     answers = _answers(doc, spec)
     types = _answer_types(doc, spec, answers)
-    start, end, kind = span_target(doc.first, doc.last, doc.complete, answers, types, doc.has_text)
+    spans = doc.graph.span_array()
+    has_chars = spans[:, 1] > spans[:, 0]
+    start, end, kind = span_target(doc.first, doc.last, doc.complete, answers, types, doc.has_text, has_chars)
+    if answers.size and has_chars[answers[0]] and not doc.has_text[answers[0]]:
+        a, b = spans[answers[0]].tolist()
+        out.messages.append(
+            f"target {spec.name}: the answer {doc.node_ids[answers[0]]!r} at characters [{a}, {b}): its {NO_TOKEN}; "
+            "no label"
+        )
     cut = answers.size > 0 and not doc.complete[answers].any() and doc.has_text[answers].any()
     if cut and not windowed:
         out.dropped.append(spec.name)
@@ -270,6 +289,7 @@ def _spans(doc: DocNodes, spec: TargetSpec, windowed: bool, out: LoweredTargets)
 
 
 __all__ = [
+    "NO_TOKEN",
     "DocNodes",
     "LoweredTargets",
     "choice_labels",

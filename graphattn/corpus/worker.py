@@ -21,8 +21,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from graphattn.compile.compiler import BATCH_SIZE, compile_many, load_schema_and_tokenizer, pack_groups
-from graphattn.corpus.sources import Document, ReadCache, Segment, iter_segment_graphs
-from graphattn.errors import GraphattnError
+from graphattn.compile.targets import NO_TOKEN
+from graphattn.corpus.sources import Document, ReadCache, Segment, iter_segment_graphs, strict_error
+from graphattn.errors import GraphattnError, LabelWarning
 from graphattn.schema import Schema
 from graphattn.shards.format import (
     Provenance,
@@ -200,12 +201,24 @@ def _compile_batch(state: WorkerState, builder: _ShardBuilder, batch: list[tuple
         if index in failed:
             builder.reject(doc, failed[index], graph)
             continue
+        unmatched = _no_token_labels(instances, graph)
+        if unmatched and state.strict:
+            builder.reject(doc, strict_error(unmatched, getattr(graph, "doc_id", None)), graph)
+            continue
+        doc.warnings += [doc.warning_entry(w, getattr(graph, "doc_id", None)) for w in unmatched]
         try:
             rows = _rows(state, [doc], instances, lambda i: (i, len(instances)))
         except Exception as err:  # noqa: BLE001 - reported per document
             builder.reject(doc, err, graph)
             continue
         builder.add([doc], instances, rows)
+
+
+def _no_token_labels(instances: list, graph: Any) -> list[LabelWarning]:
+    """LabelWarnings for the span answers whose characters hold no whole token (the lowering
+    made them IGNORE and said so, `compile.targets.NO_TOKEN`), once per document, not per window."""
+    found = dict.fromkeys(m for inst in instances for m in inst.truncation.messages if NO_TOKEN in m)
+    return [LabelWarning(m, m.split()[1].rstrip(":"), file=getattr(graph, "source", None)) for m in found]
 
 
 def _pack(state: WorkerState, builder: _ShardBuilder, items) -> None:

@@ -15,8 +15,11 @@ a newline and its sentences joined by spaces; blocks separated by blank lines. N
 (question; attrs answer, question_type, level), ``p<i>`` (paragraph: title through last sentence;
 attrs title, index, supporting), ``p<i>.title`` (title; supporting), ``p<i>.s<j>`` (sentence;
 index = position in the record, supporting), ``answer`` (attr answer_type: ``span`` with the
-span of the answer string's first occurrence, in a supporting sentence if it has one, else in
-any sentence or title, exact case first; ``yes`` / ``no`` without a span). ``contains``:
+span of the answer string's first whole-word occurrence, in a supporting sentence if it has one,
+else in any sentence or title, exact case first; attrs found_in, the node it was taken from, and
+occurrences, how many whole-word occurrences the sentences and titles hold; ``yes`` / ``no``
+without a span; an answer found only inside longer words, as "class" in "Subclasses", is a
+`LabelWarning` and makes no answer node). ``contains``:
 paragraph -> title, paragraph -> sentence. Empty sentences are left out (their index is
 skipped). Labels that match nothing (a supporting fact naming no paragraph or sentence, which the
 dataset has a few of; an answer string in no paragraph) are `LabelWarning`s, and the facts are
@@ -38,6 +41,7 @@ from __future__ import annotations
 import operator
 import os
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from itertools import accumulate
 from pathlib import Path
 from typing import Any
@@ -113,14 +117,17 @@ def hotpotqa_graph(record: Record | Any) -> DocGraph:
     attrs["unmatched_supporting_facts"][0] = sorted(set(facts) - rows.matched_facts)
     n = len(rows.ids)
     if found is not None:  # the row reserved for it
-        answer_type, span = found
+        answer_type, match = found
         rows.ids.append("answer")
         rows.types.append("answer")
-        rows.spans[n] = span if span is not None else (-1, -1)
+        rows.spans[n] = match.span if match is not None else (-1, -1)
         for column in attrs.values():
             column.append(MISSING)
         attrs["answer_type"] = [MISSING] * n + [answer_type]  # only the answer row has these
         attrs["text"] = [MISSING] * n + [answer.strip()]
+        if match is not None:  # which occurrence: the node it was taken from, and how many there are
+            attrs["found_in"] = [MISSING] * n + [match.node]
+            attrs["occurrences"] = [MISSING] * n + [match.occurrences]
         n += 1
     return DocGraph.from_columns(
         rows.text,
@@ -254,30 +261,66 @@ def _warn_unmatched_facts(
             record.warn("supporting_facts", message, "supporting_facts", k, 1)
 
 
-def _hotpotqa_answer(record: Record, rows: _HotpotRows, answer: str) -> tuple[str, tuple[int, int] | None] | None:
-    """(answer_type, span) of the `answer` node: yes / no without a span, else the answer
-    string's first occurrence inside one sentence or title (supporting sentences first, then
-    every sentence, then the titles; exact case first); None, with a LabelWarning, if none."""
+@dataclass
+class _AnswerMatch:
+    """Where the answer string was found: its character span, the node holding it, and how many
+    whole-word occurrences the context's sentences and titles hold (with the same case rule)."""
+
+    span: tuple[int, int]
+    node: str
+    occurrences: int
+
+
+def _whole_word_finds(text: str, haystack: str | None, needle: str, start: int, end: int) -> Iterator[int]:
+    """Offsets in `text` of `needle` inside [start, end) that are whole words: no letter or digit
+    right before or after it where the answer itself begins or ends with one. `haystack` is `text`
+    or its ASCII lower case (same offsets); None: lower-case this piece on its own."""
+    if haystack is None:
+        piece = text[start:end]
+        lowered = piece.lower()
+        if len(lowered) != len(piece):
+            return  # lowering changed the length: its offsets would not be the text's
+        haystack, shift = lowered, start
+        start, end = 0, len(piece)
+    else:
+        shift = 0
+    check_left, check_right = needle[:1].isalnum(), needle[-1:].isalnum()
+    at = haystack.find(needle, start, end)
+    while at >= 0:
+        left, right = at + shift - 1, at + shift + len(needle)
+        if not (check_left and left >= 0 and text[left].isalnum()) and not (
+            check_right and right < len(text) and text[right].isalnum()
+        ):
+            yield at + shift
+        at = haystack.find(needle, at + 1, end)
+
+
+def _hotpotqa_answer(record: Record, rows: _HotpotRows, answer: str) -> tuple[str, _AnswerMatch | None] | None:
+    """(answer_type, match) of the `answer` node: yes / no without a span, else the answer
+    string's first whole-word occurrence inside one sentence or title (supporting sentences
+    first, then every sentence, then the titles; exact case first, then ignoring case); None,
+    with a LabelWarning, when it occurs nowhere or only inside longer words ("class" in
+    "Subclasses": a span there would cut a word, which no token boundary follows)."""
     if answer.lower() in ("yes", "no"):
         return answer.lower(), None
     spans = rows.spans.tolist()
-    searched = [spans[row] for row in (*rows.supporting_rows, *rows.sentence_rows, *rows.title_rows)]
+    order = (*rows.supporting_rows, *rows.sentence_rows, *rows.title_rows)
+    every = (*rows.sentence_rows, *rows.title_rows)
     text = rows.text
     for needle, haystack in ((answer, text), (answer.lower(), text.lower() if text.isascii() else None)):
         if not needle or (haystack is not None and needle not in haystack):
             continue
-        for start, end in searched:
-            if haystack is not None:  # the text itself, or its ASCII lower case: offsets are the text's
-                at = haystack.find(needle, start, end)
-            else:
-                piece = text[start:end]
-                if len(piece.lower()) != len(piece):
-                    continue  # lowering changed the length: its offsets would not be the text's
-                at = piece.lower().find(needle)
-                at = at + start if at >= 0 else at
-            if at >= 0:
-                return "span", (at, at + len(answer))
-    record.warn("answer", f"answer {answer!r} is not in any paragraph of the context", "answer")
+        for row in order:
+            found = next(_whole_word_finds(text, haystack, needle, *spans[row]), None)
+            if found is not None:
+                count = sum(sum(1 for _ in _whole_word_finds(text, haystack, needle, *spans[r])) for r in every)
+                return "span", _AnswerMatch((found, found + len(answer)), rows.ids[row], count)
+    lowered = answer.lower()
+    if lowered and any(lowered in text[a:b].lower() for a, b in map(spans.__getitem__, every)):
+        message = f"answer {answer!r} occurs in the context only inside longer words, never as a whole word"
+    else:
+        message = f"answer {answer!r} is not in any paragraph of the context"
+    record.warn("answer", message, "answer")
     return None
 
 

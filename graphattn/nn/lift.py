@@ -41,6 +41,7 @@ import torch
 from graphattn.errors import GraphattnError
 from graphattn.nn.config import EtcConfig
 from graphattn.nn.encoder import EtcEncoder
+from graphattn.nn.tensorbundle import CheckpointError  # one error type for every checkpoint
 
 BERT_TYPES = ("bert",)
 ROBERTA_TYPES = ("roberta", "xlm-roberta", "camembert")  # same layout, positions offset by padding_idx + 1
@@ -107,16 +108,12 @@ def _collapse_layers(rows: list[str]) -> list[str]:
     """One line per pattern over layers: 'layer.*.output <- encoder.layer.*.output.dense (x12)'."""
     counts: dict[str, int] = {}
     for row in rows:
-        key = re.sub(r"(layer)\.\d+\.", r"\1.*.", row)
+        key = re.sub(r"(_layer_)\d+/", r"\1*/", re.sub(r"(layer)\.\d+\.", r"\1.*.", row))  # ours, TensorFlow's
         counts[key] = counts.get(key, 0) + 1
     return [f"{key} (x{n})" if n > 1 else key for key, n in counts.items()]
 
 
 # -- reading a checkpoint -------------------------------------------------------------------
-
-
-class CheckpointError(GraphattnError):
-    """A checkpoint directory whose files are missing, malformed or not what save_pretrained writes."""
 
 
 REQUIRED_SIZES = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size")

@@ -74,6 +74,24 @@ class CpcHead(nn.Module):
         nn.init.normal_(self.projection.weight, std=config.initializer_range)
         nn.init.zeros_(self.projection.bias)
 
+    def load_lifted(self, tensors: dict[str, torch.Tensor]) -> list[str]:
+        """Copy a CPC projection handed back by `load_etc_checkpoint` (`cls.cpc.projection.*`,
+        torch layout); returns the names copied (none when the checkpoint has no CPC head)."""
+        copied = []
+        for mine, param in self.projection.named_parameters():
+            name = f"cls.cpc.projection.{mine}"
+            if name not in tensors:
+                continue
+            if tuple(tensors[name].shape) != tuple(param.shape):
+                raise GraphattnError(
+                    f"{name} has shape {list(tensors[name].shape)}, the CPC head's {mine} {list(param.shape)}",
+                    path=(name,),
+                )
+            with torch.no_grad():
+                param.copy_(tensors[name])
+            copied.append(name)
+        return copied
+
     def forward(self, global_hidden: torch.Tensor) -> torch.Tensor:
         return self.projection(global_hidden)
 

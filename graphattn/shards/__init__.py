@@ -2,6 +2,8 @@
 
     format.py    columns, dtypes and footer of a shard (`ShardColumns`, `instance_row`, `read_info`)
     arrow.py     Arrow columns built from buffers (no pandas import in workers)
+    verify.py    checks of what is read back: footer, column set, done-marker sha256, one run
+    verify_rows.py  checks of every decoded row group: lengths, index ranges, spans, targets
     dataset.py   `ShardDataset`, `ShardIterableDataset`, `read_instance`, `read_table`, `collate`
     inspect.py   `graphattn inspect`: summaries and one instance, printed
     writer.py    `write_shards`: instances compiled in Python, as shards

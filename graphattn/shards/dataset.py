@@ -35,32 +35,38 @@ from torch.utils.data import Dataset, IterableDataset, get_worker_info
 from graphattn.compile.batching import collate as _collate
 from graphattn.contract import EtcBatch, EtcInstance
 from graphattn.errors import GraphattnError
-from graphattn.shards.format import DecodedRows, Provenance, ShardInfo, Source, read_info, shard_paths
+from graphattn.shards.format import (
+    DecodedRows,
+    Provenance,
+    ShardFormatError,
+    ShardInfo,
+    Source,
+    read_info,
+    read_row_group,
+    shard_paths,
+)
+from graphattn.shards.verify import check_same_run, classes_from_footer
 
 
 class _Shards:
-    """Open shard files (memory-mapped) and a small cache of decoded row groups, per process."""
+    """Open shard files (memory-mapped) and a small cache of decoded row groups, per process.
 
-    def __init__(self, paths: list[str], cache_size: int):
+    Opening checks every footer and that the shards come from one run, and (`verify_sha256`)
+    each file against its done marker; every row group decoded is checked before it is used
+    (`graphattn.shards.verify`). `classes`: per class-valued target array the schema's class
+    count (default: the footer schema's)."""
+
+    def __init__(
+        self, paths: list[str], cache_size: int, classes: dict[str, int] | None = None, verify_sha256: bool = True
+    ):
         self.paths = paths
         self.cache_size = max(1, cache_size)
-        self.infos = [read_info(p) for p in paths]
-        first = self.infos[0] if self.infos else None
+        self.infos = [read_info(p, verify_sha256=verify_sha256) for p in paths]
         for info in self.infos[1:]:
-            differs = [
-                what
-                for what, same in (
-                    ("label vocabulary", info.label_vocab.names == first.label_vocab.names),
-                    ("layout", info.layout == first.layout),
-                )
-                if not same
-            ]
-            if differs:
-                raise GraphattnError(
-                    f"this shard's {' and '.join(differs)} differ from those of {first.path}: the shards come "
-                    "from different runs; load them separately",
-                    file=info.path,
-                )
+            check_same_run(self.infos[0], info)
+        footer_classes = classes_from_footer(self.infos[0]) if self.infos else None
+        self.classes = footer_classes if classes is None else classes
+        self.first_rows = [np.cumsum([0, *info.row_groups]).tolist() for info in self.infos]  # per shard, per group
         self._reset()
 
     def _reset(self) -> None:
@@ -69,7 +75,13 @@ class _Shards:
         self._cache: OrderedDict[tuple[int, int], DecodedRows] = OrderedDict()
 
     def __getstate__(self):  # open files and caches never travel to another process
-        return {"paths": self.paths, "cache_size": self.cache_size, "infos": self.infos}
+        return {
+            "paths": self.paths,
+            "cache_size": self.cache_size,
+            "infos": self.infos,
+            "classes": self.classes,
+            "first_rows": self.first_rows,
+        }
 
     def __setstate__(self, state) -> None:
         self.__dict__.update(state)
@@ -84,9 +96,13 @@ class _Shards:
             self._cache.move_to_end(key)
             return rows
         pf = self._files.get(shard)
+        info = self.infos[shard]
         if pf is None:
-            pf = self._files[shard] = pq.ParquetFile(pa.memory_map(self.paths[shard], "r"))
-        rows = DecodedRows(pf.read_row_group(group), self.infos[shard])
+            try:
+                pf = self._files[shard] = pq.ParquetFile(pa.memory_map(self.paths[shard], "r"))
+            except (OSError, pa.ArrowException) as err:
+                raise ShardFormatError(f"cannot be read again: {' '.join(str(err).split())}", file=info.path) from None
+        rows = DecodedRows(read_row_group(pf, info, group), info, self.classes, self.first_rows[shard][group])
         self._cache[key] = rows
         while len(self._cache) > self.cache_size:
             self._cache.popitem(last=False)
@@ -98,10 +114,23 @@ class _Shards:
 
 
 class ShardDataset(Dataset):
-    """Random access to compiled instances by index (0 .. len-1, shards in path order)."""
+    """Random access to compiled instances by index (0 .. len-1, shards in path order).
 
-    def __init__(self, source: Source, *, compact: bool = False, cache_row_groups: int = 4):
-        self.shards = _Shards(shard_paths(source), cache_row_groups)
+    Every footer, every decoded row group and (`verify_sha256`, the default) each file's done
+    marker are checked (`graphattn.shards.verify`); a shard that fails raises ShardFormatError
+    naming the file, row and column. `classes` bounds the class-valued targets (default: the
+    classes of the schema in the footer)."""
+
+    def __init__(
+        self,
+        source: Source,
+        *,
+        compact: bool = False,
+        cache_row_groups: int = 4,
+        classes: dict[str, int] | None = None,
+        verify_sha256: bool = True,
+    ):
+        self.shards = _Shards(shard_paths(source), cache_row_groups, classes, verify_sha256)
         self.compact = compact
         self._units = self.shards.units()
         sizes = [self.shards.infos[s].row_groups[g] for s, g in self._units]
@@ -152,10 +181,12 @@ class ShardIterableDataset(IterableDataset):
         compact: bool = False,
         rank: int = 0,
         world_size: int = 1,
+        classes: dict[str, int] | None = None,
+        verify_sha256: bool = True,
     ):
         if not 0 <= rank < world_size:
             raise GraphattnError(f"rank {rank} is outside world_size {world_size}")
-        self.shards = _Shards(shard_paths(source), cache_size=1)
+        self.shards = _Shards(shard_paths(source), 1, classes, verify_sha256)
         self.shuffle, self.buffer_size, self.seed, self.compact = shuffle, max(1, buffer_size), seed, compact
         self.rank, self.world_size = rank, world_size
         self.epoch = 0
@@ -215,6 +246,10 @@ def read_instance(source: Source, index: int = 0, *, compact: bool = False) -> E
 
 
 def read_table(source: Source, columns: Sequence[str] | None = None) -> pa.Table:
-    """The shards as one plain Arrow table (optionally only some columns)."""
-    tables = [pq.read_table(path, columns=list(columns) if columns else None) for path in shard_paths(source)]
+    """The shards as one plain Arrow table (optionally only some columns). Footers and column sets
+    are checked (`read_info`), the values are not: the datasets above check every row they decode."""
+    paths = shard_paths(source)
+    for path in paths:
+        read_info(path)
+    tables = [pq.read_table(path, columns=list(columns) if columns else None) for path in paths]
     return pa.concat_tables(tables) if len(tables) > 1 else tables[0]

@@ -49,6 +49,18 @@ from graphattn.errors import GraphattnError
 from graphattn.labels import LabelVocab
 from graphattn.schema.targets import target_arrays
 from graphattn.shards import arrow
+from graphattn.shards.verify import (
+    ShardFormatError,
+    check_columns,
+    check_digest,
+    check_label_vocab,
+    check_layout,
+    check_settings,
+    classes_from_footer,
+    footer_json,
+    footer_text,
+)
+from graphattn.shards.verify_rows import check_rows
 
 FORMAT = "graphattn-shards/3"  # 2: hard-mask flags per query row only; 3: task targets (target:*, dropped_targets)
 ROWS_PER_GROUP = 64  # rows per Parquet row group: the unit of random access and of worker sharding
@@ -89,10 +101,6 @@ _INT_SCALARS = (
     "globals_before",
     "globals_after",
 )
-
-
-class ShardFormatError(GraphattnError):
-    """A shard that is not one graphattn wrote, or that disagrees with its own footer."""
 
 
 @dataclass(frozen=True)
@@ -428,51 +436,74 @@ class ShardInfo:
     row_groups: tuple[int, ...]  # rows per row group
 
 
-def read_info(path: str | os.PathLike, parquet_file: pq.ParquetFile | None = None) -> ShardInfo:
+def read_info(
+    path: str | os.PathLike, parquet_file: pq.ParquetFile | None = None, *, verify_sha256: bool = False
+) -> ShardInfo:
+    """A shard's footer, checked (`graphattn.shards.verify`): keys, types, the column set; with
+    `verify_sha256`, also the file against its done marker."""
     path = str(path)
+    if verify_sha256:
+        check_digest(path)
     try:
         pf = parquet_file or pq.ParquetFile(path)
-    except (OSError, pa.ArrowInvalid) as err:
-        raise ShardFormatError(f"not a readable Parquet file: {err}", file=path) from None
-    meta = pf.schema_arrow.metadata or {}
+        meta = pf.schema_arrow.metadata or {}
+    except (OSError, pa.ArrowException) as err:
+        raise ShardFormatError(f"not a readable Parquet file: {' '.join(str(err).split())}", file=path) from None
     if meta.get(b"graphattn.format") != FORMAT.encode():
         found = meta.get(b"graphattn.format", b"none").decode(errors="replace")
         raise ShardFormatError(f"not a graphattn shard (format {found!r}, expected {FORMAT!r})", file=path)
-    load = lambda key: json.loads(meta[key].decode())  # noqa: E731
     md = pf.metadata
+    settings, shard = footer_json(meta, "settings", path), footer_json(meta, "shard", path)
+    layout_data = check_layout(footer_json(meta, "layout", path), path)
+    vocab = check_label_vocab(footer_json(meta, "label_vocab", path), layout_data, path)
+    layout = ShardColumns.from_dict(layout_data)
+    check_columns(pf.schema_arrow, layout.arrow_schema(), path)
+    check_settings(settings, shard, md.num_rows, path)
     return ShardInfo(
         path=path,
-        settings=load(b"graphattn.settings"),
-        schema_text=meta[b"graphattn.schema"].decode(),
-        label_vocab=LabelVocab.from_dict(load(b"graphattn.label_vocab")),
-        layout=ShardColumns.from_dict(load(b"graphattn.layout")),
-        shard=load(b"graphattn.shard"),
+        settings=settings,
+        schema_text=footer_text(meta, "schema", path),
+        label_vocab=vocab,
+        layout=layout,
+        shard=shard,
         num_rows=md.num_rows,
         row_groups=tuple(md.row_group(i).num_rows for i in range(md.num_row_groups)),
     )
 
 
+def read_row_group(pf: pq.ParquetFile, info: ShardInfo, group: int) -> pa.Table:
+    """Row group `group` of an open shard; pages that do not decode are a ShardFormatError."""
+    try:
+        return pf.read_row_group(group)
+    except (OSError, pa.ArrowException) as err:  # a footer that reads, pages that do not
+        raise ShardFormatError(
+            f"damaged shard: row group {group} cannot be read ({' '.join(str(err).split())}); compile it again",
+            file=info.path,
+        ) from None
+
+
 class DecodedRows:
     """Rows of a table (e.g. one row group) decoded column-wise once, then cut into instances."""
 
-    def __init__(self, table: pa.Table, info: ShardInfo):
+    def __init__(self, table: pa.Table, info: ShardInfo, classes: dict[str, int] | None = None, first_row: int = 0):
+        """Decode `table` (rows from `first_row` of the shard), checked first (`check_rows`;
+        `classes`: the schema's class count per class-valued target array)."""
+        rows = check_rows(table, info, classes, first_row)  # the checks' own view of the buffers, reused
         self.info = info
         self.num_rows = table.num_rows
         self._flat: dict[str, tuple[np.ndarray, Any]] = {}
         self._scalars: dict[str, list] = {}
-        for name in table.column_names:
-            column = table.column(name).combine_chunks() if table.num_rows else None
-            if column is None:
-                continue
-            if pa.types.is_list(column.type):
-                offsets = column.offsets.to_numpy()
-                values = column.values
-                if pa.types.is_string(values.type) or name in ("source_lines", "source_records"):
-                    self._flat[name] = (offsets, values.to_pylist())
-                else:
-                    self._flat[name] = (offsets, values.to_numpy(zero_copy_only=False))
+        for name in table.column_names if rows is not None else ():
+            if name in ("source_lines", "source_records"):  # nulls stay None
+                offsets, _ = rows.list_column(name)
+                column = rows.array(name)
+                start = column.offsets[0].as_py()
+                self._flat[name] = (offsets, column.values.slice(start, int(offsets[-1])).to_pylist())
+            elif pa.types.is_list(table.schema.field(name).type):
+                offsets, values = rows.list_column(name)
+                self._flat[name] = (offsets, values.to_pylist() if isinstance(values, pa.Array) else values)
             else:
-                self._scalars[name] = column.to_pylist()
+                self._scalars[name] = rows.scalar(name).tolist()
 
     def column(self, name: str, i: int):
         offsets, values = self._flat[name]
@@ -556,8 +587,12 @@ class DecodedRows:
         return out
 
 
-def read_row(path: str | os.PathLike, index: int, *, compact: bool = True) -> tuple[EtcInstance, Provenance]:
-    """Instance `index` of one shard file and where it came from, decoding only its row group.
+def read_row(
+    path: str | os.PathLike, index: int, *, compact: bool = True, verify_sha256: bool = True
+) -> tuple[EtcInstance, Provenance]:
+    """Instance `index` of one shard file and where it came from, decoding only its row group
+    (checked, as every row group a reader decodes; `verify_sha256`: the file against its done
+    marker, when it has one).
 
     Needs no torch (the datasets do): `graphattn viz` reads a shard this way, in its compact
     form unless asked otherwise.
@@ -565,9 +600,9 @@ def read_row(path: str | os.PathLike, index: int, *, compact: bool = True) -> tu
     path = str(path)
     try:
         pf = pq.ParquetFile(pa.memory_map(path, "r"))
-    except (OSError, pa.ArrowInvalid) as err:
-        raise ShardFormatError(f"not a readable Parquet file: {err}", file=path) from None
-    info = read_info(path, pf)
+    except (OSError, pa.ArrowException) as err:
+        raise ShardFormatError(f"not a readable Parquet file: {' '.join(str(err).split())}", file=path) from None
+    info = read_info(path, pf, verify_sha256=verify_sha256)
     if not 0 <= index < info.num_rows:
         raise ShardFormatError(
             f"instance {index} is out of range: the shard holds {info.num_rows} (counting from 0)", file=path
@@ -576,12 +611,6 @@ def read_row(path: str | os.PathLike, index: int, *, compact: bool = True) -> tu
     while index >= first + info.row_groups[group]:
         first += info.row_groups[group]
         group += 1
-    try:
-        table = pf.read_row_group(group)
-    except (OSError, pa.ArrowException) as err:  # a footer that reads, pages that do not
-        raise ShardFormatError(
-            f"damaged shard: row group {group} cannot be read ({' '.join(str(err).split())}); compile it again",
-            file=path,
-        ) from None
-    rows = DecodedRows(table, info)
+    classes = classes_from_footer(info)
+    rows = DecodedRows(read_row_group(pf, info, group), info, classes, first)
     return rows.instance(index - first, compact), rows.provenance(index - first)

@@ -23,6 +23,17 @@ from graphattn.cli import add_verbosity_arguments
 KINDS = ("l2l", "g2g", "l2g", "g2l")
 
 
+def add_verify_argument(parser: argparse.ArgumentParser) -> None:
+    """--no-verify-sha256, the same for every command that reads shards."""
+    parser.add_argument(
+        "--no-verify-sha256",
+        dest="verify_sha256",
+        action="store_false",
+        help="do not compare each shard with the size and sha256 its done marker records (storage you trust; "
+        "hashing reads every byte, about 0.5 GB/s); footers and rows are checked either way",
+    )
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("source", metavar="SHARD_OR_DIR", help="a shard (.parquet) or a compile output directory")
     parser.add_argument(
@@ -36,6 +47,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="count relative labels over the first N instances (default 200; 0: skip)",
     )
     parser.add_argument("--bins", type=int, default=8, help="bars per length histogram (default 8)")
+    add_verify_argument(parser)
     parser.add_argument(
         "--tokens", type=int, default=24, metavar="N", help="long and global tokens shown of the instance (default 24)"
     )
@@ -54,6 +66,7 @@ def run(args: argparse.Namespace) -> int:
             label_instances=args.label_instances,
             bins=args.bins,
             tokens=args.tokens,
+            verify_sha256=args.verify_sha256,
         )
     except (OSError, pa.ArrowException) as err:  # footers that read, pages that do not
         why = " ".join(str(err).split())
@@ -63,20 +76,27 @@ def run(args: argparse.Namespace) -> int:
 
 
 def inspect_lines(
-    source: str, *, instance: int = 0, label_instances: int = 200, bins: int = 8, tokens: int = 24
+    source: str,
+    *,
+    instance: int = 0,
+    label_instances: int = 200,
+    bins: int = 8,
+    tokens: int = 24,
+    verify_sha256: bool = True,
 ) -> list[str]:
-    """The report as lines of text (what `graphattn inspect` prints)."""
+    """The report as lines of text (what `graphattn inspect` prints). Every row is checked first
+    (`graphattn.shards.verify`), the counts come from the checked row groups."""
     from graphattn.errors import GraphattnError
-    from graphattn.shards.dataset import ShardDataset, read_table, shard_paths
+    from graphattn.shards.dataset import ShardDataset, shard_paths
 
     if bins < 1 or tokens < 0 or label_instances < 0:
         raise GraphattnError("--bins must be >= 1, --tokens and --label-instances >= 0")
     paths = shard_paths(source)
-    dataset = ShardDataset(paths, compact=True, cache_row_groups=2)
+    dataset = ShardDataset(paths, compact=True, cache_row_groups=2, verify_sha256=verify_sha256)
     info = dataset.info
     target_columns = [f"target:{name}" for name, _, _ in info.layout.targets]
-    table = read_table(
-        paths,
+    table = _checked_table(
+        dataset,
         [
             "doc_numbers",
             "long_length",
@@ -113,6 +133,25 @@ def inspect_lines(
             raise GraphattnError(f"--instance {instance} is out of range: {len(dataset)} instances", file=str(source))
         out += describe_instance(dataset, instance, tokens)
     return out
+
+
+def _checked_table(dataset, columns: list[str]):
+    """`columns` of every row of the dataset's shards, each row group checked as it is read."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from graphattn.shards.format import read_row_group
+    from graphattn.shards.verify_rows import check_rows
+
+    shards = dataset.shards
+    parts = []
+    for index, (path, info) in enumerate(zip(shards.paths, shards.infos)):
+        pf = pq.ParquetFile(pa.memory_map(path, "r"))
+        for group in range(len(info.row_groups)):
+            table = read_row_group(pf, info, group)
+            check_rows(table, info, shards.classes, shards.first_rows[index][group])
+            parts.append(table.select(columns))
+    return pa.concat_tables(parts) if parts else pa.table({c: [] for c in columns})
 
 
 def _document_counts(source: str, paths: list[str]) -> list[str]:

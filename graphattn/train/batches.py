@@ -88,6 +88,8 @@ def shard_loader(
     pad_to_global: int | None = None,
     rank: int | None = None,
     world_size: int | None = None,
+    classes: dict[str, int] | None = None,
+    verify_sha256: bool = True,
 ) -> DataLoader:
     """A DataLoader of EtcBatches streamed from compiled shards (`graphattn compile` output: a
     directory, files, globs), task targets included in `batch.targets`.
@@ -95,23 +97,53 @@ def shard_loader(
     Row groups are split across ranks and workers and shuffled per epoch (the Trainer calls
     set_epoch); ranks whose share runs out first end the epoch for everyone (see Trainer).
     `compact=True` keeps instances in the compact form until collate (what the shuffle buffer
-    should hold: dense side inputs are O(L * G) per instance)."""
+    should hold: dense side inputs are O(L * G) per instance). Every row group is checked as it
+    is decoded (`classes`: the schema's class count per class-valued target array), and each
+    shard against its done marker unless `verify_sha256` is False (`graphattn.shards.verify`)."""
     from graphattn.shards.dataset import ShardIterableDataset  # the shard reader pulls in pyarrow; import on use
 
     rank = get_rank() if rank is None else rank
     world_size = get_world_size() if world_size is None else world_size
     dataset = ShardIterableDataset(
-        source, shuffle=shuffle, buffer_size=buffer_size, seed=seed, compact=compact, rank=rank, world_size=world_size
+        source,
+        shuffle=shuffle,
+        buffer_size=buffer_size,
+        seed=seed,
+        compact=compact,
+        rank=rank,
+        world_size=world_size,
+        classes=classes,
+        verify_sha256=verify_sha256,
     )
 
     collate_batch = functools.partial(collate, pad_to_long=pad_to_long, pad_to_global=pad_to_global)
-    return DataLoader(
+    return _ShardLoader(
         dataset,
         batch_size=batch_size,
         num_workers=num_workers,
         collate_fn=collate_batch,
         worker_init_fn=_ignore_interrupts if num_workers else None,
     )
+
+
+class _ShardLoader(DataLoader):
+    """A DataLoader whose worker processes' GraphattnErrors (a shard that fails its checks) come
+    back as the one line they said, not wrapped in the worker's traceback."""
+
+    def __iter__(self) -> Iterator[Any]:
+        iterator = super().__iter__()
+        while True:
+            try:
+                batch = next(iterator)
+            except StopIteration:
+                return
+            except GraphattnError as err:
+                lines = [line for line in str(err).splitlines() if line.strip()]
+                if len(lines) < 2 or not lines[0].startswith("Caught "):
+                    raise
+                message = lines[-1].split(": ", 1)[-1] if lines[-1].startswith("graphattn.") else lines[-1]
+                raise type(err)(message) from None
+            yield batch
 
 
 def _ignore_interrupts(worker_id: int) -> None:

@@ -24,6 +24,7 @@ from pathlib import Path
 
 from graphattn.cli import add_verbosity_arguments, verbosity
 from graphattn.errors import GraphattnError
+from graphattn.shards.inspect import add_verify_argument
 
 THROTTLE_ENV = "GRAPHATTN_TRAIN_THROTTLE"  # seconds to sleep after each step (tests interrupt runs with it)
 
@@ -52,7 +53,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "targets instead of the footer's",
     )
     parser.add_argument("--tokenizer", help="raw-record --data: tokenizer.json to compile with")
-    parser.add_argument("--init-from", help="local HF BERT/RoBERTa checkpoint directory to lift the encoder from")
+    parser.add_argument(
+        "--init-from",
+        help="start the encoder from a local checkpoint: an ETC checkpoint directory (etc_config.json + "
+        "model.ckpt.*, e.g. etc_base_2x_pretrain) or a HF BERT/RoBERTa directory to lift",
+    )
     parser.add_argument("--hidden-size", type=int, default=256, help="random encoder (no --init-from): hidden size")
     parser.add_argument("--layers", type=int, default=4, help="random encoder: layers")
     parser.add_argument("--heads", type=int, default=4, help="random encoder: attention heads")
@@ -70,6 +75,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--workers", type=int, default=0, help="DataLoader worker processes reading shards (default 0)")
     parser.add_argument("--buffer-size", type=int, default=1024, help="instances in the shuffle buffer (default 1024)")
     parser.add_argument("--seed", type=int, default=0)
+    add_verify_argument(parser)
     add_verbosity_arguments(parser, "--no-progress")  # -q/--quiet; --no-progress is its older name
 
 
@@ -188,6 +194,7 @@ def run(args: argparse.Namespace) -> int:
             print_fn=print if is_main_process() else None,
             callbacks=callbacks,
             log_every=1 if callbacks else 10,
+            verify_sha256=args.verify_sha256,
         )
     except TrainingInterrupted as stop:
         if is_main_process():
@@ -213,5 +220,8 @@ def run(args: argparse.Namespace) -> int:
         if args.eval_data:
             from graphattn.train.evaluate import evaluate_model, report_lines
 
-            print("\n".join(report_lines(evaluate_model(args.out, args.eval_data, batch_size=args.batch_size))))
+            report = evaluate_model(
+                args.out, args.eval_data, batch_size=args.batch_size, verify_sha256=args.verify_sha256
+            )
+            print("\n".join(report_lines(report)))
     return 0

@@ -36,6 +36,7 @@ import numpy as np
 
 from graphattn.contract import TARGET_IGNORE, EtcInstance
 from graphattn.errors import GraphattnError
+from graphattn.shards.inspect import add_verify_argument
 from graphattn.train import metrics as m
 
 
@@ -52,10 +53,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--batch-size", type=int, default=8)
     parser.add_argument("--device", default="cpu", help="cpu, cuda, cuda:1, ...")
     parser.add_argument("--json", metavar="FILE", help="also write the metrics to FILE as JSON")
+    add_verify_argument(parser)
 
 
 def run(args: argparse.Namespace) -> int:
-    report = evaluate_model(args.model, args.data, batch_size=args.batch_size, device=args.device)
+    report = evaluate_model(
+        args.model, args.data, batch_size=args.batch_size, device=args.device, verify_sha256=args.verify_sha256
+    )
     print("\n".join(report_lines(report)))
     if args.json:
         with open(args.json, "w", encoding="utf-8") as handle:
@@ -263,9 +267,10 @@ def _score(spec, documents: list[list]) -> dict[str, Any]:
 
 
 def evaluate_model(
-    model_path: str, data: str | Sequence[str], *, batch_size: int = 8, device: str = "cpu"
+    model_path: str, data: str | Sequence[str], *, batch_size: int = 8, device: str = "cpu", verify_sha256: bool = True
 ) -> EvaluationReport:
-    """Score a trained model on compiled shards (see the module docstring)."""
+    """Score a trained model on compiled shards (see the module docstring); every row read is
+    checked, and each shard against its done marker unless `verify_sha256` is False."""
     import torch
 
     from graphattn.compile.batching import collate
@@ -275,7 +280,7 @@ def evaluate_model(
     if batch_size < 1:
         raise GraphattnError(f"--batch-size must be at least 1, got {batch_size}")
     model, run = load_task_model(model_path, device)
-    shards = open_shards(data)
+    shards = open_shards(data, verify_sha256=verify_sha256)
     for name, head in model.targets.items():
         found = shards.schema.targets.get(name)
         if (
@@ -289,7 +294,7 @@ def evaluate_model(
                 f"({head.spec.kind}); evaluate on shards compiled with the schema the model was trained on",
                 file=shards.paths[0],
             )
-    dataset = ShardDataset(shards.paths, compact=True)
+    dataset = ShardDataset(shards.paths, compact=True, classes=shards.classes, verify_sha256=verify_sha256)
     documents: dict[str, dict[int, _Document]] = {name: {} for name in model.targets}
     numbers = set()
     with torch.no_grad():

@@ -37,17 +37,18 @@ class ShardSet:
     vocab_size: int
     tokenizer: str | None
     instances: int
+    classes: dict[str, int] | None = None  # per class-valued target array, the schema's class count
+    verify_sha256: bool = True  # each shard against its done marker (checked once per process)
 
 
 def schema_from_text(text: str, where: str):
-    """The Schema a shard footer (or run.json) carries."""
-    import yaml
-
+    """The Schema a shard footer (or run.json) carries, parsed within the schema loader's bounds."""
     from graphattn.schema import load_schema
+    from graphattn.schema.io import parse_bounded
 
     try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError:
+        data, _ = parse_bounded(text, None)
+    except (GraphattnError, RecursionError):
         data = None
     if not isinstance(data, dict):
         raise GraphattnError(
@@ -55,23 +56,48 @@ def schema_from_text(text: str, where: str):
             "pass --schema with the schema file the shards were compiled with",
             file=where,
         )
-    return load_schema(data)
+    try:
+        return load_schema(data)
+    except GraphattnError as err:
+        raise GraphattnError(f"the relation schema it carries does not load: {err.reason}", file=where) from None
 
 
-def open_shards(source: str | os.PathLike | Sequence[str | os.PathLike], schema: Any = None) -> ShardSet:
-    """Shards named by directories, files or globs, checked to come from one run; `schema`
-    overrides the footer's (a file or shipped name, for shards compiled from a Python dict)."""
+def open_shards(
+    source: str | os.PathLike | Sequence[str | os.PathLike], schema: Any = None, *, verify_sha256: bool = True
+) -> ShardSet:
+    """Shards named by directories, files or globs, checked to come from one run (footers, and
+    with `verify_sha256` each file against its done marker; rows are checked as they are read);
+    `schema` overrides the footer's (a file or shipped name, for shards compiled from a Python dict)."""
     from graphattn.schema import load_schema
     from graphattn.shards.dataset import ShardDataset, shard_paths
+    from graphattn.shards.verify import target_classes
 
     paths = shard_paths(source)
-    dataset = ShardDataset(paths, compact=True, cache_row_groups=1)  # reads the footers, refuses mixed runs
+    dataset = ShardDataset(paths, compact=True, cache_row_groups=1, verify_sha256=verify_sha256)
     info = dataset.info
     loaded = load_schema(schema) if schema is not None else schema_from_text(info.schema_text, paths[0])
     vocab = info.settings.get("tokenizer_vocab_size")
     if not isinstance(vocab, int):
         raise GraphattnError("the shard footer does not say the tokenizer's vocabulary size", file=paths[0])
-    return ShardSet(paths, loaded, info.schema_text, vocab, info.settings.get("tokenizer"), len(dataset))
+    stored = {name: (axis, tuple(shape)) for name, axis, shape in info.layout.targets}
+    for spec in loaded.targets.values():
+        for array in spec.arrays:
+            if stored.get(array.name) != (array.axis, tuple(array.shape)):
+                raise GraphattnError(
+                    f"schema {loaded.name!r} declares target array {array.name!r} ({spec.kind}), which these shards "
+                    "do not hold in that shape: compile them with this schema",
+                    file=paths[0],
+                )
+    return ShardSet(
+        paths,
+        loaded,
+        info.schema_text,
+        vocab,
+        info.settings.get("tokenizer"),
+        len(dataset),
+        target_classes(loaded),
+        verify_sha256,
+    )
 
 
 def build_encoder(
@@ -83,7 +109,8 @@ def build_encoder(
     heads: int = 4,
     dropout: float = 0.1,
 ):
-    """An encoder matching the shards' geometry: lifted from a local BERT/RoBERTa directory, or new."""
+    """An encoder matching the shards' geometry: loaded from an ETC checkpoint directory (etcmodel's
+    etc_config.json + model.ckpt), lifted from a local BERT/RoBERTa directory, or new."""
     from graphattn.nn import EtcConfig, EtcEncoder
 
     schema = shards.schema
@@ -93,9 +120,13 @@ def build_encoder(
         relative_vocab_size=schema.relative_vocab_size,
     )
     if init_from:
+        from graphattn.nn.etc_checkpoint import is_etc_checkpoint, load_etc_for_schema
         from graphattn.nn.lift import lift_pretrained
 
-        encoder, report = lift_pretrained(init_from, **geometry)
+        if is_etc_checkpoint(init_from):
+            encoder, report = load_etc_for_schema(init_from, **geometry, hidden_dropout_prob=dropout)
+        else:
+            encoder, report = lift_pretrained(init_from, **geometry)
         if encoder.config.vocab_size < shards.vocab_size:
             raise GraphattnError(
                 f"the shards' tokenizer has {shards.vocab_size} ids but the lifted model only "
@@ -161,6 +192,7 @@ def fine_tune(
     print_fn: Callable[[str], None] | None = print,
     callbacks: Sequence[Callable] = (),
     log_every: int = 10,
+    verify_sha256: bool = True,
 ):
     """Train a TaskModel (a head per schema target) on compiled shards; checkpoints under `out`.
 
@@ -172,7 +204,7 @@ def fine_tune(
     from graphattn.train.loop import TrainConfig, Trainer
     from graphattn.train.tasks import TaskModel
 
-    shards = open_shards(data, schema)
+    shards = open_shards(data, schema, verify_sha256=verify_sha256)
     torch.manual_seed(seed)
     encoder, description = build_encoder(
         shards, init_from=init_from, hidden_size=hidden_size, layers=layers, heads=heads, dropout=dropout
@@ -214,7 +246,15 @@ def fine_tune(
         log_every=log_every,
     )
     loader = shard_loader(
-        shards.paths, batch_size, shuffle=True, seed=seed, buffer_size=buffer_size, num_workers=workers, compact=True
+        shards.paths,
+        batch_size,
+        shuffle=True,
+        seed=seed,
+        buffer_size=buffer_size,
+        num_workers=workers,
+        compact=True,
+        classes=shards.classes,
+        verify_sha256=verify_sha256,
     )
     trainer = Trainer(model, config, callbacks=callbacks)
     return trainer.fit(loader)

@@ -103,6 +103,11 @@ class PretrainingModel(nn.Module):
         self.mlm = MlmHead(encoder.config, encoder.embeddings.word_embeddings)
         self.cpc = CpcHead(encoder.config)
 
+    def load_heads(self, tensors: dict[str, torch.Tensor]) -> list[str]:
+        """Start the MLM and CPC heads from a checkpoint's (`LiftReport.unused` of
+        `lift_pretrained` or `load_etc_checkpoint`); returns the names copied."""
+        return self.mlm.load_lifted(tensors) + self.cpc.load_lifted(tensors)
+
     def mlm_logits(self, long_hidden: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Vocabulary logits at predicted positions only ([n, V], labels [n]): the [B, L, V]
         tensor is never built."""

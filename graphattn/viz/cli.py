@@ -22,6 +22,7 @@ from graphattn.cli import add_verbosity_arguments, verbosity
 from graphattn.contract import EtcInstance
 from graphattn.errors import GraphattnError, IngestError
 from graphattn.ingest.formats import FORMATS as DOCUMENT_FORMATS
+from graphattn.shards.inspect import add_verify_argument
 from graphattn.tokenize.files import DEFAULT_TOKENIZER, TOKENIZER_HELP
 
 SHARD_SUFFIXES = (".parquet",)
@@ -73,6 +74,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--title", help="title of the picture or page")
     add_html_arguments(parser)
+    add_verify_argument(parser)
     add_verbosity_arguments(parser)
 
 
@@ -89,6 +91,7 @@ def run(args: argparse.Namespace) -> int:
         window=args.window,
         html_options=html_options(args),
         mapping=args.mapping,
+        verify_sha256=args.verify_sha256,
     )
     talk = verbosity(args) >= 0
     if talk and loaded.where:
@@ -157,6 +160,7 @@ def load_instance(
     window: int = 0,
     html_options: dict | None = None,
     mapping=None,
+    verify_sha256: bool = True,
 ) -> Loaded:
     """The instance to draw, in its compact form: compiled from a document, or read from shards
     (a file or a compile output directory)."""
@@ -174,7 +178,7 @@ def load_instance(
                 "of its own: use --instance",
                 file=str(path),
             )
-        return load_from_shard(path, index)
+        return load_from_shard(path, index, verify_sha256)
     graph = read_document(path, format, index, html_options, mapping)
     if schema is None:
         raise GraphattnError(
@@ -201,7 +205,7 @@ def load_instance(
     return Loaded(windows[window], f"window {window + 1} of {len(windows)} (--window {window}{every})")
 
 
-def load_from_shard(path: Path, index: int) -> Loaded:
+def load_from_shard(path: Path, index: int, verify_sha256: bool = True) -> Loaded:
     """Instance `index` of a compiled shard, or of a directory of shards counting across them,
     compact (`graphattn.shards.format.read_row`: no torch)."""
     from graphattn.shards.format import read_info, read_row, shard_paths
@@ -220,7 +224,7 @@ def load_from_shard(path: Path, index: int) -> Loaded:
             local -= rows[shard]
             shard += 1
         file = files[shard]
-    instance, provenance = read_row(file, local, compact=True)
+    instance, provenance = read_row(file, local, compact=True, verify_sha256=verify_sha256)
     where = f"instance {index} ({Path(file).name} row {local})" if len(files) > 1 else ""
     if provenance.windows > 1:
         where = (

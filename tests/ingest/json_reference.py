@@ -8,6 +8,7 @@ graph, the same LabelWarnings and the same errors. Not used by the package.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -117,25 +118,54 @@ def _warn_unmatched_facts(record: Record, facts: list, paragraphs: list, matched
             record.warn("supporting_facts", message, "supporting_facts", k, 1)
 
 
+def _whole_word(text: str, start: int, end: int) -> bool:
+    """No letter or digit joins the answer at [start, end) where the answer's own edge is one."""
+    left = not text[start].isalnum() or start == 0 or not text[start - 1].isalnum()
+    right = not text[end - 1].isalnum() or end == len(text) or not text[end].isalnum()
+    return left and right
+
+
 def _add_hotpotqa_answer(record: Record, graph: DocGraph, answer: str, paragraphs: list, matched: set) -> None:
-    """The `answer` node: yes / no without a span, else the answer string's first occurrence."""
+    """The `answer` node: yes / no without a span, else the answer string's first whole-word
+    occurrence (supporting sentences, then sentences, then titles; exact case, then folded)."""
     if answer.lower() in ("yes", "no"):
         graph.add_node("answer", "answer", None, answer_type=answer.lower(), text=answer)
         return
-    supporting = [span for title, _, spans in paragraphs for j, span in spans if (title, j) in matched]
-    others = [span for _, _, spans in paragraphs for _, span in spans] + [title_span for _, title_span, _ in paragraphs]
+    supporting = [
+        (f"p{i}.s{j}", span)
+        for i, (title, _, spans) in enumerate(paragraphs)
+        for j, span in spans
+        if (title, j) in matched
+    ]
+    sentences = [(f"p{i}.s{j}", span) for i, (_, _, spans) in enumerate(paragraphs) for j, span in spans]
+    others = sentences + [(f"p{i}.title", title_span) for i, (_, title_span, _) in enumerate(paragraphs)]
     for fold in (False, True):
         needle = answer.lower() if fold else answer
-        for start, end in supporting + others:
-            piece = graph.text[start:end]
-            if fold and len(piece.lower()) != len(piece):
-                continue  # lowering changed the length: its offsets would not be the text's
-            at = (piece.lower() if fold else piece).find(needle) if needle else -1
-            if at >= 0:
-                span = (start + at, start + at + len(answer))
-                graph.add_node("answer", "answer", span, answer_type="span", text=answer)
-                return
-    record.warn("answer", f"answer {answer!r} is not in any paragraph of the context", "answer")
+
+        def hits(nodes):
+            for node, (start, end) in nodes:
+                piece = graph.text[start:end]
+                if fold and len(piece.lower()) != len(piece):
+                    continue  # lowering changed the length: its offsets would not be the text's
+                for found in (
+                    re.finditer(f"(?={re.escape(needle)})", piece.lower() if fold else piece) if needle else ()
+                ):
+                    at = start + found.start()
+                    if _whole_word(graph.text, at, at + len(answer)):
+                        yield node, at
+
+        first = next(hits(supporting + others), None)
+        if first is not None:
+            node, at = first
+            count = sum(1 for _ in hits(others))
+            span = (at, at + len(answer))
+            graph.add_node("answer", "answer", span, answer_type="span", text=answer, found_in=node, occurrences=count)
+            return
+    if answer and any(answer.lower() in graph.text[a:b].lower() for _, (a, b) in others):
+        message = f"answer {answer!r} occurs in the context only inside longer words, never as a whole word"
+    else:
+        message = f"answer {answer!r} is not in any paragraph of the context"
+    record.warn("answer", message, "answer")
 
 
 # -- WikiHop

@@ -105,7 +105,12 @@ def test_a_small_hotpotqa_graph_by_hand():
                 "attrs": {"title": "U", "index": 1, "supporting": False},
             },
             {"id": "p1.title", "type": "title", "span": [21, 22], "attrs": {"supporting": False}},
-            {"id": "answer", "type": "answer", "span": [13, 16], "attrs": {"answer_type": "span", "text": "Ann"}},
+            {
+                "id": "answer",
+                "type": "answer",
+                "span": [13, 16],
+                "attrs": {"answer_type": "span", "text": "Ann", "found_in": "p0.s2", "occurrences": 1},
+            },
         ],
         "edges": [
             {"src": "p0", "relation": "contains", "dst": "p0.title"},
@@ -120,7 +125,7 @@ def test_a_small_hotpotqa_graph_by_hand():
 
 
 # -- HotpotQA ----------------------------------------------------------------------------------
-_WORDS = st.sampled_from(["Ann", "ann", "b", "The", "İx", "Σ", " ", "", "yes", "no"])
+_WORDS = st.sampled_from(["Ann", "ann", "b", "The", "İx", "Σ", " ", "", "yes", "no", "Anne", "joann", "Ann's", "(b)"])
 _SENTENCE = st.lists(_WORDS, max_size=4).map(" ".join)
 _PARAGRAPH = st.tuples(st.sampled_from(["T", "U", " T ", ""]), st.lists(_SENTENCE, max_size=4)).map(list)
 _FACT = st.tuples(st.sampled_from(["T", "U", "V", " U"]), st.integers(-1, 4)).map(list)
@@ -133,7 +138,9 @@ def hotpot_records(draw):
     if draw(st.booleans()):
         record["supporting_facts"] = draw(st.lists(_FACT, max_size=3))
     if draw(st.booleans()):
-        record["answer"] = draw(st.sampled_from(["Ann", "ann", " YES ", "no", "b", "Σ", "zz", "", "x Ann"]))
+        record["answer"] = draw(
+            st.sampled_from(["Ann", "ann", " YES ", "no", "b", "Σ", "zz", "", "x Ann", "(b)", "nn"])
+        )
     if draw(st.booleans()):
         record["type"], record["level"] = "bridge", "hard"
     broken = draw(st.sampled_from([None, "title", "sentence", "fact", "answer", "context"]))
