@@ -67,3 +67,26 @@ def test_the_corpus_benchmark_floor_writes_the_token_ids_of_every_record(tmp_pat
     written = [ids for p in shards for ids in pq.read_table(p).column("ids").to_pylist()]
     tokenizer = Tokenizer.from_file(str(bench.TOKENIZER))
     assert written == [tokenizer.encode(text, add_special_tokens=False).ids for text in texts]
+
+
+@pytest.mark.slow
+def test_the_hf_masks_benchmark_prints_its_three_tables_at_a_tiny_size():
+    """Our BlockMask covers create_block_mask's blocks (full ones equal), with a ratio per row;
+    packed vs padded tokens/s; a tree's token saving on one prompt with 8 completions."""
+    proc = subprocess.run(
+        [sys.executable, str(BENCHMARK_DIR / "hf_masks.py"), "--quick"], capture_output=True, text=True, timeout=900
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lines = proc.stdout.splitlines()
+    rows = [line.split() for line in lines if line.strip().startswith("1024 ")]
+    assert [r[1] for r in rows] == ["documents", "tree"]
+    assert all(r[-1] == "True" and r[-4].endswith("x") for r in rows), rows
+    assert any("packed rows of 512 (graphattn):" in line and "ratio" in line for line in lines)
+    assert any("prefix tree: 192 tokens" in line and "70% fewer tokens" in line for line in lines)
+    bad = subprocess.run(
+        [sys.executable, str(BENCHMARK_DIR / "hf_masks.py"), "--sizes", "7"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert bad.returncode == 2 and "--sizes: expected 128.." in bad.stderr

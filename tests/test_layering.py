@@ -26,6 +26,7 @@ def _loaded_after(statement: str) -> set[str]:
         ),
         ("import graphattn.contract, graphattn.labels, graphattn.compact", {"torch", "graphattn.compile", "yaml"}),
         ("import graphattn.shards.format", {"torch", "graphattn.compile", "graphattn.corpus", "yaml", "networkx"}),
+        ("import graphattn.hf", {"transformers", "graphattn.compile", "graphattn.train", "yaml"}),
     ],
 )
 def test_a_stage_does_not_load_the_stages_above_it(statement, forbidden):
@@ -44,7 +45,7 @@ LAYERS = (
     ("shards",),
     ("corpus",),
     ("kernels",),
-    ("nn", "patterns"),
+    ("nn", "patterns", "hf"),
     ("train", "viz", "cli", "__init__", "__main__"),
 )
 COMMANDS = {

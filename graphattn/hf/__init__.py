@@ -1,0 +1,39 @@
+"""graphattn for Hugging Face models: packed documents, prefix trees and schema graphs as the
+`attention_mask` of any model on transformers' attention interface (the optional extra `hf`).
+
+    name = graphattn.hf.register()
+    model = AutoModelForCausalLM.from_config(config, attn_implementation=name)
+    batch = graphattn.hf.pack_documents(docs)
+    model(**batch)
+
+docs/HF.md explains the pieces; transformers is imported only by `register`.
+"""
+
+from graphattn.hf.attention import GraphattnMaskError, LayerMask, chunked_attention, register
+from graphattn.hf.pack import PackingCollator, pack_documents, pack_tree, tree_lm_loss
+from graphattn.hf.schema import (
+    attach_relative_bias,
+    attention_modules,
+    compile_schema,
+    dense_mask,
+    structure_from_instances,
+)
+from graphattn.hf.structure import LayerRule, Structure
+
+__all__ = [
+    "GraphattnMaskError",
+    "LayerMask",
+    "LayerRule",
+    "PackingCollator",
+    "Structure",
+    "attach_relative_bias",
+    "attention_modules",
+    "chunked_attention",
+    "compile_schema",
+    "dense_mask",
+    "pack_documents",
+    "pack_tree",
+    "register",
+    "structure_from_instances",
+    "tree_lm_loss",
+]

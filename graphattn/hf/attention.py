@@ -1,0 +1,235 @@
+"""graphattn as a transformers attention implementation: `register()` and the two compute paths.
+
+transformers builds a model's masks through `AttentionMaskInterface[config._attn_implementation]`
+(once per forward and layer type: full, sliding) and calls `AttentionInterface[...]` in every
+attention module. Ours:
+
+- the mask function receives our `Structure` (transformers treats it as a [B, N] padding mask and
+  only moves it to the device) and the model's own mask function; it reads that function's rule as
+  a range of allowed offsets (causal, sliding window, bidirectional window) by probing it, refuses a
+  rule that is not a function of the offset, and returns a `LayerMask` (structure + rule) that
+  every layer of that type shares;
+- the attention function refuses what it cannot honour (attention dropout while training, softcap,
+  a KV cache, a mask that is not ours, labels without a bias table) and runs one of:
+  * "chunked" (the CPU default): per block of 512 query rows, attention over only the key tiles
+    (of 128) the structure allows, in plain PyTorch (SDPA with the tile's boolean mask; with relative labels
+    an einsum + the bias gathered per pair); each tile is recomputed in the backward pass
+    (activation checkpointing), so memory stays O(N + tile x allowed keys) at 32K tokens, and
+    gradients are deterministic on CPU (tests/hf check bitwise-equal reruns);
+  * "flex" (the CUDA default): FlexAttention with a BlockMask built from the structure's tiles
+    (never a mask_mod sweep), shared by every layer; relative labels reach it through score_mod.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch.utils.checkpoint import checkpoint
+
+from graphattn.hf.structure import NO_LIMIT, LayerRule, Structure
+
+CHUNK = 512  # query rows per step of the CPU path (fewer Python steps; measured best of 128/256/512)
+KEY_TILE = 128  # the key tiles it skips or keeps
+BACKENDS = ("auto", "chunked", "flex")
+BIAS_ATTRIBUTE = "graphattn_relative_bias"
+
+
+class GraphattnMaskError(ValueError):
+    """A model, input or setting graphattn cannot honour (raised instead of ignoring a mask)."""
+
+
+class LayerMask:
+    """What one layer type receives as `attention_mask`: the structure and the layer's rule."""
+
+    ndim = 2
+
+    def __init__(self, structure: Structure, rule: LayerRule):
+        self.structure, self.rule = structure, rule
+
+    @property
+    def shape(self):
+        return self.structure.shape
+
+    def __repr__(self) -> str:
+        return f"LayerMask({self.structure.kind}, shape={self.shape}, rule={self.rule})"
+
+
+# -- the mask function ------------------------------------------------------------------------------
+def _probe_rule(mask_function, window: int) -> LayerRule:
+    """The range of key - query offsets a model's mask function allows, read at two base positions
+    (a rule that differs between them is not translation invariant: refused)."""
+    span = max(window, 4) + 4
+    offsets = torch.arange(-span, span + 1)
+    answers = []
+    for base in (span, 7 * span + 3):
+        q = torch.full_like(offsets, base)
+        zero = torch.zeros_like(offsets)
+        allowed = mask_function(zero, zero, q, q + offsets)
+        answers.append(torch.as_tensor(allowed, dtype=torch.bool).expand_as(offsets))
+    if not torch.equal(answers[0], answers[1]):
+        raise GraphattnMaskError(
+            "the model's mask function depends on more than the key - query offset; graphattn cannot combine it"
+        )
+    allowed = answers[0]
+    kept = offsets[allowed]
+    if kept.numel() == 0 or not allowed[(offsets >= kept.min()) & (offsets <= kept.max())].all():
+        raise GraphattnMaskError(f"the model's mask function allows the offsets {kept.tolist()}, not one interval")
+    lo = -NO_LIMIT if int(kept.min()) == -span else int(kept.min())
+    hi = NO_LIMIT if int(kept.max()) == span else int(kept.max())
+    return LayerRule(lo, hi)
+
+
+def graphattn_mask(
+    batch_size: int,
+    q_length: int,
+    kv_length: int,
+    q_offset: int = 0,
+    kv_offset: int = 0,
+    mask_function=None,
+    attention_mask=None,
+    local_size: int | None = None,
+    config=None,
+    **kwargs,
+) -> LayerMask:
+    """The AttentionMaskInterface entry: our structure plus the layer type's rule."""
+    if not isinstance(attention_mask, Structure):
+        got = "None" if attention_mask is None else f"a {type(attention_mask).__name__}"
+        raise GraphattnMaskError(
+            f"attention_mask: expected a graphattn structure (pack_documents, pack_tree, compile_schema), got {got}"
+        )
+    if isinstance(q_offset, torch.Tensor) or q_offset or kv_offset or kv_length != q_length:
+        raise GraphattnMaskError(
+            "graphattn structures cover a whole sequence: run without a KV cache (use_cache=False)"
+        )
+    if (batch_size, q_length) != attention_mask.shape:
+        raise GraphattnMaskError(
+            f"attention_mask: the structure is {tuple(attention_mask.shape)} tokens, "
+            f"the input is {(batch_size, q_length)}"
+        )
+    window = int(local_size or getattr(config, "sliding_window", None) or 0)
+    return LayerMask(attention_mask, _probe_rule(mask_function, window))
+
+
+# -- the attention function -------------------------------------------------------------------------
+def _check(module, attention_mask, dropout: float, kwargs: dict) -> LayerMask:
+    if not isinstance(attention_mask, LayerMask):
+        raise GraphattnMaskError(
+            f"{type(module).__name__} got a {type(attention_mask).__name__} mask: this model does not build its "
+            "masks through transformers.masking_utils, so graphattn cannot honour the structure (unsupported model)"
+        )
+    if dropout and dropout > 0:
+        raise GraphattnMaskError(
+            f"{type(module).__name__}: attention dropout {dropout} in training is not supported; set "
+            "config.attention_dropout = 0.0 (graphattn never drops it silently)"
+        )
+    if kwargs.get("softcap"):
+        raise GraphattnMaskError(f"{type(module).__name__}: attention logit softcapping is not supported")
+    if kwargs.get("output_attentions"):
+        raise GraphattnMaskError("output_attentions=True is not supported: graphattn never builds the N x N weights")
+    positions = kwargs.get("position_ids")
+    structure = attention_mask.structure
+    if isinstance(positions, torch.Tensor) and not torch.equal(
+        positions.expand(structure.shape[0], -1).to(structure.positions), structure.positions
+    ):
+        raise GraphattnMaskError(
+            "position_ids differ from the structure's positions: pass the position_ids the structure was built with"
+        )
+    if structure.has_labels and not hasattr(module, BIAS_ATTRIBUTE):
+        raise GraphattnMaskError(
+            f"{type(module).__name__}: the structure carries relative labels but the module has no bias table; "
+            "call graphattn.hf.attach_relative_bias(model, structure.num_labels) first"
+        )
+    return attention_mask
+
+
+def _bias_table(module, structure: Structure) -> torch.Tensor | None:
+    table = getattr(module, BIAS_ATTRIBUTE, None) if structure.has_labels else None
+    if table is not None and table.shape[1] < structure.num_labels:
+        raise GraphattnMaskError(
+            f"{type(module).__name__}: its bias table has {table.shape[1]} labels, "
+            f"the structure uses {structure.num_labels}"
+        )
+    return table
+
+
+def make_attention(backend: str):
+    """The AttentionInterface entry for one backend ('auto': flex on CUDA, chunked elsewhere)."""
+    if backend not in BACKENDS:
+        raise ValueError(f"backend: expected one of {BACKENDS}, got {backend!r}")
+
+    def graphattn_attention(module, query, key, value, attention_mask, dropout=0.0, scaling=None, **kwargs):
+        layer = _check(module, attention_mask, dropout, kwargs)
+        scale = scaling if scaling is not None else query.shape[-1] ** -0.5
+        table = _bias_table(module, layer.structure)
+        use_flex = backend == "flex" or (backend == "auto" and query.is_cuda)
+        if use_flex:
+            from graphattn.hf.flex import flex_forward
+
+            out = flex_forward(query, key, value, layer, table, scale)
+        else:
+            out = chunked_attention(query, key, value, layer, table, scale)
+        return out.transpose(1, 2).contiguous(), None
+
+    return graphattn_attention
+
+
+# -- the chunked path ---------------------------------------------------------------------------------
+def _attend_tile(query, key, value, table, structure, rule, rows_start, keys, scale):
+    """One query tile against its gathered keys: [B, H, n, d]."""
+    batch, heads, n, dim = query.shape
+    groups = key.shape[1]
+    k = key.index_select(2, keys)
+    v = value.index_select(2, keys)
+    if table is None:  # a fused kernel; rows that see nothing (padding) attend a dummy key, zeroed after
+        mask, _ = structure.pairs(slice(rows_start, rows_start + n), keys, rule)
+        empty = ~mask.any(-1)
+        if empty.any():
+            mask = mask.clone()
+            mask[..., 0] |= empty
+        out = F.scaled_dot_product_attention(
+            query, k, v, attn_mask=mask[:, None], scale=scale, enable_gqa=groups != heads
+        )
+        return out.masked_fill(empty[:, None, :, None], 0.0)
+    q = query.view(batch, groups, heads // groups, n, dim)
+    scores = torch.einsum("bgrnd,bgmd->bgrnm", q, k) * scale
+    mask, labels = structure.pairs(slice(rows_start, rows_start + n), keys, rule)
+    if table is not None:
+        bias = F.embedding(labels, table.t()).permute(0, 3, 1, 2)  # [B, H, n, m]
+        scores = scores + bias.reshape(batch, groups, heads // groups, n, -1).to(scores.dtype)
+    allowed = mask[:, None, None]
+    scores = scores.masked_fill(~allowed, torch.finfo(scores.dtype).min)
+    probs = torch.softmax(scores.float(), dim=-1).to(v.dtype) * allowed
+    return torch.einsum("bgrnm,bgmd->bgrnd", probs, v).reshape(batch, heads, n, -1)
+
+
+def chunked_attention(query, key, value, layer: LayerMask, table, scale: float) -> torch.Tensor:
+    """Exact attention over the allowed tiles only, tile by tile; [B, H, N, d_v]."""
+    structure, rule = layer.structure, layer.rule
+    batch, heads, length, _ = query.shape
+    if heads % key.shape[1]:
+        raise GraphattnMaskError(f"{heads} query heads do not group over {key.shape[1]} key/value heads")
+    plans = structure.key_tiles(rule, KEY_TILE, CHUNK)
+    grad = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (query, key, value, table))
+    outs = []
+    for index, keys in enumerate(plans):
+        start = index * CHUNK
+        q = query[:, :, start : start + CHUNK]
+        if keys.numel() == 0:
+            outs.append(q.new_zeros(batch, heads, q.shape[2], value.shape[-1]))
+            continue
+        args = (q, key, value, table, structure, rule, start, keys, scale)
+        outs.append(checkpoint(_attend_tile, *args, use_reentrant=False) if grad else _attend_tile(*args))
+    return torch.cat(outs, dim=2)
+
+
+# -- registration -------------------------------------------------------------------------------------
+def register(name: str = "graphattn", backend: str = "auto") -> str:
+    """Register graphattn with transformers under `name` and return it: load a model with
+    `attn_implementation=name` (or `model.set_attn_implementation(name)`) and pass a structure
+    from pack_documents / pack_tree / compile_schema as `attention_mask`."""
+    from transformers import AttentionInterface
+    from transformers.masking_utils import AttentionMaskInterface
+
+    AttentionInterface.register(name, make_attention(backend))
+    AttentionMaskInterface.register(name, graphattn_mask)
+    return name
