@@ -5,11 +5,12 @@ For each long length L (G = L/16 globals, one per 16-token sentence, one documen
 with a^K and a label bias):
 
     blocked      graphattn.kernels.global_local_attention(backend="blocked"), checks included;
-                 the default mode: the process measures both thread modes on its first calls
-                 and keeps the faster (graphattn.kernels.blocked_modes); the warm-up makes
-                 those calls, so the rows show the steady state
+                 the default mode: torch.get_num_threads() worker threads with one intra-op
+                 thread each (fixed, so results repeat bit for bit)
     blocked-omp  the same kernel fixed to workers=1: torch's intra-op (OpenMP) threads
-    blocked-thr  fixed to workers=threads: worker threads with one intra-op thread each
+    blocked-auto workers="auto": the process measures both thread modes on its first calls and
+                 keeps the faster (graphattn.kernels.blocked_modes); the warm-up makes those
+                 calls, so the row shows the steady state
     blocked-bf16 the default on bf16 copies of the inputs (computed in fp32, outputs bf16)
     flex         torch FlexAttention, compiled; its BlockMask build is timed apart ("flex mask")
                  and added ("flex+mask"). CPU FlexAttention has no backward: fwd only.
@@ -150,8 +151,8 @@ def graphattn_method(backend: str):
     return build
 
 
-def blocked_fixed(workers: int):
-    """The blocked backend fixed to one thread mode (1: torch's intra-op threads)."""
+def blocked_fixed(workers: int | str):
+    """The blocked backend in one thread mode (1: torch's intra-op threads; "auto": measured)."""
 
     def build(inp: Inputs, backward: bool):
         def run():
@@ -303,7 +304,7 @@ def longformer(inp: Inputs, backward: bool):
 METHODS: dict[str, Callable] = {
     "blocked": graphattn_method("blocked"),
     "blocked-omp": blocked_fixed(1),
-    "blocked-thr": blocked_fixed(torch.get_num_threads()),
+    "blocked-auto": blocked_fixed("auto"),
     "blocked-bf16": blocked_bf16,
     "flex": flex_kernel,
     "flex mask": flex_mask,
@@ -313,9 +314,9 @@ METHODS: dict[str, Callable] = {
 }
 
 
-# The blocked default alternates its two thread modes on its first calls of each kind (forward,
+# workers="auto" alternates its two thread modes on its first calls of each kind (forward,
 # backward): warming up past them times the mode it settled on, as a training loop sees it.
-WARMUPS = {"blocked": 1 + blocked_modes.EXPLORE, "blocked-bf16": 1 + blocked_modes.EXPLORE}
+WARMUPS = {"blocked-auto": 1 + blocked_modes.EXPLORE}
 
 
 def skip_reason(method: str, length: int, backward: bool, device: str) -> str | None:

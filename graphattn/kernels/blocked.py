@@ -24,8 +24,11 @@ tensors) to page faults. The layout is chosen for all three:
   score tile stays within TILE_ELEMENTS: memory is linear in L and no [H, L, G] tensor exists.
   Each chunk only touches the key span its masks allow (hard l2g/g2l masks and packed
   documents shrink it a lot), and tiles live in scratch buffers reused across chunks.
-* Chunks are independent: they run either on worker threads with one intra-op thread each or on
-  torch's intra-op threads, whichever this process measured faster (blocked_modes.py).
+* Chunks are independent: on CPU they run on worker threads with one intra-op thread each (the
+  default: reproducible bit for bit, and it keeps pace with torch's intra-op threads on an idle
+  machine while staying fast on a busy one), on torch's intra-op threads (`workers=1`), or on
+  whichever of the two this process measured faster (`workers="auto"`, blocked_modes.py; the
+  last bits of a result then depend on which mode a call got).
 
 Softmax and matmuls run in fp32 (fp64 stays fp64; bf16 and fp16 inputs are computed in fp32);
 outputs take the input dtype.
@@ -230,7 +233,7 @@ class _BlockedAttention(torch.autograd.Function):
 
 def _in_mode(plan: BlockedPlan, lay: CallTensors, direction: str, body):
     """body(workers) with the plan's worker count, or the mode measured fastest for this kind
-    of call (blocked_modes.py) when the plan leaves it open."""
+    of call (blocked_modes.py) when the plan asked for `workers="auto"`."""
     if plan.workers is not None:
         return body(plan.workers)
     geo = lay.geo
@@ -254,16 +257,21 @@ def plan(request: PlanRequest) -> BlockedPlan:
     Options: `block_size` (default r, see blocked_tiles.default_block_size) and
     `tile_elements` (shared by the workers) size the tiles; `workers` fixes how chunks run:
     N > 1 Python threads with one intra-op thread each, 1 torch's intra-op threads. The default
-    (None) on CPU measures both on the first calls and keeps the faster (blocked_modes.py);
-    elsewhere it is 1."""
+    (None) is torch.get_num_threads() workers on CPU, 1 elsewhere: fixed, so results repeat bit
+    for bit. "auto" on CPU measures both modes on the first calls and keeps the faster
+    (blocked_modes.py), at the price of results that may differ in the last bits between calls."""
     options = dict(request.options)
     workers = options.pop("workers", None)
+    if workers == "auto":
+        workers = None if request.device.type == "cpu" else 1
+    elif workers is None:
+        workers = torch.get_num_threads() if request.device.type == "cpu" else 1
+    elif not isinstance(workers, int) or isinstance(workers, bool) or workers < 1:
+        raise TypeError(f"blocked-backend option workers must be a positive int or 'auto', got {workers!r}")
     block_size = options.pop("block_size", None)
     tile_elements = options.pop("tile_elements", TILE_ELEMENTS)
     if options:
         raise TypeError(f"unknown blocked-backend options: {', '.join(sorted(options))}")
-    if workers is None and request.device.type != "cpu":
-        workers = 1
     sharing = workers if workers is not None else torch.get_num_threads()
     tile_elements = max(1, tile_elements // max(sharing, 1))  # same scratch memory in total
     s = request.shape
@@ -327,7 +335,7 @@ def attention(
     *,
     block_size: int | None = None,
     tile_elements: int = TILE_ELEMENTS,
-    workers: int | None = None,
+    workers: int | str | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Global-local attention in blocks, planned and run in one call (see `plan` for the options);
     returns (global_out [B,H,G,d], long_out [B,H,L,d])."""

@@ -14,7 +14,6 @@ takes the row stride), one gather brings the labels, bias and masks in, and torc
 from __future__ import annotations
 
 import math
-import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -151,7 +150,8 @@ class BlockedPlan:
     """What the blocked backend reuses across a batch's layers: the chunk geometry (the softmax
     scale is set per call), where masks and labels come from (dense slices or the compact
     structure, see blocked_sources.py), the skewed l2l label index and every chunk's key span.
-    `workers` is None when the thread mode is chosen by measuring (blocked_modes.py)."""
+    `workers` is None when the thread mode is chosen by measuring (`workers="auto"`,
+    blocked_modes.py)."""
 
     geo: Geometry
     source: Any  # DenseSource | CompactSource
@@ -387,11 +387,13 @@ def global_chunks(geo: Geometry):
 def run_tasks(tasks: list[Callable[[Any], None]], make_state: Callable[[], Any], workers: int) -> list[Any]:
     """Run tasks, each given its worker's state (scratch buffers, private accumulators).
 
-    With several workers, Python threads that each run torch with ONE intra-op thread take the
-    next task from a shared list as they finish one (so a slow or descheduled thread delays no
-    one): a chunk is a dozen mid-sized ops, and on a busy machine every multi-threaded op waits
-    for a descheduled OpenMP thread at its barrier; independent threads have no barriers. The
-    caller's thread count is restored in each worker, and the caller's own setting is untouched.
+    With several workers the tasks are dealt round robin to Python threads that each run torch
+    with ONE intra-op thread: a chunk is a dozen mid-sized ops, and on a busy machine every
+    multi-threaded op waits for a descheduled OpenMP thread at its barrier; independent threads
+    have no barriers. The deal is fixed (not first come, first served), so each worker's private
+    accumulators sum the same chunks in the same order on every run: gradients are reproducible
+    bit for bit, which a resumed training run relies on. The caller's thread count is restored
+    in each worker, and the caller's own setting is untouched.
     """
     workers = min(workers, len(tasks))
     if workers <= 1:
@@ -400,22 +402,18 @@ def run_tasks(tasks: list[Callable[[Any], None]], make_state: Callable[[], Any],
             task(state)
         return [state]
     threads, grad_enabled = torch.get_num_threads(), torch.is_grad_enabled()
-    lock, pending = threading.Lock(), iter(tasks)
 
-    def next_task():
-        with lock:
-            return next(pending, None)
-
-    def work(_: int) -> Any:
+    def work(part: list) -> Any:
         torch.set_num_threads(1)
         try:
             with torch.set_grad_enabled(grad_enabled):  # grad mode is per thread
                 state = make_state()
-                while (task := next_task()) is not None:
+                for task in part:
                     task(state)
         finally:
             torch.set_num_threads(threads)
         return state
 
+    parts = [tasks[i::workers] for i in range(workers)]
     with ThreadPoolExecutor(workers, thread_name_prefix="graphattn-blocked") as pool:
-        return list(pool.map(work, range(workers)))
+        return list(pool.map(work, parts))

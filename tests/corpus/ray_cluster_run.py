@@ -61,12 +61,13 @@ def _driver_run(tmp_path, name: str, documents: int, sentences: int = 30):
     )
     run = plan_run(options)
     out = OutputDir(tmp_path / name)
-    out.start(run.manifest(), False)
-    tracemalloc.start()
-    written = list(run_ray(run.tasks, run.state, out, 2, None, lambda docs, tokens: None))
-    _, peak = tracemalloc.get_traced_memory()
-    tracemalloc.stop()
-    out.finish(len(run.tasks))
+    with out.lock():  # as run_compile holds it (the released lock leaves an empty .graphattn.lock)
+        out.start(run.manifest(), False)
+        tracemalloc.start()
+        written = list(run_ray(run.tasks, run.state, out, 2, None, lambda docs, tokens: None))
+        _, peak = tracemalloc.get_traced_memory()
+        tracemalloc.stop()
+        out.finish(len(run.tasks))
     return written, peak, options
 
 
