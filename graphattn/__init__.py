@@ -4,8 +4,7 @@ The public API is importable from here; names load on first use so that ``import
 (e.g. for the CLI's --help) does not pay for torch.
 """
 
-from importlib import import_module
-from typing import Any
+from graphattn.lazy import lazy_exports
 
 __version__ = "0.1.0"
 
@@ -30,14 +29,4 @@ _EXPORTS = {
 __all__ = sorted(_EXPORTS)
 
 
-def __getattr__(name: str) -> Any:
-    if name in _EXPORTS:
-        value = getattr(import_module(_EXPORTS[name]), name)
-    else:
-        raise AttributeError(f"module 'graphattn' has no attribute {name!r}")
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted([*globals(), *_EXPORTS])
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

@@ -38,7 +38,7 @@ def test_a_stage_does_not_load_the_stages_above_it(statement, forbidden):
 # or the layers before it. Each stage's command module (the `graphattn X` sub-commands) sits in the
 # top layer with the dispatcher, whatever package it lives in.
 LAYERS = (
-    ("errors", "labels", "side", "contract", "compact"),
+    ("errors", "labels", "side", "contract", "compact", "lazy"),
     ("graph", "schema", "tokenize"),
     ("ingest",),
     ("compile",),

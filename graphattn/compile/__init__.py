@@ -10,8 +10,7 @@ Names load on first use, so that `graphattn.compile.batching` (all that shard re
 does not pull in the schema loader and the tokenizers.
 """
 
-from importlib import import_module
-from typing import Any
+from graphattn.lazy import lazy_exports
 
 _EXPORTS = {
     "collate": "graphattn.compile.batching",
@@ -27,13 +26,4 @@ _EXPORTS = {
 __all__ = sorted(_EXPORTS)
 
 
-def __getattr__(name: str) -> Any:
-    if name not in _EXPORTS:
-        raise AttributeError(f"module 'graphattn.compile' has no attribute {name!r}")
-    value = getattr(import_module(_EXPORTS[name]), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted([*globals(), *_EXPORTS])
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

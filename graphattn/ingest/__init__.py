@@ -14,8 +14,7 @@ lazily, so reading HTML does not import spaCy.
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from graphattn.lazy import lazy_exports
 
 _EXPORTS = {
     "parse_html": "html",
@@ -48,8 +47,4 @@ _EXPORTS = {
 __all__ = sorted(_EXPORTS)
 
 
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(f"{__name__}.{module}"), name)
+__getattr__, __dir__ = lazy_exports(__name__, {name: f"{__name__}.{module}" for name, module in _EXPORTS.items()})

@@ -5,8 +5,7 @@ Names load on first use, so that a reader of shards that needs only `targets` (t
 does not pull in the YAML and JSON Schema loader.
 """
 
-from importlib import import_module
-from typing import Any
+from graphattn.lazy import lazy_exports
 
 _CORE = (
     "DEFAULT_ROLE_TOKENS",
@@ -35,13 +34,4 @@ _EXPORTS = {
 __all__ = sorted(_EXPORTS)
 
 
-def __getattr__(name: str) -> Any:
-    if name not in _EXPORTS:
-        raise AttributeError(f"module 'graphattn.schema' has no attribute {name!r}")
-    value = getattr(import_module(_EXPORTS[name]), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted([*globals(), *_EXPORTS])
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

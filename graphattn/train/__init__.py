@@ -7,8 +7,7 @@ without torch (the command line checks everything before it loads torch)."""
 
 from __future__ import annotations
 
-from importlib import import_module
-from typing import Any
+from graphattn.lazy import lazy_exports
 
 _EXPORTS = {
     "InstanceLoader": "graphattn.train.batches",
@@ -36,13 +35,4 @@ _EXPORTS = {
 __all__ = sorted(_EXPORTS)
 
 
-def __getattr__(name: str) -> Any:
-    if name not in _EXPORTS:
-        raise AttributeError(f"module 'graphattn.train' has no attribute {name!r}")
-    value = getattr(import_module(_EXPORTS[name]), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted([*globals(), *_EXPORTS])
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

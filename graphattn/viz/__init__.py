@@ -8,8 +8,7 @@
 Names load on first use, so the terminal view never imports matplotlib.
 """
 
-from importlib import import_module
-from typing import Any
+from graphattn.lazy import lazy_exports
 
 _EXPORTS = {
     "render": "graphattn.viz.picture",
@@ -28,7 +27,4 @@ _EXPORTS = {
 __all__ = sorted(_EXPORTS)
 
 
-def __getattr__(name: str) -> Any:
-    if name not in _EXPORTS:
-        raise AttributeError(f"module 'graphattn.viz' has no attribute {name!r}")
-    return getattr(import_module(_EXPORTS[name]), name)
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
