@@ -18,6 +18,7 @@ from graphattn.compile.side_inputs import side_inputs
 from graphattn.contract import EtcBatch, SideInputs
 from graphattn.graph import DocGraph
 from graphattn.kernels.synthetic import synthetic_side_inputs
+from graphattn.nn.config import EtcConfig
 
 # A small WikiHop-like schema: a candidate global linked to its mentions, one global per
 # sentence, documents as l2l segments, hard g2l (candidates exempt).
@@ -209,3 +210,19 @@ RESULT_NAMES = [
     "d_key_table",
     "d_bias_table",
 ]
+
+
+def graph_config(**changes) -> EtcConfig:
+    """A small encoder whose radius and relative labels fit graph_batch() (GRAPH_SCHEMA)."""
+    base = dict(
+        vocab_size=200,
+        hidden_size=32,
+        num_attention_heads=2,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        local_radius=GRAPH_SCHEMA["local_radius"],
+        relative_pos_max_distance=GRAPH_SCHEMA["relative_pos_max_distance"],
+        relative_vocab_size=GRAPH_SCHEMA["relative_vocab_size"],
+        hidden_dropout_prob=0.0,
+    )
+    return EtcConfig(**{**base, **changes})

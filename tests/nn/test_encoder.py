@@ -14,22 +14,8 @@ from graphattn.errors import BatchError, GraphattnError
 from graphattn.nn import EtcConfig, EtcEncoder
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "kernels"))
-from kernel_cases import GRAPH_SCHEMA, graph_batch  # noqa: E402
-
-
-def config_for_batch(**changes) -> EtcConfig:
-    base = dict(
-        vocab_size=200,
-        hidden_size=32,
-        num_attention_heads=2,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        local_radius=GRAPH_SCHEMA["local_radius"],
-        relative_pos_max_distance=GRAPH_SCHEMA["relative_pos_max_distance"],
-        relative_vocab_size=GRAPH_SCHEMA["relative_vocab_size"],
-        hidden_dropout_prob=0.0,
-    )
-    return EtcConfig(**{**base, **changes})
+from kernel_cases import graph_batch  # noqa: E402
+from kernel_cases import graph_config as config_for_batch  # noqa: E402
 
 
 @pytest.fixture(scope="module")

@@ -18,7 +18,8 @@ from graphattn.kernels import PreparedAttention, flex, prepare_attention
 from graphattn.nn import EtcConfig, EtcEncoder, GlobalLocalAttention
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "kernels"))
-from kernel_cases import GRAPH_SCHEMA, graph_batch  # noqa: E402
+from kernel_cases import graph_batch  # noqa: E402
+from kernel_cases import graph_config as config  # noqa: E402
 
 UNSHARED_REST = dict(  # etcmodel's layout of everything after the projections
     share_att_output_projection=False,
@@ -40,21 +41,6 @@ EXPECTED_ROLES = {
     "per_kind": dict(long_q="query", global_q="global_query", l2l="", l2g="l2g_", g2g="global_", g2l="g2l_"),
     "per_token_kind": dict(long_q="query", global_q="global_query", l2l="", l2g="global_", g2g="global_", g2l=""),
 }
-
-
-def config(**changes) -> EtcConfig:
-    base = dict(
-        vocab_size=200,
-        hidden_size=32,
-        num_attention_heads=2,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        local_radius=GRAPH_SCHEMA["local_radius"],
-        relative_pos_max_distance=GRAPH_SCHEMA["relative_pos_max_distance"],
-        relative_vocab_size=GRAPH_SCHEMA["relative_vocab_size"],
-        hidden_dropout_prob=0.0,
-    )
-    return EtcConfig(**{**base, **changes})
 
 
 @pytest.fixture(scope="module")
