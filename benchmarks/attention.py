@@ -7,6 +7,8 @@ with a^K and a label bias):
     blocked      graphattn.kernels.global_local_attention(backend="blocked"), checks included;
                  the default mode: torch.get_num_threads() worker threads with one intra-op
                  thread each (fixed, so results repeat bit for bit)
+    blocked-layer the same backend as a model's later layers call it: prepared once per batch
+                 (outside the timing), chunk label indices cached by the first call
     blocked-omp  the same kernel fixed to workers=1: torch's intra-op (OpenMP) threads
     blocked-auto workers="auto": the process measures both thread modes on its first calls and
                  keeps the faster (graphattn.kernels.blocked_modes); the warm-up makes those
@@ -149,6 +151,21 @@ def graphattn_method(backend: str):
         return run, nonzero_pairs(inp.side) * HEADS * 4 * DIM
 
     return build
+
+
+def blocked_layer(inp: Inputs, backward: bool):
+    """The default blocked backend as each layer of a model after the first calls it: the batch
+    prepared once (outside the timed call) and its chunk label indices already cached."""
+    prepared = prepare_attention(
+        inp.compact, num_heads=HEADS, head_dim=DIM, vocab_size=VOCAB, backend="blocked", device=inp.hidden.device
+    )
+
+    def run():
+        out = prepared.attend(*inp.states, inp.key_table, inp.bias_table)
+        if backward:
+            (out[0].sum() + out[1].sum()).backward()
+
+    return run, nonzero_pairs(inp.side) * HEADS * 4 * DIM
 
 
 def blocked_fixed(workers: int | str):
@@ -303,6 +320,7 @@ def longformer(inp: Inputs, backward: bool):
 
 METHODS: dict[str, Callable] = {
     "blocked": graphattn_method("blocked"),
+    "blocked-layer": blocked_layer,
     "blocked-omp": blocked_fixed(1),
     "blocked-auto": blocked_fixed("auto"),
     "blocked-bf16": blocked_bf16,

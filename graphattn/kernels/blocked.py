@@ -42,9 +42,10 @@ from functools import partial
 import torch
 
 from graphattn.contract import SideInputs
-from graphattn.kernels.blocked_modes import CHOOSER, shape_class
+from graphattn.kernels.blocked_modes import CHOOSER, run_tasks, shape_class
 from graphattn.kernels.blocked_sources import source_of
 from graphattn.kernels.blocked_tiles import (
+    INDEX_CACHE_BYTES,
     TILE_ELEMENTS,
     BlockedPlan,
     CallTensors,
@@ -56,7 +57,6 @@ from graphattn.kernels.blocked_tiles import (
     global_chunks,
     long_chunks,
     make_plan,
-    run_tasks,
 )
 from graphattn.kernels.request import PlanRequest, direct_request
 
@@ -109,11 +109,11 @@ def _scatter_table_grad(grad_table: torch.Tensor, index: torch.Tensor, grad_scor
     grad_table.scatter_add_(-1, index.unsqueeze(1).expand(shape), grad_scores.view(shape))
 
 
-def _add_product(dest: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> None:
-    """dest += a @ b, dest a row range of a [BH, n, d] gradient: baddbmm_ runs one gemm per head
-    into it (measured faster than bmm + add on torch 2.13, whose per-matrix path costs little
-    for BH large matrices)."""
-    dest.baddbmm_(a, b)
+def _add_product(dest: torch.Tensor, a: torch.Tensor, b: torch.Tensor, alpha: float = 1.0) -> None:
+    """dest += alpha * a @ b, dest a row range of a [BH, n, d] gradient: baddbmm_ runs one gemm
+    per head into it (measured faster than bmm + add on torch 2.13, whose per-matrix path costs
+    little for BH large matrices)."""
+    dest.baddbmm_(a, b, alpha=alpha)
 
 
 class _KeyGrads:
@@ -148,6 +148,7 @@ class _KeyGrads:
 def _backward(lay: CallTensors, grad_global, grad_long, workers: int, queries: str = "both"):
     geo = lay.geo
     bh, d, r = geo.bh, lay.dim, geo.radius
+    scale = geo.scale  # score = T + scale * q.k: gradients of q and k carry it, the tables' not
     grad_long = grad_long.reshape(bh, geo.num_long, d)
     grad_global = grad_global.reshape(bh, geo.num_global, d)
     # Rows of these belong to one chunk each, so workers can share them.
@@ -170,11 +171,13 @@ def _backward(lay: CallTensors, grad_global, grad_long, workers: int, queries: s
             _add_product(acc.d_gv[:, keys], tile.second(probs).transpose(1, 2), g_rows)
         d_scores = tile.score_grad(d_probs, probs)
         _scatter_table_grad(d_t_long[:, :, tile.row_slice], tile.index, d_scores)
-        d_q = torch.bmm(tile.band(d_scores), tile.k_windows).view(bh, -1, d)
-        acc.add_windows(acc.d_lk, torch.bmm(tile.band(d_scores).transpose(1, 2), tile.q, out=windows), first, last)
+        d_q = tile.q.new_empty(tile.q.shape).baddbmm_(tile.band(d_scores), tile.k_windows, beta=0, alpha=scale)
+        d_q = d_q.view(bh, -1, d)
+        windows.baddbmm_(tile.band(d_scores).transpose(1, 2), tile.q, beta=0, alpha=scale)
+        acc.add_windows(acc.d_lk, windows, first, last)
         if tile.has_globals:
-            d_q.baddbmm_(tile.second(d_scores), lay.gk[:, keys])
-            _add_product(acc.d_gk[:, keys], tile.second(d_scores).transpose(1, 2), tile.q_rows)
+            d_q.baddbmm_(tile.second(d_scores), lay.gk[:, keys], alpha=scale)
+            _add_product(acc.d_gk[:, keys], tile.second(d_scores).transpose(1, 2), tile.q_rows, scale)
         d_lq[:, tile.row_slice] += d_q
 
     def global_task(start: int, stop: int, acc: _KeyGrads) -> None:
@@ -193,8 +196,8 @@ def _backward(lay: CallTensors, grad_global, grad_long, workers: int, queries: s
         d_scores = tile.score_grad(d_probs, probs)
         _scatter_table_grad(d_t_global[:, :, tile.rows], tile.index, d_scores)
         for part, k, _, d_k, _ in parts:
-            _add_product(d_gq[:, tile.rows], part(d_scores), k)
-            _add_product(d_k, part(d_scores).transpose(1, 2), tile.q)
+            _add_product(d_gq[:, tile.rows], part(d_scores), k, scale)
+            _add_product(d_k, part(d_scores).transpose(1, 2), tile.q, scale)
 
     accs = run_tasks(_chunk_tasks(geo, queries, long_task, global_task), lambda: _KeyGrads(lay), workers)
 
@@ -204,9 +207,8 @@ def _backward(lay: CallTensors, grad_global, grad_long, workers: int, queries: s
         return sum(parts[1:], parts[0])
 
     d_gk, d_gv, d_lk, d_lv = (total(name) for name in ("d_gk", "d_gv", "d_lk", "d_lv"))
-    scale = geo.scale  # score = T + scale * q.k: the q.k part carries `scale`, the table part not
-    d_t_long, d_t_global = d_t_long[:, :, : geo.num_long, : geo.vocab], d_t_global[..., : geo.vocab]
-    return d_gq * scale, d_gk * scale, d_gv, d_lq[:, : geo.num_long] * scale, d_lk * scale, d_lv, d_t_global, d_t_long
+    d_t_long, d_t_global = geo.fold_lanes(d_t_long[:, :, : geo.num_long]), geo.fold_lanes(d_t_global)
+    return d_gq, d_gk, d_gv, d_lq[:, : geo.num_long], d_lk, d_lv, d_t_global, d_t_long
 
 
 class _BlockedAttention(torch.autograd.Function):
@@ -255,7 +257,9 @@ def plan(request: PlanRequest) -> BlockedPlan:
     """Chunk geometry, skewed l2l labels and key spans of a batch, for every layer.
 
     Options: `block_size` (default r, see blocked_tiles.default_block_size) and
-    `tile_elements` (shared by the workers) size the tiles; `workers` fixes how chunks run:
+    `tile_elements` (shared by the workers) size the tiles; `index_cache_bytes` bounds the chunk
+    label indices the plan keeps for later layers and backward passes (IndexCache, 0: none);
+    `workers` fixes how chunks run:
     N > 1 Python threads with one intra-op thread each, 1 torch's intra-op threads. The default
     (None) is torch.get_num_threads() workers on CPU, 1 elsewhere: fixed, so results repeat bit
     for bit. "auto" on CPU measures both modes on the first calls and keeps the faster
@@ -270,6 +274,7 @@ def plan(request: PlanRequest) -> BlockedPlan:
         raise TypeError(f"blocked-backend option workers must be a positive int or 'auto', got {workers!r}")
     block_size = options.pop("block_size", None)
     tile_elements = options.pop("tile_elements", TILE_ELEMENTS)
+    cache_bytes = options.pop("index_cache_bytes", INDEX_CACHE_BYTES)
     if options:
         raise TypeError(f"unknown blocked-backend options: {', '.join(sorted(options))}")
     sharing = workers if workers is not None else torch.get_num_threads()
@@ -288,7 +293,7 @@ def plan(request: PlanRequest) -> BlockedPlan:
         tile_elements,
         s.num_global_keys,
     )
-    return make_plan(geo, source, workers)
+    return make_plan(geo, source, workers, cache_bytes)
 
 
 def run(
@@ -316,7 +321,9 @@ def run(
 
     t_global = side_table("global", states[0], *(global_tables or (rel_key_table, rel_bias_table)))
     t_long = side_table("long", states[3], rel_key_table, rel_bias_table)
-    geo = replace(plan.geo, scale=scale)
+    tables = (rel_key_table, rel_bias_table, *(global_tables or ()))
+    backward = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (*states, *tables))
+    geo = replace(plan.geo, scale=scale, lanes=plan.geo.lanes if backward else 1)  # lanes serve the backward only
     global_out, long_out = _BlockedAttention.apply(*states, t_global, t_long, plan, geo, queries)
     return global_out.to(out_dtype), long_out.to(out_dtype)
 

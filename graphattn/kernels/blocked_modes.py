@@ -1,4 +1,5 @@
-"""How the blocked backend spreads its chunks over the cores, chosen by measuring real calls.
+"""How the blocked backend spreads its chunks over the cores: the runner (`run_tasks`), and for
+`workers="auto"` the mode chosen by measuring real calls.
 
 Two modes compute the same thing:
 
@@ -28,6 +29,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
 import torch
@@ -113,3 +115,41 @@ def _median(times: deque | None) -> float:
 
 
 CHOOSER = ModeChooser()
+
+
+def run_tasks(tasks: list[Callable[[Any], None]], make_state: Callable[[], Any], workers: int) -> list[Any]:
+    """Run tasks, each given its worker's state (scratch buffers, private accumulators).
+
+    With several workers the tasks are dealt round robin to Python threads that each run torch
+    with ONE intra-op thread: a chunk is a dozen mid-sized ops, and on a busy machine every
+    multi-threaded op waits for a descheduled OpenMP thread at its barrier; independent threads
+    have no barriers. The deal is fixed (not first come, first served), so each worker's private
+    accumulators sum the same chunks in the same order on every run: gradients are reproducible
+    bit for bit, which a resumed training run relies on. The caller's thread count is
+    restored once the last worker is done.
+    """
+    workers = min(workers, len(tasks))
+    if workers <= 1:
+        state = make_state()
+        for task in tasks:
+            task(state)
+        return [state]
+    threads, grad_enabled = torch.get_num_threads(), torch.is_grad_enabled()
+
+    def work(part: list) -> Any:
+        torch.set_num_threads(1)
+        with torch.set_grad_enabled(grad_enabled):  # grad mode is per thread
+            state = make_state()
+            for task in part:
+                task(state)
+        return state
+
+    parts = [tasks[i::workers] for i in range(workers)]
+    try:
+        with ThreadPoolExecutor(workers, thread_name_prefix="graphattn-blocked") as pool:
+            return list(pool.map(work, parts))
+    finally:
+        # Restored once every worker is done: MKL's thread count is process-wide, and a worker
+        # that restored it while another still ran let that one's matmuls go multi-threaded,
+        # which changed their summation order and the last bits of the gradients.
+        torch.set_num_threads(threads)

@@ -1,4 +1,4 @@
-"""Tiles of the blocked backend: geometry, per-call layouts, score tiles, and the chunk runner.
+"""Tiles of the blocked backend: geometry, per-call layouts, score tiles and their label indices.
 
 Kept apart from the softmax arithmetic in blocked.py. What depends only on the side inputs (the
 skewed l2l label index, each chunk's key span) is built once per batch (`BlockedPlan`); a chunk's
@@ -14,9 +14,10 @@ takes the row stride), one gather brings the labels, bias and masks in, and torc
 from __future__ import annotations
 
 import math
+import threading
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import torch
@@ -24,6 +25,15 @@ import torch
 # Elements of one score tile (all heads of a chunk): bounds memory, keeps tiles cache-friendly.
 TILE_ELEMENTS = 1 << 21
 NEG_INF = float("-inf")
+# Copies ("lanes") of each query's label table: column j of a tile reads copy j % LANES. The
+# backward's scatter-add of score gradients into the tables then adds neighbouring columns with
+# the same label (most of an l2g row) to different addresses instead of waiting on one: 1.9x
+# faster scatter on a Xeon (issue 29). Vocabularies wider than MAX_LANED_VOCAB get one copy.
+LANES = 4
+MAX_LANED_VOCAB = 256
+# Bytes of finished chunk label indices a plan keeps for the layers and backward passes after the
+# first forward (IndexCache); past it, chunks derive theirs on every call.
+INDEX_CACHE_BYTES = 1 << 28
 
 
 def default_block_size(radius: int) -> int:
@@ -48,10 +58,24 @@ class Geometry:
     scale: float
     blocks_per_chunk: int
     global_rows_per_chunk: int
+    lanes: int = 1  # copies of each label table (see LANES); 1 in calls without gradients
 
     @property
     def bh(self) -> int:
         return self.batch * self.heads
+
+    @property
+    def lane_width(self) -> int:
+        """Columns of one copy of a label table: V labels, the masked column V, the sink's V+1."""
+        return self.vocab + 2
+
+    def lane_offsets(self, width: int, device: torch.device) -> torch.Tensor:
+        """[width] int64: what tile column j adds to its label to read table copy j % lanes."""
+        return (torch.arange(width, device=device) % self.lanes) * self.lane_width
+
+    def fold_lanes(self, table_grad: torch.Tensor) -> torch.Tensor:
+        """[..., lanes * (V+2)] gradients of the copies -> [..., V] of the labels."""
+        return table_grad.unflatten(-1, (self.lanes, self.lane_width)).sum(-2)[..., : self.vocab]
 
     @property
     def padded_long(self) -> int:
@@ -106,6 +130,7 @@ def geometry(
         scale,
         blocks_per_chunk,
         global_rows,
+        LANES if vocab <= MAX_LANED_VOCAB else 1,
     )
 
 
@@ -135,14 +160,15 @@ def pad_dim(x: torch.Tensor, size: int, dim: int, value: float | int = 0) -> tor
     return torch.nn.functional.pad(x, [0, 0] * (-dim - 1) + [0, missing], value=value)
 
 
-def _extend_table(table: torch.Tensor, rows: int) -> torch.Tensor:
-    """[B, H, n, V] -> [B, H, rows, V+2]: column V (-inf) for masked pairs, column V+1 (0) for
-    the sink column of rows with no allowed key (see _Tile)."""
+def _extend_table(table: torch.Tensor, rows: int, lanes: int) -> torch.Tensor:
+    """[B, H, n, V] -> [B, H, rows, lanes * (V+2)]: `lanes` copies of each row's table, each with
+    column V (-inf) for masked pairs and column V+1 (0) for the sink of rows with no allowed key
+    (see _Tile)."""
     b, h, n, v = table.shape
-    out = table.new_full((b, h, rows, v + 2), NEG_INF)
-    out[:, :, :n, :v] = table
+    out = table.new_full((b, h, rows, lanes, v + 2), NEG_INF)
+    out[:, :, :n, :, :v] = table.unsqueeze(3)
     out[..., v + 1] = 0.0
-    return out
+    return out.flatten(3)
 
 
 @dataclass
@@ -160,9 +186,36 @@ class BlockedPlan:
     long_spans: list[tuple[int, int]]  # per long chunk: the global keys its rows may see
     global_spans: list[tuple[int, int]]  # per global chunk: the long keys its rows may see
     workers: int | None
+    index_cache: IndexCache
 
 
-def make_plan(geo: Geometry, source, workers: int | None) -> BlockedPlan:
+class IndexCache:
+    """Each chunk's finished label index (masks, labels and sink; table copies are added per
+    call), kept in int16 (int32 for vocabularies past 32K) while the batch's total stays within
+    `budget` bytes. A batch's first forward derives them from the side inputs; later layers and
+    every backward copy them: that derivation was ~10% of a layer's time (issue 29)."""
+
+    def __init__(self, vocab: int, budget: int):
+        self.dtype = torch.int16 if vocab + 2 <= torch.iinfo(torch.int16).max else torch.int32
+        self.budget, self.used = budget, 0
+        self._entries: dict[tuple, torch.Tensor] = {}
+        self._lock = threading.Lock()
+
+    def get(self, key: tuple) -> torch.Tensor | None:
+        return self._entries.get(key)
+
+    def keep(self, key: tuple, index: torch.Tensor) -> None:
+        """Keep a copy of `index` if the budget allows (chunks of one batch are built by several
+        workers at once)."""
+        size = index.numel() * self.dtype.itemsize
+        with self._lock:
+            if key in self._entries or self.used + size > self.budget:
+                return
+            self.used += size
+            self._entries[key] = index.to(self.dtype)
+
+
+def make_plan(geo: Geometry, source, workers: int | None, cache_bytes: int = INDEX_CACHE_BYTES) -> BlockedPlan:
     """Side-input work done once per batch, not per chunk or per layer (fewer, larger ops)."""
     long_rows = geo.blocks_per_chunk * geo.block
     long_spans = source.long_spans(long_rows) if geo.num_global_keys > 0 else []
@@ -178,7 +231,8 @@ def make_plan(geo: Geometry, source, workers: int | None) -> BlockedPlan:
     source.plan_chunks(long_blocks, global_blocks)
     index = local_index(geo, source)
     local_empty = (index == geo.vocab).all(-1).view(geo.batch, geo.padded_long)
-    return BlockedPlan(geo, source, index, local_empty, long_spans, global_spans, workers)
+    cache = IndexCache(geo.vocab, cache_bytes)
+    return BlockedPlan(geo, source, index, local_empty, long_spans, global_spans, workers, cache)
 
 
 class CallTensors:
@@ -192,9 +246,11 @@ class CallTensors:
         self.gq = gq.reshape(bh, geo.num_global, d)
         self.gk, self.gv = (x.reshape(bh, geo.num_global_keys, d) for x in (gk, gv))
         self.lq, self.lk, self.lv = (x.reshape(bh, geo.num_long, d) for x in (lq, lk, lv))
-        self.t_global = _extend_table(t_global, geo.num_global)  # [B, H, G, V+1]
-        self.t_long = _extend_table(t_long, geo.padded_long)  # [B, H, Lp, V+1]
-        self.local_index, self.local_empty = plan.local_index, plan.local_empty
+        self.t_global = _extend_table(t_global, geo.num_global, geo.lanes)  # [B, H, G, lanes*(V+2)]
+        self.t_long = _extend_table(t_long, geo.padded_long, geo.lanes)  # [B, H, Lp, lanes*(V+2)]
+        self.local_index, self.local_empty, self.index_cache = plan.local_index, plan.local_empty, plan.index_cache
+        widest = max(geo.window + geo.num_global_keys, geo.num_global_keys + geo.num_long) + 1
+        self.lanes = geo.lane_offsets(widest, lq.device)
         self.long_spans, self.global_spans = plan.long_spans, plan.global_spans
 
     def rows(self, x: torch.Tensor, first: int, last: int) -> torch.Tensor:
@@ -263,9 +319,29 @@ class _Tile:
     index: torch.Tensor  # [B, rows, K]
     split: int  # columns before `split` are the first key set, then the second up to the sink
 
+    def _take_index(self, lay: CallTensors, key: tuple, index: torch.Tensor, build: Callable[[], None]) -> None:
+        """Fill `index` [B, rows, width] from the plan's cache, or build() it and offer it to the
+        cache; then point each column at its copy of the label table (see LANES)."""
+        self.index = index
+        cached = lay.index_cache.get(key)
+        if cached is None:
+            build()
+            lay.index_cache.keep(key, index)
+            if lay.geo.lanes > 1:
+                index.add_(lay.lanes[: index.shape[-1]])
+        elif lay.geo.lanes > 1:
+            torch.add(cached, lay.lanes[: index.shape[-1]], out=index)
+        else:
+            index.copy_(cached)
+
     def _add_sink(self, vocab: int, empty: torch.Tensor) -> None:
         """empty [B, rows] bool: the rows with no allowed key."""
         self.index[:, :, -1] = empty.long() + vocab  # V + 1 (score 0) where empty, else V (-inf)
+
+    def _put_labels(self, columns: slice, mask: torch.Tensor, ids: torch.Tensor, vocab: int, rows=None) -> None:
+        """index[:, rows, columns] = the label where `mask` allows the pair, else the -inf column V."""
+        rows = slice(None) if rows is None else rows
+        self.index[:, rows, columns].copy_(torch.where(mask != 0, ids, vocab))
 
     def probs(self, scratch: Scratches) -> torch.Tensor:
         """softmax(scores) in one fused pass."""
@@ -302,25 +378,29 @@ class LongChunk(_Tile):
         lo, hi = lay.long_spans[first // geo.blocks_per_chunk] if geo.num_global_keys else (0, 0)
         self.keys = slice(lo, max(hi, lo))
         self.split, width = window, window + max(hi - lo, 0) + 1
-        index = self.index = scratch.index.take(geo.batch, rows, width)
-        index[:, :, :window] = lay.local_index[:, first:last].reshape(geo.batch, rows, window)
-        empty = lay.local_empty[:, self.row_slice]
-        if hi > lo:
-            real = min(self.row_slice.stop, geo.num_long) - self.row_slice.start
-            mask, ids = lay.source.l2g(slice(self.row_slice.start, self.row_slice.start + real), self.keys)
-            allowed = mask != 0
-            index[:, :real, window:-1].copy_(torch.where(allowed, ids, geo.vocab))
-            index[:, real:, window:-1] = geo.vocab
-            empty = empty.clone()
-            empty[:, :real] &= ~allowed.any(-1)
-        self._add_sink(geo.vocab, empty)
-        table = lay.t_long[:, :, self.row_slice]  # [B, H, R, V+1]
+        index = scratch.index.take(geo.batch, rows, width)
+        self._take_index(lay, ("long", first), index, partial(self._build_index, lay, window, lo, hi))
+        table = lay.t_long[:, :, self.row_slice]  # [B, H, R, lanes * (V+2)]
         scores = scratch.scores.take(geo.batch, geo.heads, rows, width)
         torch.gather(table, -1, index.unsqueeze(1).expand(scores.shape), out=scores)
         self.scores = scores.view(bh, rows, width)
         self.band(self.scores).baddbmm_(self.q, self.k_windows.transpose(1, 2), alpha=geo.scale)
         if hi > lo:
             self.second(self.scores).baddbmm_(self.q_rows, lay.gk[:, lo:hi].transpose(1, 2), alpha=geo.scale)
+
+    def _build_index(self, lay: CallTensors, window: int, lo: int, hi: int) -> None:
+        """The band's labels (skewed once per batch), the l2g labels of the keys lo..hi-1, and the sink."""
+        geo, index = lay.geo, self.index
+        index[:, :, :window] = lay.local_index[:, self.first : self.last].reshape(geo.batch, -1, window)
+        empty = lay.local_empty[:, self.row_slice]
+        if hi > lo:
+            real = min(self.row_slice.stop, geo.num_long) - self.row_slice.start
+            mask, ids = lay.source.l2g(slice(self.row_slice.start, self.row_slice.start + real), self.keys)
+            self._put_labels(slice(window, -1), mask, ids, geo.vocab, slice(0, real))
+            index[:, real:, window:-1] = geo.vocab
+            empty = empty.clone()
+            empty[:, :real] &= ~(mask != 0).any(-1)
+        self._add_sink(geo.vocab, empty)
 
     @property
     def has_globals(self) -> bool:
@@ -348,23 +428,26 @@ class GlobalChunk(_Tile):
         lo, hi = lay.global_spans[start // geo.global_rows_per_chunk]
         self.keys = slice(lo, max(hi, lo))
         self.split, width = num_keys, num_keys + max(hi - lo, 0) + 1
-        index = self.index = scratch.index.take(geo.batch, rows, width)
-        mask, ids = lay.source.g2g(self.rows)
-        allowed = mask != 0
-        index[:, :, :num_keys].copy_(torch.where(allowed, ids, geo.vocab))
-        empty = ~allowed.any(-1)
-        if hi > lo:
-            mask, ids = lay.source.g2l(self.rows, self.keys)
-            allowed = mask != 0
-            index[:, :, num_keys:-1].copy_(torch.where(allowed, ids, geo.vocab))
-            empty &= ~allowed.any(-1)
-        self._add_sink(geo.vocab, empty)
+        index = scratch.index.take(geo.batch, rows, width)
+        self._take_index(lay, ("global", start), index, partial(self._build_index, lay))
         scores = scratch.scores.take(geo.batch, geo.heads, rows, width)
         torch.gather(lay.t_global[:, :, start:stop], -1, index.unsqueeze(1).expand(scores.shape), out=scores)
         self.scores = scores.view(bh, rows, width)
         self.scores[:, :, :num_keys].baddbmm_(self.q, lay.gk.transpose(1, 2), alpha=geo.scale)
         if hi > lo:
             self.second(self.scores).baddbmm_(self.q, lay.lk[:, lo:hi].transpose(1, 2), alpha=geo.scale)
+
+    def _build_index(self, lay: CallTensors) -> None:
+        """The g2g labels, the g2l labels of the long keys in self.keys, and the sink."""
+        vocab = lay.geo.vocab
+        mask, ids = lay.source.g2g(self.rows)
+        self._put_labels(slice(0, self.split), mask, ids, vocab)
+        empty = ~(mask != 0).any(-1)
+        if self.has_long:
+            mask, ids = lay.source.g2l(self.rows, self.keys)
+            self._put_labels(slice(self.split, -1), mask, ids, vocab)
+            empty &= ~(mask != 0).any(-1)
+        self._add_sink(vocab, empty)
 
     @property
     def has_long(self) -> bool:
@@ -382,38 +465,3 @@ def long_chunks(geo: Geometry):
 def global_chunks(geo: Geometry):
     for start in range(0, geo.num_global, geo.global_rows_per_chunk):
         yield start, min(start + geo.global_rows_per_chunk, geo.num_global)
-
-
-def run_tasks(tasks: list[Callable[[Any], None]], make_state: Callable[[], Any], workers: int) -> list[Any]:
-    """Run tasks, each given its worker's state (scratch buffers, private accumulators).
-
-    With several workers the tasks are dealt round robin to Python threads that each run torch
-    with ONE intra-op thread: a chunk is a dozen mid-sized ops, and on a busy machine every
-    multi-threaded op waits for a descheduled OpenMP thread at its barrier; independent threads
-    have no barriers. The deal is fixed (not first come, first served), so each worker's private
-    accumulators sum the same chunks in the same order on every run: gradients are reproducible
-    bit for bit, which a resumed training run relies on. The caller's thread count is restored
-    in each worker, and the caller's own setting is untouched.
-    """
-    workers = min(workers, len(tasks))
-    if workers <= 1:
-        state = make_state()
-        for task in tasks:
-            task(state)
-        return [state]
-    threads, grad_enabled = torch.get_num_threads(), torch.is_grad_enabled()
-
-    def work(part: list) -> Any:
-        torch.set_num_threads(1)
-        try:
-            with torch.set_grad_enabled(grad_enabled):  # grad mode is per thread
-                state = make_state()
-                for task in part:
-                    task(state)
-        finally:
-            torch.set_num_threads(threads)
-        return state
-
-    parts = [tasks[i::workers] for i in range(workers)]
-    with ThreadPoolExecutor(workers, thread_name_prefix="graphattn-blocked") as pool:
-        return list(pool.map(work, parts))

@@ -10,7 +10,7 @@ import pytest
 import torch
 from kernel_cases import RESULT_NAMES, assert_all_close, run, synthetic_case
 
-from graphattn.kernels import blocked, blocked_modes, dense
+from graphattn.kernels import blocked, blocked_modes, blocked_tiles, dense
 from graphattn.kernels.blocked_tiles import CallTensors, LongChunk, Scratch, Scratches, geometry, local_index
 from graphattn.kernels.request import direct_request
 
@@ -73,10 +73,48 @@ def test_rows_without_an_allowed_key_point_their_sink_at_the_zero_column() -> No
     empty = ~(band | (side.l2g_att_mask != 0).any(-1))
     empty = torch.cat([empty, torch.ones(1, geo.padded_long - length, dtype=torch.bool).expand(len(empty), -1)], 1)
     assert empty.any() and not empty.all()
-    assert torch.equal(tile.index[:, :, -1], torch.where(empty, geo.vocab + 1, geo.vocab))
+    sink = geo.lane_offsets(tile.index.shape[-1], torch.device("cpu"))[-1]  # the table copy the sink reads
+    assert torch.equal(tile.index[:, :, -1] - sink, torch.where(empty, geo.vocab + 1, geo.vocab))
     probs = tile.probs(Scratches(states[3]))
     sink = probs.view(geo.batch, geo.heads, geo.padded_long, -1)[..., -1]
     assert torch.equal(sink, empty[:, None].expand_as(sink).to(sink.dtype))  # all weight, or none
+
+
+def test_neighbouring_columns_read_different_copies_of_the_label_table() -> None:
+    """Column j of a tile adds (j % lanes) * (V + 2) to its label: the backward's scatter-add
+    then sends neighbouring columns with the same label to different addresses."""
+    assert _band_geometry().lanes == blocked_tiles.LANES  # V = 99 <= MAX_LANED_VOCAB
+    assert geometry(1, 1, 0, 5, 1, blocked_tiles.MAX_LANED_VOCAB + 1, 1.0, 2, 1 << 20).lanes == 1
+    geo = replace(_band_geometry(), lanes=3)
+    assert geo.lane_offsets(7, torch.device("cpu")).tolist() == [0, 101, 202, 0, 101, 202, 0]
+    grads = torch.arange(3 * 101.0).expand(2, 303)  # copies 0, 1, 2 of labels 0..98, -inf, sink
+    assert geo.fold_lanes(grads).tolist() == [[3 * v + 303 for v in range(99)]] * 2
+
+
+@pytest.mark.parametrize("budget", [0, 1500, 1 << 20], ids=["no_cache", "some_chunks", "every_chunk"])
+def test_later_calls_read_the_chunk_indices_the_first_call_kept(budget) -> None:
+    """A plan keeps its chunks' label indices (int16) within its byte budget; calls after the
+    first read them instead of deriving masks and labels, and give the oracle's results."""
+    case = synthetic_case(
+        num_long=41, num_global=7, radius=4, num_docs=2, mention_links=6, empty_long_rows=2, empty_global_rows=1
+    )
+    global_q, global_k, _, long_q, _, _ = case.states
+    request = direct_request(case.side, global_q, global_k, long_q, case.key_table, tile_elements=1)
+    request.options["index_cache_bytes"] = budget
+    plan = blocked.plan(request)
+    cache = plan.index_cache
+    chunks = len(list(blocked_tiles.long_chunks(plan.geo))) + len(list(blocked_tiles.global_chunks(plan.geo)))
+
+    def attention(*args):
+        return blocked.run(plan, args[:6], args[7], args[8], args[9])
+
+    expected = run(dense.attention, case)
+    assert_all_close(run(attention, case), expected, 1e-10, RESULT_NAMES)
+    kept = len(cache._entries)
+    assert cache.used <= budget and all(e.dtype == torch.int16 for e in cache._entries.values())
+    assert kept == {0: 0, 1500: kept, 1 << 20: chunks}[budget] and (budget != 1500 or 0 < kept < chunks)
+    assert_all_close(run(attention, case), expected, 1e-10, RESULT_NAMES)  # now from the cache
+    assert len(cache._entries) == kept
 
 
 def test_the_chooser_alternates_then_keeps_the_faster_mode_and_rechecks() -> None:
