@@ -30,14 +30,15 @@ tensors) to page faults. The layout is chosen for all three:
   whichever of the two this process measured faster (`workers="auto"`, blocked_modes.py; the
   last bits of a result then depend on which mode a call got).
 
-Softmax and matmuls run in fp32 (fp64 stays fp64; bf16 and fp16 inputs are computed in fp32);
-outputs take the input dtype.
+Softmax and matmuls run in fp32 (fp64 stays fp64; fp16 inputs, and bf16 inputs of calls that
+will run backward, are computed in fp32); bf16 inputs of calls without gradients stay bf16 where
+the CPU multiplies bf16 in hardware (`compute_dtype`). Outputs take the input dtype.
 """
 
 from __future__ import annotations
 
 from dataclasses import replace
-from functools import partial
+from functools import cache, partial
 
 import torch
 
@@ -243,6 +244,25 @@ def _in_mode(plan: BlockedPlan, lay: CallTensors, direction: str, body):
     return CHOOSER.run(key, body)
 
 
+def compute_dtype(dtype: torch.dtype, device: torch.device, backward: bool) -> torch.dtype:
+    """The dtype of the tiles and matmuls: fp32 (fp64 stays fp64), except bf16 inputs of a call
+    without gradients on a CPU that multiplies bf16 in hardware (AVX512-BF16, AMX). There scores
+    and probabilities are rounded to bf16, as Hugging Face's eager attention does in bf16, and
+    softmax sums in fp32: 1.46x faster at L = 4096, within 1% of the fp64 result (issue 29).
+    Calls that will run backward keep fp32, so that the backward's recomputed tiles are the
+    forward's."""
+    if dtype == torch.bfloat16 and not backward and _native_bf16(device):
+        return dtype
+    return torch.promote_types(dtype, torch.float32)
+
+
+@cache
+def _native_bf16(device: torch.device) -> bool:
+    cpu = getattr(torch, "cpu", None)
+    names = ("_is_amx_tile_supported", "_is_avx512_bf16_supported")
+    return device.type == "cpu" and any(getattr(cpu, name, lambda: False)() for name in names)
+
+
 def label_tables(
     q: torch.Tensor, rel_key_table: torch.Tensor, rel_bias_table: torch.Tensor | None, scale: float
 ) -> torch.Tensor:
@@ -311,7 +331,9 @@ def run(
     "global" or "long" computes that side only (the other output is zeros)."""
     _global_q, long_q = states[0], states[3]
     out_dtype = long_q.dtype
-    compute = torch.promote_types(long_q.dtype, torch.float32)  # fp32 softmax; fp64 stays fp64
+    tables = (rel_key_table, rel_bias_table, *(global_tables or ()))
+    backward = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (*states, *tables))
+    compute = compute_dtype(long_q.dtype, long_q.device, backward)
     states = [t.to(compute).contiguous() for t in states]
 
     def side_table(side: str, q: torch.Tensor, key_table: torch.Tensor, bias_table: torch.Tensor | None):
@@ -321,8 +343,6 @@ def run(
 
     t_global = side_table("global", states[0], *(global_tables or (rel_key_table, rel_bias_table)))
     t_long = side_table("long", states[3], rel_key_table, rel_bias_table)
-    tables = (rel_key_table, rel_bias_table, *(global_tables or ()))
-    backward = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (*states, *tables))
     geo = replace(plan.geo, scale=scale, lanes=plan.geo.lanes if backward else 1)  # lanes serve the backward only
     global_out, long_out = _BlockedAttention.apply(*states, t_global, t_long, plan, geo, queries)
     return global_out.to(out_dtype), long_out.to(out_dtype)

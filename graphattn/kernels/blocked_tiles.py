@@ -307,6 +307,14 @@ class Scratches:
         self.index = Scratch(like, torch.int64)
 
 
+def _gather_labels(table: torch.Tensor, index: torch.Tensor, scores: torch.Tensor) -> None:
+    """scores[b, h, i, j] = table[b, h, i, index[b, i, j]] for every head. 16-bit tables are
+    gathered as int16 (the same bits): torch's bf16 gather is 1.9x slower than its int16 one."""
+    if table.dtype in (torch.bfloat16, torch.float16):
+        table, scores = table.view(torch.int16), scores.view(torch.int16)
+    torch.gather(table, -1, index.unsqueeze(1).expand(scores.shape), out=scores)
+
+
 class _Tile:
     """A chunk's score tile [BH, rows, K] and the softmax over its rows.
 
@@ -382,7 +390,7 @@ class LongChunk(_Tile):
         self._take_index(lay, ("long", first), index, partial(self._build_index, lay, window, lo, hi))
         table = lay.t_long[:, :, self.row_slice]  # [B, H, R, lanes * (V+2)]
         scores = scratch.scores.take(geo.batch, geo.heads, rows, width)
-        torch.gather(table, -1, index.unsqueeze(1).expand(scores.shape), out=scores)
+        _gather_labels(table, index, scores)
         self.scores = scores.view(bh, rows, width)
         self.band(self.scores).baddbmm_(self.q, self.k_windows.transpose(1, 2), alpha=geo.scale)
         if hi > lo:
@@ -431,7 +439,7 @@ class GlobalChunk(_Tile):
         index = scratch.index.take(geo.batch, rows, width)
         self._take_index(lay, ("global", start), index, partial(self._build_index, lay))
         scores = scratch.scores.take(geo.batch, geo.heads, rows, width)
-        torch.gather(lay.t_global[:, :, start:stop], -1, index.unsqueeze(1).expand(scores.shape), out=scores)
+        _gather_labels(lay.t_global[:, :, start:stop], index, scores)
         self.scores = scores.view(bh, rows, width)
         self.scores[:, :, :num_keys].baddbmm_(self.q, lay.gk.transpose(1, 2), alpha=geo.scale)
         if hi > lo:

@@ -80,6 +80,28 @@ def test_bf16_within_its_tolerance() -> None:
     assert_all_close(actual, run(dense.attention, reference), 3e-2, RESULT_NAMES)
 
 
+def test_bf16_without_gradients_within_its_tolerance() -> None:
+    """Inference in bf16: tiles and matmuls in bf16 where the CPU multiplies bf16 in hardware
+    (fp32 elsewhere), within bf16's tolerance of the fp64 oracle on the same rounded inputs."""
+    case = synthetic_case(dtype=torch.bfloat16, dim=16, num_docs=2, mention_links=4, empty_long_rows=2)
+    reference = synthetic_case(dtype=torch.float64, dim=16, num_docs=2, mention_links=4, empty_long_rows=2)
+    with torch.no_grad():
+        for mine, ref in zip(case.params, reference.params):
+            ref.copy_(mine.double())
+        actual = run(blocked.attention, case, grads=False)
+    assert actual[0].dtype == torch.bfloat16 and actual[1].dtype == torch.bfloat16
+    assert_all_close(actual, run(dense.attention, reference, grads=False), 3e-2, RESULT_NAMES)
+
+
+def test_only_bf16_calls_without_gradients_compute_in_bf16() -> None:
+    cpu = torch.device("cpu")
+    native = blocked._native_bf16(cpu)
+    assert blocked.compute_dtype(torch.bfloat16, cpu, backward=False) == (torch.bfloat16 if native else torch.float32)
+    assert blocked.compute_dtype(torch.bfloat16, cpu, backward=True) == torch.float32
+    assert blocked.compute_dtype(torch.float16, cpu, backward=False) == torch.float32
+    assert blocked.compute_dtype(torch.float64, cpu, backward=False) == torch.float64
+
+
 def test_no_global_tokens_and_radius_beyond_length() -> None:
     case = synthetic_case(num_global=0, num_long=13, radius=40)
     assert_all_close(run(blocked.attention, case), run(dense.attention, case), 1e-10, RESULT_NAMES)
