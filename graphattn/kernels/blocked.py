@@ -203,9 +203,11 @@ def _backward(lay: CallTensors, grad_global, grad_long, workers: int, queries: s
     accs = run_tasks(_chunk_tasks(geo, queries, long_task, global_task), lambda: _KeyGrads(lay), workers)
 
     def total(name: str) -> torch.Tensor:
-        """One gradient summed over the workers' private accumulators."""
+        """One gradient summed over the workers' private accumulators, in the first one's memory."""
         parts = [acc.long_keys(name) if name in ("d_lk", "d_lv") else getattr(acc, name) for acc in accs]
-        return sum(parts[1:], parts[0])
+        for part in parts[1:]:
+            parts[0].add_(part)
+        return parts[0]
 
     d_gk, d_gv, d_lk, d_lv = (total(name) for name in ("d_gk", "d_gv", "d_lk", "d_lv"))
     d_t_long, d_t_global = geo.fold_lanes(d_t_long[:, :, : geo.num_long]), geo.fold_lanes(d_t_global)
