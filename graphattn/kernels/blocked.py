@@ -46,7 +46,6 @@ from graphattn.contract import SideInputs
 from graphattn.kernels.blocked_modes import CHOOSER, run_tasks, shape_class
 from graphattn.kernels.blocked_sources import source_of
 from graphattn.kernels.blocked_tiles import (
-    INDEX_CACHE_BYTES,
     TILE_ELEMENTS,
     BlockedPlan,
     CallTensors,
@@ -280,7 +279,8 @@ def plan(request: PlanRequest) -> BlockedPlan:
 
     Options: `block_size` (default r, see blocked_tiles.default_block_size) and
     `tile_elements` (shared by the workers) size the tiles; `index_cache_bytes` bounds the chunk
-    label indices the plan keeps for later layers and backward passes (IndexCache, 0: none);
+    label indices the plan keeps for later layers and backward passes (IndexCache; default 4 KiB
+    per token, 0: none);
     `workers` fixes how chunks run:
     N > 1 Python threads with one intra-op thread each, 1 torch's intra-op threads. The default
     (None) is torch.get_num_threads() workers on CPU, 1 elsewhere: fixed, so results repeat bit
@@ -296,7 +296,7 @@ def plan(request: PlanRequest) -> BlockedPlan:
         raise TypeError(f"blocked-backend option workers must be a positive int or 'auto', got {workers!r}")
     block_size = options.pop("block_size", None)
     tile_elements = options.pop("tile_elements", TILE_ELEMENTS)
-    cache_bytes = options.pop("index_cache_bytes", INDEX_CACHE_BYTES)
+    cache_bytes = options.pop("index_cache_bytes", None)
     if options:
         raise TypeError(f"unknown blocked-backend options: {', '.join(sorted(options))}")
     sharing = workers if workers is not None else torch.get_num_threads()

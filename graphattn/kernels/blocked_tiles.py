@@ -31,9 +31,11 @@ NEG_INF = float("-inf")
 # faster scatter on a Xeon (issue 29). Vocabularies wider than MAX_LANED_VOCAB get one copy.
 LANES = 4
 MAX_LANED_VOCAB = 256
-# Bytes of finished chunk label indices a plan keeps for the layers and backward passes after the
-# first forward (IndexCache); past it, chunks derive theirs on every call.
-INDEX_CACHE_BYTES = 1 << 28
+# Bytes per token (long and global, over the batch) of finished chunk label indices a plan keeps
+# for the layers and backward passes after the first forward (IndexCache); past that, chunks
+# derive theirs on every call. Indices of soft l2g/g2l grow as L x G: a budget per token keeps
+# the plan's memory linear in L (all of a 16K-token ETC batch fits).
+INDEX_CACHE_BYTES_PER_TOKEN = 4096
 
 
 def default_block_size(radius: int) -> int:
@@ -191,12 +193,12 @@ class BlockedPlan:
 
 class IndexCache:
     """Each chunk's finished label index (masks, labels and sink; table copies are added per
-    call), kept in int16 (int32 for vocabularies past 32K) while the batch's total stays within
-    `budget` bytes. A batch's first forward derives them from the side inputs; later layers and
-    every backward copy them: that derivation was ~10% of a layer's time (issue 29)."""
+    call), kept in the smallest integer type that holds V + 1 while the batch's total stays
+    within `budget` bytes. A batch's first forward derives them from the side inputs; later
+    layers and every backward copy them: that derivation was ~10% of a layer's time (issue 29)."""
 
     def __init__(self, vocab: int, budget: int):
-        self.dtype = torch.int16 if vocab + 2 <= torch.iinfo(torch.int16).max else torch.int32
+        self.dtype = next(t for t in (torch.int8, torch.int16, torch.int32) if vocab + 1 <= torch.iinfo(t).max)
         self.budget, self.used = budget, 0
         self._entries: dict[tuple, torch.Tensor] = {}
         self._lock = threading.Lock()
@@ -215,7 +217,7 @@ class IndexCache:
             self._entries[key] = index.to(self.dtype)
 
 
-def make_plan(geo: Geometry, source, workers: int | None, cache_bytes: int = INDEX_CACHE_BYTES) -> BlockedPlan:
+def make_plan(geo: Geometry, source, workers: int | None, cache_bytes: int | None = None) -> BlockedPlan:
     """Side-input work done once per batch, not per chunk or per layer (fewer, larger ops)."""
     long_rows = geo.blocks_per_chunk * geo.block
     long_spans = source.long_spans(long_rows) if geo.num_global_keys > 0 else []
@@ -231,6 +233,8 @@ def make_plan(geo: Geometry, source, workers: int | None, cache_bytes: int = IND
     source.plan_chunks(long_blocks, global_blocks)
     index = local_index(geo, source)
     local_empty = (index == geo.vocab).all(-1).view(geo.batch, geo.padded_long)
+    if cache_bytes is None:
+        cache_bytes = INDEX_CACHE_BYTES_PER_TOKEN * geo.batch * (geo.num_long + geo.num_global_keys)
     cache = IndexCache(geo.vocab, cache_bytes)
     return BlockedPlan(geo, source, index, local_empty, long_spans, global_spans, workers, cache)
 

@@ -91,10 +91,11 @@ def test_neighbouring_columns_read_different_copies_of_the_label_table() -> None
     assert geo.fold_lanes(grads).tolist() == [[3 * v + 303 for v in range(99)]] * 2
 
 
-@pytest.mark.parametrize("budget", [0, 1500, 1 << 20], ids=["no_cache", "some_chunks", "every_chunk"])
+@pytest.mark.parametrize("budget", [0, 750, 1 << 20], ids=["no_cache", "some_chunks", "every_chunk"])
 def test_later_calls_read_the_chunk_indices_the_first_call_kept(budget) -> None:
-    """A plan keeps its chunks' label indices (int16) within its byte budget; calls after the
-    first read them instead of deriving masks and labels, and give the oracle's results."""
+    """A plan keeps its chunks' label indices (int8 for this small vocabulary) within its byte
+    budget; calls after the first read them instead of deriving masks and labels, and give the
+    oracle's results."""
     case = synthetic_case(
         num_long=41, num_global=7, radius=4, num_docs=2, mention_links=6, empty_long_rows=2, empty_global_rows=1
     )
@@ -111,10 +112,12 @@ def test_later_calls_read_the_chunk_indices_the_first_call_kept(budget) -> None:
     expected = run(dense.attention, case)
     assert_all_close(run(attention, case), expected, 1e-10, RESULT_NAMES)
     kept = len(cache._entries)
-    assert cache.used <= budget and all(e.dtype == torch.int16 for e in cache._entries.values())
-    assert kept == {0: 0, 1500: kept, 1 << 20: chunks}[budget] and (budget != 1500 or 0 < kept < chunks)
+    assert cache.used <= budget and all(e.dtype == torch.int8 for e in cache._entries.values())
+    assert kept == {0: 0, 750: kept, 1 << 20: chunks}[budget] and (budget != 750 or 0 < kept < chunks)
     assert_all_close(run(attention, case), expected, 1e-10, RESULT_NAMES)  # now from the cache
     assert len(cache._entries) == kept
+    sizes = {126: torch.int8, 127: torch.int16, 32766: torch.int16, 32767: torch.int32}
+    assert {v: blocked_tiles.IndexCache(v, 0).dtype for v in sizes} == sizes  # V + 1 must fit
 
 
 def test_the_chooser_alternates_then_keeps_the_faster_mode_and_rechecks() -> None:
