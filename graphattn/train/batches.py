@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
-from torch.utils.data import DataLoader
+from torch.utils.data import DataLoader, IterableDataset
 
 from graphattn.compile.batching import collate
 from graphattn.errors import GraphattnError
@@ -126,24 +126,54 @@ def shard_loader(
     )
 
 
-class _ShardLoader(DataLoader):
-    """A DataLoader whose worker processes' GraphattnErrors (a shard that fails its checks) come
-    back as the one line they said, not wrapped in the worker's traceback."""
+class _WorkerError:
+    """A GraphattnError met while reading shards, carried to the loader as an item."""
+
+    def __init__(self, error: GraphattnError):
+        self.error = error  # pickles with its message and location
+
+
+class _ErrorsAsItems(IterableDataset):
+    """`dataset`, ending with a _WorkerError item where it raises a GraphattnError; its length and
+    attributes (set_epoch, shards, ...) are the dataset's."""
+
+    def __init__(self, dataset: IterableDataset):
+        self.dataset = dataset
 
     def __iter__(self) -> Iterator[Any]:
-        iterator = super().__iter__()
-        while True:
-            try:
-                batch = next(iterator)
-            except StopIteration:
-                return
-            except GraphattnError as err:
-                lines = [line for line in str(err).splitlines() if line.strip()]
-                if len(lines) < 2 or not lines[0].startswith("Caught "):
-                    raise
-                message = lines[-1].split(": ", 1)[-1] if lines[-1].startswith("graphattn.") else lines[-1]
-                raise type(err)(message) from None
+        try:
+            yield from self.dataset
+        except GraphattnError as error:
+            yield _WorkerError(error)
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "dataset":  # not set yet (while unpickling in a worker): no recursion
+            raise AttributeError(name)
+        return getattr(self.dataset, name)
+
+
+class _ShardLoader(DataLoader):
+    """A DataLoader that raises a GraphattnError met in a worker process (a shard that fails its
+    checks) as that same error, with its message and location. torch itself would re-raise it
+    with the worker's traceback folded into the message."""
+
+    def __init__(self, dataset: IterableDataset, *, collate_fn: Callable, **options: Any):
+        collate_batch = functools.partial(_collate_or_error, collate_fn)
+        super().__init__(_ErrorsAsItems(dataset), collate_fn=collate_batch, **options)
+
+    def __iter__(self) -> Iterator[Any]:
+        for batch in super().__iter__():
+            if isinstance(batch, _WorkerError):
+                raise batch.error from None
             yield batch
+
+
+def _collate_or_error(collate_fn: Callable, items: list) -> Any:
+    """The batch, or the _WorkerError among its items."""
+    return next((item for item in items if isinstance(item, _WorkerError)), None) or collate_fn(items)
 
 
 def _ignore_interrupts(worker_id: int) -> None:

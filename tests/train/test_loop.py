@@ -339,3 +339,35 @@ def test_train_api_streams_shards_with_their_targets(tmp_path) -> None:
         model, str(tmp_path / "shards"), max_steps=3, batch_size=2, log_every=1, progress=False, precision="fp32"
     )
     assert result.step == 3 and all(math.isfinite(r["loss"]) and "loss/answer" in r for r in result.history)
+
+
+class _FailingShards(torch.utils.data.IterableDataset):
+    """Two items, then the error a shard that fails its checks raises (with its place)."""
+
+    epoch = None
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def __iter__(self):
+        yield from (1, 2)
+        raise GraphattnError("item 0 is 9\n(the schema has 4 globals)", file="s.parquet", path=("link_global", 3))
+
+
+@pytest.mark.parametrize("num_workers", [0, 1])
+def test_a_workers_shard_error_comes_back_as_itself(num_workers) -> None:
+    """Not torch's re-raise with the worker's traceback folded into the message: the same
+    error type, its whole message (two lines) and its place; set_epoch still reaches the shards."""
+    from graphattn.train.batches import _ShardLoader
+
+    shards = _FailingShards()
+    loader = _ShardLoader(shards, batch_size=2, num_workers=num_workers, collate_fn=list)
+    loader.dataset.set_epoch(3)  # as the Trainer tells a DataLoader's dataset
+    assert shards.epoch == 3
+    batches = iter(loader)
+    assert next(batches) == [1, 2]
+    with pytest.raises(GraphattnError) as caught:
+        next(batches)
+    expected = GraphattnError("item 0 is 9\n(the schema has 4 globals)", file="s.parquet", path=("link_global", 3))
+    assert type(caught.value) is GraphattnError and str(caught.value) == str(expected)
+    assert caught.value.location == expected.location and "Traceback" not in str(caught.value)
