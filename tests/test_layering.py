@@ -26,6 +26,7 @@ def _loaded_after(statement: str) -> set[str]:
         ),
         ("import graphattn.contract, graphattn.labels, graphattn.compact", {"torch", "graphattn.compile", "yaml"}),
         ("import graphattn.shards.format", {"torch", "graphattn.compile", "graphattn.corpus", "yaml", "networkx"}),
+        ("import graphattn.shards.reader", {"torch", "graphattn.compile", "graphattn.corpus", "yaml", "networkx"}),
         ("import graphattn.hf", {"transformers", "graphattn.compile", "graphattn.train", "yaml"}),
     ],
 )

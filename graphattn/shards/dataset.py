@@ -35,17 +35,9 @@ from torch.utils.data import Dataset, IterableDataset, get_worker_info
 from graphattn.compile.batching import collate as _collate
 from graphattn.contract import EtcBatch, EtcInstance
 from graphattn.errors import GraphattnError
-from graphattn.shards.format import (
-    DecodedRows,
-    Provenance,
-    ShardFormatError,
-    ShardInfo,
-    Source,
-    read_info,
-    read_row_group,
-    shard_paths,
-)
-from graphattn.shards.verify import check_same_run, classes_from_footer
+from graphattn.shards.format import Provenance
+from graphattn.shards.reader import DecodedRows, ShardInfo, Source, read_info, read_row_group, shard_paths
+from graphattn.shards.verify import ShardFormatError, check_same_run, classes_from_footer
 
 
 class _Shards:

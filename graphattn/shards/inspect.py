@@ -140,7 +140,7 @@ def _checked_table(dataset, columns: list[str]):
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from graphattn.shards.format import read_row_group
+    from graphattn.shards.reader import read_row_group
     from graphattn.shards.verify_rows import check_rows
 
     shards = dataset.shards
@@ -158,7 +158,7 @@ def _document_counts(source: str, paths: list[str]) -> list[str]:
     """The compile summary's own count line, from the shard footers; for a run directory also
     where rejected.jsonl is and whether the run finished."""
     from graphattn.corpus.output import OutputDir, documents_line
-    from graphattn.shards.format import read_info
+    from graphattn.shards.reader import read_info
 
     shards = [read_info(p).shard for p in paths]
     line = documents_line(sum(s.get("documents", 0) for s in shards), sum(s.get("rejected", 0) for s in shards))
@@ -184,7 +184,7 @@ def _warnings_count(source: str, paths: list[str]) -> str:
     listing = Path(source) / "warnings.jsonl"
     if listing.is_file():
         return f"{sum(1 for line in listing.read_text(encoding='utf-8').splitlines() if line.strip()):,}"
-    from graphattn.shards.format import read_info
+    from graphattn.shards.reader import read_info
 
     return f"{sum(read_info(p).shard.get('warnings', 0) for p in paths):,} (from shard footers)"
 

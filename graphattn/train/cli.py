@@ -219,7 +219,7 @@ def check_arguments(args: argparse.Namespace) -> tuple[list[str], list[str]]:
 
 def _footer_targets(source: list[str], flag: str) -> tuple[str, dict]:
     """(first shard, the schema's targets) from the footer of the first shard `source` names."""
-    from graphattn.shards.format import read_info, shard_paths
+    from graphattn.shards.reader import read_info, shard_paths
     from graphattn.train.finetune import schema_from_text
 
     first = shard_paths(source)[0]

@@ -207,8 +207,8 @@ def load_instance(
 
 def load_from_shard(path: Path, index: int, verify_sha256: bool = True) -> Loaded:
     """Instance `index` of a compiled shard, or of a directory of shards counting across them,
-    compact (`graphattn.shards.format.read_row`: no torch)."""
-    from graphattn.shards.format import read_info, read_row, shard_paths
+    compact (`graphattn.shards.reader.read_row`: no torch)."""
+    from graphattn.shards.reader import read_info, read_row, shard_paths
 
     files = shard_paths(path)
     file, local = files[0], index

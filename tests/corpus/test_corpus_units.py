@@ -178,14 +178,9 @@ def test_shards_store_the_hard_mask_flags_per_query_row(tmp_path):
     from graphattn.compile import compile_instance
     from graphattn.ingest.json import hotpotqa_graph
     from graphattn.schema import SCHEMA_DIR
-    from graphattn.shards.format import (
-        DecodedRows,
-        ShardFormatError,
-        encode_shard,
-        read_info,
-        rows_to_table,
-        shard_metadata,
-    )
+    from graphattn.shards.format import encode_shard, rows_to_table, shard_metadata
+    from graphattn.shards.reader import DecodedRows, read_info
+    from graphattn.shards.verify import ShardFormatError
 
     data = yaml.safe_load((SCHEMA_DIR / "hotpotqa.yaml").read_text())
     data["masks"] = {"hard_g2l": True, "hard_l2g": True}
