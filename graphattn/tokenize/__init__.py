@@ -1,6 +1,6 @@
 """Tokenizers: the protocol the compiler uses (ids + character offsets), its adapters,
-`load_tokenizer` and WordPiece training (`core`); where tokenizers come from on disk (`files`);
-the `graphattn tokenizer` command (`cli`)."""
+and WordPiece training (`core`); the spaCy word tokenizer (`words`); `load_tokenizer` (`load`);
+where tokenizers come from on disk (`files`); the `graphattn tokenizer` command (`cli`)."""
 
 from graphattn.errors import TokenizerError
 from graphattn.tokenize.core import (
@@ -13,13 +13,13 @@ from graphattn.tokenize.core import (
     WORDPIECE_SPECIAL_TOKENS,
     Encoding,
     HFTokenizer,
-    SpacyWordTokenizer,
     Tokenizer,
-    load_tokenizer,
     plain_text,
     spans_to_token_ranges,
     train_wordpiece,
 )
+from graphattn.tokenize.load import load_tokenizer
+from graphattn.tokenize.words import SpacyWordTokenizer
 
 __all__ = [
     "CHAR_ALONE",
