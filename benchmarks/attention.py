@@ -575,7 +575,7 @@ def main() -> None:
         f"{'hard' if hard_g2l else 'soft'} g2l"
     )
     header = (
-        f"{'L':>6} {'mode':>7} {'method':>11} {'median ms':>10} {'min ms':>8} {'peak MB':>8} {'GFLOP/s':>8} "
+        f"{'L':>6} {'mode':>7} {'method':>13} {'median ms':>10} {'min ms':>8} {'peak MB':>8} {'GFLOP/s':>8} "
         f"{'% matmul':>8} {'time/blocked':>12} {'mem/blocked':>11}"
     )
     print(header)
@@ -598,7 +598,7 @@ def main() -> None:
             for name in methods:
                 if skipped[name]:
                     if skipped[name] != "-":
-                        print(f"{length:>6} {mode:>7} {name:>11}   {skipped[name]}")
+                        print(f"{length:>6} {mode:>7} {name:>13}   {skipped[name]}")
                     continue
                 median, fastest, flops = timings[name]
                 flops *= 3.5 if backward else 1.0
@@ -607,7 +607,7 @@ def main() -> None:
                 ratio_t = fastest / base_time if base_time else None
                 ratio_m = memory[name] / base_memory if base_memory and memory[name] else None
                 print(
-                    f"{length:>6} {mode:>7} {name:>11} {median * 1e3:>10.1f} {fastest * 1e3:>8.1f} "
+                    f"{length:>6} {mode:>7} {name:>13} {median * 1e3:>10.1f} {fastest * 1e3:>8.1f} "
                     f"{fmt(memory[name], 8, '.0f')} "
                     f"{fmt(gflops, 8, '.1f')} {fmt(share, 8, '.0f', '%')} {fmt(ratio_t, 12, '.2f', 'x')} "
                     f"{fmt(ratio_m, 11, '.2f', 'x')}",

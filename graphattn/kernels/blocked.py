@@ -103,8 +103,9 @@ def _chunk_tasks(geo: Geometry, queries: str, long_task, global_task) -> list:
 
 
 def _scatter_table_grad(grad_table: torch.Tensor, index: torch.Tensor, grad_scores: torch.Tensor) -> None:
-    """Accumulate score gradients [BH, rows, K] into the per-query label table [B, H, rows, V+1]
-    through the tile's gather index [B, rows, K] (the reverse of the gather)."""
+    """Accumulate score gradients [BH, rows, K] into the per-query label tables
+    [B, H, rows, lanes*(V+2)] through the tile's gather index [B, rows, K] (the reverse of the
+    gather)."""
     shape = [*grad_table.shape[:-1], index.shape[-1]]
     grad_table.scatter_add_(-1, index.unsqueeze(1).expand(shape), grad_scores.view(shape))
 
@@ -280,12 +281,11 @@ def plan(request: PlanRequest) -> BlockedPlan:
     Options: `block_size` (default r, see blocked_tiles.default_block_size) and
     `tile_elements` (shared by the workers) size the tiles; `index_cache_bytes` bounds the chunk
     label indices the plan keeps for later layers and backward passes (IndexCache; default 4 KiB
-    per token, 0: none);
-    `workers` fixes how chunks run:
-    N > 1 Python threads with one intra-op thread each, 1 torch's intra-op threads. The default
-    (None) is torch.get_num_threads() workers on CPU, 1 elsewhere: fixed, so results repeat bit
-    for bit. "auto" on CPU measures both modes on the first calls and keeps the faster
-    (blocked_modes.py), at the price of results that may differ in the last bits between calls."""
+    per token, 0: none); `workers` fixes how chunks run: N > 1 Python threads with one intra-op
+    thread each, 1 torch's intra-op threads. The default (None) is torch.get_num_threads()
+    workers on CPU, 1 elsewhere: fixed, so results repeat bit for bit. "auto" on CPU measures
+    both modes on the first calls and keeps the faster (blocked_modes.py), at the price of
+    results that may differ in the last bits between calls."""
     options = dict(request.options)
     workers = options.pop("workers", None)
     if workers == "auto":
@@ -297,6 +297,8 @@ def plan(request: PlanRequest) -> BlockedPlan:
     block_size = options.pop("block_size", None)
     tile_elements = options.pop("tile_elements", TILE_ELEMENTS)
     cache_bytes = options.pop("index_cache_bytes", None)
+    if cache_bytes is not None and (type(cache_bytes) is not int or cache_bytes < 0):
+        raise TypeError(f"blocked-backend option index_cache_bytes must be a non-negative int, got {cache_bytes!r}")
     if options:
         raise TypeError(f"unknown blocked-backend options: {', '.join(sorted(options))}")
     sharing = workers if workers is not None else torch.get_num_threads()
@@ -365,6 +367,7 @@ def attention(
     block_size: int | None = None,
     tile_elements: int = TILE_ELEMENTS,
     workers: int | str | None = None,
+    index_cache_bytes: int | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Global-local attention in blocks, planned and run in one call (see `plan` for the options);
     returns (global_out [B,H,G,d], long_out [B,H,L,d])."""
@@ -377,6 +380,7 @@ def attention(
         block_size=block_size,
         tile_elements=tile_elements,
         workers=workers,
+        index_cache_bytes=index_cache_bytes,
     )
     states = (global_q, global_k, global_v, long_q, long_k, long_v)
     return run(plan(request), states, rel_key_table, rel_bias_table, scale)

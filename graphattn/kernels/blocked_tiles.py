@@ -254,7 +254,7 @@ class CallTensors:
         self.t_long = _extend_table(t_long, geo.padded_long, geo.lanes)  # [B, H, Lp, lanes*(V+2)]
         self.local_index, self.local_empty, self.index_cache = plan.local_index, plan.local_empty, plan.index_cache
         widest = max(geo.window + geo.num_global_keys, geo.num_global_keys + geo.num_long) + 1
-        self.lanes = geo.lane_offsets(widest, lq.device)
+        self.lanes = geo.lane_offsets(widest, lq.device) if geo.lanes > 1 else None  # None: one copy
         self.long_spans, self.global_spans = plan.long_spans, plan.global_spans
 
     def rows(self, x: torch.Tensor, first: int, last: int) -> torch.Tensor:
@@ -335,16 +335,15 @@ class _Tile:
         """Fill `index` [B, rows, width] from the plan's cache, or build() it and offer it to the
         cache; then point each column at its copy of the label table (see LANES)."""
         self.index = index
-        cached = lay.index_cache.get(key)
-        if cached is None:
+        labels = lay.index_cache.get(key)
+        if labels is None:
             build()
             lay.index_cache.keep(key, index)
-            if lay.geo.lanes > 1:
-                index.add_(lay.lanes[: index.shape[-1]])
-        elif lay.geo.lanes > 1:
-            torch.add(cached, lay.lanes[: index.shape[-1]], out=index)
-        else:
-            index.copy_(cached)
+            labels = index
+        if lay.lanes is not None:
+            torch.add(labels, lay.lanes[: index.shape[-1]], out=index)
+        elif labels is not index:
+            index.copy_(labels)
 
     def _add_sink(self, vocab: int, empty: torch.Tensor) -> None:
         """empty [B, rows] bool: the rows with no allowed key."""

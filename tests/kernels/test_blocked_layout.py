@@ -172,6 +172,13 @@ def test_the_default_mode_repeats_its_results_bit_for_bit() -> None:
         assert all(torch.equal(a, b) for a, b in zip(first, again))
 
 
+def test_the_index_cache_budget_must_be_a_non_negative_count() -> None:
+    case = synthetic_case(num_long=9, num_global=2, radius=2)
+    for bad in (-1, 1.5, "lots", True):
+        with pytest.raises(TypeError, match="index_cache_bytes must be a non-negative int"):
+            run(partial(blocked.attention, index_cache_bytes=bad), case)
+
+
 def test_workers_must_be_a_positive_count_or_auto() -> None:
     case = synthetic_case(num_long=9, num_global=2, radius=2)
     for bad in (0, -1, "fast", 1.5):
