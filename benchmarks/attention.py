@@ -5,15 +5,20 @@ For each long length L (G = L/16 globals, one per 16-token sentence, one documen
 with a^K and a label bias):
 
     blocked      graphattn.kernels.global_local_attention(backend="blocked"), checks included;
-                 the default mode: torch.get_num_threads() worker threads with one intra-op
-                 thread each (fixed, so results repeat bit for bit)
+                 the default: fp32 on the fused C kernel (built at first use), one chunk at a
+                 time on each of torch.get_num_threads() worker threads (a fixed deal, so
+                 results repeat bit for bit)
     blocked-layer the same backend as a model's later layers call it: prepared once per batch
                  (outside the timing), chunk label indices cached by the first call
-    blocked-omp  the same kernel fixed to workers=1: torch's intra-op (OpenMP) threads
-    blocked-auto workers="auto": the process measures both thread modes on its first calls and
-                 keeps the faster (graphattn.kernels.blocked_modes); the warm-up makes those
-                 calls, so the row shows the steady state
-    blocked-bf16 the default on bf16 copies of the inputs (computed in fp32, outputs bf16)
+    blocked-eager the blocked backend's PyTorch path (fused=False: where no C compiler is, and
+                 for fp64 and bf16 tiles), worker threads as the default
+    blocked-omp  the PyTorch path on torch's intra-op (OpenMP) threads (workers=1)
+    blocked-auto the PyTorch path with workers="auto": the process measures both thread modes
+                 on its first calls and keeps the faster (graphattn.kernels.blocked_modes); the
+                 warm-up makes those calls, so the row shows the steady state
+    blocked-bf16 the default on bf16 copies of the inputs (outputs bf16): with gradients fp32 on the
+                 fused kernel, without them bf16 tiles on the PyTorch path where the CPU
+                 multiplies bf16 in hardware
     flex         torch FlexAttention, compiled; its BlockMask build is timed apart ("flex mask")
                  and added ("flex+mask"). CPU FlexAttention has no backward: fwd only.
     dense-sdpa   [G+L, G+L] label-bias + mask tensor, then scaled_dot_product_attention
@@ -168,13 +173,14 @@ def blocked_layer(inp: Inputs, backward: bool):
     return run, nonzero_pairs(inp.side) * HEADS * 4 * DIM
 
 
-def blocked_fixed(workers: int | str):
-    """The blocked backend in one thread mode (1: torch's intra-op threads; "auto": measured)."""
+def blocked_with(**options):
+    """The blocked backend with plan options: its eager PyTorch path (fused=False) in one thread
+    mode (workers 1: torch's intra-op threads; "auto": measured)."""
 
     def build(inp: Inputs, backward: bool):
         def run():
             out = blocked.attention(
-                *inp.states, inp.side, inp.key_table, inp.bias_table, 1 / math.sqrt(DIM), workers=workers
+                *inp.states, inp.side, inp.key_table, inp.bias_table, 1 / math.sqrt(DIM), **options
             )
             if backward:
                 (out[0].sum() + out[1].sum()).backward()
@@ -321,8 +327,9 @@ def longformer(inp: Inputs, backward: bool):
 METHODS: dict[str, Callable] = {
     "blocked": graphattn_method("blocked"),
     "blocked-layer": blocked_layer,
-    "blocked-omp": blocked_fixed(1),
-    "blocked-auto": blocked_fixed("auto"),
+    "blocked-eager": blocked_with(fused=False),
+    "blocked-omp": blocked_with(fused=False, workers=1),
+    "blocked-auto": blocked_with(fused=False, workers="auto"),
     "blocked-bf16": blocked_bf16,
     "flex": flex_kernel,
     "flex mask": flex_mask,

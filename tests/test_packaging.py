@@ -106,6 +106,7 @@ def test_wheel_holds_the_schemas_viewer_and_default_tokenizer(installed):
         "graphattn/assets/default-tokenizer.json",
         "graphattn/viz/viewer.js",
         "graphattn/viz/viewer.html",
+        "graphattn/kernels/fused_cpu.c",
     ):
         assert name in names, name
     where = subprocess.run(
@@ -117,6 +118,29 @@ def test_wheel_holds_the_schemas_viewer_and_default_tokenizer(installed):
         cwd=installed["work"],
     ).stdout.strip()
     assert str(REPO) not in where and "site-packages" in where  # the installed copy, not this checkout
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not (shutil.which("cc") or shutil.which("gcc")), reason="no C compiler")
+def test_the_installed_package_builds_and_runs_its_fused_cpu_kernel(installed, tmp_path):
+    code = (
+        "import torch\n"
+        "from graphattn.kernels import blocked, fused_cpu, synthetic\n"
+        "print(fused_cpu.available(), fused_cpu.SOURCE)\n"
+        "side, layout = synthetic.synthetic_side_inputs(1, 20, 3, 2, 2)\n"
+        "states = [torch.randn(1, 2, n, 8) for n in (3, 3, 3, 20, 20, 20)]\n"
+        "table = torch.randn(layout.vocab_size, 2, 8)\n"
+        "g, l = blocked.attention(*states, side, table, None, 0.35, fused=True)\n"
+        "print(bool(torch.isfinite(l).all()))\n"
+    )
+    env = {**installed["env"], "GRAPHATTN_CACHE": str(tmp_path)}
+    done = subprocess.run(
+        [str(installed["python"]), "-c", code], capture_output=True, text=True, env=env, cwd=installed["work"]
+    )
+    assert done.returncode == 0, done.stderr
+    available, source, finite = done.stdout.split()
+    assert available == "True" and "site-packages" in source and finite == "True"
+    assert list(tmp_path.glob("kernels/fused_cpu_*.so")), "the build should land in GRAPHATTN_CACHE"
 
 
 def _compile(installed, name: str, *tokenizer: str) -> subprocess.CompletedProcess:

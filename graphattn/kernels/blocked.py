@@ -43,6 +43,7 @@ from functools import cache, partial
 import torch
 
 from graphattn.contract import SideInputs
+from graphattn.kernels import blocked_fused
 from graphattn.kernels.blocked_modes import CHOOSER, run_tasks, shape_class
 from graphattn.kernels.blocked_sources import source_of
 from graphattn.kernels.blocked_tiles import (
@@ -219,11 +220,14 @@ class _BlockedAttention(torch.autograd.Function):
     attention does), so nothing but the inputs is kept between the passes."""
 
     @staticmethod
-    def forward(ctx, gq, gk, gv, lq, lk, lv, t_global, t_long, plan, geo, queries):
+    def forward(ctx, gq, gk, gv, lq, lk, lv, t_global, t_long, plan, geo, queries, fused):
         lay = CallTensors(geo, plan, gq, gk, gv, lq, lk, lv, t_global, t_long)
-        global_out, long_out = _in_mode(plan, lay, f"forward {queries}", partial(_forward, lay, queries=queries))
+        if fused:
+            global_out, long_out = blocked_fused.forward(lay, _fused_workers(plan), queries)
+        else:
+            global_out, long_out = _in_mode(plan, lay, f"forward {queries}", partial(_forward, lay, queries=queries))
         ctx.save_for_backward(gq, gk, gv, lq, lk, lv, t_global, t_long)
-        ctx.plan, ctx.geo, ctx.queries = plan, geo, queries
+        ctx.plan, ctx.geo, ctx.queries, ctx.fused = plan, geo, queries, fused
         shape = lambda n: (geo.batch, geo.heads, n, lq.shape[-1])  # noqa: E731
         return global_out.view(shape(geo.num_global)), long_out.view(shape(geo.num_long))
 
@@ -231,9 +235,19 @@ class _BlockedAttention(torch.autograd.Function):
     def backward(ctx, grad_global, grad_long):
         inputs = ctx.saved_tensors
         lay = CallTensors(ctx.geo, ctx.plan, *inputs)
-        body = partial(_backward, lay, grad_global.contiguous(), grad_long.contiguous(), queries=ctx.queries)
-        grads = _in_mode(ctx.plan, lay, f"backward {ctx.queries}", body)
-        return (*(g.reshape(x.shape) for g, x in zip(grads, inputs)), None, None, None)
+        grad_global, grad_long = grad_global.contiguous(), grad_long.contiguous()
+        if ctx.fused:
+            grads = blocked_fused.backward(lay, grad_global, grad_long, _fused_workers(ctx.plan), ctx.queries)
+        else:
+            body = partial(_backward, lay, grad_global, grad_long, queries=ctx.queries)
+            grads = _in_mode(ctx.plan, lay, f"backward {ctx.queries}", body)
+        return (*(g.reshape(x.shape) for g, x in zip(grads, inputs)), None, None, None, None)
+
+
+def _fused_workers(plan: BlockedPlan) -> int:
+    """The fused kernel is single-threaded per chunk: its threads are the workers ("auto" and
+    the default both mean one per intra-op thread)."""
+    return plan.workers if plan.workers is not None else torch.get_num_threads()
 
 
 def _in_mode(plan: BlockedPlan, lay: CallTensors, direction: str, body):
@@ -280,12 +294,16 @@ def plan(request: PlanRequest) -> BlockedPlan:
 
     Options: `block_size` (default r, see blocked_tiles.default_block_size) and
     `tile_elements` (shared by the workers) size the tiles; `index_cache_bytes` bounds the chunk
-    label indices the plan keeps for later layers and backward passes (IndexCache; default 4 KiB
+    label indices the plan keeps for later layers and backward passes (IndexCache; default 1 KiB
     per token, 0: none); `workers` fixes how chunks run: N > 1 Python threads with one intra-op
     thread each, 1 torch's intra-op threads. The default (None) is torch.get_num_threads()
     workers on CPU, 1 elsewhere: fixed, so results repeat bit for bit. "auto" on CPU measures
     both modes on the first calls and keeps the faster (blocked_modes.py), at the price of
-    results that may differ in the last bits between calls."""
+    results that may differ in the last bits between calls. `fused` (default None: wherever it
+    can) runs fp32 CPU calls on the fused C kernel (blocked_fused.py), one chunk per worker at a
+    time, N workers or torch.get_num_threads() for None and "auto"; True requires it (an error
+    names why it cannot run), False keeps the eager PyTorch path. Fused plans default to larger
+    chunks (blocked_fused.TILE_ELEMENTS)."""
     options = dict(request.options)
     workers = options.pop("workers", None)
     if workers == "auto":
@@ -294,8 +312,12 @@ def plan(request: PlanRequest) -> BlockedPlan:
         workers = torch.get_num_threads() if request.device.type == "cpu" else 1
     elif not isinstance(workers, int) or isinstance(workers, bool) or workers < 1:
         raise TypeError(f"blocked-backend option workers must be a positive int or 'auto', got {workers!r}")
+    fused = options.pop("fused", None)
+    if fused not in (None, True, False):
+        raise TypeError(f"blocked-backend option fused must be True, False or None, got {fused!r}")
     block_size = options.pop("block_size", None)
-    tile_elements = options.pop("tile_elements", TILE_ELEMENTS)
+    fused_planned = fused is not False and blocked_fused.likely(request.device, request.dtype)
+    tile_elements = options.pop("tile_elements", blocked_fused.TILE_ELEMENTS if fused_planned else TILE_ELEMENTS)
     cache_bytes = options.pop("index_cache_bytes", None)
     if cache_bytes is not None and (type(cache_bytes) is not int or cache_bytes < 0):
         raise TypeError(f"blocked-backend option index_cache_bytes must be a non-negative int, got {cache_bytes!r}")
@@ -317,7 +339,7 @@ def plan(request: PlanRequest) -> BlockedPlan:
         tile_elements,
         s.num_global_keys,
     )
-    return make_plan(geo, source, workers, cache_bytes)
+    return replace(make_plan(geo, source, workers, cache_bytes), fused=fused)
 
 
 def run(
@@ -347,8 +369,13 @@ def run(
 
     t_global = side_table("global", states[0], *(global_tables or (rel_key_table, rel_bias_table)))
     t_long = side_table("long", states[3], rel_key_table, rel_bias_table)
-    geo = replace(plan.geo, scale=scale, lanes=plan.geo.lanes if backward else 1)  # lanes serve the backward only
-    global_out, long_out = _BlockedAttention.apply(*states, t_global, t_long, plan, geo, queries)
+    fused = plan.fused is not False and blocked_fused.usable(long_q.device, compute)
+    if plan.fused and not fused:
+        why = blocked_fused.why_not(long_q.device, compute)
+        raise RuntimeError(f"the blocked backend's fused CPU kernel was asked for, but {why}")
+    lanes = plan.geo.lanes if backward and not fused else 1  # lanes serve the eager backward only
+    geo = replace(plan.geo, scale=scale, lanes=lanes)
+    global_out, long_out = _BlockedAttention.apply(*states, t_global, t_long, plan, geo, queries, fused)
     return global_out.to(out_dtype), long_out.to(out_dtype)
 
 
@@ -368,6 +395,7 @@ def attention(
     tile_elements: int = TILE_ELEMENTS,
     workers: int | str | None = None,
     index_cache_bytes: int | None = None,
+    fused: bool | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Global-local attention in blocks, planned and run in one call (see `plan` for the options);
     returns (global_out [B,H,G,d], long_out [B,H,L,d])."""
@@ -381,6 +409,7 @@ def attention(
         tile_elements=tile_elements,
         workers=workers,
         index_cache_bytes=index_cache_bytes,
+        fused=fused,
     )
     states = (global_q, global_k, global_v, long_q, long_k, long_v)
     return run(plan(request), states, rel_key_table, rel_bias_table, scale)

@@ -34,8 +34,9 @@ MAX_LANED_VOCAB = 256
 # Bytes per token (long and global, over the batch) of finished chunk label indices a plan keeps
 # for the layers and backward passes after the first forward (IndexCache); past that, chunks
 # derive theirs on every call. Indices of soft l2g/g2l grow as L x G: a budget per token keeps
-# the plan's memory linear in L (all of a 16K-token ETC batch fits).
-INDEX_CACHE_BYTES_PER_TOKEN = 4096
+# the plan's memory linear in L: 1 KiB holds every index of a 4K-token ETC batch with soft
+# masks (3.2 MB) and half of a 16K one, where 4 KiB had made peak memory grow 4.3x from 4K to 16K.
+INDEX_CACHE_BYTES_PER_TOKEN = 1024
 
 
 def default_block_size(radius: int) -> int:
@@ -189,6 +190,7 @@ class BlockedPlan:
     global_spans: list[tuple[int, int]]  # per global chunk: the long keys its rows may see
     workers: int | None
     index_cache: IndexCache
+    fused: bool | None = None  # the fused CPU kernel: None where usable, True required, False never
 
 
 class IndexCache:
@@ -331,16 +333,21 @@ class _Tile:
     index: torch.Tensor  # [B, rows, K]
     split: int  # columns before `split` are the first key set, then the second up to the sink
 
-    def _take_index(self, lay: CallTensors, key: tuple, index: torch.Tensor, build: Callable[[], None]) -> None:
+    def _take_index(
+        self, lay: CallTensors, key: tuple, index: torch.Tensor, build: Callable[[], None], copy: bool = True
+    ) -> None:
         """Fill `index` [B, rows, width] from the plan's cache, or build() it and offer it to the
-        cache; then point each column at its copy of the label table (see LANES)."""
+        cache; then point each column at its copy of the label table (see LANES). With
+        copy=False a cached index is used as it is (int8 or wider: the fused kernel reads any)."""
         self.index = index
         labels = lay.index_cache.get(key)
         if labels is None:
             build()
             lay.index_cache.keep(key, index)
             labels = index
-        if lay.lanes is not None:
+        if not copy:
+            self.index = labels
+        elif lay.lanes is not None:
             torch.add(labels, lay.lanes[: index.shape[-1]], out=index)
         elif labels is not index:
             index.copy_(labels)
@@ -377,20 +384,23 @@ class LongChunk(_Tile):
     """Long-query blocks first..last-1 (R = nbc*w rows): columns [0, w + 2r) are each block's band
     window, the rest the global keys `keys` that any of its rows may see."""
 
-    def __init__(self, lay: CallTensors, first: int, last: int, scratch: Scratches):
+    def __init__(self, lay: CallTensors, first: int, last: int, scratch: Scratches, scores: bool = True):
+        """scores=False: the label index only, as it is cached (for the fused kernel)."""
         geo = lay.geo
         bh, w, nbc, window = geo.bh, geo.block, last - first, geo.window
         self.first, self.last, self.nbc, self.block = first, last, nbc, w
         self.row_slice = slice(first * w, last * w)
         rows = nbc * w
-        self.q = lay.rows(lay.lq, first, last)  # [BH*nbc, w, d]
-        self.k_windows = lay.windows(lay.lk, first, last, scratch.keys)
-        self.v_windows = lay.windows(lay.lv, first, last, scratch.values)
         lo, hi = lay.long_spans[first // geo.blocks_per_chunk] if geo.num_global_keys else (0, 0)
         self.keys = slice(lo, max(hi, lo))
         self.split, width = window, window + max(hi - lo, 0) + 1
         index = scratch.index.take(geo.batch, rows, width)
-        self._take_index(lay, ("long", first), index, partial(self._build_index, lay, window, lo, hi))
+        self._take_index(lay, ("long", first), index, partial(self._build_index, lay, window, lo, hi), scores)
+        if not scores:
+            return
+        self.q = lay.rows(lay.lq, first, last)  # [BH*nbc, w, d]
+        self.k_windows = lay.windows(lay.lk, first, last, scratch.keys)
+        self.v_windows = lay.windows(lay.lv, first, last, scratch.values)
         table = lay.t_long[:, :, self.row_slice]  # [B, H, R, lanes * (V+2)]
         scores = scratch.scores.take(geo.batch, geo.heads, rows, width)
         _gather_labels(table, index, scores)
@@ -431,7 +441,8 @@ class GlobalChunk(_Tile):
     """Global query rows start..stop-1: columns [0, G_keys) are the global keys (g2g), the rest
     the long keys `keys` that any of its rows may see (g2l)."""
 
-    def __init__(self, lay: CallTensors, start: int, stop: int, scratch: Scratches):
+    def __init__(self, lay: CallTensors, start: int, stop: int, scratch: Scratches, scores: bool = True):
+        """scores=False: the label index only, as it is cached (for the fused kernel)."""
         geo = lay.geo
         bh, rows, num_keys = geo.bh, stop - start, geo.num_global_keys
         self.rows = slice(start, stop)
@@ -440,7 +451,9 @@ class GlobalChunk(_Tile):
         self.keys = slice(lo, max(hi, lo))
         self.split, width = num_keys, num_keys + max(hi - lo, 0) + 1
         index = scratch.index.take(geo.batch, rows, width)
-        self._take_index(lay, ("global", start), index, partial(self._build_index, lay))
+        self._take_index(lay, ("global", start), index, partial(self._build_index, lay), scores)
+        if not scores:
+            return
         scores = scratch.scores.take(geo.batch, geo.heads, rows, width)
         _gather_labels(lay.t_global[:, :, start:stop], index, scores)
         self.scores = scores.view(bh, rows, width)

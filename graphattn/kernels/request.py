@@ -64,4 +64,4 @@ def direct_request(
     """A request for a backend's one-call `attention(...)` (tests, benchmarks): no checks."""
     batch, heads, num_global, dim = global_q.shape
     shape = AttentionShape(batch, num_global, global_k.shape[2], long_q.shape[2], side.local_radius)
-    return PlanRequest(shape, heads, dim, rel_key_table.shape[0], long_q.device, side, None, options)
+    return PlanRequest(shape, heads, dim, rel_key_table.shape[0], long_q.device, side, None, options, long_q.dtype)

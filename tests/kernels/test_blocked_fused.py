@@ -1,0 +1,203 @@
+"""The blocked backend's fused CPU kernel (fused_cpu.c) equals the dense oracle on outputs and every
+gradient, in both of its builds (AVX-512 and portable C), and falls back to the eager path, saying
+why, where it cannot be built."""
+
+from __future__ import annotations
+
+import functools
+import shutil
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from kernel_cases import RESULT_NAMES, assert_all_close, compiler_case, graph_case, run, synthetic_case
+from test_blocked import COMPILER_CASES
+
+from graphattn.kernels import blocked, dense, fused_cpu
+
+HAS_COMPILER = bool(shutil.which("cc") or shutil.which("gcc"))
+needs_kernel = pytest.mark.skipif(not HAS_COMPILER, reason="no C compiler to build the fused kernel")
+FP32 = 1e-5  # relative to each result's largest magnitude, as the eager path's fp32 test
+
+
+def fused(**options):
+    return functools.partial(blocked.attention, fused=True, **options)
+
+
+def against_oracle(case_of, rtol: float = FP32, **options) -> None:
+    """The fused kernel on fp32 inputs against the dense oracle on the same values in fp64."""
+    actual = run(fused(**options), case_of(torch.float32))
+    assert_all_close(actual, run(dense.attention, case_of(torch.float64)), rtol, RESULT_NAMES)
+
+
+def test_the_kernel_builds_where_there_is_a_compiler() -> None:
+    if not HAS_COMPILER:
+        pytest.skip("no C compiler")
+    assert fused_cpu.available(), fused_cpu.why_not()
+
+
+@needs_kernel
+@pytest.mark.parametrize("name", COMPILER_CASES)
+def test_compiler_batches(name) -> None:
+    against_oracle(lambda dtype: compiler_case(dtype=dtype, **COMPILER_CASES[name]))
+
+
+@needs_kernel
+def test_graph_batch_with_mention_links_and_padding() -> None:
+    against_oracle(lambda dtype: graph_case(dtype=dtype))
+
+
+@needs_kernel
+@pytest.mark.parametrize(
+    "options",
+    [
+        dict(tile_elements=1),
+        dict(block_size=5),
+        dict(block_size=11, tile_elements=300),
+        dict(workers=3),
+        dict(workers=1),
+    ],
+    ids=["one_block_per_chunk", "block_above_radius", "odd_block_small_tiles", "three_workers", "one_worker"],
+)
+def test_chunking_does_not_change_results(options) -> None:
+    layout = dict(num_long=41, num_global=7, radius=4, num_docs=2, long_padding=4, global_padding=1, mention_links=6)
+    layout.update(empty_long_rows=2, empty_global_rows=1)
+    against_oracle(lambda dtype: synthetic_case(dtype=dtype, **layout), **options)
+
+
+@needs_kernel
+@pytest.mark.parametrize(
+    "layout",
+    [dict(num_global=0, num_long=13, radius=40), dict(bias=False, hard_l2g=True), dict(num_long=1, num_global=1)],
+    ids=["no_globals_radius_past_length", "no_bias_table", "one_token"],
+)
+def test_edges(layout) -> None:
+    against_oracle(lambda dtype: synthetic_case(dtype=dtype, **layout))
+
+
+@needs_kernel
+def test_empty_rows_are_zero_not_nan() -> None:
+    case = synthetic_case(dtype=torch.float32, empty_long_rows=5, empty_global_rows=2, long_padding=3)
+    results = run(fused(), case)
+    empty = (case.side.l2l_att_mask.sum(-1) + case.side.l2g_att_mask.sum(-1)) == 0
+    assert empty.any() and (results[1].transpose(1, 2)[empty] == 0).all()
+    assert all(torch.isfinite(r).all() for r in results if r is not None)
+
+
+def _wider_vocabulary(case, vocab: int):
+    """The same case with `vocab` rows in the label tables (ids unchanged): the index then needs
+    a wider integer type, and tables past 64 columns are read by gather instead of permutes."""
+    gen = torch.Generator().manual_seed(3)
+    extra = vocab - case.vocab
+    key = torch.randn(extra, *case.key_table.shape[1:], generator=gen, dtype=torch.float64).to(case.key_table.dtype)
+    bias = torch.randn(extra, *case.bias_table.shape[1:], generator=gen, dtype=torch.float64).to(case.key_table.dtype)
+    key_table = torch.cat([case.key_table.detach(), key]).requires_grad_()
+    bias_table = torch.cat([case.bias_table.detach(), bias]).requires_grad_()
+    return type(case)(case.side, vocab, case.states, key_table, bias_table)
+
+
+@needs_kernel
+@pytest.mark.parametrize(
+    "vocab, cache_bytes",
+    [(None, None), (62, None), (100, None), (300, None), (40_000, None), (None, 0)],
+    ids=["int8_permute", "int8_widest_permute", "int8_gather", "int16", "int32", "int64_uncached"],
+)
+def test_every_index_type_and_table_width(vocab, cache_bytes) -> None:
+    def case_of(dtype):
+        case = synthetic_case(dtype=dtype, num_long=33, radius=5, mention_links=4, empty_long_rows=1)
+        return case if vocab is None else _wider_vocabulary(case, vocab)
+
+    against_oracle(case_of, index_cache_bytes=cache_bytes)
+
+
+@needs_kernel
+def test_later_layers_reuse_the_cached_index_and_repeat_bit_for_bit() -> None:
+    case = synthetic_case(dtype=torch.float32, num_long=61, radius=6, mention_links=5)
+    gq, gk, _, lq, *_ = case.states
+    from graphattn.kernels.request import direct_request
+
+    plan = blocked.plan(direct_request(case.side, gq, gk, lq, case.key_table, fused=True, workers=2))
+
+    def layer():
+        return run(lambda *a: blocked.run(plan, a[:6], a[7], a[8], a[9]), case)
+
+    first, second = layer(), layer()
+    assert plan.index_cache.used > 0, "the first call should have cached the chunk indices"
+    for a, b in zip(first, second):
+        assert a is None and b is None or torch.equal(a, b)
+    eager = run(functools.partial(blocked.attention, fused=False), case)
+    assert_all_close(first, eager, FP32, RESULT_NAMES)
+
+
+@needs_kernel
+@settings(max_examples=15, deadline=None)
+@given(
+    num_long=st.integers(1, 30),
+    num_global=st.integers(0, 6),
+    radius=st.integers(1, 8),
+    block_size=st.sampled_from([None, 3, 8]),
+    tile_elements=st.sampled_from([1, 500, None]),
+    workers=st.sampled_from([1, 2]),
+    flags=st.fixed_dictionaries(dict(hard_g2l=st.booleans(), hard_l2g=st.booleans(), num_docs=st.integers(1, 3))),
+    seed=st.integers(0, 10_000),
+)
+def test_random_batches_match_dense(num_long, num_global, radius, block_size, tile_elements, workers, flags, seed):
+    layout = dict(num_long=num_long, num_global=num_global, radius=radius, seed=seed, mention_links=3, **flags)
+    layout.update(long_padding=min(2, num_long - 1), empty_long_rows=min(1, num_long))
+    layout.update(empty_global_rows=min(1, num_global))
+    options = dict(block_size=block_size, workers=workers)
+    if tile_elements is not None:
+        options["tile_elements"] = tile_elements
+    against_oracle(lambda dtype: synthetic_case(dtype=dtype, **layout), **options)
+
+
+@pytest.fixture
+def rebuild(monkeypatch, tmp_path):
+    """A fresh load of the kernel (cache directory and settings from the test); the usual build
+    is loaded again afterwards."""
+    monkeypatch.setenv("GRAPHATTN_CACHE", str(tmp_path))
+    fused_cpu.library.cache_clear()
+    yield monkeypatch
+    monkeypatch.undo()
+    fused_cpu.library.cache_clear()
+
+
+@needs_kernel
+def test_the_portable_build_without_avx512_matches_too(rebuild) -> None:
+    rebuild.setattr(fused_cpu, "FLAGS", [*fused_cpu.FLAGS, "-mno-avx512f"])
+    assert fused_cpu.available(), fused_cpu.why_not()
+    against_oracle(lambda dtype: synthetic_case(dtype=dtype, mention_links=4, empty_long_rows=2, empty_global_rows=1))
+    against_oracle(lambda dtype: _wider_vocabulary(synthetic_case(dtype=dtype), 100))
+
+
+def test_turned_off_it_runs_eager_and_a_request_for_it_says_why(rebuild) -> None:
+    rebuild.setenv("GRAPHATTN_FUSED_CPU", "0")
+    case = synthetic_case(dtype=torch.float32)
+    assert_all_close(run(blocked.attention, case), run(dense.attention, synthetic_case()), FP32, RESULT_NAMES)
+    with pytest.raises(RuntimeError, match="fused CPU kernel was asked for.*GRAPHATTN_FUSED_CPU=0"):
+        run(fused(), case)
+
+
+def test_a_failed_build_warns_once_and_runs_eager(rebuild) -> None:
+    rebuild.setenv("CC", "/bin/false")
+    case = synthetic_case(dtype=torch.float32)
+    with pytest.warns(UserWarning, match="(?s)could not be built.*/bin/false exited with status 1.*slower eager path"):
+        results = run(blocked.attention, case)
+    assert_all_close(results, run(dense.attention, synthetic_case()), FP32, RESULT_NAMES)
+    assert not fused_cpu.available() and "/bin/false" in fused_cpu.why_not()
+
+
+def test_other_dtypes_are_refused_by_name() -> None:
+    with pytest.raises(RuntimeError, match="fp32 tiles on CPU, and these are torch.float64"):
+        run(fused(), synthetic_case())
+    with pytest.raises(TypeError, match="option fused must be True, False or None"):
+        run(functools.partial(blocked.attention, fused="yes"), synthetic_case())
+
+
+@needs_kernel
+def test_ids_past_the_table_fail_before_the_kernel_reads_them() -> None:
+    case = synthetic_case(dtype=torch.float32)
+    case.side.l2g_relative_att_ids[0, 0, 0] = case.vocab + 5
+    with pytest.raises(ValueError, match=r"ids must lie in \[0, \d+\).*long queries from row 0"):
+        run(fused(), case)
