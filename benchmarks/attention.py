@@ -179,9 +179,7 @@ def blocked_with(**options):
 
     def build(inp: Inputs, backward: bool):
         def run():
-            out = blocked.attention(
-                *inp.states, inp.side, inp.key_table, inp.bias_table, 1 / math.sqrt(DIM), **options
-            )
+            out = blocked.attention(*inp.states, inp.side, inp.key_table, inp.bias_table, 1 / math.sqrt(DIM), **options)
             if backward:
                 (out[0].sum() + out[1].sum()).backward()
 
