@@ -14,7 +14,16 @@ import torch
 
 from graphattn.kernels import fused_cpu
 from graphattn.kernels.blocked_modes import run_tasks
-from graphattn.kernels.blocked_tiles import CallTensors, GlobalChunk, LongChunk, Scratches, global_chunks, long_chunks
+from graphattn.kernels.blocked_tiles import (
+    CallTensors,
+    GlobalChunk,
+    LongChunk,
+    Scratches,
+    global_chunk_keys,
+    global_chunks,
+    long_chunk_keys,
+    long_chunks,
+)
 
 # The chunk budget of plans that will run fused (blocked.plan's tile_elements, all heads): the
 # kernel holds one head's block of rows at a time, so this bounds only the chunk's label index;
@@ -57,6 +66,7 @@ class _Call:
     start: int
     keys: slice
     vocab: int
+    labels: fused_cpu.Labels  # held here: `described` points into it
 
     def run(self, kernel, *args) -> None:
         try:
@@ -77,11 +87,22 @@ class _Chunks:
         self.lay, self.long_out, self.global_out = lay, long_out, global_out
         self.t_long, self.t_global = lay.t_long.flatten(0, 1), lay.t_global.flatten(0, 1)  # [BH, rows, V+2]
 
+    def _labels(self, key: tuple, na: int, build) -> fused_cpu.Labels:
+        """The chunk's labels from the plan's cache, or built from its gather index (build())
+        and offered to the cache."""
+        cache = self.lay.index_cache
+        labels = cache.get(key)
+        if labels is None:
+            labels = fused_cpu.Labels.of(build().index, na, cache.dtype)
+            cache.keep_form(key, labels.nbytes, lambda: labels)
+        return labels
+
     def long(self, first: int, last: int, scratch: Scratches) -> _Call:
         """Block b's keys are its band window, rows b*w - r .. b*w + w + r of the long keys."""
         lay, geo = self.lay, self.lay.geo
-        tile = LongChunk(lay, first, last, scratch, scores=False)
-        start = first * geo.block
+        keys, start = long_chunk_keys(lay, first), first * geo.block
+        build = partial(LongChunk, lay, first, last, scratch, index_only=True)
+        labels = self._labels(("fused long", first), geo.window, build)
         described = fused_cpu.chunk(
             heads=geo.heads,
             rows=(last - first) * geo.block,
@@ -93,34 +114,36 @@ class _Chunks:
             a_start=start - geo.radius,
             a_step=1,
             na=geo.window,
-            keys_b=(lay.gk[:, tile.keys], lay.gv[:, tile.keys]),
-            index=tile.index,
+            keys_b=(lay.gk[:, keys], lay.gv[:, keys]),
+            labels=labels,
             table=self.t_long[:, start:],
             out=self.long_out[:, start:],
         )
-        return _Call(described, "long", start, tile.keys, geo.vocab)
+        return _Call(described, "long", start, keys, geo.vocab, labels)
 
     def global_(self, start: int, stop: int, scratch: Scratches) -> _Call:
         """Every block sees every global key, then the chunk's long keys."""
         lay, geo = self.lay, self.lay.geo
-        tile = GlobalChunk(lay, start, stop, scratch, scores=False)
+        keys = global_chunk_keys(lay, start)
+        build = partial(GlobalChunk, lay, start, stop, scratch, index_only=True)
+        labels = self._labels(("fused global", start), geo.num_global_keys, build)
         described = fused_cpu.chunk(
             heads=geo.heads,
             rows=stop - start,
             valid_rows=stop - start,
-            block=_global_block(tile.index.shape[-1]),
+            block=_global_block(geo.num_global_keys + keys.stop - keys.start + 1),
             scale=geo.scale,
             q=lay.gq[:, start:],
             keys_a=(lay.gk, lay.gv),
             a_start=0,
             a_step=0,
             na=geo.num_global_keys,
-            keys_b=(lay.lk[:, tile.keys], lay.lv[:, tile.keys]),
-            index=tile.index,
+            keys_b=(lay.lk[:, keys], lay.lv[:, keys]),
+            labels=labels,
             table=self.t_global[:, start:],
             out=self.global_out[:, start:],
         )
-        return _Call(described, "global", start, tile.keys, geo.vocab)
+        return _Call(described, "global", start, keys, geo.vocab, labels)
 
 
 def _tasks(geo, queries: str, long_task, global_task) -> list:

@@ -33,9 +33,11 @@ LANES = 4
 MAX_LANED_VOCAB = 256
 # Bytes per token (long and global, over the batch) of finished chunk label indices a plan keeps
 # for the layers and backward passes after the first forward (IndexCache); past that, chunks
-# derive theirs on every call. Indices of soft l2g/g2l grow as L x G: a budget per token keeps
-# the plan's memory linear in L: 1 KiB holds every index of a 4K-token ETC batch with soft
-# masks (3.2 MB) and half of a 16K one, where 4 KiB had made peak memory grow 4.3x from 4K to 16K.
+# derive theirs on every call. The eager path's indices of soft l2g/g2l grow as L x G (3.2 MB at
+# 4K tokens, 39 MB at 16K): a budget per token keeps the plan's memory linear in L. The fused
+# kernel keeps those parts as runs (blocked_fused.py), a few bytes per row: 1 KiB per token holds
+# all of its labels, and at 4 KiB the dense int8 indices had made peak memory grow 4.3x from 4K
+# to 16K tokens.
 INDEX_CACHE_BYTES_PER_TOKEN = 1024
 
 
@@ -202,21 +204,24 @@ class IndexCache:
     def __init__(self, vocab: int, budget: int):
         self.dtype = next(t for t in (torch.int8, torch.int16, torch.int32) if vocab + 1 <= torch.iinfo(t).max)
         self.budget, self.used = budget, 0
-        self._entries: dict[tuple, torch.Tensor] = {}
+        self._entries: dict[tuple, Any] = {}
         self._lock = threading.Lock()
 
-    def get(self, key: tuple) -> torch.Tensor | None:
+    def get(self, key: tuple) -> Any:
         return self._entries.get(key)
 
     def keep(self, key: tuple, index: torch.Tensor) -> None:
         """Keep a copy of `index` if the budget allows (chunks of one batch are built by several
         workers at once)."""
-        size = index.numel() * self.dtype.itemsize
+        self.keep_form(key, index.numel() * self.dtype.itemsize, lambda: index.to(self.dtype))
+
+    def keep_form(self, key: tuple, size: int, make: Callable[[], Any]) -> None:
+        """Keep make() (`size` bytes: another form of a chunk's labels) if the budget allows."""
         with self._lock:
             if key in self._entries or self.used + size > self.budget:
                 return
             self.used += size
-            self._entries[key] = index.to(self.dtype)
+            self._entries[key] = make()
 
 
 def make_plan(geo: Geometry, source, workers: int | None, cache_bytes: int | None = None) -> BlockedPlan:
@@ -333,21 +338,16 @@ class _Tile:
     index: torch.Tensor  # [B, rows, K]
     split: int  # columns before `split` are the first key set, then the second up to the sink
 
-    def _take_index(
-        self, lay: CallTensors, key: tuple, index: torch.Tensor, build: Callable[[], None], copy: bool = True
-    ) -> None:
+    def _take_index(self, lay: CallTensors, key: tuple, index: torch.Tensor, build: Callable[[], None]) -> None:
         """Fill `index` [B, rows, width] from the plan's cache, or build() it and offer it to the
-        cache; then point each column at its copy of the label table (see LANES). With
-        copy=False a cached index is used as it is (int8 or wider: the fused kernel reads any)."""
+        cache; then point each column at its copy of the label table (see LANES)."""
         self.index = index
         labels = lay.index_cache.get(key)
         if labels is None:
             build()
             lay.index_cache.keep(key, index)
             labels = index
-        if not copy:
-            self.index = labels
-        elif lay.lanes is not None:
+        if lay.lanes is not None:
             torch.add(labels, lay.lanes[: index.shape[-1]], out=index)
         elif labels is not index:
             index.copy_(labels)
@@ -384,20 +384,24 @@ class LongChunk(_Tile):
     """Long-query blocks first..last-1 (R = nbc*w rows): columns [0, w + 2r) are each block's band
     window, the rest the global keys `keys` that any of its rows may see."""
 
-    def __init__(self, lay: CallTensors, first: int, last: int, scratch: Scratches, scores: bool = True):
-        """scores=False: the label index only, as it is cached (for the fused kernel)."""
+    def __init__(self, lay: CallTensors, first: int, last: int, scratch: Scratches, index_only: bool = False):
+        """index_only: build the label index and stop (for the fused kernel, which caches its own
+        form of it, blocked_fused.py)."""
         geo = lay.geo
         bh, w, nbc, window = geo.bh, geo.block, last - first, geo.window
         self.first, self.last, self.nbc, self.block = first, last, nbc, w
         self.row_slice = slice(first * w, last * w)
         rows = nbc * w
-        lo, hi = lay.long_spans[first // geo.blocks_per_chunk] if geo.num_global_keys else (0, 0)
-        self.keys = slice(lo, max(hi, lo))
-        self.split, width = window, window + max(hi - lo, 0) + 1
+        self.keys = long_chunk_keys(lay, first)
+        lo, hi = self.keys.start, self.keys.stop
+        self.split, width = window, window + hi - lo + 1
         index = scratch.index.take(geo.batch, rows, width)
-        self._take_index(lay, ("long", first), index, partial(self._build_index, lay, window, lo, hi), scores)
-        if not scores:
+        build = partial(self._build_index, lay, window, lo, hi)
+        if index_only:
+            self.index = index
+            build()
             return
+        self._take_index(lay, ("long", first), index, build)
         self.q = lay.rows(lay.lq, first, last)  # [BH*nbc, w, d]
         self.k_windows = lay.windows(lay.lk, first, last, scratch.keys)
         self.v_windows = lay.windows(lay.lv, first, last, scratch.values)
@@ -441,25 +445,26 @@ class GlobalChunk(_Tile):
     """Global query rows start..stop-1: columns [0, G_keys) are the global keys (g2g), the rest
     the long keys `keys` that any of its rows may see (g2l)."""
 
-    def __init__(self, lay: CallTensors, start: int, stop: int, scratch: Scratches, scores: bool = True):
-        """scores=False: the label index only, as it is cached (for the fused kernel)."""
+    def __init__(self, lay: CallTensors, start: int, stop: int, scratch: Scratches, index_only: bool = False):
+        """index_only: build the label index and stop (as LongChunk)."""
         geo = lay.geo
         bh, rows, num_keys = geo.bh, stop - start, geo.num_global_keys
         self.rows = slice(start, stop)
         self.q = lay.gq[:, start:stop]
-        lo, hi = lay.global_spans[start // geo.global_rows_per_chunk]
-        self.keys = slice(lo, max(hi, lo))
-        self.split, width = num_keys, num_keys + max(hi - lo, 0) + 1
+        self.keys = global_chunk_keys(lay, start)
+        self.split, width = num_keys, num_keys + self.keys.stop - self.keys.start + 1
         index = scratch.index.take(geo.batch, rows, width)
-        self._take_index(lay, ("global", start), index, partial(self._build_index, lay), scores)
-        if not scores:
+        if index_only:
+            self.index = index
+            self._build_index(lay)
             return
+        self._take_index(lay, ("global", start), index, partial(self._build_index, lay))
         scores = scratch.scores.take(geo.batch, geo.heads, rows, width)
         _gather_labels(lay.t_global[:, :, start:stop], index, scores)
         self.scores = scores.view(bh, rows, width)
         self.scores[:, :, :num_keys].baddbmm_(self.q, lay.gk.transpose(1, 2), alpha=geo.scale)
-        if hi > lo:
-            self.second(self.scores).baddbmm_(self.q, lay.lk[:, lo:hi].transpose(1, 2), alpha=geo.scale)
+        if self.has_long:
+            self.second(self.scores).baddbmm_(self.q, lay.lk[:, self.keys].transpose(1, 2), alpha=geo.scale)
 
     def _build_index(self, lay: CallTensors) -> None:
         """The g2g labels, the g2l labels of the long keys in self.keys, and the sink."""
@@ -479,6 +484,19 @@ class GlobalChunk(_Tile):
 
     def first_part(self, tile: torch.Tensor) -> torch.Tensor:
         return tile[:, :, : self.split]
+
+
+def long_chunk_keys(lay: CallTensors, first: int) -> slice:
+    """The global keys any row of the long chunk from block `first` may see."""
+    geo = lay.geo
+    lo, hi = lay.long_spans[first // geo.blocks_per_chunk] if geo.num_global_keys else (0, 0)
+    return slice(lo, max(hi, lo))
+
+
+def global_chunk_keys(lay: CallTensors, start: int) -> slice:
+    """The long keys any row of the global chunk from row `start` may see."""
+    lo, hi = lay.global_spans[start // lay.geo.global_rows_per_chunk]
+    return slice(lo, max(hi, lo))
 
 
 def long_chunks(geo: Geometry):

@@ -5,8 +5,11 @@
  * the matmuls read it back. K = na + nb + 1 columns: key set A (the band window of a long block,
  * or every global key), key set B (the chunk's global or long keys), and the sink column (score 0
  * plus its label term: 0 for a row with no allowed key, -inf elsewhere). A's window may reach
- * past its keys (the band at the sequence's ends): those columns get score 0 and the index marks
- * them masked. Matmuls are the BLAS sgemm that PyTorch links (column-major, so a row-major
+ * past its keys (the band at the sequence's ends): those columns get score 0 and the labels mark
+ * them masked. Labels come in two forms: one per column for A and the sink (`dense`), and runs
+ * of equal labels for B, whose rows (a long token against every global, a global against every
+ * long token) mostly hold a label or two: a run adds one table value to a stretch of scores, and
+ * its gradient is the stretch's sum. Matmuls are the BLAS sgemm that PyTorch links (column-major, so a row-major
  * [m, n] tile is an [n, m] column-major one). Threads come from the caller (one chunk per call).
  *
  * Built at first use by fused_cpu.py with the machine's C compiler; nothing here is Python.
@@ -40,8 +43,10 @@ typedef struct {
     int64_t a_bh, a_rows, a_start, a_step, na;
     const float *kb, *vb; /* key set B [BH, >= nb, dim], already at its first key */
     int64_t b_bh, nb;
-    const void *index; /* [B, rows, K] labels (columns of the table), int8/16/32/64 */
-    int64_t index_bytes, index_batch;
+    const void *dense; /* [B, rows, na + 1] labels (columns of the table) of A and the sink, int8/16/32/64 */
+    int64_t dense_bytes, dense_batch;
+    const int64_t *run_ptr; /* [B * rows + 1]: row (b, r)'s runs over B are run_ptr[b*rows + r] ..< the next */
+    const int32_t *run_start, *run_label; /* per run: its first column of B (the first run starts at 0) and label */
     const float *table; /* [BH, *, table_width] label terms of each query row */
     int64_t table_bh, table_width;
     float *out; /* forward: [BH, *, dim]; backward: d_q */
@@ -52,6 +57,15 @@ typedef struct {
     float *d_ka, *d_va, *d_kb, *d_vb; /* accumulators laid out as ka/va/kb/vb */
     float *d_table;                    /* laid out as table */
 } Chunk;
+
+static inline int64_t label_at(const void *label, int64_t bytes, int64_t c) {
+    switch (bytes) {
+        case 1: return ((const int8_t *)label)[c];
+        case 2: return ((const int16_t *)label)[c];
+        case 4: return ((const int32_t *)label)[c];
+        default: return ((const int64_t *)label)[c];
+    }
+}
 
 #define LOG2E 1.44269504088896341f
 #define EXP_LOW -87.0f /* below this e^x is 0 here (masked scores are -inf) */
@@ -142,6 +156,28 @@ static float add_labels(float *s, const void *label, int64_t bytes, const float 
     return _mm512_reduce_max_ps(mx);
 }
 
+/* s[c] += t[label] over each run [start, next start or k); returns the max. Runs with a label
+ * outside the table or columns outside [0, k) are skipped and set *bad. */
+static float add_runs(float *s, int64_t k, const int32_t *start, const int32_t *label, int64_t runs, const float *t,
+                      int64_t width, int *bad) {
+    __m512 mx = CONST(-__builtin_inff());
+    for (int64_t j = 0; j < runs; ++j) {
+        const int64_t lo = start[j], hi = j + 1 < runs ? start[j + 1] : k;
+        if ((uint32_t)label[j] >= (uint64_t)width || lo < 0 || hi > k || lo > hi) {
+            *bad = 1;
+            continue;
+        }
+        const __m512 term = CONST(t[label[j]]);
+        for (int64_t c = lo; c < hi; c += 16) {
+            const __mmask16 m = tail_mask(hi - c);
+            const __m512 v = _mm512_add_ps(_mm512_maskz_loadu_ps(m, s + c), term);
+            _mm512_mask_storeu_ps(s + c, m, v);
+            mx = _mm512_mask_max_ps(mx, m, mx, v);
+        }
+    }
+    return _mm512_reduce_max_ps(mx);
+}
+
 /* s[c] = e^(s[c] - mx); returns their sum. */
 static float exp_row(float *s, float mx, int64_t k) {
     __m512 sum = CONST(0.0f);
@@ -157,14 +193,6 @@ static float exp_row(float *s, float mx, int64_t k) {
 #else
 #define CONST(x) (x)
 #define MUL_ADD_SCALAR(a, b, c) ((a) * (b) + (c))
-static inline int64_t label_at(const void *label, int64_t bytes, int64_t c) {
-    switch (bytes) {
-        case 1: return ((const int8_t *)label)[c];
-        case 2: return ((const int16_t *)label)[c];
-        case 4: return ((const int32_t *)label)[c];
-        default: return ((const int64_t *)label)[c];
-    }
-}
 
 static inline float exp1(float x) {
     if (x < EXP_LOW) return 0.0f;
@@ -186,6 +214,23 @@ static float add_labels(float *s, const void *label, int64_t bytes, const float 
         }
         s[c] += t[at];
         mx = s[c] > mx ? s[c] : mx;
+    }
+    return mx;
+}
+
+static float add_runs(float *s, int64_t k, const int32_t *start, const int32_t *label, int64_t runs, const float *t,
+                      int64_t width, int *bad) {
+    float mx = -__builtin_inff();
+    for (int64_t j = 0; j < runs; ++j) {
+        const int64_t lo = start[j], hi = j + 1 < runs ? start[j + 1] : k;
+        if ((uint32_t)label[j] >= (uint64_t)width || lo < 0 || hi > k || lo > hi) {
+            *bad = 1;
+            continue;
+        }
+        for (int64_t c = lo; c < hi; ++c) {
+            s[c] += t[label[j]];
+            mx = s[c] > mx ? s[c] : mx;
+        }
     }
     return mx;
 }
@@ -239,6 +284,35 @@ static void scatter_labels(float *dt, const void *label, int64_t bytes, const fl
             for (int64_t v = 0; v < width; ++v) dt[v] += lanes[j * width + v];
 }
 
+/* dt[label] += the sum of ds over each run (add_runs checked the runs). */
+static void scatter_runs(float *dt, const float *ds, int64_t k, const int32_t *start, const int32_t *label,
+                         int64_t runs) {
+    for (int64_t j = 0; j < runs; ++j) {
+        const int64_t lo = start[j], hi = j + 1 < runs ? start[j + 1] : k;
+        float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+        for (int64_t c = lo; c < hi; ++c) sum += ds[c];
+        dt[label[j]] += sum;
+    }
+}
+
+/* One row's labels: its dense part (A, then the sink) and its runs over B. */
+typedef struct {
+    const char *dense;
+    const int32_t *start, *label;
+    int64_t runs;
+} RowLabels;
+
+static RowLabels row_labels(const Chunk *ch, int64_t b, int64_t row) {
+    RowLabels l;
+    const int64_t at = b * ch->rows + row;
+    l.dense = (const char *)ch->dense + (b * ch->dense_batch + row * (ch->na + 1)) * ch->dense_bytes;
+    l.start = ch->run_start + ch->run_ptr[at];
+    l.label = ch->run_label + ch->run_ptr[at];
+    l.runs = ch->run_ptr[at + 1] - ch->run_ptr[at];
+    return l;
+}
+
 /* The columns [lo, hi) of key set A that exist for the block at chunk row i. */
 typedef struct {
     int64_t start, lo, hi;
@@ -271,13 +345,21 @@ static int probabilities(const Chunk *ch, int64_t bh, int64_t i, int64_t m, cons
     gemm(0, 1, m, win->hi - win->lo, d, ch->scale, q, d, ch->ka + bh * ch->a_bh + (win->start + win->lo) * d, d, 0.0f,
          s + win->lo, width);
     gemm(0, 1, m, nb, d, ch->scale, q, d, ch->kb + bh * ch->b_bh, d, 0.0f, s + na, width);
-    const int64_t b = bh / ch->heads;
-    const char *index = (const char *)ch->index + ((b * ch->index_batch) + i * width) * ch->index_bytes;
-    const float *table = ch->table + bh * ch->table_bh + i * ch->table_width;
+    const int64_t b = bh / ch->heads, tw = ch->table_width;
     for (int64_t r = 0; r < m; ++r) {
         float *row = s + r * width;
-        const float mx = add_labels(row, index + r * width * ch->index_bytes, ch->index_bytes,
-                                    table + r * ch->table_width, ch->table_width, width, &bad);
+        const float *t = ch->table + bh * ch->table_bh + (i + r) * tw;
+        const RowLabels l = row_labels(ch, b, i + r);
+        float mx = add_labels(row, l.dense, ch->dense_bytes, t, tw, na, &bad);
+        const float mb = add_runs(row + na, nb, l.start, l.label, l.runs, t, tw, &bad);
+        const uint64_t sink = (uint64_t)label_at(l.dense, ch->dense_bytes, na);
+        if (sink >= (uint64_t)tw) {
+            bad = 1;
+            continue;
+        }
+        row[width - 1] += t[sink];
+        mx = mb > mx ? mb : mx;
+        mx = row[width - 1] > mx ? row[width - 1] : mx;
         const float sum = exp_row(row, mx, width); /* the sink keeps every row finite */
         inv[r] = 1.0f / sum;
         if (normalize)
@@ -343,17 +425,18 @@ int graphattn_backward(const Chunk *ch, int64_t bh_count) {
             gemm(1, 0, n_a, d, m, 1.0f, s + win.lo, width, g, d, 1.0f, ch->d_va + a_off, d);
             gemm(1, 0, nb, d, m, 1.0f, s + na, width, g, d, 1.0f, ch->d_vb + b_off, d);
             /* dS = P (dP - rowsum(P dP)); its label terms go back to the table */
-            const int64_t b = bh / ch->heads;
-            const char *index = (const char *)ch->index + ((b * ch->index_batch) + i * width) * ch->index_bytes;
-            float *d_table = ch->d_table + bh * ch->table_bh + i * ch->table_width;
+            const int64_t b = bh / ch->heads, tw = ch->table_width;
             for (int64_t r = 0; r < m; ++r) {
                 const float *p = s + r * width;
                 float *dp = ds + r * width, dot = 0.0f;
 #pragma omp simd reduction(+ : dot)
                 for (int64_t c = 0; c < width; ++c) dot += p[c] * dp[c];
                 for (int64_t c = 0; c < width; ++c) dp[c] = p[c] * (dp[c] - dot);
-                scatter_labels(d_table + r * ch->table_width, index + r * width * ch->index_bytes, ch->index_bytes,
-                               dp, width, ch->table_width, lanes);
+                float *dt = ch->d_table + bh * ch->table_bh + (i + r) * tw;
+                const RowLabels l = row_labels(ch, b, i + r);
+                scatter_labels(dt, l.dense, ch->dense_bytes, dp, na, tw, lanes);
+                scatter_runs(dt, dp + na, nb, l.start, l.label, l.runs);
+                dt[label_at(l.dense, ch->dense_bytes, na)] += dp[width - 1];
             }
             /* dQ = scale dS K, dK += scale dS^T Q */
             float *d_q = ch->out + bh * ch->out_bh + i * d;

@@ -22,6 +22,7 @@ import sys
 import tempfile
 import threading
 import warnings
+from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
@@ -51,9 +52,10 @@ class Chunk(ctypes.Structure):
         ("vb", ctypes.c_void_p),
         ("b_bh", ctypes.c_int64),
         ("nb", ctypes.c_int64),
-        ("index", ctypes.c_void_p),
-        ("index_bytes", ctypes.c_int64),
-        ("index_batch", ctypes.c_int64),
+        ("dense", ctypes.c_void_p),
+        ("dense_bytes", ctypes.c_int64),
+        ("dense_batch", ctypes.c_int64),
+        *((name, ctypes.c_void_p) for name in ("run_ptr", "run_start", "run_label")),
         ("table", ctypes.c_void_p),
         ("table_bh", ctypes.c_int64),
         ("table_width", ctypes.c_int64),
@@ -152,6 +154,35 @@ def why_not() -> str:
     return _REASON["why"]
 
 
+@dataclass
+class Labels:
+    """A chunk's labels as the kernel reads them: one per column of key set A and the sink
+    (`dense` [B, rows, na + 1]), and runs of equal labels over key set B (CSR over the B * rows
+    rows: `run_ptr` [B*rows + 1] int64, `run_start` and `run_label` [runs] int32). A row of
+    soft l2g or g2l labels is one or a few runs: memory per row O(runs), not O(G) or O(L)."""
+
+    dense: torch.Tensor
+    run_ptr: torch.Tensor
+    run_start: torch.Tensor
+    run_label: torch.Tensor
+
+    @staticmethod
+    def of(index: torch.Tensor, na: int, dtype: torch.dtype) -> Labels:
+        """From a tile's gather index [B, rows, na + nb + 1] (blocked_tiles.LongChunk/GlobalChunk)."""
+        dense = torch.cat([index[:, :, :na], index[:, :, -1:]], -1).to(dtype)
+        second = index[:, :, na:-1].flatten(0, 1)  # [B*rows, nb]
+        starts = torch.ones_like(second, dtype=torch.bool)
+        starts[:, 1:] = second[:, 1:] != second[:, :-1]
+        row_ptr = torch.zeros(second.shape[0] + 1, dtype=torch.int64)
+        torch.cumsum(starts.sum(1), 0, out=row_ptr[1:])
+        rows, columns = starts.nonzero(as_tuple=True)  # row-major: each row's runs in order
+        return Labels(dense, row_ptr, columns.to(torch.int32), second[rows, columns].to(torch.int32))
+
+    @property
+    def nbytes(self) -> int:
+        return sum(t.numel() * t.element_size() for t in (self.dense, self.run_ptr, self.run_start, self.run_label))
+
+
 def _ptr(x: torch.Tensor | None) -> int | None:
     return None if x is None else x.data_ptr()
 
@@ -169,19 +200,21 @@ def chunk(
     a_step: int,
     na: int,
     keys_b: tuple[torch.Tensor, torch.Tensor],
-    index: torch.Tensor,
+    labels: Labels,
     table: torch.Tensor,
     out: torch.Tensor,
 ) -> Chunk:
     """Describe one chunk. q, table and out are [BH, n, *] views starting at the chunk's first
     row; keys_a are whole [BH, n_a, d] key and value tensors (the block at chunk row i sees rows
-    a_start + a_step*i .. + na), keys_b [BH, nb, d] views of the chunk's second key set; index
-    [B, rows, na + nb + 1]. Rows (last dim) must be contiguous, as must index."""
+    a_start + a_step*i .. + na), keys_b [BH, nb, d] views of the chunk's second key set. Rows
+    (the last dim) must be contiguous, as must the labels' tensors."""
     ka, va = keys_a
     kb, vb = keys_b
-    assert index.is_contiguous() and index.shape[1:] == (rows, na + kb.shape[1] + 1), index.shape
-    if max(index.shape[-1], ka.shape[1], kb.shape[1], q.shape[-1]) >= INT_LIMIT:
-        too_wide = f"a chunk of {index.shape[-1]} keys is too wide"
+    dense = labels.dense
+    assert dense.is_contiguous() and dense.shape[1:] == (rows, na + 1), dense.shape
+    assert labels.run_ptr.numel() == dense.shape[0] * rows + 1
+    if max(na + kb.shape[1] + 1, ka.shape[1], q.shape[-1]) >= INT_LIMIT:
+        too_wide = f"a chunk of {na + kb.shape[1] + 1} keys is too wide"
         raise ValueError(f"the fused CPU kernel's BLAS takes 32-bit sizes; {too_wide}")
     return Chunk(
         heads=heads,
@@ -203,9 +236,12 @@ def chunk(
         vb=_ptr(vb),
         b_bh=kb.stride(0),
         nb=kb.shape[1],
-        index=_ptr(index),
-        index_bytes=_INDEX_BYTES[index.dtype],
-        index_batch=index.stride(0),
+        dense=_ptr(dense),
+        dense_bytes=_INDEX_BYTES[dense.dtype],
+        dense_batch=dense.stride(0),
+        run_ptr=_ptr(labels.run_ptr),
+        run_start=_ptr(labels.run_start),
+        run_label=_ptr(labels.run_label),
         table=_ptr(table),
         table_bh=table.stride(0),
         table_width=table.shape[-1],

@@ -31,6 +31,18 @@ def against_oracle(case_of, rtol: float = FP32, **options) -> None:
     assert_all_close(actual, run(dense.attention, case_of(torch.float64)), rtol, RESULT_NAMES)
 
 
+def test_labels_keep_key_set_b_as_runs() -> None:
+    """Two rows, A = 2 columns, B = 4, then the sink (V = 8: 8 masked, 9 the empty row's sink)."""
+    index = torch.tensor([[[3, 1, 5, 5, 2, 2, 8], [0, 8, 7, 7, 7, 7, 9]]])
+    labels = fused_cpu.Labels.of(index, 2, torch.int8)
+    assert labels.dense.dtype == torch.int8 and labels.dense.tolist() == [[[3, 1, 8], [0, 8, 9]]]
+    assert labels.run_ptr.tolist() == [0, 2, 3]  # row 0: runs 0-1, row 1: run 2
+    assert labels.run_start.tolist() == [0, 2, 0] and labels.run_label.tolist() == [5, 2, 7]
+    assert labels.nbytes == 6 + 3 * 8 + 3 * 4 + 3 * 4
+    none = fused_cpu.Labels.of(index[:, :, [0, 1, 6]], 2, torch.int8)  # no B keys: no runs
+    assert none.run_ptr.tolist() == [0, 0, 0] and none.run_start.numel() == 0
+
+
 def test_the_kernel_builds_where_there_is_a_compiler() -> None:
     if not HAS_COMPILER:
         pytest.skip("no C compiler")
