@@ -152,9 +152,9 @@ class Scratch:
         return self.buffer[:size].view(shape)
 
 
-def _label_index(mask: torch.Tensor, ids: torch.Tensor, vocab: int) -> torch.Tensor:
-    """int64 gather index: the label where the mask allows the pair, else the -inf column V."""
-    return torch.where(mask != 0, ids.long(), vocab)
+def label_dtype(vocab: int) -> torch.dtype:
+    """The smallest integer type that holds the labels 0..V+1 (V+1: the sink's column)."""
+    return next(t for t in (torch.int8, torch.int16, torch.int32) if vocab + 1 <= torch.iinfo(t).max)
 
 
 def pad_dim(x: torch.Tensor, size: int, dim: int, value: float | int = 0) -> torch.Tensor:
@@ -186,7 +186,7 @@ class BlockedPlan:
 
     geo: Geometry
     source: Any  # DenseSource | CompactSource
-    local_index: torch.Tensor  # [B, nb, w, w + 2r] int64
+    local_index: torch.Tensor  # [B, nb, w, w + 2r], label_dtype(V)
     local_empty: torch.Tensor  # [B, nb*w] bool: rows without an allowed l2l key
     long_spans: list[tuple[int, int]]  # per long chunk: the global keys its rows may see
     global_spans: list[tuple[int, int]]  # per global chunk: the long keys its rows may see
@@ -202,7 +202,7 @@ class IndexCache:
     layers and every backward copy them: that derivation was ~10% of a layer's time (issue 29)."""
 
     def __init__(self, vocab: int, budget: int):
-        self.dtype = next(t for t in (torch.int8, torch.int16, torch.int32) if vocab + 1 <= torch.iinfo(t).max)
+        self.dtype = label_dtype(vocab)
         self.budget, self.used = budget, 0
         self._entries: dict[tuple, Any] = {}
         self._lock = threading.Lock()
@@ -290,7 +290,8 @@ class CallTensors:
 
 
 def local_index(geo: Geometry, source) -> torch.Tensor:
-    """Gather index [B, nb, w, w + 2r] of the l2l labels of every block, built once per batch.
+    """Labels [B, nb, w, w + 2r] of the l2l pairs of every block (int8 where they fit), built once
+    per batch; a chunk's gather index copies its blocks.
 
     Row a of a block needs window columns a .. a + 2r: the side-input row (2r+1 columns) padded
     to w + 2r + 1 columns and read back as rows of w + 2r lands each row a places to the right.
@@ -301,7 +302,7 @@ def local_index(geo: Geometry, source) -> torch.Tensor:
     rows = torch.arange(big_l, device=l2l_mask.device)
     keys = rows[:, None] + torch.arange(-r, r + 1, device=rows.device)[None, :]
     allowed = (l2l_mask[:, :, columns] != 0) & (keys >= 0) & (keys < big_l)
-    index = _label_index(allowed, l2l_ids[:, :, columns], geo.vocab)
+    index = torch.where(allowed, l2l_ids[:, :, columns].to(label_dtype(geo.vocab)), geo.vocab)  # V: masked
     index = pad_dim(index, nb * w, -2, geo.vocab).view(geo.batch, nb, w, 2 * r + 1)
     index = torch.nn.functional.pad(index, (0, w), value=geo.vocab)  # [B, nb, w, window + 1]
     return index.flatten(2)[:, :, : w * window].reshape(geo.batch, nb, w, window)

@@ -16,6 +16,7 @@ import ctypes
 import hashlib
 import os
 import platform
+import shlex
 import shutil
 import subprocess
 import sys
@@ -30,8 +31,9 @@ import torch
 
 SOURCE = Path(__file__).with_name("fused_cpu.c")
 # -march=native: built on the machine that runs it. No -ffast-math: masked scores are -inf.
-FLAGS = ["-O3", "-march=native", "-mprefer-vector-width=512", "-fPIC", "-shared", "-std=c11", "-fopenmp-simd"]
-FLAGS += ["-fno-math-errno", "-fno-trapping-math"]
+FLAGS = ["-O3", "-march=native", "-fPIC", "-shared", "-std=c11", "-fopenmp-simd", "-fno-math-errno", "-fno-trapping-math"]
+if platform.machine().lower() in ("x86_64", "amd64"):
+    FLAGS.append("-mprefer-vector-width=512")  # the AVX-512 paths are written for 16 lanes
 _BUILD_LOCK = threading.Lock()
 INT_LIMIT = 2**31  # sgemm_ (LP64) takes int sizes and strides
 _INDEX_BYTES = {torch.int8: 1, torch.int16: 2, torch.int32: 4, torch.int64: 8}
@@ -93,7 +95,8 @@ def _build(compiler: str, target: Path) -> None:
     target.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
         out = Path(tmp) / target.name
-        command = [compiler, *FLAGS, str(SOURCE), "-o", str(out), f"-L{lib}", "-ltorch_cpu", f"-Wl,-rpath,{lib}"]
+        command = [*shlex.split(compiler), *FLAGS, str(SOURCE), "-o", str(out), f"-L{lib}", "-ltorch_cpu"]
+        command.append(f"-Wl,-rpath,{lib}")
         done = subprocess.run(command, capture_output=True, text=True, timeout=300)
         if done.returncode != 0:
             said = done.stderr.strip()[-2000:] or "no message"
