@@ -31,7 +31,8 @@ import torch
 
 SOURCE = Path(__file__).with_name("fused_cpu.c")
 # -march=native: built on the machine that runs it. No -ffast-math: masked scores are -inf.
-FLAGS = ["-O3", "-march=native", "-fPIC", "-shared", "-std=c11", "-fopenmp-simd", "-fno-math-errno", "-fno-trapping-math"]
+FLAGS = ["-O3", "-march=native", "-fPIC", "-shared", "-std=c11", "-fopenmp-simd"]
+FLAGS += ["-fno-math-errno", "-fno-trapping-math"]
 if platform.machine().lower() in ("x86_64", "amd64"):
     FLAGS.append("-mprefer-vector-width=512")  # the AVX-512 paths are written for 16 lanes
 _BUILD_LOCK = threading.Lock()
