@@ -131,7 +131,7 @@ class _Chunks:
             heads=geo.heads,
             rows=stop - start,
             valid_rows=stop - start,
-            block=_global_block(geo.num_global_keys + keys.stop - keys.start + 1),
+            block=min(stop - start, _global_block(geo.num_global_keys + keys.stop - keys.start + 1)),
             scale=geo.scale,
             q=lay.gq[:, start:],
             keys_a=(lay.gk, lay.gv),

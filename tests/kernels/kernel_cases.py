@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
+from hypothesis import strategies as st
 
 from graphattn.compile.batching import collate
 from graphattn.compile.compiler import compile_instance as compile_graph
@@ -226,3 +227,24 @@ def graph_config(**changes) -> EtcConfig:
         hidden_dropout_prob=0.0,
     )
     return EtcConfig(**{**base, **changes})
+
+
+def _layout(num_long: int, num_global: int, radius: int, flags: dict, seed: int) -> dict:
+    return dict(
+        num_long=num_long,
+        num_global=num_global,
+        radius=radius,
+        seed=seed,
+        mention_links=3,
+        long_padding=min(2, num_long - 1),
+        empty_long_rows=min(1, num_long),
+        empty_global_rows=min(1, num_global),
+        **flags,
+    )
+
+
+def random_layouts():
+    """Hypothesis strategy: synthetic_case keywords of a small random batch (sizes, hard masks,
+    documents, padding, mention links and empty rows)."""
+    flags = st.fixed_dictionaries(dict(hard_g2l=st.booleans(), hard_l2g=st.booleans(), num_docs=st.integers(1, 3)))
+    return st.builds(_layout, st.integers(1, 30), st.integers(0, 6), st.integers(1, 8), flags, st.integers(0, 10_000))

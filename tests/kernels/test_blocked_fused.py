@@ -11,7 +11,15 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from kernel_cases import RESULT_NAMES, assert_all_close, compiler_case, graph_case, run, synthetic_case
+from kernel_cases import (
+    RESULT_NAMES,
+    assert_all_close,
+    compiler_case,
+    graph_case,
+    random_layouts,
+    run,
+    synthetic_case,
+)
 from test_blocked import COMPILER_CASES
 
 from graphattn.kernels import blocked, dense, fused_cpu
@@ -145,19 +153,12 @@ def test_later_layers_reuse_the_cached_index_and_repeat_bit_for_bit() -> None:
 @needs_kernel
 @settings(max_examples=15, deadline=None)
 @given(
-    num_long=st.integers(1, 30),
-    num_global=st.integers(0, 6),
-    radius=st.integers(1, 8),
+    layout=random_layouts(),
     block_size=st.sampled_from([None, 3, 8]),
     tile_elements=st.sampled_from([1, 500, None]),
     workers=st.sampled_from([1, 2]),
-    flags=st.fixed_dictionaries(dict(hard_g2l=st.booleans(), hard_l2g=st.booleans(), num_docs=st.integers(1, 3))),
-    seed=st.integers(0, 10_000),
 )
-def test_random_batches_match_dense(num_long, num_global, radius, block_size, tile_elements, workers, flags, seed):
-    layout = dict(num_long=num_long, num_global=num_global, radius=radius, seed=seed, mention_links=3, **flags)
-    layout.update(long_padding=min(2, num_long - 1), empty_long_rows=min(1, num_long))
-    layout.update(empty_global_rows=min(1, num_global))
+def test_random_batches_match_dense(layout, block_size, tile_elements, workers):
     options = dict(block_size=block_size, workers=workers)
     if tile_elements is not None:
         options["tile_elements"] = tile_elements
