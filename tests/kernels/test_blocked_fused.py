@@ -5,6 +5,7 @@ why, where it cannot be built."""
 from __future__ import annotations
 
 import functools
+import platform
 import shutil
 
 import pytest
@@ -177,6 +178,7 @@ def rebuild(monkeypatch, tmp_path):
 
 
 @needs_kernel
+@pytest.mark.skipif(platform.machine().lower() not in ("x86_64", "amd64"), reason="AVX-512 is an x86 extension")
 def test_the_portable_build_without_avx512_matches_too(rebuild) -> None:
     rebuild.setattr(fused_cpu, "FLAGS", [*fused_cpu.FLAGS, "-mno-avx512f"])
     assert fused_cpu.available(), fused_cpu.why_not()
