@@ -33,7 +33,7 @@ LANES = 4
 MAX_LANED_VOCAB = 256
 # Bytes per token (long and global, over the batch) of finished chunk label indices a plan keeps
 # for the layers and backward passes after the first forward (IndexCache); past that, chunks
-# derive theirs on every call. The eager path's indices of soft l2g/g2l grow as L x G (3.2 MB at
+# derive theirs on every call. The PyTorch path's indices of soft l2g/g2l grow as L x G (3.2 MB at
 # 4K tokens, 39 MB at 16K): a budget per token keeps the plan's memory linear in L. The fused
 # kernel keeps those parts as runs (blocked_fused.py), a few bytes per row: 1 KiB per token holds
 # all of its labels, and at 4 KiB the dense int8 indices had made peak memory grow 4.3x from 4K

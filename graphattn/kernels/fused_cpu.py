@@ -1,13 +1,13 @@
 """The blocked backend's fused CPU kernel (fused_cpu.c): built at first use, called per chunk.
 
-The eager path (blocked.py) makes a dozen PyTorch calls per chunk, and between its matmuls every
+The PyTorch path (blocked.py) makes a dozen PyTorch calls per chunk, and between its matmuls every
 score tile crosses memory three more times (label gather, softmax, copies). The C kernel does the
 same arithmetic one block of rows at a time, with the block's scores kept in cache: 1.5-2x faster
 on CPU (issue 29). It is compiled with the machine's C compiler (`cc`, or $CC) on first use,
 for this CPU (-march=native), and cached under ~/.cache/graphattn (or $GRAPHATTN_CACHE); its
 matmuls are the BLAS sgemm_ that PyTorch's CPU library exports. Where that cannot be done (no
 compiler, no sgemm_ export, another OS), `available()` is False and the blocked backend runs
-its eager path, the same results within fp32 rounding. GRAPHATTN_FUSED_CPU=0 turns it off.
+its PyTorch path, the same results within fp32 rounding. GRAPHATTN_FUSED_CPU=0 turns it off.
 """
 
 from __future__ import annotations
@@ -111,13 +111,13 @@ _REASON = {"why": "it has not been loaded yet"}
 def _unavailable(why: str, warn: bool = True) -> None:
     _REASON["why"] = why
     if warn:
-        warnings.warn(f"graphattn: {why}; the blocked backend runs its slower eager path on CPU", stacklevel=4)
+        warnings.warn(f"graphattn: {why}; the blocked backend runs its slower PyTorch path on CPU", stacklevel=4)
 
 
 @cache
 def library() -> ctypes.CDLL | None:
     """The compiled kernel, built on first use; None where it cannot be, with one warning that
-    says why (the eager path is slower) and the reason kept for `why_not()`."""
+    says why (the PyTorch path is slower) and the reason kept for `why_not()`."""
     if os.environ.get("GRAPHATTN_FUSED_CPU", "1") == "0":
         return _unavailable("the fused CPU kernel is turned off (GRAPHATTN_FUSED_CPU=0)", warn=False)
     if sys.platform != "linux":
@@ -139,13 +139,10 @@ def library() -> ctypes.CDLL | None:
         getattr(lib, name).argtypes = [ctypes.POINTER(Chunk), ctypes.c_int64]
         getattr(lib, name).restype = ctypes.c_int
     if lib.graphattn_self_check() != 0:
-        return _unavailable(f"PyTorch's BLAS ({lib_name()}) multiplied a 2x3 by a 3x2 matrix wrongly through sgemm_")
+        blas = _torch_lib() / "libtorch_cpu.so"
+        return _unavailable(f"the BLAS in {blas} multiplied a 2x3 by a 3x2 matrix wrongly through sgemm_")
     _REASON["why"] = ""
     return lib
-
-
-def lib_name() -> str:
-    return str(_torch_lib() / "libtorch_cpu.so")
 
 
 def available() -> bool:

@@ -1,5 +1,5 @@
 """The blocked backend's fused CPU kernel (fused_cpu.c) equals the dense oracle on outputs and every
-gradient, in both of its builds (AVX-512 and portable C), and falls back to the eager path, saying
+gradient, in both of its builds (AVX-512 and portable C), and falls back to the PyTorch path, saying
 why, where it cannot be built."""
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from graphattn.kernels import blocked, dense, fused_cpu
 
 HAS_COMPILER = bool(shutil.which("cc") or shutil.which("gcc"))
 needs_kernel = pytest.mark.skipif(not HAS_COMPILER, reason="no C compiler to build the fused kernel")
-FP32 = 1e-5  # relative to each result's largest magnitude, as the eager path's fp32 test
+FP32 = 1e-5  # relative to each result's largest magnitude, as the PyTorch path's fp32 test
 
 
 def fused(**options):
@@ -186,7 +186,7 @@ def test_the_portable_build_without_avx512_matches_too(rebuild) -> None:
     against_oracle(lambda dtype: _wider_vocabulary(synthetic_case(dtype=dtype), 100))
 
 
-def test_turned_off_it_runs_eager_and_a_request_for_it_says_why(rebuild) -> None:
+def test_turned_off_it_runs_the_pytorch_path_and_a_request_for_it_says_why(rebuild) -> None:
     rebuild.setenv("GRAPHATTN_FUSED_CPU", "0")
     case = synthetic_case(dtype=torch.float32)
     assert_all_close(run(blocked.attention, case), run(dense.attention, synthetic_case()), FP32, RESULT_NAMES)
@@ -194,10 +194,11 @@ def test_turned_off_it_runs_eager_and_a_request_for_it_says_why(rebuild) -> None
         run(fused(), case)
 
 
-def test_a_failed_build_warns_once_and_runs_eager(rebuild) -> None:
+def test_a_failed_build_warns_once_and_runs_the_pytorch_path(rebuild) -> None:
     rebuild.setenv("CC", "/bin/false")
     case = synthetic_case(dtype=torch.float32)
-    with pytest.warns(UserWarning, match="(?s)could not be built.*/bin/false exited with status 1.*slower eager path"):
+    said = "(?s)could not be built.*/bin/false exited with status 1.*slower PyTorch path"
+    with pytest.warns(UserWarning, match=said):
         results = run(blocked.attention, case)
     assert_all_close(results, run(dense.attention, synthetic_case()), FP32, RESULT_NAMES)
     assert not fused_cpu.available() and "/bin/false" in fused_cpu.why_not()
