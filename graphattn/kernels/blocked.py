@@ -55,14 +55,13 @@ from graphattn.kernels.blocked_tiles import (
     TILE_ELEMENTS,
     BlockedPlan,
     CallTensors,
-    Geometry,
     GlobalChunk,
     LongChunk,
     Scratches,
+    chunk_tasks,
     geometry,
-    global_chunks,
-    long_chunks,
     make_plan,
+    query_outputs,
 )
 from graphattn.kernels.request import PlanRequest, direct_request
 
@@ -75,10 +74,7 @@ QUERY_SIDES = True  # run(..., queries="global" | "long") computes one query sid
 def _forward(lay: CallTensors, workers: int, queries: str = "both"):
     geo = lay.geo
     bh, d = geo.bh, lay.dim
-    new_long, new_global = (
-        x.new_zeros if queries == side else x.new_empty for x, side in ((lay.lq, "global"), (lay.gq, "long"))
-    )
-    long_out, global_out = new_long(bh, geo.num_long, d), new_global(bh, geo.num_global, d)
+    global_out, long_out = query_outputs(lay, queries)
 
     def long_task(first: int, last: int, scratch: Scratches) -> None:
         tile = LongChunk(lay, first, last, scratch)
@@ -97,15 +93,8 @@ def _forward(lay: CallTensors, workers: int, queries: str = "both"):
             out.baddbmm_(tile.second(probs), lay.lv[:, tile.keys])
         global_out[:, tile.rows] = out
 
-    run_tasks(_chunk_tasks(geo, queries, long_task, global_task), lambda: Scratches(lay.lq), workers)
+    run_tasks(chunk_tasks(geo, queries, long_task, global_task), lambda: Scratches(lay.lq), workers)
     return global_out, long_out
-
-
-def _chunk_tasks(geo: Geometry, queries: str, long_task, global_task) -> list:
-    """The chunks of the query sides asked for ("both", "global" or "long"). Global chunks
-    first: they are the widest, and a worker that takes one last finishes last."""
-    tasks = [partial(global_task, *c) for c in global_chunks(geo)] if queries != "long" else []
-    return tasks + ([partial(long_task, *c) for c in long_chunks(geo)] if queries != "global" else [])
 
 
 def _scatter_table_grad(grad_table: torch.Tensor, index: torch.Tensor, grad_scores: torch.Tensor) -> None:
@@ -206,7 +195,7 @@ def _backward(lay: CallTensors, grad_global, grad_long, workers: int, queries: s
             _add_product(d_gq[:, tile.rows], part(d_scores), k, scale)
             _add_product(d_k, part(d_scores).transpose(1, 2), tile.q, scale)
 
-    accs = run_tasks(_chunk_tasks(geo, queries, long_task, global_task), lambda: _KeyGrads(lay), workers)
+    accs = run_tasks(chunk_tasks(geo, queries, long_task, global_task), lambda: _KeyGrads(lay), workers)
 
     def total(name: str) -> torch.Tensor:
         """One gradient summed over the workers' private accumulators, in the first one's memory."""

@@ -19,10 +19,10 @@ from graphattn.kernels.blocked_tiles import (
     GlobalChunk,
     LongChunk,
     Scratches,
+    chunk_tasks,
     global_chunk_keys,
-    global_chunks,
     long_chunk_keys,
-    long_chunks,
+    query_outputs,
 )
 
 # The chunk budget of plans that will run fused (blocked.plan's tile_elements, all heads): the
@@ -148,19 +148,10 @@ class _Chunks:
         return _Call(described, "global", start, keys, geo.vocab, labels)
 
 
-def _tasks(geo, queries: str, long_task, global_task) -> list:
-    """As blocked._chunk_tasks: global chunks (the widest) first."""
-    tasks = [partial(global_task, *c) for c in global_chunks(geo)] if queries != "long" else []
-    return tasks + ([partial(long_task, *c) for c in long_chunks(geo)] if queries != "global" else [])
-
-
 def forward(lay: CallTensors, workers: int, queries: str = "both") -> tuple[torch.Tensor, torch.Tensor]:
     geo = lay.geo
-    bh, d = geo.bh, lay.dim
-    new_long, new_global = (
-        x.new_zeros if queries == side else x.new_empty for x, side in ((lay.lq, "global"), (lay.gq, "long"))
-    )
-    long_out, global_out = new_long(bh, geo.num_long, d), new_global(bh, geo.num_global, d)
+    bh = geo.bh
+    global_out, long_out = query_outputs(lay, queries)
     chunks = _Chunks(lay, long_out, global_out)
 
     def long_task(first: int, last: int, scratch: Scratches) -> None:
@@ -169,7 +160,7 @@ def forward(lay: CallTensors, workers: int, queries: str = "both") -> tuple[torc
     def global_task(start: int, stop: int, scratch: Scratches) -> None:
         chunks.global_(start, stop, scratch).run(fused_cpu.forward, bh)
 
-    run_tasks(_tasks(geo, queries, long_task, global_task), lambda: Scratches(lay.lq), workers)
+    run_tasks(chunk_tasks(geo, queries, long_task, global_task), lambda: Scratches(lay.lq), workers)
     return global_out, long_out
 
 
@@ -204,7 +195,7 @@ def backward(lay: CallTensors, grad_global: torch.Tensor, grad_long: torch.Tenso
         d_keys_a = (acc.d_gk, acc.d_gv)
         call.run(fused_cpu.backward, bh, grad_global[:, start:], d_keys_a, d_keys_b, flat_global[:, start:])
 
-    accs = run_tasks(_tasks(geo, queries, long_task, global_task), lambda: _Grads(lay), workers)
+    accs = run_tasks(chunk_tasks(geo, queries, long_task, global_task), lambda: _Grads(lay), workers)
     first = accs[0]
     for acc in accs[1:]:  # summed in the first worker's memory, in a fixed order
         for name in ("d_gk", "d_gv", "d_lk", "d_lv"):

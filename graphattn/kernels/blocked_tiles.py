@@ -508,3 +508,19 @@ def long_chunks(geo: Geometry):
 def global_chunks(geo: Geometry):
     for start in range(0, geo.num_global, geo.global_rows_per_chunk):
         yield start, min(start + geo.global_rows_per_chunk, geo.num_global)
+
+
+def chunk_tasks(geo: Geometry, queries: str, long_task, global_task) -> list:
+    """The chunks of the query sides asked for ("both", "global" or "long") as tasks of
+    run_tasks. Global chunks first: they are the widest, and a worker that takes one last
+    finishes last."""
+    tasks = [partial(global_task, *c) for c in global_chunks(geo)] if queries != "long" else []
+    return tasks + ([partial(long_task, *c) for c in long_chunks(geo)] if queries != "global" else [])
+
+
+def query_outputs(lay: CallTensors, queries: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """(global_out [BH, G, d], long_out [BH, L, d]): the side not computed is zeros."""
+    geo, d = lay.geo, lay.dim
+    new_global = lay.gq.new_zeros if queries == "long" else lay.gq.new_empty
+    new_long = lay.lq.new_zeros if queries == "global" else lay.lq.new_empty
+    return new_global(geo.bh, geo.num_global, d), new_long(geo.bh, geo.num_long, d)

@@ -43,7 +43,7 @@ typedef struct {
     int64_t a_bh, a_rows, a_start, a_step, na;
     const float *kb, *vb; /* key set B [BH, >= nb, dim], already at its first key */
     int64_t b_bh, nb;
-    const void *dense; /* [B, rows, na + 1] labels (columns of the table) of A and the sink, int8/16/32/64 */
+    const void *dense; /* [B, rows, na + 1] labels (columns of the table) of A and the sink, int8/16/32 */
     int64_t dense_bytes, dense_batch;
     const int64_t *run_ptr; /* [B * rows + 1]: row (b, r)'s runs over B are run_ptr[b*rows + r] ..< the next */
     const int32_t *run_start, *run_label; /* per run: its first column of B (the first run starts at 0) and label */
@@ -62,8 +62,7 @@ static inline int64_t label_at(const void *label, int64_t bytes, int64_t c) {
     switch (bytes) {
         case 1: return ((const int8_t *)label)[c];
         case 2: return ((const int16_t *)label)[c];
-        case 4: return ((const int32_t *)label)[c];
-        default: return ((const int64_t *)label)[c];
+        default: return ((const int32_t *)label)[c];
     }
 }
 
@@ -104,12 +103,7 @@ static inline __m512i labels16(const char *label, int64_t bytes, __mmask16 m) {
     switch (bytes) {
         case 1: return _mm512_cvtepi8_epi32(_mm_maskz_loadu_epi8(m, label));
         case 2: return _mm512_cvtepi16_epi32(_mm256_maskz_loadu_epi16(m, label));
-        case 4: return _mm512_maskz_loadu_epi32(m, label);
-        default: {
-            const __m256i lo = _mm512_cvtusepi64_epi32(_mm512_maskz_loadu_epi64((__mmask8)m, label));
-            const __m256i hi = _mm512_cvtusepi64_epi32(_mm512_maskz_loadu_epi64((__mmask8)(m >> 8), label + 64));
-            return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
-        }
+        default: return _mm512_maskz_loadu_epi32(m, label);
     }
 }
 
@@ -263,7 +257,6 @@ static float exp_row(float *s, float mx, int64_t k) {
 SCATTER_LABELS(int8_t)
 SCATTER_LABELS(int16_t)
 SCATTER_LABELS(int32_t)
-SCATTER_LABELS(int64_t)
 
 /* Tables wider than this take the plain scatter (zeroing the copies would cost more). */
 #define MAX_LANED_WIDTH 512
@@ -276,8 +269,7 @@ static void scatter_labels(float *dt, const void *label, int64_t bytes, const fl
     switch (bytes) {
         case 1: scatter_int8_t(dt, lanes, (const int8_t *)label, ds, k, width); break;
         case 2: scatter_int16_t(dt, lanes, (const int16_t *)label, ds, k, width); break;
-        case 4: scatter_int32_t(dt, lanes, (const int32_t *)label, ds, k, width); break;
-        default: scatter_int64_t(dt, lanes, (const int64_t *)label, ds, k, width);
+        default: scatter_int32_t(dt, lanes, (const int32_t *)label, ds, k, width);
     }
     if (lanes)
         for (int64_t j = 0; j < LANES; ++j)

@@ -37,7 +37,7 @@ if platform.machine().lower() in ("x86_64", "amd64"):
     FLAGS.append("-mprefer-vector-width=512")  # the AVX-512 paths are written for 16 lanes
 _BUILD_LOCK = threading.Lock()
 INT_LIMIT = 2**31  # sgemm_ (LP64) takes int sizes and strides
-_INDEX_BYTES = {torch.int8: 1, torch.int16: 2, torch.int32: 4, torch.int64: 8}
+_LABEL_BYTES = {torch.int8: 1, torch.int16: 2, torch.int32: 4}  # blocked_tiles.label_dtype's choices
 
 
 class Chunk(ctypes.Structure):
@@ -212,6 +212,7 @@ def chunk(
     ka, va = keys_a
     kb, vb = keys_b
     dense = labels.dense
+    assert va.stride() == ka.stride() and vb.stride() == kb.stride(), "keys and values share their strides"
     assert dense.is_contiguous() and dense.shape[1:] == (rows, na + 1), dense.shape
     assert labels.run_ptr.numel() == dense.shape[0] * rows + 1
     if max(na + kb.shape[1] + 1, ka.shape[1], q.shape[-1]) >= INT_LIMIT:
@@ -238,7 +239,7 @@ def chunk(
         b_bh=kb.stride(0),
         nb=kb.shape[1],
         dense=_ptr(dense),
-        dense_bytes=_INDEX_BYTES[dense.dtype],
+        dense_bytes=_LABEL_BYTES[dense.dtype],
         dense_batch=dense.stride(0),
         run_ptr=_ptr(labels.run_ptr),
         run_start=_ptr(labels.run_start),

@@ -122,7 +122,7 @@ def _wider_vocabulary(case, vocab: int):
 @pytest.mark.parametrize(
     "vocab, cache_bytes",
     [(None, None), (62, None), (100, None), (300, None), (40_000, None), (None, 0)],
-    ids=["int8_permute", "int8_widest_permute", "int8_gather", "int16", "int32", "int64_uncached"],
+    ids=["int8_permute", "int8_widest_permute", "int8_gather", "int16", "int32", "uncached"],
 )
 def test_every_index_type_and_table_width(vocab, cache_bytes) -> None:
     def case_of(dtype):
