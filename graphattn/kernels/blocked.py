@@ -93,7 +93,7 @@ def _forward(lay: CallTensors, workers: int, queries: str = "both"):
             out.baddbmm_(tile.second(probs), lay.lv[:, tile.keys])
         global_out[:, tile.rows] = out
 
-    run_tasks(chunk_tasks(geo, queries, long_task, global_task), lambda: Scratches(lay.lq), workers)
+    run_tasks(*chunk_tasks(lay, queries, long_task, global_task), lambda: Scratches(lay.lq), workers)
     return global_out, long_out
 
 
@@ -195,7 +195,7 @@ def _backward(lay: CallTensors, grad_global, grad_long, workers: int, queries: s
             _add_product(d_gq[:, tile.rows], part(d_scores), k, scale)
             _add_product(d_k, part(d_scores).transpose(1, 2), tile.q, scale)
 
-    accs = run_tasks(chunk_tasks(geo, queries, long_task, global_task), lambda: _KeyGrads(lay), workers)
+    accs = run_tasks(*chunk_tasks(lay, queries, long_task, global_task), lambda: _KeyGrads(lay), workers)
 
     def total(name: str) -> torch.Tensor:
         """One gradient summed over the workers' private accumulators, in the first one's memory."""
@@ -211,27 +211,35 @@ def _backward(lay: CallTensors, grad_global, grad_long, workers: int, queries: s
 
 class _BlockedAttention(torch.autograd.Function):
     """Outputs only are computed forward; backward rebuilds each tile and its softmax (as flash
-    attention does), so nothing but the inputs is kept between the passes."""
+    attention does). The PyTorch path keeps nothing but the inputs between the passes; the fused
+    kernel also keeps the outputs and each row's log-sum-exp (flash attention's statistics)."""
 
     @staticmethod
     def forward(ctx, gq, gk, gv, lq, lk, lv, t_global, t_long, plan, geo, queries, fused):
         lay = CallTensors(geo, plan, gq, gk, gv, lq, lk, lv, t_global, t_long)
+        inputs = (gq, gk, gv, lq, lk, lv, t_global, t_long)
+        shape = lambda n: (geo.batch, geo.heads, n, lq.shape[-1])  # noqa: E731
         if fused:
-            global_out, long_out = blocked_fused.forward(lay, _fused_workers(plan), queries)
+            global_out, long_out, stats = blocked_fused.forward(lay, _fused_workers(plan), queries)
+            outputs = global_out.view(shape(geo.num_global)), long_out.view(shape(geo.num_long))
+            ctx.save_for_backward(*inputs, *outputs, stats.global_, stats.long)
         else:
             global_out, long_out = _in_mode(plan, lay, f"forward {queries}", partial(_forward, lay, queries=queries))
-        ctx.save_for_backward(gq, gk, gv, lq, lk, lv, t_global, t_long)
+            outputs = global_out.view(shape(geo.num_global)), long_out.view(shape(geo.num_long))
+            ctx.save_for_backward(*inputs)
         ctx.plan, ctx.geo, ctx.queries, ctx.fused = plan, geo, queries, fused
-        shape = lambda n: (geo.batch, geo.heads, n, lq.shape[-1])  # noqa: E731
-        return global_out.view(shape(geo.num_global)), long_out.view(shape(geo.num_long))
+        return outputs
 
     @staticmethod
     def backward(ctx, grad_global, grad_long):
-        inputs = ctx.saved_tensors
+        saved = ctx.saved_tensors
+        inputs = saved[:8]
         lay = CallTensors(ctx.geo, ctx.plan, *inputs)
         grad_global, grad_long = grad_global.contiguous(), grad_long.contiguous()
         if ctx.fused:
-            grads = blocked_fused.backward(lay, grad_global, grad_long, _fused_workers(ctx.plan), ctx.queries)
+            outputs, stats = saved[8:10], blocked_fused.Stats(*saved[10:])
+            workers = _fused_workers(ctx.plan)
+            grads = blocked_fused.backward(lay, outputs, stats, grad_global, grad_long, workers, ctx.queries)
         else:
             body = partial(_backward, lay, grad_global, grad_long, queries=ctx.queries)
             grads = _in_mode(ctx.plan, lay, f"backward {ctx.queries}", body)
@@ -321,19 +329,15 @@ def plan(request: PlanRequest) -> BlockedPlan:
     tile_elements = max(1, tile_elements // max(sharing, 1))  # same scratch memory in total
     s = request.shape
     source = source_of(request.compact if request.side is None else request.side)
-    geo = geometry(
-        s.batch,
-        request.num_heads,
-        s.num_global,
-        s.num_long,
-        s.local_radius,
-        request.vocab_size,
-        1.0,
-        block_size,
-        tile_elements,
-        s.num_global_keys,
-    )
-    return replace(make_plan(geo, source, workers, cache_bytes), fused=fused)
+    shape = (s.batch, request.num_heads, s.num_global, s.num_long, s.local_radius, request.vocab_size, 1.0)
+    geo = geometry(*shape, block_size, tile_elements, s.num_global_keys)
+    if not fused_planned:
+        return replace(make_plan(geo, source, workers, cache_bytes), fused=fused)
+    # The PyTorch path's tiles hold all heads: a call that takes it (fp64, bf16 tiles) gets its own chunks.
+    eager_tiles = max(1, request.options.get("tile_elements", TILE_ELEMENTS) // max(sharing, 1))
+    eager = geometry(*shape, block_size, eager_tiles, s.num_global_keys)
+    geo = blocked_fused.chunking(geo, tile_elements, sharing)
+    return replace(make_plan(geo, source, workers, cache_bytes), fused=fused, eager_geometry=eager)
 
 
 def run(
@@ -367,6 +371,8 @@ def run(
     if plan.fused and not fused:
         why = blocked_fused.why_not(long_q.device, compute)
         raise RuntimeError(f"the blocked backend's fused CPU kernel was asked for, but {why}")
+    if not fused:
+        plan = plan.for_pytorch_path()
     lanes = plan.geo.lanes if backward and not fused else 1  # lanes serve the eager backward only
     geo = replace(plan.geo, scale=scale, lanes=lanes)
     global_out, long_out = _BlockedAttention.apply(*states, t_global, t_long, plan, geo, queries, fused)

@@ -7,7 +7,7 @@ parallel. Used for fp32 tiles on CPU when the kernel could be built (fused_cpu.a
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 
 import torch
@@ -16,25 +16,39 @@ from graphattn.kernels import fused_cpu
 from graphattn.kernels.blocked_modes import run_tasks
 from graphattn.kernels.blocked_tiles import (
     CallTensors,
-    GlobalChunk,
-    LongChunk,
-    Scratches,
+    Geometry,
     chunk_tasks,
     global_chunk_keys,
     long_chunk_keys,
     query_outputs,
 )
 
-# The chunk budget of plans that will run fused (blocked.plan's tile_elements, all heads): the
-# kernel holds one head's block of rows at a time, so this bounds only the chunk's label index;
-# 4x the PyTorch path's budget gives fewer, larger tasks and larger global blocks (1.2x faster at L = 4096).
+# The chunk budget of plans that will run fused (blocked.plan's tile_elements, shared by the
+# workers): a chunk's label index, [B, rows, keys], never holds more (the kernel itself holds one
+# head's block of rows at a time). Within it, every worker gets TASKS_PER_WORKER long chunks (the
+# deal balances their costs, blocked_modes.run_tasks) and a global chunk takes GLOBAL_ROWS rows.
 TILE_ELEMENTS = 1 << 23
-# Rows of a global block: as many as GLOBAL_TILE_BYTES of scores hold, 16 to 128. The block's
-# rows are the inner size of its dK and dV matmuls, so more rows make them faster: 128 rows ran
-# the global side's forward+backward 1.2-1.3x faster than 16 (a 256 KiB tile) at L = 4096, and
-# 16 MiB gives 128 rows up to 32K keys.
+TASKS_PER_WORKER = 4
+# Rows of a global chunk and of the kernel's blocks of global rows: every block streams all the
+# chunk's long keys and values through the cache, so more rows per block use each of them more:
+# 256 rows ran the global side 1.6x faster than 80 (measured at L = 4096, one core). Blocks take
+# fewer rows when GLOBAL_TILE_BYTES of scores cannot hold them.
+GLOBAL_ROWS = 256
 GLOBAL_TILE_BYTES = 1 << 24
-MAX_GLOBAL_BLOCK = 128
+# Keys of the second key set (a global row's long keys, a long row's global keys) per piece of
+# the kernel's online softmax: a block of 256 rows then scores [256, G + KEY_BLOCK] at a time,
+# which stays in L2 with the piece's keys and values whatever L is.
+KEY_BLOCK = 512
+
+
+def chunking(geo: Geometry, tile_elements: int, workers: int) -> Geometry:
+    """The chunk sizes of a fused plan (see TILE_ELEMENTS): `tile_elements` per worker."""
+    per_block = geo.batch * geo.block * (geo.window + geo.num_global_keys + 1)
+    per_global_row = geo.batch * (geo.num_global_keys + geo.num_long + 1)
+    balanced = -(-geo.num_blocks // (TASKS_PER_WORKER * max(workers, 1)))
+    blocks = max(1, min(balanced, tile_elements // per_block))
+    rows = max(1, min(GLOBAL_ROWS, tile_elements // per_global_row))
+    return replace(geo, blocks_per_chunk=blocks, global_rows_per_chunk=rows)
 
 
 def usable(device: torch.device, dtype: torch.dtype) -> bool:
@@ -56,7 +70,7 @@ def why_not(device: torch.device, dtype: torch.dtype) -> str:
 
 
 def _global_block(width: int) -> int:
-    return max(16, min(MAX_GLOBAL_BLOCK, GLOBAL_TILE_BYTES // (4 * width)))
+    return max(16, min(GLOBAL_ROWS, GLOBAL_TILE_BYTES // (4 * width)))
 
 
 @dataclass
@@ -81,30 +95,50 @@ class _Call:
 
 
 class _Chunks:
-    """The kernel's view of each chunk of one call: the chunk's label index comes from the
-    plan's cache or is built into the worker's scratch; `out` is the forward's output or the
-    backward's query gradient."""
+    """The kernel's view of each chunk of one call: the chunk's labels come from the plan's
+    cache or from the side inputs (key set B's as runs, structure_runs.py); `out` is the
+    forward's output or the backward's query gradient."""
 
-    def __init__(self, lay: CallTensors, long_out: torch.Tensor, global_out: torch.Tensor):
-        self.lay, self.long_out, self.global_out = lay, long_out, global_out
+    def __init__(self, lay: CallTensors, long_out: torch.Tensor, global_out: torch.Tensor, stats: Stats):
+        self.lay, self.long_out, self.global_out, self.stats = lay, long_out, global_out, stats
         self.t_long, self.t_global = lay.t_long.flatten(0, 1), lay.t_global.flatten(0, 1)  # [BH, rows, V+2]
 
-    def _labels(self, key: tuple, na: int, build) -> fused_cpu.Labels:
-        """The chunk's labels from the plan's cache, or built from its gather index (build())
-        and offered to the cache."""
+    def _cached(self, key: tuple, make) -> fused_cpu.Labels:
+        """A chunk's labels from the plan's cache, or make() and offer them to it."""
         cache = self.lay.index_cache
         labels = cache.get(key)
         if labels is None:
-            labels = fused_cpu.Labels.of(build().index, na, cache.dtype)
+            labels = make()
             cache.keep_form(key, labels.nbytes, lambda: labels)
         return labels
 
-    def long(self, first: int, last: int, scratch: Scratches) -> _Call:
+    def _long_labels(self, first: int, last: int, keys: slice) -> fused_cpu.Labels:
+        """The band's labels (skewed once per batch, blocked_tiles.local_index) and the l2g runs
+        of the global keys `keys`; rows past L get no runs (the kernel never reads them)."""
+        lay, geo = self.lay, self.lay.geo
+        start, rows = first * geo.block, (last - first) * geo.block
+        real = min(last * geo.block, geo.num_long) - start
+        runs = lay.source.l2g_runs(slice(start, start + real), keys, geo.vocab)
+        empty = lay.local_empty[:, start : start + rows].clone()
+        empty[:, :real] &= ~runs.allowed_rows(geo.vocab)
+        runs.counts = torch.nn.functional.pad(runs.counts, (0, rows - real))
+        band = lay.local_index[:, first:last].reshape(geo.batch, rows, geo.window)
+        return fused_cpu.Labels.of(band, empty, runs, geo.vocab, lay.index_cache.dtype)
+
+    def _global_labels(self, start: int, stop: int, keys: slice) -> fused_cpu.Labels:
+        """The g2g labels of every global key and the g2l runs of the long keys `keys`."""
+        lay, geo = self.lay, self.lay.geo
+        mask, ids = lay.source.g2g(slice(start, stop))
+        runs = lay.source.g2l_runs(slice(start, stop), keys, geo.vocab)
+        empty = ~(mask != 0).any(-1) & ~runs.allowed_rows(geo.vocab)
+        first = torch.where(mask != 0, ids, geo.vocab)
+        return fused_cpu.Labels.of(first, empty, runs, geo.vocab, lay.index_cache.dtype)
+
+    def long(self, first: int, last: int) -> _Call:
         """Block b's keys are its band window, rows b*w - r .. b*w + w + r of the long keys."""
         lay, geo = self.lay, self.lay.geo
         keys, start = long_chunk_keys(lay, first), first * geo.block
-        build = partial(LongChunk, lay, first, last, scratch, index_only=True)
-        labels = self._labels(("fused long", first), geo.window, build)
+        labels = self._cached(("fused long", first), partial(self._long_labels, first, last, keys))
         described = fused_cpu.chunk(
             heads=geo.heads,
             rows=(last - first) * geo.block,
@@ -120,20 +154,21 @@ class _Chunks:
             labels=labels,
             table=self.t_long[:, start:],
             out=self.long_out[:, start:],
+            stats=self.stats.long[:, start:],
+            key_block=KEY_BLOCK,
         )
         return _Call(described, "long", start, keys, geo.vocab, labels)
 
-    def global_(self, start: int, stop: int, scratch: Scratches) -> _Call:
+    def global_(self, start: int, stop: int) -> _Call:
         """Every block sees every global key, then the chunk's long keys."""
         lay, geo = self.lay, self.lay.geo
         keys = global_chunk_keys(lay, start)
-        build = partial(GlobalChunk, lay, start, stop, scratch, index_only=True)
-        labels = self._labels(("fused global", start), geo.num_global_keys, build)
+        labels = self._cached(("fused global", start), partial(self._global_labels, start, stop, keys))
         described = fused_cpu.chunk(
             heads=geo.heads,
             rows=stop - start,
             valid_rows=stop - start,
-            block=min(stop - start, _global_block(geo.num_global_keys + keys.stop - keys.start + 1)),
+            block=min(stop - start, _global_block(geo.num_global_keys + min(keys.stop - keys.start, KEY_BLOCK) + 1)),
             scale=geo.scale,
             q=lay.gq[:, start:],
             keys_a=(lay.gk, lay.gv),
@@ -144,58 +179,90 @@ class _Chunks:
             labels=labels,
             table=self.t_global[:, start:],
             out=self.global_out[:, start:],
+            stats=self.stats.global_[:, start:],
+            key_block=KEY_BLOCK,
         )
         return _Call(described, "global", start, keys, geo.vocab, labels)
 
 
-def forward(lay: CallTensors, workers: int, queries: str = "both") -> tuple[torch.Tensor, torch.Tensor]:
+@dataclass
+class Stats:
+    """Each query row's max score and the log of its softmax sum, [BH, G, 2] and [BH, L, 2] fp32:
+    the forward writes them, and the backward recomputes probabilities from them instead of
+    taking the softmax again (flash attention's statistics)."""
+
+    global_: torch.Tensor
+    long: torch.Tensor
+
+    @staticmethod
+    def empty(lay: CallTensors) -> Stats:
+        geo = lay.geo
+        new = partial(lay.lq.new_empty, dtype=torch.float32)
+        return Stats(new(geo.bh, geo.num_global, 2), new(geo.bh, geo.num_long, 2))
+
+
+def forward(lay: CallTensors, workers: int, queries: str = "both") -> tuple[torch.Tensor, torch.Tensor, Stats]:
+    """(global_out [BH, G, d], long_out [BH, L, d], the rows' statistics for backward)."""
     geo = lay.geo
     bh = geo.bh
     global_out, long_out = query_outputs(lay, queries)
-    chunks = _Chunks(lay, long_out, global_out)
+    stats = Stats.empty(lay)
+    chunks = _Chunks(lay, long_out, global_out, stats)
 
-    def long_task(first: int, last: int, scratch: Scratches) -> None:
-        chunks.long(first, last, scratch).run(fused_cpu.forward, bh)
+    def long_task(first: int, last: int, _) -> None:
+        chunks.long(first, last).run(fused_cpu.forward, bh)
 
-    def global_task(start: int, stop: int, scratch: Scratches) -> None:
-        chunks.global_(start, stop, scratch).run(fused_cpu.forward, bh)
+    def global_task(start: int, stop: int, _) -> None:
+        chunks.global_(start, stop).run(fused_cpu.forward, bh)
 
-    run_tasks(chunk_tasks(geo, queries, long_task, global_task), lambda: Scratches(lay.lq), workers)
-    return global_out, long_out
+    run_tasks(*chunk_tasks(lay, queries, long_task, global_task), lambda: None, workers)
+    return global_out, long_out, stats
 
 
 class _Grads:
-    """One worker's scratch and key/value gradient accumulators (laid out as the keys)."""
+    """One worker's key/value gradient accumulators (laid out as the keys)."""
 
     def __init__(self, lay: CallTensors):
-        self.scratch = Scratches(lay.lq)
         self.d_gk, self.d_gv, self.d_lk, self.d_lv = map(torch.zeros_like, (lay.gk, lay.gv, lay.lk, lay.lv))
 
 
-def backward(lay: CallTensors, grad_global: torch.Tensor, grad_long: torch.Tensor, workers: int, queries: str = "both"):
-    """Gradients of (gq, gk, gv, lq, lk, lv, t_global, t_long), as blocked._backward returns them."""
+def backward(
+    lay: CallTensors,
+    outputs: tuple[torch.Tensor, torch.Tensor],
+    stats: Stats,
+    grad_global: torch.Tensor,
+    grad_long: torch.Tensor,
+    workers: int,
+    queries: str = "both",
+):
+    """Gradients of (gq, gk, gv, lq, lk, lv, t_global, t_long), as blocked._backward returns them,
+    from the forward's (global_out, long_out) and statistics."""
     geo = lay.geo
     bh, d = geo.bh, lay.dim
     grad_long = grad_long.reshape(bh, geo.num_long, d)
     grad_global = grad_global.reshape(bh, geo.num_global, d)
+    out_global, out_long = (x.reshape(bh, -1, d) for x in outputs)
     d_lq, d_gq = torch.zeros_like(lay.lq), torch.zeros_like(lay.gq)  # rows belong to one chunk each
     d_t_long, d_t_global = torch.zeros_like(lay.t_long), torch.zeros_like(lay.t_global)
-    chunks = _Chunks(lay, d_lq, d_gq)
+    chunks = _Chunks(lay, d_lq, d_gq, stats)
     flat_long, flat_global = d_t_long.flatten(0, 1), d_t_global.flatten(0, 1)
 
     def long_task(first: int, last: int, acc: _Grads) -> None:
-        call = chunks.long(first, last, acc.scratch)
+        call = chunks.long(first, last)
         s, keys = call.start, call.keys
         d_keys_b = (acc.d_gk[:, keys], acc.d_gv[:, keys])
-        call.run(fused_cpu.backward, bh, grad_long[:, s:], (acc.d_lk, acc.d_lv), d_keys_b, flat_long[:, s:])
+        call.run(
+            fused_cpu.backward, bh, out_long[:, s:], grad_long[:, s:], (acc.d_lk, acc.d_lv), d_keys_b, flat_long[:, s:]
+        )
 
     def global_task(start: int, stop: int, acc: _Grads) -> None:
-        call = chunks.global_(start, stop, acc.scratch)
+        call = chunks.global_(start, stop)
         d_keys_b = (acc.d_lk[:, call.keys], acc.d_lv[:, call.keys])
         d_keys_a = (acc.d_gk, acc.d_gv)
-        call.run(fused_cpu.backward, bh, grad_global[:, start:], d_keys_a, d_keys_b, flat_global[:, start:])
+        g, o = grad_global[:, start:], out_global[:, start:]
+        call.run(fused_cpu.backward, bh, o, g, d_keys_a, d_keys_b, flat_global[:, start:])
 
-    accs = run_tasks(chunk_tasks(geo, queries, long_task, global_task), lambda: _Grads(lay), workers)
+    accs = run_tasks(*chunk_tasks(lay, queries, long_task, global_task), lambda: _Grads(lay), workers)
     first = accs[0]
     for acc in accs[1:]:  # summed in the first worker's memory, in a fixed order
         for name in ("d_gk", "d_gv", "d_lk", "d_lv"):

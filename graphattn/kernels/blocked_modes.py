@@ -117,16 +117,18 @@ def _median(times: deque | None) -> float:
 CHOOSER = ModeChooser()
 
 
-def run_tasks(tasks: list[Callable[[Any], None]], make_state: Callable[[], Any], workers: int) -> list[Any]:
+def run_tasks(
+    tasks: list[Callable[[Any], None]], costs: list[int], make_state: Callable[[], Any], workers: int
+) -> list[Any]:
     """Run tasks, each given its worker's state (scratch buffers, private accumulators).
 
-    With several workers the tasks are dealt round robin to Python threads that each run torch
-    with ONE intra-op thread: a chunk is a dozen mid-sized ops, and on a busy machine every
-    multi-threaded op waits for a descheduled OpenMP thread at its barrier; independent threads
-    have no barriers. The deal is fixed (not first come, first served), so each worker's private
-    accumulators sum the same chunks in the same order on every run: gradients are reproducible
-    bit for bit, which a resumed training run relies on. The caller's thread count is
-    restored once the last worker is done.
+    With several workers the tasks are dealt to Python threads that each run torch with ONE
+    intra-op thread: a chunk is a dozen mid-sized ops, and on a busy machine every multi-threaded
+    op waits for a descheduled OpenMP thread at its barrier; independent threads have no
+    barriers. The deal (`deal`) is fixed by the tasks' costs, not first come, first served, so
+    each worker's private accumulators sum the same chunks in the same order on every run:
+    gradients are reproducible bit for bit, which a resumed training run relies on. The caller's
+    thread count is restored once the last worker is done.
     """
     workers = min(workers, len(tasks))
     if workers <= 1:
@@ -144,7 +146,7 @@ def run_tasks(tasks: list[Callable[[Any], None]], make_state: Callable[[], Any],
                 task(state)
         return state
 
-    parts = [tasks[i::workers] for i in range(workers)]
+    parts = [[tasks[i] for i in part] for part in deal(costs, workers)]
     try:
         with ThreadPoolExecutor(workers, thread_name_prefix="graphattn-blocked") as pool:
             return list(pool.map(work, parts))
@@ -153,3 +155,15 @@ def run_tasks(tasks: list[Callable[[Any], None]], make_state: Callable[[], Any],
         # that restored it while another still ran let that one's matmuls go multi-threaded,
         # which changed their summation order and the last bits of the gradients.
         torch.set_num_threads(threads)
+
+
+def deal(costs: list[int], workers: int) -> list[list[int]]:
+    """Task numbers per worker: the costliest first, each to the worker with the least so far
+    (ties to the lowest worker), each worker's in the order dealt. Deterministic."""
+    parts: list[list[int]] = [[] for _ in range(workers)]
+    loads = [0] * workers
+    for task in sorted(range(len(costs)), key=lambda i: -costs[i]):
+        worker = loads.index(min(loads))
+        parts[worker].append(task)
+        loads[worker] += costs[task]
+    return parts

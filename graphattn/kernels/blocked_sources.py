@@ -21,6 +21,10 @@ import torch
 from graphattn.compact import CompactBatch
 from graphattn.contract import SideInputs
 from graphattn.kernels import structure
+from graphattn.kernels.structure_runs import Runs, compact_runs, runs_of
+
+# Elements of dense labels compared at once when a dense source's rows are turned into runs.
+RUN_PIECE_ELEMENTS = 1 << 20
 
 
 class DenseSource:
@@ -29,6 +33,7 @@ class DenseSource:
     def __init__(self, side: SideInputs):
         self.side = side
         self.radius = side.local_radius
+        self.batch = side.l2g_att_mask.shape[0]
 
     def l2l(self) -> tuple[torch.Tensor, torch.Tensor]:
         return self.side.l2l_att_mask, self.side.l2l_relative_att_ids
@@ -50,6 +55,12 @@ class DenseSource:
 
     def plan_chunks(self, long_blocks: list[tuple[slice, slice]], global_blocks: list[tuple[slice, slice]]) -> None:
         """Nothing to select: slices are cheap."""
+
+    def l2g_runs(self, rows: slice, cols: slice, vocab: int) -> Runs:
+        return _dense_runs(self.l2g, self.batch, rows, cols, vocab)
+
+    def g2l_runs(self, rows: slice, cols: slice, vocab: int) -> Runs:
+        return _dense_runs(self.g2l, self.batch, rows, cols, vocab)
 
 
 class CompactSource:
@@ -93,6 +104,16 @@ class CompactSource:
             )
             self._links[("g2g", rows.start, rows.stop)] = structure.edges_in(c, rows)
 
+    def l2g_runs(self, rows: slice, cols: slice, vocab: int) -> Runs:
+        links = self._links.get(("l2g", rows.start, rows.stop, cols.start, cols.stop))
+        links = structure.links_in(self.compact, rows, cols) if links is None else links
+        return compact_runs(self.compact, "l2g", rows, cols, links, vocab)
+
+    def g2l_runs(self, rows: slice, cols: slice, vocab: int) -> Runs:
+        links = self._links.get(("g2l", rows.start, rows.stop, cols.start, cols.stop))
+        links = structure.links_in(self.compact, cols, rows, global_major=True) if links is None else links
+        return compact_runs(self.compact, "g2l", rows, cols, links, vocab)
+
 
 def source_of(structure_or_side: SideInputs | CompactBatch) -> DenseSource | CompactSource:
     return (
@@ -100,6 +121,19 @@ def source_of(structure_or_side: SideInputs | CompactBatch) -> DenseSource | Com
         if isinstance(structure_or_side, CompactBatch)
         else DenseSource(structure_or_side)
     )
+
+
+def _dense_runs(region, batch: int, rows: slice, cols: slice, vocab: int) -> Runs:
+    """Runs of a region's dense rows, a piece of rows at a time (RUN_PIECE_ELEMENTS labels)."""
+    step = max(1, RUN_PIECE_ELEMENTS // max(batch * (cols.stop - cols.start), 1))
+    parts = []
+    for start in range(rows.start, rows.stop, step):
+        mask, ids = region(slice(start, min(start + step, rows.stop)), cols)
+        parts.append(runs_of(torch.where(mask != 0, ids, vocab)))
+    if not parts:
+        none = torch.zeros(0, dtype=torch.int32)
+        return Runs(torch.zeros(batch, 0, dtype=torch.int64), none, none)
+    return Runs.cat(parts, batch)
 
 
 def _mask_spans(mask: torch.Tensor, rows_per_chunk: int) -> list[tuple[int, int]]:

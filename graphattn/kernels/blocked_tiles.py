@@ -16,11 +16,13 @@ from __future__ import annotations
 import math
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any
 
 import torch
+
+from graphattn.kernels.structure_runs import band_labels
 
 # Elements of one score tile (all heads of a chunk): bounds memory, keeps tiles cache-friendly.
 TILE_ELEMENTS = 1 << 21
@@ -193,6 +195,18 @@ class BlockedPlan:
     workers: int | None
     index_cache: IndexCache
     fused: bool | None = None  # the fused CPU kernel: None where usable, True required, False never
+    # A plan chunked for the fused kernel keeps the PyTorch path's chunk sizes for calls that take
+    # that path, which are planned when the first such call comes.
+    eager_geometry: Geometry | None = None
+    _eager_plan: BlockedPlan | None = None
+
+    def for_pytorch_path(self) -> BlockedPlan:
+        if self.eager_geometry is None:
+            return self
+        if self._eager_plan is None:
+            plan = make_plan(self.eager_geometry, self.source, self.workers, self.index_cache.budget)
+            self._eager_plan = replace(plan, fused=self.fused)
+        return self._eager_plan
 
 
 class IndexCache:
@@ -297,6 +311,9 @@ def local_index(geo: Geometry, source) -> torch.Tensor:
     to w + 2r + 1 columns and read back as rows of w + 2r lands each row a places to the right.
     """
     w, r, big_l, nb, window = geo.block, geo.radius, geo.num_long, geo.num_blocks, geo.window
+    compact = getattr(source, "compact", None)
+    if compact is not None:  # the same labels without the [B, L, 2r+1] side-input rows
+        return band_labels(compact, w, r, nb, geo.vocab, label_dtype(geo.vocab))
     l2l_mask, l2l_ids = source.l2l()
     columns = slice(source.radius - r, source.radius + r + 1)  # radius clipped to L-1
     rows = torch.arange(big_l, device=l2l_mask.device)
@@ -510,12 +527,22 @@ def global_chunks(geo: Geometry):
         yield start, min(start + geo.global_rows_per_chunk, geo.num_global)
 
 
-def chunk_tasks(geo: Geometry, queries: str, long_task, global_task) -> list:
+def chunk_tasks(lay: CallTensors, queries: str, long_task, global_task) -> tuple[list, list[int]]:
     """The chunks of the query sides asked for ("both", "global" or "long") as tasks of
-    run_tasks. Global chunks first: they are the widest, and a worker that takes one last
-    finishes last."""
-    tasks = [partial(global_task, *c) for c in global_chunks(geo)] if queries != "long" else []
-    return tasks + ([partial(long_task, *c) for c in long_chunks(geo)] if queries != "global" else [])
+    run_tasks, and what each costs (the scores it computes)."""
+    geo = lay.geo
+    tasks, costs = [], []
+    if queries != "long":
+        for start, stop in global_chunks(geo):
+            keys = global_chunk_keys(lay, start)
+            tasks.append(partial(global_task, start, stop))
+            costs.append((stop - start) * (geo.num_global_keys + keys.stop - keys.start))
+    if queries != "global":
+        for first, last in long_chunks(geo):
+            keys = long_chunk_keys(lay, first)
+            tasks.append(partial(long_task, first, last))
+            costs.append((last - first) * geo.block * (geo.window + keys.stop - keys.start))
+    return tasks, costs
 
 
 def query_outputs(lay: CallTensors, queries: str) -> tuple[torch.Tensor, torch.Tensor]:

@@ -14,6 +14,7 @@
  *
  * Built at first use by fused_cpu.py with the machine's C compiler; nothing here is Python.
  */
+#include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -51,9 +52,15 @@ typedef struct {
     int64_t table_bh, table_width;
     float *out; /* forward: [BH, *, dim]; backward: d_q */
     int64_t out_bh;
+    int64_t key_block; /* B's keys per piece (>= 1) */
+    float *stats;      /* [BH, *, 2] each query row's max score and the log of its softmax sum:
+                          written forward (if not NULL), read backward */
+    int64_t stats_bh;
     /* backward only */
     const float *d_out; /* [BH, *, dim] */
     int64_t d_out_bh;
+    const float *o; /* the forward's output, laid out as out */
+    int64_t o_bh;
     float *d_ka, *d_va, *d_kb, *d_vb; /* accumulators laid out as ka/va/kb/vb */
     float *d_table;                    /* laid out as table */
 } Chunk;
@@ -150,34 +157,27 @@ static float add_labels(float *s, const void *label, int64_t bytes, const float 
     return _mm512_reduce_max_ps(mx);
 }
 
-/* s[c] += t[label] over each run [start, next start or k); returns the max. Runs with a label
- * outside the table or columns outside [0, k) are skipped and set *bad. */
-static float add_runs(float *s, int64_t k, const int32_t *start, const int32_t *label, int64_t runs, const float *t,
-                      int64_t width, int *bad) {
+/* s[c] += term over c < n; returns the new values' max. */
+static float add_const(float *s, int64_t n, float term) {
     __m512 mx = CONST(-__builtin_inff());
-    for (int64_t j = 0; j < runs; ++j) {
-        const int64_t lo = start[j], hi = j + 1 < runs ? start[j + 1] : k;
-        if ((uint32_t)label[j] >= (uint64_t)width || lo < 0 || hi > k || lo > hi) {
-            *bad = 1;
-            continue;
-        }
-        const __m512 term = CONST(t[label[j]]);
-        for (int64_t c = lo; c < hi; c += 16) {
-            const __mmask16 m = tail_mask(hi - c);
-            const __m512 v = _mm512_add_ps(_mm512_maskz_loadu_ps(m, s + c), term);
-            _mm512_mask_storeu_ps(s + c, m, v);
-            mx = _mm512_mask_max_ps(mx, m, mx, v);
-        }
+    const __m512 add = CONST(term);
+    for (int64_t c = 0; c < n; c += 16) {
+        const __mmask16 m = tail_mask(n - c);
+        const __m512 v = _mm512_add_ps(_mm512_maskz_loadu_ps(m, s + c), add);
+        _mm512_mask_storeu_ps(s + c, m, v);
+        mx = _mm512_mask_max_ps(mx, m, mx, v);
     }
     return _mm512_reduce_max_ps(mx);
 }
 
-/* s[c] = e^(s[c] - mx); returns their sum. */
-static float exp_row(float *s, float mx, int64_t k) {
+/* s[c] = e^((s[c] - mx) - log_sum); returns their sum. Two subtractions: next to a max of
+ * -1e34, mx + log_sum would round log_sum away. */
+static float exp_row(float *s, float mx, float log_sum, int64_t k) {
     __m512 sum = CONST(0.0f);
     for (int64_t c = 0; c < k; c += 16) {
         const __mmask16 m = tail_mask(k - c);
-        const __m512 e = exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, s + c), CONST(mx)));
+        const __m512 x = _mm512_sub_ps(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, s + c), CONST(mx)), CONST(log_sum));
+        const __m512 e = exp16(x);
         _mm512_mask_storeu_ps(s + c, m, e);
         sum = _mm512_mask_add_ps(sum, m, sum, e);
     }
@@ -212,26 +212,18 @@ static float add_labels(float *s, const void *label, int64_t bytes, const float 
     return mx;
 }
 
-static float add_runs(float *s, int64_t k, const int32_t *start, const int32_t *label, int64_t runs, const float *t,
-                      int64_t width, int *bad) {
+static float add_const(float *s, int64_t n, float term) {
     float mx = -__builtin_inff();
-    for (int64_t j = 0; j < runs; ++j) {
-        const int64_t lo = start[j], hi = j + 1 < runs ? start[j + 1] : k;
-        if ((uint32_t)label[j] >= (uint64_t)width || lo < 0 || hi > k || lo > hi) {
-            *bad = 1;
-            continue;
-        }
-        for (int64_t c = lo; c < hi; ++c) {
-            s[c] += t[label[j]];
-            mx = s[c] > mx ? s[c] : mx;
-        }
+    for (int64_t c = 0; c < n; ++c) {
+        s[c] += term;
+        mx = s[c] > mx ? s[c] : mx;
     }
     return mx;
 }
 
-static float exp_row(float *s, float mx, int64_t k) {
+static float exp_row(float *s, float mx, float log_sum, int64_t k) {
     float sum = 0.0f;
-    for (int64_t c = 0; c < k; ++c) sum += (s[c] = exp1(s[c] - mx));
+    for (int64_t c = 0; c < k; ++c) sum += (s[c] = exp1((s[c] - mx) - log_sum));
     return sum;
 }
 #undef CONST
@@ -276,23 +268,12 @@ static void scatter_labels(float *dt, const void *label, int64_t bytes, const fl
             for (int64_t v = 0; v < width; ++v) dt[v] += lanes[j * width + v];
 }
 
-/* dt[label] += the sum of ds over each run (add_runs checked the runs). */
-static void scatter_runs(float *dt, const float *ds, int64_t k, const int32_t *start, const int32_t *label,
-                         int64_t runs) {
-    for (int64_t j = 0; j < runs; ++j) {
-        const int64_t lo = start[j], hi = j + 1 < runs ? start[j + 1] : k;
-        float sum = 0.0f;
-#pragma omp simd reduction(+ : sum)
-        for (int64_t c = lo; c < hi; ++c) sum += ds[c];
-        dt[label[j]] += sum;
-    }
-}
-
-/* One row's labels: its dense part (A, then the sink) and its runs over B. */
+/* One row's labels: its dense part (A, then the sink) and its runs over B; `next` is the first
+ * run that a pass over B's blocks has not finished. */
 typedef struct {
     const char *dense;
     const int32_t *start, *label;
-    int64_t runs;
+    int64_t runs, next;
 } RowLabels;
 
 static RowLabels row_labels(const Chunk *ch, int64_t b, int64_t row) {
@@ -302,7 +283,66 @@ static RowLabels row_labels(const Chunk *ch, int64_t b, int64_t row) {
     l.start = ch->run_start + ch->run_ptr[at];
     l.label = ch->run_label + ch->run_ptr[at];
     l.runs = ch->run_ptr[at + 1] - ch->run_ptr[at];
+    l.next = 0;
     return l;
+}
+
+static inline int64_t run_stop(const RowLabels *l, int64_t j, int64_t nb) {
+    return j + 1 < l->runs ? l->start[j + 1] : nb;
+}
+
+/* The next piece of a row's runs inside B's columns [c0, end): columns [*lo, *hi) take table
+ * column *label. Returns 0 when the block has no more. Moves l->next: callers pass a copy. A run
+ * with a label outside the table, or not inside [0, nb) in order, sets *bad and is not read. */
+static int next_piece(RowLabels *l, int64_t c0, int64_t end, int64_t nb, int64_t width, int64_t *lo, int64_t *hi,
+                      int32_t *label, int *bad) {
+    while (l->next < l->runs) {
+        const int64_t j = l->next++, first = l->start[j], stop = run_stop(l, j, nb);
+        if ((uint32_t)l->label[j] >= (uint64_t)width || first < 0 || stop > nb || first > stop) {
+            *bad = 1;
+            continue;
+        }
+        if (first >= end) return 0;
+        *lo = first > c0 ? first : c0;
+        *hi = stop < end ? stop : end;
+        *label = l->label[j];
+        if (*hi > *lo) return 1;
+    }
+    return 0;
+}
+
+/* After a block of B ends at column `end`: skip the runs that ended in it. */
+static void finish_runs(RowLabels *labels, int64_t m, int64_t end, int64_t nb) {
+    for (int64_t r = 0; r < m; ++r) {
+        RowLabels *l = labels + r;
+        while (l->next < l->runs && run_stop(l, l->next, nb) <= end) ++l->next;
+    }
+}
+
+/* s[c - c0] += t[label] over B's columns [c0, c0 + n); returns their max. */
+static float add_runs(float *s, RowLabels l, int64_t c0, int64_t n, int64_t nb, const float *t, int64_t width,
+                      int *bad) {
+    float mx = -__builtin_inff();
+    int64_t lo, hi;
+    int32_t label;
+    while (next_piece(&l, c0, c0 + n, nb, width, &lo, &hi, &label, bad)) {
+        const float piece = add_const(s + lo - c0, hi - lo, t[label]);
+        mx = piece > mx ? piece : mx;
+    }
+    return mx;
+}
+
+/* dt[label] += the sum of ds[c - c0] over each run's piece in B's columns [c0, c0 + n). */
+static void scatter_runs(float *dt, const float *ds, RowLabels l, int64_t c0, int64_t n, int64_t nb, int64_t width,
+                         int *bad) {
+    int64_t lo, hi;
+    int32_t label;
+    while (next_piece(&l, c0, c0 + n, nb, width, &lo, &hi, &label, bad)) {
+        float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+        for (int64_t c = lo; c < hi; ++c) sum += ds[c - c0];
+        dt[label] += sum;
+    }
 }
 
 /* The columns [lo, hi) of key set A that exist for the block at chunk row i. */
@@ -319,130 +359,230 @@ static Window window_of(const Chunk *ch, int64_t i) {
     return w;
 }
 
-/* The scores of block rows i..i+m-1 of head bh into s [m, K], labels added and softmax taken:
- * s holds probabilities afterwards (normalized: the backward needs them so; the forward keeps
- * them unnormalized and scales its d outputs instead, so `inv` gets 1/sum per row). Returns 1
- * when a label lies outside the table (nothing outside it was read), else 0. */
-static int probabilities(const Chunk *ch, int64_t bh, int64_t i, int64_t m, const Window *win, float *s, float *inv,
-                         int normalize) {
-    const int64_t d = ch->dim, na = ch->na, nb = ch->nb, width = na + nb + 1;
-    const float *q = ch->q + bh * ch->q_bh + i * d;
-    int bad = 0;
-    for (int64_t r = 0; r < m; ++r) {
-        float *row = s + r * width;
-        if (win->lo > 0) memset(row, 0, win->lo * sizeof(float));
-        if (win->hi < na) memset(row + win->hi, 0, (na - win->hi) * sizeof(float));
-        row[width - 1] = 0.0f;
-    }
-    gemm(0, 1, m, win->hi - win->lo, d, ch->scale, q, d, ch->ka + bh * ch->a_bh + (win->start + win->lo) * d, d, 0.0f,
-         s + win->lo, width);
-    gemm(0, 1, m, nb, d, ch->scale, q, d, ch->kb + bh * ch->b_bh, d, 0.0f, s + na, width);
-    const int64_t b = bh / ch->heads, tw = ch->table_width;
-    for (int64_t r = 0; r < m; ++r) {
-        float *row = s + r * width;
-        const float *t = ch->table + bh * ch->table_bh + (i + r) * tw;
-        const RowLabels l = row_labels(ch, b, i + r);
-        float mx = add_labels(row, l.dense, ch->dense_bytes, t, tw, na, &bad);
-        const float mb = add_runs(row + na, nb, l.start, l.label, l.runs, t, tw, &bad);
-        const uint64_t sink = (uint64_t)label_at(l.dense, ch->dense_bytes, na);
-        if (sink >= (uint64_t)tw) {
-            bad = 1;
-            continue;
-        }
-        row[width - 1] += t[sink];
-        mx = mb > mx ? mb : mx;
-        mx = row[width - 1] > mx ? row[width - 1] : mx;
-        const float sum = exp_row(row, mx, width); /* the sink keeps every row finite */
-        inv[r] = 1.0f / sum;
-        if (normalize)
-            for (int64_t c = 0; c < width; ++c) row[c] *= inv[r];
-    }
-    return bad;
+/* Key set B is read in pieces of key_block keys (flash attention's online softmax), so a
+ * piece's scores stay in cache however many keys B has. The first piece shares the score rows
+ * with A and the sink, [m, na + kb + 1] with kb = min(nb, key_block); later ones reuse its B
+ * columns. */
+static int64_t first_piece(const Chunk *ch) {
+    return ch->nb < ch->key_block ? ch->nb : ch->key_block;
 }
 
-static int64_t block_rows(const Chunk *ch, int64_t i) {
-    const int64_t left = ch->valid_rows - i;
-    return left < ch->block ? left : ch->block;
+/* One block of rows of one head: its rows, A's window, and where its operands start. */
+typedef struct {
+    int64_t b, i, m, width, n_a; /* width: the score rows' stride; n_a: A's keys in the window */
+    Window win;
+    const float *q, *ka, *va, *kb, *vb, *table;
+    float *out;
+} Block;
+
+static Block block_of(const Chunk *ch, int64_t bh, int64_t i) {
+    Block k;
+    const int64_t left = ch->valid_rows - i, d = ch->dim;
+    k.b = bh / ch->heads, k.i = i, k.m = left < ch->block ? left : ch->block;
+    k.width = ch->na + first_piece(ch) + 1;
+    k.win = window_of(ch, i);
+    k.n_a = k.win.hi - k.win.lo;
+    k.q = ch->q + bh * ch->q_bh + i * d;
+    k.ka = ch->ka + bh * ch->a_bh + (k.win.start + k.win.lo) * d;
+    k.va = ch->va + bh * ch->a_bh + (k.win.start + k.win.lo) * d;
+    k.kb = ch->kb + bh * ch->b_bh, k.vb = ch->vb + bh * ch->b_bh;
+    k.table = ch->table + bh * ch->table_bh + i * ch->table_width;
+    k.out = ch->out + bh * ch->out_bh + i * d;
+    return k;
+}
+
+/* Scores of the block's rows against A, B's first piece and the sink, label terms added, into
+ * s [m, width]; mx[r] gets each row's max. A's columns outside the window are 0 (their labels
+ * mask them). */
+static void first_scores(const Chunk *ch, const Block *k, RowLabels *labels, float *s, float *mx, int *bad) {
+    const int64_t d = ch->dim, na = ch->na, kb = first_piece(ch), tw = ch->table_width, sink = k->width - 1;
+    for (int64_t r = 0; r < k->m; ++r) {
+        float *row = s + r * k->width;
+        if (k->win.lo > 0) memset(row, 0, k->win.lo * sizeof(float));
+        if (k->win.hi < na) memset(row + k->win.hi, 0, (na - k->win.hi) * sizeof(float));
+        row[sink] = 0.0f;
+    }
+    gemm(0, 1, k->m, k->n_a, d, ch->scale, k->q, d, k->ka, d, 0.0f, s + k->win.lo, k->width);
+    gemm(0, 1, k->m, kb, d, ch->scale, k->q, d, k->kb, d, 0.0f, s + na, k->width);
+    for (int64_t r = 0; r < k->m; ++r) {
+        float *row = s + r * k->width;
+        const float *t = k->table + r * tw;
+        labels[r] = row_labels(ch, k->b, k->i + r);
+        const float top_a = add_labels(row, labels[r].dense, ch->dense_bytes, t, tw, na, bad);
+        const float top_b = add_runs(row + na, labels[r], 0, kb, ch->nb, t, tw, bad);
+        const uint64_t sink_label = (uint64_t)label_at(labels[r].dense, ch->dense_bytes, na);
+        if (sink_label < (uint64_t)tw)
+            row[sink] += t[sink_label];
+        else
+            *bad = 1, row[sink] = -__builtin_inff();
+        const float top = top_a > top_b ? top_a : top_b;
+        mx[r] = row[sink] > top ? row[sink] : top;
+    }
+}
+
+/* Scores against B's keys [c0, c0 + n), label terms added, into the B columns of s; top[r] gets
+ * each row's max over them. */
+static void later_scores(const Chunk *ch, const Block *k, RowLabels *labels, int64_t c0, int64_t n, float *s,
+                         float *top, int *bad) {
+    const int64_t d = ch->dim, tw = ch->table_width;
+    gemm(0, 1, k->m, n, d, ch->scale, k->q, d, k->kb + c0 * d, d, 0.0f, s + ch->na, k->width);
+    for (int64_t r = 0; r < k->m; ++r)
+        top[r] = add_runs(s + r * k->width + ch->na, labels[r], c0, n, ch->nb, k->table + r * tw, tw, bad);
+}
+
+/* The max to subtract before e^x: a row with no allowed key yet (max -inf) subtracts 0, so its
+ * e^-inf stay 0 instead of becoming NaN. */
+static inline float shift(float mx) {
+    return mx == -__builtin_inff() ? 0.0f : mx;
+}
+
+/* One call's scratch: score rows (and their gradients), three floats per row, run cursors. */
+typedef struct {
+    float *s, *ds, *mx, *sum, *top, *lanes;
+    RowLabels *labels;
+} Scratch;
+
+static int scratch_of(const Chunk *ch, Scratch *w, int backward) {
+    const int64_t m = ch->block, tile = m * (ch->na + first_piece(ch) + 1);
+    const int64_t floats = tile * (backward ? 2 : 1) + 3 * m + (backward ? LANES * MAX_LANED_WIDTH : 0);
+    w->s = malloc(sizeof(float) * floats);
+    w->labels = malloc(sizeof(RowLabels) * m);
+    if (!w->s || !w->labels) {
+        free(w->s), free(w->labels);
+        return 1;
+    }
+    w->ds = backward ? w->s + tile : NULL;
+    w->mx = w->s + tile * (backward ? 2 : 1);
+    w->sum = w->mx + m, w->top = w->sum + m;
+    w->lanes = backward ? w->top + m : NULL;
+    return 0;
+}
+
+static int release(Scratch *w, int code) {
+    free(w->s), free(w->labels);
+    return code;
 }
 
 /* Both passes return 0, 1 when scratch memory could not be allocated, or 2 when a label lies
- * outside its row's table (the caller's ids are wrong; nothing outside the table was touched). */
+ * outside its row's table (the caller's ids are wrong; nothing outside the table was touched).
+ * The forward keeps each row's max and log sum in stats (when given), which the backward reads. */
 int graphattn_forward(const Chunk *ch, int64_t bh_count) {
-    const int64_t d = ch->dim, na = ch->na, nb = ch->nb, width = na + nb + 1;
-    float *s = malloc(sizeof(float) * (ch->block * width + ch->block));
-    if (!s) return 1;
-    float *inv = s + ch->block * width;
-    for (int64_t bh = 0; bh < bh_count; ++bh) {
-        for (int64_t i = 0; i < ch->valid_rows; i += ch->block) {
-            const int64_t m = block_rows(ch, i);
-            const Window win = window_of(ch, i);
-            if (probabilities(ch, bh, i, m, &win, s, inv, 0)) {
-                free(s);
-                return 2;
+    const int64_t d = ch->dim, na = ch->na, nb = ch->nb, kb = first_piece(ch);
+    Scratch w;
+    if (scratch_of(ch, &w, 0)) return 1;
+    int bad = 0;
+    for (int64_t bh = 0; bh < bh_count && !bad; ++bh) {
+        for (int64_t i = 0; i < ch->valid_rows && !bad; i += ch->block) {
+            const Block k = block_of(ch, bh, i);
+            const int64_t m = k.m;
+            first_scores(ch, &k, w.labels, w.s, w.mx, &bad);
+            for (int64_t r = 0; r < m; ++r) w.sum[r] = exp_row(w.s + r * k.width, shift(w.mx[r]), 0.0f, k.width);
+            gemm(0, 0, m, d, k.n_a, 1.0f, w.s + k.win.lo, k.width, k.va, d, 0.0f, k.out, d);
+            if (k.n_a <= 0) memset(k.out, 0, m * d * sizeof(float)); /* no A keys: beta 0 above was skipped */
+            gemm(0, 0, m, d, kb, 1.0f, w.s + na, k.width, k.vb, d, 1.0f, k.out, d);
+            for (int64_t c0 = kb; c0 < nb; c0 += kb) {
+                const int64_t n = nb - c0 < kb ? nb - c0 : kb;
+                finish_runs(w.labels, m, c0, nb);
+                later_scores(ch, &k, w.labels, c0, n, w.s, w.top, &bad);
+                for (int64_t r = 0; r < m; ++r) {
+                    if (w.top[r] > w.mx[r]) { /* a new max: rescale what was summed so far */
+                        const float alpha = expf(w.mx[r] - w.top[r]);
+                        w.sum[r] *= alpha;
+                        for (int64_t c = 0; c < d; ++c) k.out[r * d + c] *= alpha;
+                        w.mx[r] = w.top[r];
+                    }
+                    w.sum[r] += exp_row(w.s + r * k.width + na, shift(w.mx[r]), 0.0f, n);
+                }
+                gemm(0, 0, m, d, n, 1.0f, w.s + na, k.width, k.vb + c0 * d, d, 1.0f, k.out, d);
             }
-            float *out = ch->out + bh * ch->out_bh + i * d;
-            gemm(0, 0, m, d, win.hi - win.lo, 1.0f, s + win.lo, width,
-                 ch->va + bh * ch->a_bh + (win.start + win.lo) * d, d, 0.0f, out, d);
-            if (win.hi <= win.lo) memset(out, 0, m * d * sizeof(float)); /* no A keys: beta 0 above was skipped */
-            gemm(0, 0, m, d, nb, 1.0f, s + na, width, ch->vb + bh * ch->b_bh, d, 1.0f, out, d);
-            for (int64_t r = 0; r < m; ++r)
-                for (int64_t c = 0; c < d; ++c) out[r * d + c] *= inv[r];
+            for (int64_t r = 0; r < m; ++r) { /* the sink keeps every row's sum positive */
+                const float inv = 1.0f / w.sum[r];
+                for (int64_t c = 0; c < d; ++c) k.out[r * d + c] *= inv;
+                if (ch->stats) {
+                    float *kept = ch->stats + bh * ch->stats_bh + 2 * (i + r);
+                    kept[0] = w.mx[r], kept[1] = logf(w.sum[r]);
+                }
+            }
         }
     }
-    free(s);
-    return 0;
+    return release(&w, bad ? 2 : 0);
 }
 
+/* dS = P (dP - D) over n columns of a row, in place of dP (D: the row's sum of P dP). */
+static void score_grad(const float *p, float *dp, int64_t n, float dot) {
+#pragma omp simd
+    for (int64_t c = 0; c < n; ++c) dp[c] = p[c] * (dp[c] - dot);
+}
+
+static float dot_product(const float *a, const float *b, int64_t n) {
+    float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+    for (int64_t c = 0; c < n; ++c) sum += a[c] * b[c];
+    return sum;
+}
+
+/* The backward recomputes each piece's probabilities from the forward's statistics, so the
+ * pieces of B are independent: P = e^((S - max) - log sum), and dS = P (dP - D) with D =
+ * rowsum(P dP) = rowsum(dO . O). Rows of one piece take the first form, as the softmax's own
+ * gradient does: a row with one key then gets dS = 0 exactly; longer rows need the second. */
 int graphattn_backward(const Chunk *ch, int64_t bh_count) {
-    const int64_t d = ch->dim, na = ch->na, nb = ch->nb, width = na + nb + 1;
-    float *s = malloc(sizeof(float) * (2 * ch->block * width + ch->block + LANES * MAX_LANED_WIDTH));
-    if (!s) return 1;
-    float *ds = s + ch->block * width, *inv = ds + ch->block * width, *lanes = inv + ch->block;
-    for (int64_t bh = 0; bh < bh_count; ++bh) {
-        for (int64_t i = 0; i < ch->valid_rows; i += ch->block) {
-            const int64_t m = block_rows(ch, i);
-            const Window win = window_of(ch, i);
-            const int64_t a_off = bh * ch->a_bh + (win.start + win.lo) * d, b_off = bh * ch->b_bh;
-            const int64_t n_a = win.hi - win.lo;
-            const float *q = ch->q + bh * ch->q_bh + i * d, *g = ch->d_out + bh * ch->d_out_bh + i * d;
-            if (probabilities(ch, bh, i, m, &win, s, inv, 1)) {
-                free(s);
-                return 2;
-            }
-            /* dP = dO V^T; columns with no value (outside the window, the sink) stay 0 */
-            memset(ds, 0, m * width * sizeof(float));
-            gemm(0, 1, m, n_a, d, 1.0f, g, d, ch->va + a_off, d, 0.0f, ds + win.lo, width);
-            gemm(0, 1, m, nb, d, 1.0f, g, d, ch->vb + b_off, d, 0.0f, ds + na, width);
-            /* dV += P^T dO */
-            gemm(1, 0, n_a, d, m, 1.0f, s + win.lo, width, g, d, 1.0f, ch->d_va + a_off, d);
-            gemm(1, 0, nb, d, m, 1.0f, s + na, width, g, d, 1.0f, ch->d_vb + b_off, d);
-            /* dS = P (dP - rowsum(P dP)); its label terms go back to the table */
-            const int64_t b = bh / ch->heads, tw = ch->table_width;
+    const int64_t d = ch->dim, na = ch->na, nb = ch->nb, kb = first_piece(ch), tw = ch->table_width;
+    const int one_piece = nb <= kb;
+    Scratch w;
+    if (scratch_of(ch, &w, 1)) return 1;
+    int bad = 0;
+    for (int64_t bh = 0; bh < bh_count && !bad; ++bh) {
+        for (int64_t i = 0; i < ch->valid_rows && !bad; i += ch->block) {
+            const Block k = block_of(ch, bh, i);
+            const int64_t m = k.m, width = k.width;
+            const int64_t a_off = bh * ch->a_bh + (k.win.start + k.win.lo) * d, b_off = bh * ch->b_bh;
+            const float *g = ch->d_out + bh * ch->d_out_bh + i * d, *o = ch->o + bh * ch->o_bh + i * d;
+            const float *kept = ch->stats + bh * ch->stats_bh + 2 * i; /* row r: max, log sum */
+            float *d_q = k.out, *dt = ch->d_table + bh * ch->table_bh + i * tw, *dot = w.sum;
+            for (int64_t r = 0; r < m && !one_piece; ++r) dot[r] = dot_product(g + r * d, o + r * d, d);
+            /* A, B's first piece and the sink */
+            first_scores(ch, &k, w.labels, w.s, w.mx, &bad);
+            if (bad) break; /* the scatters below trust the dense labels */
+            for (int64_t r = 0; r < m; ++r) exp_row(w.s + r * width, kept[2 * r], kept[2 * r + 1], width);
+            memset(w.ds, 0, m * width * sizeof(float)); /* columns without a value (sink, outside A) */
+            gemm(0, 1, m, k.n_a, d, 1.0f, g, d, k.va, d, 0.0f, w.ds + k.win.lo, width);
+            gemm(0, 1, m, kb, d, 1.0f, g, d, k.vb, d, 0.0f, w.ds + na, width);
+            gemm(1, 0, k.n_a, d, m, 1.0f, w.s + k.win.lo, width, g, d, 1.0f, ch->d_va + a_off, d);
+            gemm(1, 0, kb, d, m, 1.0f, w.s + na, width, g, d, 1.0f, ch->d_vb + b_off, d);
+            for (int64_t r = 0; r < m && one_piece; ++r) dot[r] = dot_product(w.s + r * width, w.ds + r * width, width);
             for (int64_t r = 0; r < m; ++r) {
-                const float *p = s + r * width;
-                float *dp = ds + r * width, dot = 0.0f;
-#pragma omp simd reduction(+ : dot)
-                for (int64_t c = 0; c < width; ++c) dot += p[c] * dp[c];
-                for (int64_t c = 0; c < width; ++c) dp[c] = p[c] * (dp[c] - dot);
-                float *dt = ch->d_table + bh * ch->table_bh + (i + r) * tw;
-                const RowLabels l = row_labels(ch, b, i + r);
-                scatter_labels(dt, l.dense, ch->dense_bytes, dp, na, tw, lanes);
-                scatter_runs(dt, dp + na, nb, l.start, l.label, l.runs);
-                dt[label_at(l.dense, ch->dense_bytes, na)] += dp[width - 1];
+                float *dp = w.ds + r * width, *dt_r = dt + r * tw;
+                score_grad(w.s + r * width, dp, width, dot[r]);
+                scatter_labels(dt_r, w.labels[r].dense, ch->dense_bytes, dp, na, tw, w.lanes);
+                scatter_runs(dt_r, dp + na, w.labels[r], 0, kb, nb, tw, &bad);
+                dt_r[label_at(w.labels[r].dense, ch->dense_bytes, na)] += dp[width - 1];
             }
-            /* dQ = scale dS K, dK += scale dS^T Q */
-            float *d_q = ch->out + bh * ch->out_bh + i * d;
-            if (n_a > 0)
-                gemm(0, 0, m, d, n_a, ch->scale, ds + win.lo, width, ch->ka + a_off, d, 0.0f, d_q, d);
+            if (k.n_a > 0)
+                gemm(0, 0, m, d, k.n_a, ch->scale, w.ds + k.win.lo, width, k.ka, d, 0.0f, d_q, d);
             else
                 memset(d_q, 0, m * d * sizeof(float));
-            gemm(0, 0, m, d, nb, ch->scale, ds + na, width, ch->kb + b_off, d, 1.0f, d_q, d);
-            gemm(1, 0, n_a, d, m, ch->scale, ds + win.lo, width, q, d, 1.0f, ch->d_ka + a_off, d);
-            gemm(1, 0, nb, d, m, ch->scale, ds + na, width, q, d, 1.0f, ch->d_kb + b_off, d);
+            gemm(0, 0, m, d, kb, ch->scale, w.ds + na, width, k.kb, d, 1.0f, d_q, d);
+            gemm(1, 0, k.n_a, d, m, ch->scale, w.ds + k.win.lo, width, k.q, d, 1.0f, ch->d_ka + a_off, d);
+            gemm(1, 0, kb, d, m, ch->scale, w.ds + na, width, k.q, d, 1.0f, ch->d_kb + b_off, d);
+            /* B's later pieces */
+            for (int64_t c0 = kb; c0 < nb && !bad; c0 += kb) {
+                const int64_t n = nb - c0 < kb ? nb - c0 : kb, at = b_off + c0 * d;
+                finish_runs(w.labels, m, c0, nb);
+                later_scores(ch, &k, w.labels, c0, n, w.s, w.top, &bad);
+                for (int64_t r = 0; r < m; ++r) exp_row(w.s + r * width + na, kept[2 * r], kept[2 * r + 1], n);
+                gemm(0, 1, m, n, d, 1.0f, g, d, k.vb + c0 * d, d, 0.0f, w.ds + na, width);
+                gemm(1, 0, n, d, m, 1.0f, w.s + na, width, g, d, 1.0f, ch->d_vb + at, d);
+                for (int64_t r = 0; r < m; ++r) {
+                    float *dp = w.ds + r * width + na;
+                    score_grad(w.s + r * width + na, dp, n, dot[r]);
+                    scatter_runs(dt + r * tw, dp, w.labels[r], c0, n, nb, tw, &bad);
+                }
+                gemm(0, 0, m, d, n, ch->scale, w.ds + na, width, k.kb + c0 * d, d, 1.0f, d_q, d);
+                gemm(1, 0, n, d, m, ch->scale, w.ds + na, width, k.q, d, 1.0f, ch->d_kb + at, d);
+            }
         }
     }
-    free(s);
-    return 0;
+    return release(&w, bad ? 2 : 0);
 }
 
 /* 0 when sgemm_ takes 32-bit integers and computes what this file expects (an ILP64 BLAS, or

@@ -29,6 +29,8 @@ from pathlib import Path
 
 import torch
 
+from graphattn.kernels.structure_runs import Runs
+
 SOURCE = Path(__file__).with_name("fused_cpu.c")
 # -march=native: built on the machine that runs it. No -ffast-math: masked scores are -inf.
 FLAGS = ["-O3", "-march=native", "-fPIC", "-shared", "-std=c11", "-fopenmp-simd"]
@@ -64,8 +66,13 @@ class Chunk(ctypes.Structure):
         ("table_width", ctypes.c_int64),
         ("out", ctypes.c_void_p),
         ("out_bh", ctypes.c_int64),
+        ("key_block", ctypes.c_int64),
+        ("stats", ctypes.c_void_p),
+        ("stats_bh", ctypes.c_int64),
         ("d_out", ctypes.c_void_p),
         ("d_out_bh", ctypes.c_int64),
+        ("o", ctypes.c_void_p),
+        ("o_bh", ctypes.c_int64),
         *((name, ctypes.c_void_p) for name in ("d_ka", "d_va", "d_kb", "d_vb", "d_table")),
     ]
 
@@ -96,7 +103,7 @@ def _build(compiler: str, target: Path) -> None:
     target.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
         out = Path(tmp) / target.name
-        command = [*shlex.split(compiler), *FLAGS, str(SOURCE), "-o", str(out), f"-L{lib}", "-ltorch_cpu"]
+        command = [*shlex.split(compiler), *FLAGS, str(SOURCE), "-o", str(out), f"-L{lib}", "-ltorch_cpu", "-lm"]
         command.append(f"-Wl,-rpath,{lib}")
         done = subprocess.run(command, capture_output=True, text=True, timeout=300)
         if done.returncode != 0:
@@ -168,16 +175,14 @@ class Labels:
     run_label: torch.Tensor
 
     @staticmethod
-    def of(index: torch.Tensor, na: int, dtype: torch.dtype) -> Labels:
-        """From a tile's gather index [B, rows, na + nb + 1] (blocked_tiles.LongChunk/GlobalChunk)."""
-        dense = torch.cat([index[:, :, :na], index[:, :, -1:]], -1).to(dtype)
-        second = index[:, :, na:-1].flatten(0, 1)  # [B*rows, nb]
-        starts = torch.ones_like(second, dtype=torch.bool)
-        starts[:, 1:] = second[:, 1:] != second[:, :-1]
-        row_ptr = torch.zeros(second.shape[0] + 1, dtype=torch.int64)
-        torch.cumsum(starts.sum(1), 0, out=row_ptr[1:])
-        rows, columns = starts.nonzero(as_tuple=True)  # row-major: each row's runs in order
-        return Labels(dense, row_ptr, columns.to(torch.int32), second[rows, columns].to(torch.int32))
+    def of(first: torch.Tensor, empty: torch.Tensor, runs: Runs, vocab: int, dtype: torch.dtype) -> Labels:
+        """From key set A's labels [B, rows, na], the rows with no allowed key [B, rows] (their
+        sink gets label V + 1, the others V: score 0 or -inf) and B's runs ([B, rows] counts)."""
+        sink = empty.to(dtype) + vocab
+        dense = torch.cat([first.to(dtype), sink[..., None]], -1)
+        run_ptr = torch.zeros(runs.counts.numel() + 1, dtype=torch.int64)
+        torch.cumsum(runs.counts.flatten(), 0, out=run_ptr[1:])
+        return Labels(dense, run_ptr, runs.start, runs.label)
 
     @property
     def nbytes(self) -> int:
@@ -204,17 +209,21 @@ def chunk(
     labels: Labels,
     table: torch.Tensor,
     out: torch.Tensor,
+    stats: torch.Tensor,
+    key_block: int,
 ) -> Chunk:
     """Describe one chunk. q, table and out are [BH, n, *] views starting at the chunk's first
     row; keys_a are whole [BH, n_a, d] key and value tensors (the block at chunk row i sees rows
-    a_start + a_step*i .. + na), keys_b [BH, nb, d] views of the chunk's second key set. Rows
-    (the last dim) must be contiguous, as must the labels' tensors."""
+    a_start + a_step*i .. + na), keys_b [BH, nb, d] views of the chunk's second key set, read
+    `key_block` keys at a time. stats [BH, n, 2] (fp32) takes each row's max score and the log of
+    its softmax sum. Rows (the last dim) must be contiguous, as must the labels' tensors."""
     ka, va = keys_a
     kb, vb = keys_b
     dense = labels.dense
     assert va.stride() == ka.stride() and vb.stride() == kb.stride(), "keys and values share their strides"
     assert dense.is_contiguous() and dense.shape[1:] == (rows, na + 1), dense.shape
     assert labels.run_ptr.numel() == dense.shape[0] * rows + 1
+    assert key_block >= 1 and stats.dtype == torch.float32 and stats.shape[-1] == 2 and stats.stride(-2) == 2
     if max(na + kb.shape[1] + 1, ka.shape[1], q.shape[-1]) >= INT_LIMIT:
         too_wide = f"a chunk of {na + kb.shape[1] + 1} keys is too wide"
         raise ValueError(f"the fused CPU kernel's BLAS takes 32-bit sizes; {too_wide}")
@@ -249,6 +258,9 @@ def chunk(
         table_width=table.shape[-1],
         out=_ptr(out),
         out_bh=out.stride(0),
+        key_block=key_block,
+        stats=_ptr(stats),
+        stats_bh=stats.stride(0),
     )
 
 
@@ -267,9 +279,13 @@ def forward(c: Chunk, bh: int) -> None:
     _check(library().graphattn_forward(ctypes.byref(c), bh))
 
 
-def backward(c: Chunk, bh: int, d_out: torch.Tensor, d_keys_a, d_keys_b, d_table: torch.Tensor) -> None:
-    """d_out is laid out as c.out (the query gradient goes to c.out), d_keys_* as the key sets,
-    d_table as the table: all accumulate except the query gradient."""
+def backward(
+    c: Chunk, bh: int, out: torch.Tensor, d_out: torch.Tensor, d_keys_a, d_keys_b, d_table: torch.Tensor
+) -> None:
+    """out (the forward's output, whose rows' statistics the forward left in c.stats) and d_out are
+    laid out as c.out (the query gradient goes to c.out), d_keys_* as the key sets, d_table as the
+    table: all accumulate except the query gradient."""
+    c.o, c.o_bh = _ptr(out), out.stride(0)
     c.d_out, c.d_out_bh = _ptr(d_out), d_out.stride(0)
     (c.d_ka, c.d_va), (c.d_kb, c.d_vb) = (map(_ptr, d_keys_a), map(_ptr, d_keys_b))
     c.d_table = _ptr(d_table)

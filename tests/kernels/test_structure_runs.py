@@ -1,0 +1,112 @@
+"""Labels in the forms the fused CPU kernel reads, from the compact structure without any
+[rows x keys] tensor: runs of equal l2g / g2l labels per row equal the runs of the dense rows in
+any block of rows and keys (and the dense source's pieces join into the same runs), and the
+band's skewed labels equal those skewed from the dense side-input rows."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from unittest import mock
+
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from kernel_cases import graph_batch
+
+from graphattn.compile.batching import collate
+from graphattn.kernels import blocked_sources
+from graphattn.kernels.blocked_sources import CompactSource, DenseSource
+from graphattn.kernels.blocked_tiles import geometry, local_index
+from graphattn.kernels.structure_runs import Runs, runs_of
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "compile"))
+from compile_helpers import WordTokenizer  # noqa: E402
+from test_compiler_properties import cases  # noqa: E402
+
+from graphattn import compile_instance  # noqa: E402
+
+VOCAB = 1000  # the masked label: above every id of these schemas
+
+
+def dense_runs(side, region: str, rows: slice, cols: slice) -> Runs:
+    mask = getattr(side, f"{region}_att_mask")[:, rows, cols]
+    ids = getattr(side, f"{region}_relative_att_ids")[:, rows, cols]
+    return runs_of(torch.where(mask != 0, ids, VOCAB))
+
+
+def assert_same(ours: Runs, expected: Runs, where: str) -> None:
+    assert torch.equal(ours.counts, expected.counts), f"{where}: run counts differ"
+    assert torch.equal(ours.start, expected.start), f"{where}: run starts differ"
+    assert torch.equal(ours.label, expected.label), f"{where}: run labels differ"
+
+
+def check_blocks(batch, bounds: list[tuple[float, float, float, float]]) -> None:
+    """Every block given as fractions (row start, row stop, key start, key stop) of each region."""
+    compact, side = CompactSource(batch.compact), DenseSource(batch.side)
+    sizes = {"l2g": (batch.compact.long_length, batch.compact.global_length)}
+    sizes["g2l"] = sizes["l2g"][::-1]
+    for region, (n, m) in sizes.items():
+        for a, b, c, d in bounds:
+            rows = slice(int(a * n), max(int(a * n), int(b * n)))
+            cols = slice(int(c * m), max(int(c * m), int(d * m)))
+            where = f"{region} rows {rows.start}:{rows.stop} keys {cols.start}:{cols.stop}"
+            expected = dense_runs(batch.side, region, rows, cols)
+            assert_same(getattr(compact, f"{region}_runs")(rows, cols, VOCAB), expected, f"compact {where}")
+            assert_same(getattr(side, f"{region}_runs")(rows, cols, VOCAB), expected, f"dense {where}")
+
+
+WHOLE_AND_PARTS = [(0, 1, 0, 1), (0, 0.5, 0.3, 1), (0.4, 1, 0, 0.7), (0.2, 0.3, 0.5, 0.6), (0, 1, 0, 0)]
+
+
+def test_runs_by_hand() -> None:
+    """Row 0 of [5 5 2 2] is two runs, row 1 all masked is one; allowed_rows says which have a label."""
+    runs = runs_of(torch.tensor([[[5, 5, 2, 2], [9, 9, 9, 9]]]))
+    assert runs.counts.tolist() == [[2, 1]]
+    assert runs.start.tolist() == [0, 2, 0] and runs.label.tolist() == [5, 2, 9]
+    assert runs.allowed_rows(9).tolist() == [[True, False]]
+
+
+def test_a_graph_batch_with_mention_links_and_padding() -> None:
+    batch = graph_batch(compact=True)
+    check_blocks(batch, WHOLE_AND_PARTS)
+    check_band(batch)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(
+    cases(),
+    cases(),
+    st.integers(0, 3),
+    st.integers(0, 2),
+    st.lists(st.tuples(*[st.floats(0, 1)] * 4), min_size=1, max_size=3),
+)
+def test_compact_runs_equal_the_dense_rows_runs(first, second, extra_long, extra_global, bounds) -> None:
+    """Random compiled layouts (the compiler's property-test strategy) and random blocks."""
+    tok = WordTokenizer()
+    (graphs_a, schema), (graphs_b, _) = first, second
+    instances = [compile_instance(g, schema, tok, compact=True) for g in (graphs_a, graphs_b)]
+    batch = collate(
+        instances,
+        pad_to_long=max(i.long_length for i in instances) + extra_long,
+        pad_to_global=max(i.global_length for i in instances) + extra_global,
+    )
+    check_blocks(batch, WHOLE_AND_PARTS + [tuple(sorted(b[:2])) + tuple(sorted(b[2:])) for b in bounds])
+    check_band(batch)
+
+
+def check_band(batch) -> None:
+    """The band's skewed labels from the structure equal those skewed from the dense rows."""
+    c = batch.compact
+    for block in (None, 3, c.local_radius + 2):
+        geo = geometry(c.batch_size, 1, c.global_length, c.long_length, c.local_radius, VOCAB, 1.0, block, 1 << 20)
+        ours, expected = local_index(geo, CompactSource(c)), local_index(geo, DenseSource(batch.side))
+        assert ours.dtype == expected.dtype and torch.equal(ours, expected), f"band labels, block {geo.block}"
+
+
+def test_the_dense_source_joins_its_pieces_into_the_same_runs() -> None:
+    batch = graph_batch(compact=True)
+    whole = DenseSource(batch.side).l2g_runs(slice(0, batch.compact.long_length), slice(0, 3), VOCAB)
+    with mock.patch.object(blocked_sources, "RUN_PIECE_ELEMENTS", 5):  # pieces of one or two rows
+        pieces = DenseSource(batch.side).l2g_runs(slice(0, batch.compact.long_length), slice(0, 3), VOCAB)
+    assert_same(pieces, whole, "pieces")
