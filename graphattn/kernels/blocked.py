@@ -35,9 +35,9 @@ will run backward, are computed in fp32); bf16 inputs of calls without gradients
 the CPU multiplies bf16 in hardware (`compute_dtype`). Outputs take the input dtype.
 
 fp32 calls on CPU run each chunk on the fused C kernel instead (blocked_fused.py, fused_cpu.c):
-the same chunks, label indices and workers, with a block's scores kept in cache between its
-matmuls, its label terms and its softmax; 1.6-2x the PyTorch path below, which stays for fp64,
-bf16 tiles and machines where the kernel cannot be built.
+the plan's chunk spans and workers, with a block's scores kept in cache between its matmuls, its
+label terms (computed per block from the tables) and an online softmax; 2-2.6x the PyTorch path
+below, which stays for fp64, bf16 tiles and machines where the kernel cannot be built.
 """
 
 from __future__ import annotations
@@ -211,39 +211,25 @@ def _backward(lay: CallTensors, grad_global, grad_long, workers: int, queries: s
 
 class _BlockedAttention(torch.autograd.Function):
     """Outputs only are computed forward; backward rebuilds each tile and its softmax (as flash
-    attention does). The PyTorch path keeps nothing but the inputs between the passes; the fused
-    kernel also keeps the outputs and each row's log-sum-exp (flash attention's statistics)."""
+    attention does), so nothing but the inputs is kept between the passes."""
 
     @staticmethod
-    def forward(ctx, gq, gk, gv, lq, lk, lv, t_global, t_long, plan, geo, queries, fused):
+    def forward(ctx, gq, gk, gv, lq, lk, lv, t_global, t_long, plan, geo, queries):
         lay = CallTensors(geo, plan, gq, gk, gv, lq, lk, lv, t_global, t_long)
-        inputs = (gq, gk, gv, lq, lk, lv, t_global, t_long)
+        global_out, long_out = _in_mode(plan, lay, f"forward {queries}", partial(_forward, lay, queries=queries))
+        ctx.save_for_backward(gq, gk, gv, lq, lk, lv, t_global, t_long)
+        ctx.plan, ctx.geo, ctx.queries = plan, geo, queries
         shape = lambda n: (geo.batch, geo.heads, n, lq.shape[-1])  # noqa: E731
-        if fused:
-            global_out, long_out, stats = blocked_fused.forward(lay, _fused_workers(plan), queries)
-            outputs = global_out.view(shape(geo.num_global)), long_out.view(shape(geo.num_long))
-            ctx.save_for_backward(*inputs, *outputs, stats.global_, stats.long)
-        else:
-            global_out, long_out = _in_mode(plan, lay, f"forward {queries}", partial(_forward, lay, queries=queries))
-            outputs = global_out.view(shape(geo.num_global)), long_out.view(shape(geo.num_long))
-            ctx.save_for_backward(*inputs)
-        ctx.plan, ctx.geo, ctx.queries, ctx.fused = plan, geo, queries, fused
-        return outputs
+        return global_out.view(shape(geo.num_global)), long_out.view(shape(geo.num_long))
 
     @staticmethod
     def backward(ctx, grad_global, grad_long):
-        saved = ctx.saved_tensors
-        inputs = saved[:8]
+        inputs = ctx.saved_tensors
         lay = CallTensors(ctx.geo, ctx.plan, *inputs)
         grad_global, grad_long = grad_global.contiguous(), grad_long.contiguous()
-        if ctx.fused:
-            outputs, stats = saved[8:10], blocked_fused.Stats(*saved[10:])
-            workers = _fused_workers(ctx.plan)
-            grads = blocked_fused.backward(lay, outputs, stats, grad_global, grad_long, workers, ctx.queries)
-        else:
-            body = partial(_backward, lay, grad_global, grad_long, queries=ctx.queries)
-            grads = _in_mode(ctx.plan, lay, f"backward {ctx.queries}", body)
-        return (*(g.reshape(x.shape) for g, x in zip(grads, inputs)), None, None, None, None)
+        body = partial(_backward, lay, grad_global, grad_long, queries=ctx.queries)
+        grads = _in_mode(ctx.plan, lay, f"backward {ctx.queries}", body)
+        return (*(g.reshape(x.shape) for g, x in zip(grads, inputs)), None, None, None)
 
 
 def _fused_workers(plan: BlockedPlan) -> int:
@@ -304,8 +290,9 @@ def plan(request: PlanRequest) -> BlockedPlan:
     results that may differ in the last bits between calls. `fused` (default None: wherever it
     can) runs fp32 CPU calls on the fused C kernel (blocked_fused.py), one chunk per worker at a
     time, N workers or torch.get_num_threads() for None and "auto"; True requires it (an error
-    names why it cannot run), False keeps the eager PyTorch path. Fused plans default to larger
-    chunks (blocked_fused.TILE_ELEMENTS)."""
+    names why it cannot run), False keeps the eager PyTorch path. Fused plans size their chunks
+    for the kernel (blocked_fused.chunking), and keep the PyTorch path's sizes for calls that
+    take that path."""
     options = dict(request.options)
     workers = options.pop("workers", None)
     if workers == "auto":
@@ -365,17 +352,23 @@ def run(
             return q.new_zeros(()).expand(*q.shape[:3], key_table.shape[0])
         return label_tables(q, key_table.to(compute), bias_table.to(compute) if bias_table is not None else None, scale)
 
-    t_global = side_table("global", states[0], *(global_tables or (rel_key_table, rel_bias_table)))
-    t_long = side_table("long", states[3], rel_key_table, rel_bias_table)
     fused = plan.fused is not False and blocked_fused.usable(long_q.device, compute)
     if plan.fused and not fused:
         why = blocked_fused.why_not(long_q.device, compute)
         raise RuntimeError(f"the blocked backend's fused CPU kernel was asked for, but {why}")
-    if not fused:
-        plan = plan.for_pytorch_path()
-    lanes = plan.geo.lanes if backward and not fused else 1  # lanes serve the eager backward only
-    geo = replace(plan.geo, scale=scale, lanes=lanes)
-    global_out, long_out = _BlockedAttention.apply(*states, t_global, t_long, plan, geo, queries, fused)
+    if fused:  # the kernel makes each block's label terms from the tables itself
+        geo = replace(plan.geo, scale=scale, lanes=1)
+        tables = [None if t is None else t.to(compute).contiguous() for t in tables]
+        if global_tables is None:
+            tables += tables[:2]
+        workers = _fused_workers(plan)
+        global_out, long_out = blocked_fused.FusedAttention.apply(*states, *tables, plan, geo, queries, workers)
+        return global_out.to(out_dtype), long_out.to(out_dtype)
+    t_global = side_table("global", states[0], *(global_tables or (rel_key_table, rel_bias_table)))
+    t_long = side_table("long", states[3], rel_key_table, rel_bias_table)
+    plan = plan.for_pytorch_path()
+    geo = replace(plan.geo, scale=scale, lanes=plan.geo.lanes if backward else 1)  # lanes serve the backward
+    global_out, long_out = _BlockedAttention.apply(*states, t_global, t_long, plan, geo, queries)
     return global_out.to(out_dtype), long_out.to(out_dtype)
 
 

@@ -1,8 +1,21 @@
 """The blocked backend's passes on the fused CPU kernel (fused_cpu.c), chunk by chunk.
 
-Same chunks, label indices, tables and worker threads as the PyTorch passes in blocked.py; each
-chunk is one call of the C kernel, which releases the GIL (ctypes does), so the workers run in
-parallel. Used for fp32 tiles on CPU when the kernel could be built (fused_cpu.available()).
+The plan's chunks and key spans, and worker threads, as the PyTorch passes in blocked.py have;
+each chunk is one call of the C kernel, which releases the GIL (ctypes does), so the workers run
+in parallel. What differs:
+
+* Labels: the band's come from the plan's skewed index as they are; l2g and g2l rows as runs of
+  equal labels (structure_runs.py), derived from the compact structure without [rows x keys]
+  tensors; each row's sink label (V, or V + 1 for a row with no allowed key).
+* Label terms: each block of rows computes its own from the relative key table and bias, so no
+  [B, H, L, V] table exists, forward or backward (FusedAttention takes the tables themselves).
+* Softmax: the second key set is read in pieces of KEY_BLOCK keys (online softmax), and each
+  row's max and log sum (`Stats`) are kept for the backward, which recomputes probabilities
+  from them, piece by piece.
+* Chunks: global chunks of GLOBAL_ROWS rows, long chunks TASKS_PER_WORKER per worker, dealt to
+  the workers by their cost (blocked_modes.deal).
+
+Used for fp32 tiles on CPU when the kernel could be built (fused_cpu.available()).
 """
 
 from __future__ import annotations
@@ -39,6 +52,9 @@ GLOBAL_TILE_BYTES = 1 << 24
 # the kernel's online softmax: a block of 256 rows then scores [256, G + KEY_BLOCK] at a time,
 # which stays in L2 with the piece's keys and values whatever L is.
 KEY_BLOCK = 512
+# A global chunk's g2g labels are derived this many [row, key] pairs at a time (their masks take
+# ~20 bytes a pair while they are built): 256 rows at G = 256, 64 at G = 1024.
+G2G_PIECE_ELEMENTS = 1 << 16
 
 
 def chunking(geo: Geometry, tile_elements: int, workers: int) -> Geometry:
@@ -99,9 +115,8 @@ class _Chunks:
     cache or from the side inputs (key set B's as runs, structure_runs.py); `out` is the
     forward's output or the backward's query gradient."""
 
-    def __init__(self, lay: CallTensors, long_out: torch.Tensor, global_out: torch.Tensor, stats: Stats):
-        self.lay, self.long_out, self.global_out, self.stats = lay, long_out, global_out, stats
-        self.t_long, self.t_global = lay.t_long.flatten(0, 1), lay.t_global.flatten(0, 1)  # [BH, rows, V+2]
+    def __init__(self, lay: CallTensors, tables: Tables, long_out: torch.Tensor, global_out: torch.Tensor, stats):
+        self.lay, self.tables, self.long_out, self.global_out, self.stats = lay, tables, long_out, global_out, stats
 
     def _cached(self, key: tuple, make) -> fused_cpu.Labels:
         """A chunk's labels from the plan's cache, or make() and offer them to it."""
@@ -128,11 +143,15 @@ class _Chunks:
     def _global_labels(self, start: int, stop: int, keys: slice) -> fused_cpu.Labels:
         """The g2g labels of every global key and the g2l runs of the long keys `keys`."""
         lay, geo = self.lay, self.lay.geo
-        mask, ids = lay.source.g2g(slice(start, stop))
+        step = max(1, G2G_PIECE_ELEMENTS // max(geo.batch * geo.num_global_keys, 1))
+        firsts, empties = [], []
+        for piece in range(start, stop, step):  # a few pieces of rows: their [rows, G] masks stay small
+            mask, ids = lay.source.g2g(slice(piece, min(piece + step, stop)))
+            firsts.append(torch.where(mask != 0, ids, geo.vocab).to(lay.index_cache.dtype))
+            empties.append(~(mask != 0).any(-1))
         runs = lay.source.g2l_runs(slice(start, stop), keys, geo.vocab)
-        empty = ~(mask != 0).any(-1) & ~runs.allowed_rows(geo.vocab)
-        first = torch.where(mask != 0, ids, geo.vocab)
-        return fused_cpu.Labels.of(first, empty, runs, geo.vocab, lay.index_cache.dtype)
+        empty = torch.cat(empties, 1) & ~runs.allowed_rows(geo.vocab)
+        return fused_cpu.Labels.of(torch.cat(firsts, 1), empty, runs, geo.vocab, lay.index_cache.dtype)
 
     def long(self, first: int, last: int) -> _Call:
         """Block b's keys are its band window, rows b*w - r .. b*w + w + r of the long keys."""
@@ -152,7 +171,7 @@ class _Chunks:
             na=geo.window,
             keys_b=(lay.gk[:, keys], lay.gv[:, keys]),
             labels=labels,
-            table=self.t_long[:, start:],
+            tables=self.tables.long,
             out=self.long_out[:, start:],
             stats=self.stats.long[:, start:],
             key_block=KEY_BLOCK,
@@ -177,7 +196,7 @@ class _Chunks:
             na=geo.num_global_keys,
             keys_b=(lay.lk[:, keys], lay.lv[:, keys]),
             labels=labels,
-            table=self.t_global[:, start:],
+            tables=self.tables.global_,
             out=self.global_out[:, start:],
             stats=self.stats.global_[:, start:],
             key_block=KEY_BLOCK,
@@ -201,13 +220,21 @@ class Stats:
         return Stats(new(geo.bh, geo.num_global, 2), new(geo.bh, geo.num_long, 2))
 
 
-def forward(lay: CallTensors, workers: int, queries: str = "both") -> tuple[torch.Tensor, torch.Tensor, Stats]:
+@dataclass
+class Tables:
+    """The relative key table [V, H, d] and bias [V, H] (or None) of each query side's label terms."""
+
+    long: tuple[torch.Tensor, torch.Tensor | None]
+    global_: tuple[torch.Tensor, torch.Tensor | None]
+
+
+def forward(lay: CallTensors, tables: Tables, workers: int, queries: str = "both"):
     """(global_out [BH, G, d], long_out [BH, L, d], the rows' statistics for backward)."""
     geo = lay.geo
     bh = geo.bh
     global_out, long_out = query_outputs(lay, queries)
     stats = Stats.empty(lay)
-    chunks = _Chunks(lay, long_out, global_out, stats)
+    chunks = _Chunks(lay, tables, long_out, global_out, stats)
 
     def long_task(first: int, last: int, _) -> None:
         chunks.long(first, last).run(fused_cpu.forward, bh)
@@ -220,52 +247,88 @@ def forward(lay: CallTensors, workers: int, queries: str = "both") -> tuple[torc
 
 
 class _Grads:
-    """One worker's key/value gradient accumulators (laid out as the keys)."""
+    """One worker's gradient accumulators of the keys, values and tables (laid out as they are)."""
 
-    def __init__(self, lay: CallTensors):
+    def __init__(self, lay: CallTensors, tables: Tables):
         self.d_gk, self.d_gv, self.d_lk, self.d_lv = map(torch.zeros_like, (lay.gk, lay.gv, lay.lk, lay.lv))
+        zeros = lambda t: None if t is None else torch.zeros_like(t)  # noqa: E731
+        self.d_long = tuple(map(zeros, tables.long))
+        self.d_global = tuple(map(zeros, tables.global_))
+
+    def add_(self, other: _Grads) -> None:
+        for mine, theirs in zip(self.flat(), other.flat()):
+            if mine is not None:
+                mine.add_(theirs)
+
+    def flat(self) -> list:
+        return [self.d_gk, self.d_gv, self.d_lk, self.d_lv, *self.d_long, *self.d_global]
 
 
 def backward(
     lay: CallTensors,
+    tables: Tables,
     outputs: tuple[torch.Tensor, torch.Tensor],
     stats: Stats,
     grad_global: torch.Tensor,
     grad_long: torch.Tensor,
     workers: int,
     queries: str = "both",
-):
-    """Gradients of (gq, gk, gv, lq, lk, lv, t_global, t_long), as blocked._backward returns them,
-    from the forward's (global_out, long_out) and statistics."""
+) -> list:
+    """Gradients of (gq, gk, gv, lq, lk, lv, long key table, bias, global key table, bias) from
+    the forward's (global_out, long_out) and statistics."""
     geo = lay.geo
     bh, d = geo.bh, lay.dim
     grad_long = grad_long.reshape(bh, geo.num_long, d)
     grad_global = grad_global.reshape(bh, geo.num_global, d)
     out_global, out_long = (x.reshape(bh, -1, d) for x in outputs)
     d_lq, d_gq = torch.zeros_like(lay.lq), torch.zeros_like(lay.gq)  # rows belong to one chunk each
-    d_t_long, d_t_global = torch.zeros_like(lay.t_long), torch.zeros_like(lay.t_global)
-    chunks = _Chunks(lay, d_lq, d_gq, stats)
-    flat_long, flat_global = d_t_long.flatten(0, 1), d_t_global.flatten(0, 1)
+    chunks = _Chunks(lay, tables, d_lq, d_gq, stats)
 
     def long_task(first: int, last: int, acc: _Grads) -> None:
         call = chunks.long(first, last)
         s, keys = call.start, call.keys
         d_keys_b = (acc.d_gk[:, keys], acc.d_gv[:, keys])
-        call.run(
-            fused_cpu.backward, bh, out_long[:, s:], grad_long[:, s:], (acc.d_lk, acc.d_lv), d_keys_b, flat_long[:, s:]
-        )
+        g, o = grad_long[:, s:], out_long[:, s:]
+        call.run(fused_cpu.backward, bh, o, g, (acc.d_lk, acc.d_lv), d_keys_b, acc.d_long)
 
     def global_task(start: int, stop: int, acc: _Grads) -> None:
         call = chunks.global_(start, stop)
         d_keys_b = (acc.d_lk[:, call.keys], acc.d_lv[:, call.keys])
-        d_keys_a = (acc.d_gk, acc.d_gv)
         g, o = grad_global[:, start:], out_global[:, start:]
-        call.run(fused_cpu.backward, bh, o, g, d_keys_a, d_keys_b, flat_global[:, start:])
+        call.run(fused_cpu.backward, bh, o, g, (acc.d_gk, acc.d_gv), d_keys_b, acc.d_global)
 
-    accs = run_tasks(*chunk_tasks(lay, queries, long_task, global_task), lambda: _Grads(lay), workers)
+    accs = run_tasks(*chunk_tasks(lay, queries, long_task, global_task), lambda: _Grads(lay, tables), workers)
     first = accs[0]
     for acc in accs[1:]:  # summed in the first worker's memory, in a fixed order
-        for name in ("d_gk", "d_gv", "d_lk", "d_lv"):
-            getattr(first, name).add_(getattr(acc, name))
-    d_t_long, d_t_global = geo.fold_lanes(d_t_long[:, :, : geo.num_long]), geo.fold_lanes(d_t_global)
-    return d_gq, first.d_gk, first.d_gv, d_lq, first.d_lk, first.d_lv, d_t_global, d_t_long
+        first.add_(acc)
+    return [d_gq, first.d_gk, first.d_gv, d_lq, first.d_lk, first.d_lv, *first.d_long, *first.d_global]
+
+
+class FusedAttention(torch.autograd.Function):
+    """The blocked backend on the fused kernel: outputs computed forward, with each row's softmax
+    statistics kept; backward recomputes each block's scores and label terms from the inputs (as
+    flash attention does), so what is kept between the passes is the inputs, the outputs and
+    two floats per query row."""
+
+    @staticmethod
+    def forward(ctx, gq, gk, gv, lq, lk, lv, long_key, long_bias, global_key, global_bias, plan, geo, queries, workers):
+        lay = CallTensors(geo, plan, gq, gk, gv, lq, lk, lv)
+        tables = Tables((long_key, long_bias), (global_key, global_bias))
+        global_out, long_out, stats = forward(lay, tables, workers, queries)
+        shape = lambda n: (geo.batch, geo.heads, n, lq.shape[-1])  # noqa: E731
+        outputs = global_out.view(shape(geo.num_global)), long_out.view(shape(geo.num_long))
+        inputs = (gq, gk, gv, lq, lk, lv, long_key, long_bias, global_key, global_bias)
+        ctx.save_for_backward(*inputs, *outputs, stats.global_, stats.long)
+        ctx.plan, ctx.geo, ctx.queries, ctx.workers = plan, geo, queries, workers
+        return outputs
+
+    @staticmethod
+    def backward(ctx, grad_global, grad_long):
+        saved = ctx.saved_tensors
+        inputs, outputs, stats = saved[:10], saved[10:12], Stats(*saved[12:])
+        lay = CallTensors(ctx.geo, ctx.plan, *inputs[:6])
+        tables = Tables(inputs[6:8], inputs[8:10])
+        grad_global, grad_long = grad_global.contiguous(), grad_long.contiguous()
+        grads = backward(lay, tables, outputs, stats, grad_global, grad_long, ctx.workers, ctx.queries)
+        grads = [None if g is None else g.reshape(x.shape) for g, x in zip(grads, inputs)]
+        return (*grads, None, None, None, None)

@@ -24,7 +24,7 @@ from graphattn.kernels import structure
 from graphattn.kernels.structure_runs import Runs, compact_runs, runs_of
 
 # Elements of dense labels compared at once when a dense source's rows are turned into runs.
-RUN_PIECE_ELEMENTS = 1 << 20
+RUN_PIECE_ELEMENTS = 1 << 18
 
 
 class DenseSource:

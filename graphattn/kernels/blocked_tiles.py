@@ -265,14 +265,16 @@ class CallTensors:
     ([B*H, rows, ...]), so a chunk's band windows ([BH*nbc, w, w + 2r]) and its global columns
     ([BH, nbc*w, span]) are column ranges of one tile with one row order."""
 
-    def __init__(self, geo: Geometry, plan: BlockedPlan, gq, gk, gv, lq, lk, lv, t_global, t_long):
+    def __init__(self, geo: Geometry, plan: BlockedPlan, gq, gk, gv, lq, lk, lv, t_global=None, t_long=None):
+        """t_global and t_long: the label tables of the PyTorch path (the fused kernel makes its own)."""
         bh, d = geo.bh, lq.shape[-1]
         self.geo, self.dim, self.source = geo, d, plan.source
         self.gq = gq.reshape(bh, geo.num_global, d)
         self.gk, self.gv = (x.reshape(bh, geo.num_global_keys, d) for x in (gk, gv))
         self.lq, self.lk, self.lv = (x.reshape(bh, geo.num_long, d) for x in (lq, lk, lv))
-        self.t_global = _extend_table(t_global, geo.num_global, geo.lanes)  # [B, H, G, lanes*(V+2)]
-        self.t_long = _extend_table(t_long, geo.padded_long, geo.lanes)  # [B, H, Lp, lanes*(V+2)]
+        if t_long is not None:
+            self.t_global = _extend_table(t_global, geo.num_global, geo.lanes)  # [B, H, G, lanes*(V+2)]
+            self.t_long = _extend_table(t_long, geo.padded_long, geo.lanes)  # [B, H, Lp, lanes*(V+2)]
         self.local_index, self.local_empty, self.index_cache = plan.local_index, plan.local_empty, plan.index_cache
         widest = max(geo.window + geo.num_global_keys, geo.num_global_keys + geo.num_long) + 1
         self.lanes = geo.lane_offsets(widest, lq.device) if geo.lanes > 1 else None  # None: one copy
@@ -402,9 +404,7 @@ class LongChunk(_Tile):
     """Long-query blocks first..last-1 (R = nbc*w rows): columns [0, w + 2r) are each block's band
     window, the rest the global keys `keys` that any of its rows may see."""
 
-    def __init__(self, lay: CallTensors, first: int, last: int, scratch: Scratches, index_only: bool = False):
-        """index_only: build the label index and stop (for the fused kernel, which caches its own
-        form of it, blocked_fused.py)."""
+    def __init__(self, lay: CallTensors, first: int, last: int, scratch: Scratches):
         geo = lay.geo
         bh, w, nbc, window = geo.bh, geo.block, last - first, geo.window
         self.first, self.last, self.nbc, self.block = first, last, nbc, w
@@ -415,10 +415,6 @@ class LongChunk(_Tile):
         self.split, width = window, window + hi - lo + 1
         index = scratch.index.take(geo.batch, rows, width)
         build = partial(self._build_index, lay, window, lo, hi)
-        if index_only:
-            self.index = index
-            build()
-            return
         self._take_index(lay, ("long", first), index, build)
         self.q = lay.rows(lay.lq, first, last)  # [BH*nbc, w, d]
         self.k_windows = lay.windows(lay.lk, first, last, scratch.keys)
@@ -463,8 +459,7 @@ class GlobalChunk(_Tile):
     """Global query rows start..stop-1: columns [0, G_keys) are the global keys (g2g), the rest
     the long keys `keys` that any of its rows may see (g2l)."""
 
-    def __init__(self, lay: CallTensors, start: int, stop: int, scratch: Scratches, index_only: bool = False):
-        """index_only: build the label index and stop (as LongChunk)."""
+    def __init__(self, lay: CallTensors, start: int, stop: int, scratch: Scratches):
         geo = lay.geo
         bh, rows, num_keys = geo.bh, stop - start, geo.num_global_keys
         self.rows = slice(start, stop)
@@ -472,10 +467,6 @@ class GlobalChunk(_Tile):
         self.keys = global_chunk_keys(lay, start)
         self.split, width = num_keys, num_keys + self.keys.stop - self.keys.start + 1
         index = scratch.index.take(geo.batch, rows, width)
-        if index_only:
-            self.index = index
-            self._build_index(lay)
-            return
         self._take_index(lay, ("global", start), index, partial(self._build_index, lay))
         scores = scratch.scores.take(geo.batch, geo.heads, rows, width)
         _gather_labels(lay.t_global[:, :, start:stop], index, scores)

@@ -6,11 +6,14 @@
  * or every global key), key set B (the chunk's global or long keys), and the sink column (score 0
  * plus its label term: 0 for a row with no allowed key, -inf elsewhere). A's window may reach
  * past its keys (the band at the sequence's ends): those columns get score 0 and the labels mark
- * them masked. Labels come in two forms: one per column for A and the sink (`dense`), and runs
- * of equal labels for B, whose rows (a long token against every global, a global against every
- * long token) mostly hold a label or two: a run adds one table value to a stretch of scores, and
- * its gradient is the stretch's sum. Matmuls are the BLAS sgemm that PyTorch links (column-major, so a row-major
- * [m, n] tile is an [n, m] column-major one). Threads come from the caller (one chunk per call).
+ * them masked. Labels come in three forms: one per column for A (`dense`), one per row for the
+ * sink, and runs of equal labels for B, whose rows (a long token against every global, a global
+ * against every long token) mostly hold a label or two: a run adds one table value to a stretch
+ * of scores, and its gradient is the stretch's sum. A label selects a column of the row's label
+ * table, which each block computes from the relative key table and bias (label_table). Key set B
+ * is read in pieces with an online softmax (first_piece). Matmuls are the BLAS sgemm that PyTorch
+ * links (column-major, so a row-major [m, n] tile is an [n, m] column-major one). Threads come
+ * from the caller (one chunk per call).
  *
  * Built at first use by fused_cpu.py with the machine's C compiler; nothing here is Python.
  */
@@ -44,12 +47,14 @@ typedef struct {
     int64_t a_bh, a_rows, a_start, a_step, na;
     const float *kb, *vb; /* key set B [BH, >= nb, dim], already at its first key */
     int64_t b_bh, nb;
-    const void *dense; /* [B, rows, na + 1] labels (columns of the table) of A and the sink, int8/16/32 */
+    const void *dense; /* [B, rows, na] labels (columns of the table) of A, int8/16/32, rows contiguous */
     int64_t dense_bytes, dense_batch;
+    const void *sink; /* [B, rows] the sink's label, typed as dense: V (score -inf) or V + 1 (0, a row with no key) */
     const int64_t *run_ptr; /* [B * rows + 1]: row (b, r)'s runs over B are run_ptr[b*rows + r] ..< the next */
     const int32_t *run_start, *run_label; /* per run: its first column of B (the first run starts at 0) and label */
-    const float *table; /* [BH, *, table_width] label terms of each query row */
-    int64_t table_bh, table_width;
+    const float *rel_key;  /* [V, heads, dim]: label v's key vector for head h at (v * heads + h) * dim */
+    const float *rel_bias; /* [V, heads] or NULL */
+    int64_t vocab;         /* V: a row's label table has V + 2 columns, V being -inf (masked) and V + 1 zero */
     float *out; /* forward: [BH, *, dim]; backward: d_q */
     int64_t out_bh;
     int64_t key_block; /* B's keys per piece (>= 1) */
@@ -62,8 +67,12 @@ typedef struct {
     const float *o; /* the forward's output, laid out as out */
     int64_t o_bh;
     float *d_ka, *d_va, *d_kb, *d_vb; /* accumulators laid out as ka/va/kb/vb */
-    float *d_table;                    /* laid out as table */
+    float *d_rel_key, *d_rel_bias;     /* accumulators laid out as rel_key and rel_bias (NULL: no bias) */
 } Chunk;
+
+static inline int64_t table_width(const Chunk *ch) {
+    return ch->vocab + 2;
+}
 
 static inline int64_t label_at(const void *label, int64_t bytes, int64_t c) {
     switch (bytes) {
@@ -268,10 +277,11 @@ static void scatter_labels(float *dt, const void *label, int64_t bytes, const fl
             for (int64_t v = 0; v < width; ++v) dt[v] += lanes[j * width + v];
 }
 
-/* One row's labels: its dense part (A, then the sink) and its runs over B; `next` is the first
- * run that a pass over B's blocks has not finished. */
+/* One row's labels: A's, the sink's and its runs over B; `next` is the first run that a pass
+ * over B's blocks has not finished. */
 typedef struct {
     const char *dense;
+    int64_t sink;
     const int32_t *start, *label;
     int64_t runs, next;
 } RowLabels;
@@ -279,7 +289,8 @@ typedef struct {
 static RowLabels row_labels(const Chunk *ch, int64_t b, int64_t row) {
     RowLabels l;
     const int64_t at = b * ch->rows + row;
-    l.dense = (const char *)ch->dense + (b * ch->dense_batch + row * (ch->na + 1)) * ch->dense_bytes;
+    l.dense = (const char *)ch->dense + (b * ch->dense_batch + row * ch->na) * ch->dense_bytes;
+    l.sink = label_at(ch->sink, ch->dense_bytes, at);
     l.start = ch->run_start + ch->run_ptr[at];
     l.label = ch->run_label + ch->run_ptr[at];
     l.runs = ch->run_ptr[at + 1] - ch->run_ptr[at];
@@ -369,16 +380,16 @@ static int64_t first_piece(const Chunk *ch) {
 
 /* One block of rows of one head: its rows, A's window, and where its operands start. */
 typedef struct {
-    int64_t b, i, m, width, n_a; /* width: the score rows' stride; n_a: A's keys in the window */
+    int64_t b, h, i, m, width, n_a; /* width: the score rows' stride; n_a: A's keys in the window */
     Window win;
-    const float *q, *ka, *va, *kb, *vb, *table;
-    float *out;
+    const float *q, *ka, *va, *kb, *vb;
+    float *out, *table; /* table: the rows' label terms [m, V + 2], see label_table */
 } Block;
 
-static Block block_of(const Chunk *ch, int64_t bh, int64_t i) {
+static Block block_of(const Chunk *ch, int64_t bh, int64_t i, float *table) {
     Block k;
     const int64_t left = ch->valid_rows - i, d = ch->dim;
-    k.b = bh / ch->heads, k.i = i, k.m = left < ch->block ? left : ch->block;
+    k.b = bh / ch->heads, k.h = bh % ch->heads, k.i = i, k.m = left < ch->block ? left : ch->block;
     k.width = ch->na + first_piece(ch) + 1;
     k.win = window_of(ch, i);
     k.n_a = k.win.hi - k.win.lo;
@@ -386,16 +397,40 @@ static Block block_of(const Chunk *ch, int64_t bh, int64_t i) {
     k.ka = ch->ka + bh * ch->a_bh + (k.win.start + k.win.lo) * d;
     k.va = ch->va + bh * ch->a_bh + (k.win.start + k.win.lo) * d;
     k.kb = ch->kb + bh * ch->b_bh, k.vb = ch->vb + bh * ch->b_bh;
-    k.table = ch->table + bh * ch->table_bh + i * ch->table_width;
     k.out = ch->out + bh * ch->out_bh + i * d;
+    k.table = table;
     return k;
+}
+
+/* The block's label terms, T[r, v] = scale q_r . a^K_v + b_v (one product with the head's
+ * [V, d] key table), then -inf in column V (masked pairs) and 0 in V + 1 (an empty row's sink). */
+static void label_table(const Chunk *ch, const Block *k) {
+    const int64_t v_count = ch->vocab, tw = table_width(ch), heads = ch->heads, d = ch->dim;
+    gemm(0, 1, k->m, v_count, d, ch->scale, k->q, d, ch->rel_key + k->h * d, heads * d, 0.0f, k->table, tw);
+    for (int64_t r = 0; r < k->m; ++r) {
+        float *row = k->table + r * tw;
+        if (ch->rel_bias)
+            for (int64_t v = 0; v < v_count; ++v) row[v] += ch->rel_bias[v * heads + k->h];
+        row[v_count] = -__builtin_inff(), row[v_count + 1] = 0.0f;
+    }
+}
+
+/* The label terms' gradient dT [m, V + 2] (its last two columns are constants) back to the
+ * query rows (into d_q, already holding the block's other terms) and to this worker's tables. */
+static void label_table_grad(const Chunk *ch, const Block *k, const float *dt, float *d_q) {
+    const int64_t v_count = ch->vocab, tw = table_width(ch), heads = ch->heads, d = ch->dim;
+    gemm(0, 0, k->m, d, v_count, ch->scale, dt, tw, ch->rel_key + k->h * d, heads * d, 1.0f, d_q, d);
+    gemm(1, 0, v_count, d, k->m, ch->scale, dt, tw, k->q, d, 1.0f, ch->d_rel_key + k->h * d, heads * d);
+    if (ch->d_rel_bias)
+        for (int64_t r = 0; r < k->m; ++r)
+            for (int64_t v = 0; v < v_count; ++v) ch->d_rel_bias[v * heads + k->h] += dt[r * tw + v];
 }
 
 /* Scores of the block's rows against A, B's first piece and the sink, label terms added, into
  * s [m, width]; mx[r] gets each row's max. A's columns outside the window are 0 (their labels
  * mask them). */
 static void first_scores(const Chunk *ch, const Block *k, RowLabels *labels, float *s, float *mx, int *bad) {
-    const int64_t d = ch->dim, na = ch->na, kb = first_piece(ch), tw = ch->table_width, sink = k->width - 1;
+    const int64_t d = ch->dim, na = ch->na, kb = first_piece(ch), tw = table_width(ch), sink = k->width - 1;
     for (int64_t r = 0; r < k->m; ++r) {
         float *row = s + r * k->width;
         if (k->win.lo > 0) memset(row, 0, k->win.lo * sizeof(float));
@@ -410,7 +445,7 @@ static void first_scores(const Chunk *ch, const Block *k, RowLabels *labels, flo
         labels[r] = row_labels(ch, k->b, k->i + r);
         const float top_a = add_labels(row, labels[r].dense, ch->dense_bytes, t, tw, na, bad);
         const float top_b = add_runs(row + na, labels[r], 0, kb, ch->nb, t, tw, bad);
-        const uint64_t sink_label = (uint64_t)label_at(labels[r].dense, ch->dense_bytes, na);
+        const uint64_t sink_label = (uint64_t)labels[r].sink;
         if (sink_label < (uint64_t)tw)
             row[sink] += t[sink_label];
         else
@@ -424,7 +459,7 @@ static void first_scores(const Chunk *ch, const Block *k, RowLabels *labels, flo
  * each row's max over them. */
 static void later_scores(const Chunk *ch, const Block *k, RowLabels *labels, int64_t c0, int64_t n, float *s,
                          float *top, int *bad) {
-    const int64_t d = ch->dim, tw = ch->table_width;
+    const int64_t d = ch->dim, tw = table_width(ch);
     gemm(0, 1, k->m, n, d, ch->scale, k->q, d, k->kb + c0 * d, d, 0.0f, s + ch->na, k->width);
     for (int64_t r = 0; r < k->m; ++r)
         top[r] = add_runs(s + r * k->width + ch->na, labels[r], c0, n, ch->nb, k->table + r * tw, tw, bad);
@@ -436,15 +471,17 @@ static inline float shift(float mx) {
     return mx == -__builtin_inff() ? 0.0f : mx;
 }
 
-/* One call's scratch: score rows (and their gradients), three floats per row, run cursors. */
+/* One call's scratch: score rows (and their gradients), label tables (and theirs), three floats
+ * per row, run cursors. */
 typedef struct {
-    float *s, *ds, *mx, *sum, *top, *lanes;
+    float *s, *ds, *table, *d_table, *mx, *sum, *top, *lanes;
     RowLabels *labels;
 } Scratch;
 
 static int scratch_of(const Chunk *ch, Scratch *w, int backward) {
-    const int64_t m = ch->block, tile = m * (ch->na + first_piece(ch) + 1);
-    const int64_t floats = tile * (backward ? 2 : 1) + 3 * m + (backward ? LANES * MAX_LANED_WIDTH : 0);
+    const int64_t m = ch->block, tile = m * (ch->na + first_piece(ch) + 1), tables = m * table_width(ch);
+    const int64_t twice = backward ? 2 : 1;
+    const int64_t floats = (tile + tables) * twice + 3 * m + (backward ? LANES * MAX_LANED_WIDTH : 0);
     w->s = malloc(sizeof(float) * floats);
     w->labels = malloc(sizeof(RowLabels) * m);
     if (!w->s || !w->labels) {
@@ -452,7 +489,9 @@ static int scratch_of(const Chunk *ch, Scratch *w, int backward) {
         return 1;
     }
     w->ds = backward ? w->s + tile : NULL;
-    w->mx = w->s + tile * (backward ? 2 : 1);
+    w->table = w->s + tile * twice;
+    w->d_table = backward ? w->table + tables : NULL;
+    w->mx = w->table + tables * twice;
     w->sum = w->mx + m, w->top = w->sum + m;
     w->lanes = backward ? w->top + m : NULL;
     return 0;
@@ -473,8 +512,9 @@ int graphattn_forward(const Chunk *ch, int64_t bh_count) {
     int bad = 0;
     for (int64_t bh = 0; bh < bh_count && !bad; ++bh) {
         for (int64_t i = 0; i < ch->valid_rows && !bad; i += ch->block) {
-            const Block k = block_of(ch, bh, i);
+            const Block k = block_of(ch, bh, i, w.table);
             const int64_t m = k.m;
+            label_table(ch, &k);
             first_scores(ch, &k, w.labels, w.s, w.mx, &bad);
             for (int64_t r = 0; r < m; ++r) w.sum[r] = exp_row(w.s + r * k.width, shift(w.mx[r]), 0.0f, k.width);
             gemm(0, 0, m, d, k.n_a, 1.0f, w.s + k.win.lo, k.width, k.va, d, 0.0f, k.out, d);
@@ -526,21 +566,23 @@ static float dot_product(const float *a, const float *b, int64_t n) {
  * rowsum(P dP) = rowsum(dO . O). Rows of one piece take the first form, as the softmax's own
  * gradient does: a row with one key then gets dS = 0 exactly; longer rows need the second. */
 int graphattn_backward(const Chunk *ch, int64_t bh_count) {
-    const int64_t d = ch->dim, na = ch->na, nb = ch->nb, kb = first_piece(ch), tw = ch->table_width;
+    const int64_t d = ch->dim, na = ch->na, nb = ch->nb, kb = first_piece(ch), tw = table_width(ch);
     const int one_piece = nb <= kb;
     Scratch w;
     if (scratch_of(ch, &w, 1)) return 1;
     int bad = 0;
     for (int64_t bh = 0; bh < bh_count && !bad; ++bh) {
         for (int64_t i = 0; i < ch->valid_rows && !bad; i += ch->block) {
-            const Block k = block_of(ch, bh, i);
+            const Block k = block_of(ch, bh, i, w.table);
             const int64_t m = k.m, width = k.width;
             const int64_t a_off = bh * ch->a_bh + (k.win.start + k.win.lo) * d, b_off = bh * ch->b_bh;
             const float *g = ch->d_out + bh * ch->d_out_bh + i * d, *o = ch->o + bh * ch->o_bh + i * d;
             const float *kept = ch->stats + bh * ch->stats_bh + 2 * i; /* row r: max, log sum */
-            float *d_q = k.out, *dt = ch->d_table + bh * ch->table_bh + i * tw, *dot = w.sum;
+            float *d_q = k.out, *dt = w.d_table, *dot = w.sum;
             for (int64_t r = 0; r < m && !one_piece; ++r) dot[r] = dot_product(g + r * d, o + r * d, d);
             /* A, B's first piece and the sink */
+            label_table(ch, &k);
+            memset(dt, 0, m * tw * sizeof(float));
             first_scores(ch, &k, w.labels, w.s, w.mx, &bad);
             if (bad) break; /* the scatters below trust the dense labels */
             for (int64_t r = 0; r < m; ++r) exp_row(w.s + r * width, kept[2 * r], kept[2 * r + 1], width);
@@ -555,7 +597,7 @@ int graphattn_backward(const Chunk *ch, int64_t bh_count) {
                 score_grad(w.s + r * width, dp, width, dot[r]);
                 scatter_labels(dt_r, w.labels[r].dense, ch->dense_bytes, dp, na, tw, w.lanes);
                 scatter_runs(dt_r, dp + na, w.labels[r], 0, kb, nb, tw, &bad);
-                dt_r[label_at(w.labels[r].dense, ch->dense_bytes, na)] += dp[width - 1];
+                dt_r[w.labels[r].sink] += dp[width - 1];
             }
             if (k.n_a > 0)
                 gemm(0, 0, m, d, k.n_a, ch->scale, w.ds + k.win.lo, width, k.ka, d, 0.0f, d_q, d);
@@ -580,6 +622,7 @@ int graphattn_backward(const Chunk *ch, int64_t bh_count) {
                 gemm(0, 0, m, d, n, ch->scale, w.ds + na, width, k.kb + c0 * d, d, 1.0f, d_q, d);
                 gemm(1, 0, n, d, m, ch->scale, w.ds + na, width, k.q, d, 1.0f, ch->d_kb + at, d);
             }
+            label_table_grad(ch, &k, dt, d_q);
         }
     }
     return release(&w, bad ? 2 : 0);

@@ -60,10 +60,11 @@ class Chunk(ctypes.Structure):
         ("dense", ctypes.c_void_p),
         ("dense_bytes", ctypes.c_int64),
         ("dense_batch", ctypes.c_int64),
+        ("sink", ctypes.c_void_p),
         *((name, ctypes.c_void_p) for name in ("run_ptr", "run_start", "run_label")),
-        ("table", ctypes.c_void_p),
-        ("table_bh", ctypes.c_int64),
-        ("table_width", ctypes.c_int64),
+        ("rel_key", ctypes.c_void_p),
+        ("rel_bias", ctypes.c_void_p),
+        ("vocab", ctypes.c_int64),
         ("out", ctypes.c_void_p),
         ("out_bh", ctypes.c_int64),
         ("key_block", ctypes.c_int64),
@@ -73,7 +74,7 @@ class Chunk(ctypes.Structure):
         ("d_out_bh", ctypes.c_int64),
         ("o", ctypes.c_void_p),
         ("o_bh", ctypes.c_int64),
-        *((name, ctypes.c_void_p) for name in ("d_ka", "d_va", "d_kb", "d_vb", "d_table")),
+        *((name, ctypes.c_void_p) for name in ("d_ka", "d_va", "d_kb", "d_vb", "d_rel_key", "d_rel_bias")),
     ]
 
 
@@ -164,29 +165,35 @@ def why_not() -> str:
 
 @dataclass
 class Labels:
-    """A chunk's labels as the kernel reads them: one per column of key set A and the sink
-    (`dense` [B, rows, na + 1]), and runs of equal labels over key set B (CSR over the B * rows
-    rows: `run_ptr` [B*rows + 1] int64, `run_start` and `run_label` [runs] int32). A row of
-    soft l2g or g2l labels is one or a few runs: memory per row O(runs), not O(G) or O(L)."""
+    """A chunk's labels as the kernel reads them: one per column of key set A (`dense` [B, rows,
+    na], rows contiguous: the long chunks' is a view of the plan's skewed band labels), the sink's
+    per row (`sink` [B, rows]: V, or V + 1 for a row with no allowed key), and runs of equal labels
+    over key set B (CSR over the B * rows rows: `run_ptr` [B*rows + 1] int64, `run_start` and
+    `run_label` [runs] int32). A row of soft l2g or g2l labels is one or a few runs: memory per
+    row O(runs), not O(G) or O(L)."""
 
     dense: torch.Tensor
+    sink: torch.Tensor
     run_ptr: torch.Tensor
     run_start: torch.Tensor
     run_label: torch.Tensor
 
     @staticmethod
     def of(first: torch.Tensor, empty: torch.Tensor, runs: Runs, vocab: int, dtype: torch.dtype) -> Labels:
-        """From key set A's labels [B, rows, na], the rows with no allowed key [B, rows] (their
-        sink gets label V + 1, the others V: score 0 or -inf) and B's runs ([B, rows] counts)."""
-        sink = empty.to(dtype) + vocab
-        dense = torch.cat([first.to(dtype), sink[..., None]], -1)
+        """From key set A's labels [B, rows, na] (kept as they are when already `dtype` with
+        contiguous rows), the rows with no allowed key [B, rows] and B's runs ([B, rows] counts)."""
+        rows_contiguous = first.stride()[1:] == (first.shape[2], 1)
+        dense = first if first.dtype == dtype and rows_contiguous else first.to(dtype).contiguous()
         run_ptr = torch.zeros(runs.counts.numel() + 1, dtype=torch.int64)
         torch.cumsum(runs.counts.flatten(), 0, out=run_ptr[1:])
-        return Labels(dense, run_ptr, runs.start, runs.label)
+        return Labels(dense, empty.to(dtype) + vocab, run_ptr, runs.start, runs.label)
 
     @property
     def nbytes(self) -> int:
-        return sum(t.numel() * t.element_size() for t in (self.dense, self.run_ptr, self.run_start, self.run_label))
+        """Bytes these labels hold (a view of the plan's band labels holds none of its own)."""
+        own = [self.sink, self.run_ptr, self.run_start, self.run_label]
+        own += [self.dense] if self.dense._base is None else []
+        return sum(t.numel() * t.element_size() for t in own)
 
 
 def _ptr(x: torch.Tensor | None) -> int | None:
@@ -207,21 +214,27 @@ def chunk(
     na: int,
     keys_b: tuple[torch.Tensor, torch.Tensor],
     labels: Labels,
-    table: torch.Tensor,
+    tables: tuple[torch.Tensor, torch.Tensor | None],
     out: torch.Tensor,
     stats: torch.Tensor,
     key_block: int,
 ) -> Chunk:
-    """Describe one chunk. q, table and out are [BH, n, *] views starting at the chunk's first
-    row; keys_a are whole [BH, n_a, d] key and value tensors (the block at chunk row i sees rows
+    """Describe one chunk. q and out are [BH, n, d] views starting at the chunk's first row;
+    keys_a are whole [BH, n_a, d] key and value tensors (the block at chunk row i sees rows
     a_start + a_step*i .. + na), keys_b [BH, nb, d] views of the chunk's second key set, read
-    `key_block` keys at a time. stats [BH, n, 2] (fp32) takes each row's max score and the log of
-    its softmax sum. Rows (the last dim) must be contiguous, as must the labels' tensors."""
+    `key_block` keys at a time. tables are the relative key table [V, heads, d] and bias [V,
+    heads] (or None) of the labels' score terms. stats [BH, n, 2] (fp32) takes each row's max
+    score and the log of its softmax sum. Rows (the last dim) must be contiguous, as must the
+    tables and the labels' tensors."""
     ka, va = keys_a
     kb, vb = keys_b
+    key_table, bias_table = tables
     dense = labels.dense
+    assert key_table.is_contiguous() and key_table.shape[1:] == (heads, q.shape[-1]), key_table.shape
+    assert bias_table is None or (bias_table.is_contiguous() and bias_table.shape == key_table.shape[:2])
     assert va.stride() == ka.stride() and vb.stride() == kb.stride(), "keys and values share their strides"
-    assert dense.is_contiguous() and dense.shape[1:] == (rows, na + 1), dense.shape
+    assert dense.shape[1:] == (rows, na) and dense.stride()[1:] == (na, 1), (dense.shape, dense.stride())
+    assert labels.sink.is_contiguous() and labels.sink.shape == dense.shape[:2] and labels.sink.dtype == dense.dtype
     assert labels.run_ptr.numel() == dense.shape[0] * rows + 1
     assert key_block >= 1 and stats.dtype == torch.float32 and stats.shape[-1] == 2 and stats.stride(-2) == 2
     if max(na + kb.shape[1] + 1, ka.shape[1], q.shape[-1]) >= INT_LIMIT:
@@ -250,12 +263,13 @@ def chunk(
         dense=_ptr(dense),
         dense_bytes=_LABEL_BYTES[dense.dtype],
         dense_batch=dense.stride(0),
+        sink=_ptr(labels.sink),
         run_ptr=_ptr(labels.run_ptr),
         run_start=_ptr(labels.run_start),
         run_label=_ptr(labels.run_label),
-        table=_ptr(table),
-        table_bh=table.stride(0),
-        table_width=table.shape[-1],
+        rel_key=_ptr(key_table),
+        rel_bias=_ptr(bias_table),
+        vocab=key_table.shape[0],
         out=_ptr(out),
         out_bh=out.stride(0),
         key_block=key_block,
@@ -279,14 +293,12 @@ def forward(c: Chunk, bh: int) -> None:
     _check(library().graphattn_forward(ctypes.byref(c), bh))
 
 
-def backward(
-    c: Chunk, bh: int, out: torch.Tensor, d_out: torch.Tensor, d_keys_a, d_keys_b, d_table: torch.Tensor
-) -> None:
+def backward(c: Chunk, bh: int, out: torch.Tensor, d_out: torch.Tensor, d_keys_a, d_keys_b, d_tables) -> None:
     """out (the forward's output, whose rows' statistics the forward left in c.stats) and d_out are
-    laid out as c.out (the query gradient goes to c.out), d_keys_* as the key sets, d_table as the
-    table: all accumulate except the query gradient."""
+    laid out as c.out (the query gradient goes to c.out), d_keys_* as the key sets, d_tables as
+    the key table and bias (None when there is none): all accumulate except the query gradient."""
     c.o, c.o_bh = _ptr(out), out.stride(0)
     c.d_out, c.d_out_bh = _ptr(d_out), d_out.stride(0)
     (c.d_ka, c.d_va), (c.d_kb, c.d_vb) = (map(_ptr, d_keys_a), map(_ptr, d_keys_b))
-    c.d_table = _ptr(d_table)
+    c.d_rel_key, c.d_rel_bias = map(_ptr, d_tables)
     _check(library().graphattn_backward(ctypes.byref(c), bh))

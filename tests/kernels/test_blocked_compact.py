@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from unittest import mock
 
 import numpy as np
+import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -14,7 +16,7 @@ from kernel_cases import RESULT_NAMES, assert_all_close
 
 from graphattn.compact import CompactBatch, CompactSideInputs
 from graphattn.compile.batching import collate
-from graphattn.kernels import prepare_attention, structure
+from graphattn.kernels import blocked_fused, fused_cpu, prepare_attention, structure
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "compile"))
 from compile_helpers import WordTokenizer  # noqa: E402
@@ -23,10 +25,10 @@ from test_compiler_properties import cases  # noqa: E402
 from graphattn import compile_instance  # noqa: E402
 
 
-def run_both(batch, vocab, **options):
+def run_both(batch, vocab, dtype=torch.float64, **options):
     side = batch.side
     gen = torch.Generator().manual_seed(0)
-    leaf = lambda *shape: torch.randn(*shape, generator=gen, dtype=torch.float64).requires_grad_()  # noqa: E731
+    leaf = lambda *shape: torch.randn(*shape, generator=gen, dtype=dtype).requires_grad_()  # noqa: E731
     states = [leaf(batch.batch_size, 2, n, 8) for n in (side.global_length,) * 3 + (side.long_length,) * 3]
     tables = [leaf(vocab, 2, 8), leaf(vocab, 2)]
     results = []
@@ -54,6 +56,23 @@ def test_compact_chunks_match_the_dense_tensors(first, second, extra_long, tile_
         batch, schema.relative_vocab_size, tile_elements=tile_elements, block_size=block_size, workers=1
     )
     assert_all_close(compact, dense, 1e-10, RESULT_NAMES)
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(cases(), cases(), st.integers(0, 5), st.sampled_from([None, 1, 3]))
+def test_the_fused_kernel_reads_the_same_labels_from_either_form(first, second, extra_long, key_block) -> None:
+    """fp32 on the fused CPU kernel: labels derived from the structure (runs, band) give the
+    results of labels derived from the dense tensors, bit for bit."""
+    if not fused_cpu.available():
+        pytest.skip(fused_cpu.why_not())
+    tok = WordTokenizer()
+    (graphs_a, schema), (graphs_b, _) = first, second
+    instances = [compile_instance(g, schema, tok, compact=True) for g in (graphs_a, graphs_b)]
+    batch = collate(instances, pad_to_long=max(i.long_length for i in instances) + extra_long)
+    with mock.patch.object(blocked_fused, "KEY_BLOCK", key_block or blocked_fused.KEY_BLOCK):
+        compact, dense = run_both(batch, schema.relative_vocab_size, torch.float32, fused=True, workers=1)
+    for name, a, b in zip(RESULT_NAMES, compact, dense):
+        assert torch.equal(a, b), name
 
 
 def long_compact_batch(length: int, num_global: int) -> CompactBatch:

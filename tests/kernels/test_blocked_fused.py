@@ -50,7 +50,7 @@ def against_oracle(case_of, rtol: float = FP32, key_block: int | None = None, **
 
 
 def test_labels_keep_key_set_b_as_runs() -> None:
-    """Two rows, A = 2 columns, B = 4, then the sink (V = 8: 8 masked, 9 the empty row's sink)."""
+    """Two rows, A = 2 columns, B = 4, and the sinks (V = 8: 8 masked, 9 the empty row's sink)."""
     second = torch.tensor([[[5, 5, 2, 2], [8, 8, 8, 8]]])
     runs = runs_of(second)
     assert runs.counts.tolist() == [[2, 1]]  # row 0: runs 0-1, row 1: run 2
@@ -58,9 +58,13 @@ def test_labels_keep_key_set_b_as_runs() -> None:
     assert runs.allowed_rows(8).tolist() == [[True, False]]
     first = torch.tensor([[[3, 1], [8, 8]]])
     labels = fused_cpu.Labels.of(first, torch.tensor([[False, True]]), runs, 8, torch.int8)
-    assert labels.dense.dtype == torch.int8 and labels.dense.tolist() == [[[3, 1, 8], [8, 8, 9]]]
+    assert labels.dense.dtype == torch.int8 and labels.dense.tolist() == [[[3, 1], [8, 8]]]
+    assert labels.sink.dtype == torch.int8 and labels.sink.tolist() == [[8, 9]]
     assert labels.run_ptr.tolist() == [0, 2, 3]
-    assert labels.nbytes == 6 + 3 * 8 + 3 * 4 + 3 * 4
+    assert labels.nbytes == 4 + 2 + 3 * 8 + 3 * 4 + 3 * 4
+    band = torch.zeros(1, 4, 3, dtype=torch.int8)  # a view of another tensor's rows is used as it is
+    view = fused_cpu.Labels.of(band[:, 1:3], torch.tensor([[False, False]]), runs, 8, torch.int8)
+    assert view.dense.data_ptr() == band[:, 1:3].data_ptr() and view.nbytes == 2 + 3 * 8 + 3 * 4 + 3 * 4
     none = runs_of(second[:, :, :0])  # no B keys: no runs
     assert none.counts.tolist() == [[0, 0]] and none.start.numel() == 0
 
