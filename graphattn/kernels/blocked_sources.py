@@ -20,7 +20,7 @@ import torch
 
 from graphattn.compact import CompactBatch
 from graphattn.contract import SideInputs
-from graphattn.kernels import structure
+from graphattn.kernels import fused_cpu, structure
 from graphattn.kernels.structure_runs import Runs, compact_runs, runs_of
 
 # Elements of dense labels compared at once when a dense source's rows are turned into runs.
@@ -124,7 +124,12 @@ def source_of(structure_or_side: SideInputs | CompactBatch) -> DenseSource | Com
 
 
 def _dense_runs(region, batch: int, rows: slice, cols: slice, vocab: int) -> Runs:
-    """Runs of a region's dense rows, a piece of rows at a time (RUN_PIECE_ELEMENTS labels)."""
+    """Runs of a region's dense rows: in one pass of the fused kernel's C where it is built,
+    else with torch a piece of rows at a time (RUN_PIECE_ELEMENTS labels)."""
+    mask, ids = region(rows, cols)
+    runs = fused_cpu.dense_runs(mask, ids, vocab)
+    if runs is not None:
+        return runs
     step = max(1, RUN_PIECE_ELEMENTS // max(batch * (cols.stop - cols.start), 1))
     parts = []
     for start in range(rows.start, rows.stop, step):

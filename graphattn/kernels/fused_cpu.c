@@ -628,6 +628,31 @@ int graphattn_backward(const Chunk *ch, int64_t bh_count) {
     return release(&w, bad ? 2 : 0);
 }
 
+/* Runs of equal labels along the rows of a dense block: label = ids where mask != 0, else
+ * `vocab`; rows `rows` x `m`, `row_stride` elements apart. counts[r] gets row r's runs; start and
+ * label (NULL on a first, counting call) get each run's first column and label, row by row.
+ * Returns the number of runs. One pass over the block instead of torch's half dozen. */
+int64_t graphattn_dense_runs(const int32_t *mask, const int32_t *ids, int64_t rows, int64_t m, int64_t row_stride,
+                             int32_t vocab, int64_t *counts, int32_t *start, int32_t *label) {
+    int64_t total = 0;
+    for (int64_t r = 0; r < rows; ++r) {
+        const int32_t *mr = mask + r * row_stride, *ir = ids + r * row_stride;
+        int64_t runs = 0;
+        int32_t last = 0;
+        for (int64_t c = 0; c < m; ++c) {
+            const int32_t now = mr[c] ? ir[c] : vocab;
+            if (c == 0 || now != last) {
+                if (start) start[total + runs] = (int32_t)c, label[total + runs] = now;
+                ++runs;
+            }
+            last = now;
+        }
+        counts[r] = runs;
+        total += runs;
+    }
+    return total;
+}
+
 /* 0 when sgemm_ takes 32-bit integers and computes what this file expects (an ILP64 BLAS, or
  * another argument order, gives another answer): fused_cpu.py checks it once at load. */
 int graphattn_self_check(void) {

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import ctypes
 import hashlib
+import itertools
 import os
 import platform
 import shlex
@@ -146,6 +147,9 @@ def library() -> ctypes.CDLL | None:
     for name in ("graphattn_forward", "graphattn_backward"):
         getattr(lib, name).argtypes = [ctypes.POINTER(Chunk), ctypes.c_int64]
         getattr(lib, name).restype = ctypes.c_int
+    i64, ptr = ctypes.c_int64, ctypes.c_void_p
+    lib.graphattn_dense_runs.argtypes = [ptr, ptr, i64, i64, i64, ctypes.c_int32, ptr, ptr, ptr]
+    lib.graphattn_dense_runs.restype = i64
     if lib.graphattn_self_check() != 0:
         blas = _torch_lib() / "libtorch_cpu.so"
         return _unavailable(f"the BLAS in {blas} multiplied a 2x3 by a 3x2 matrix wrongly through sgemm_")
@@ -276,6 +280,28 @@ def chunk(
         stats=_ptr(stats),
         stats_bh=stats.stride(0),
     )
+
+
+def dense_runs(mask: torch.Tensor, ids: torch.Tensor, vocab: int) -> Runs | None:
+    """The runs of dense [B, n, m] int32 mask and id blocks (views with contiguous rows, as the
+    side inputs' slices are), in one pass of C; None where the kernel is not available or the
+    blocks are not laid out so (structure_runs.runs_of then does it)."""
+    lib = library()
+    laid_out = all(t.dtype == torch.int32 and t.stride(-1) == 1 and t.stride() == mask.stride() for t in (mask, ids))
+    if lib is None or not laid_out or mask.device.type != "cpu":
+        return None
+    batch, rows, m = mask.shape
+    counts = torch.empty(batch, rows, dtype=torch.int64)
+
+    def call(b: int, start=None, label=None) -> int:
+        row = mask.stride(1)
+        return lib.graphattn_dense_runs(_ptr(mask[b]), _ptr(ids[b]), rows, m, row, vocab, _ptr(counts[b]), start, label)
+
+    sizes = [call(b) for b in range(batch)]  # counting, then filling: a loop over batch rows
+    start, label = (torch.empty(sum(sizes), dtype=torch.int32) for _ in range(2))
+    for b, first in enumerate(itertools.accumulate([0, *sizes[:-1]])):
+        call(b, start.data_ptr() + 4 * first, label.data_ptr() + 4 * first)
+    return Runs(counts, start, label)
 
 
 class LabelOutsideTable(ValueError):
