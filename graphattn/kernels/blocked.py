@@ -323,7 +323,7 @@ def plan(request: PlanRequest) -> BlockedPlan:
     # The PyTorch path's tiles hold all heads: a call that takes it (fp64, bf16 tiles) gets its own chunks.
     eager_tiles = max(1, request.options.get("tile_elements", TILE_ELEMENTS) // max(sharing, 1))
     eager = geometry(*shape, block_size, eager_tiles, s.num_global_keys)
-    geo = blocked_fused.chunking(geo, tile_elements, sharing)
+    geo = blocked_fused.chunking(geo, tile_elements, sharing, source)
     return replace(make_plan(geo, source, workers, cache_bytes), fused=fused, eager_geometry=eager)
 
 

@@ -32,6 +32,7 @@ from graphattn.kernels.blocked_tiles import (
     Geometry,
     chunk_tasks,
     global_chunk_keys,
+    global_chunks,
     long_chunk_keys,
     query_outputs,
 )
@@ -47,6 +48,7 @@ TASKS_PER_WORKER = 4
 # 256 rows ran the global side 1.6x faster than 80 (measured at L = 4096, one core). Blocks take
 # fewer rows when GLOBAL_TILE_BYTES of scores cannot hold them.
 GLOBAL_ROWS = 256
+SMALL_BLOCK_ROWS = 64  # the cost model of _global_rows: 80-row blocks ran 1.4-1.6x slower per score than 256
 GLOBAL_TILE_BYTES = 1 << 24
 # Keys of the second key set (a global row's long keys, a long row's global keys) per piece of
 # the kernel's online softmax: a block of 256 rows then scores [256, G + KEY_BLOCK] at a time,
@@ -57,14 +59,35 @@ KEY_BLOCK = 512
 G2G_PIECE_ELEMENTS = 1 << 16
 
 
-def chunking(geo: Geometry, tile_elements: int, workers: int) -> Geometry:
+def chunking(geo: Geometry, tile_elements: int, workers: int, source) -> Geometry:
     """The chunk sizes of a fused plan (see TILE_ELEMENTS): `tile_elements` per worker."""
     per_block = geo.batch * geo.block * (geo.window + geo.num_global_keys + 1)
-    per_global_row = geo.batch * (geo.num_global_keys + geo.num_long + 1)
     balanced = -(-geo.num_blocks // (TASKS_PER_WORKER * max(workers, 1)))
     blocks = max(1, min(balanced, tile_elements // per_block))
-    rows = max(1, min(GLOBAL_ROWS, tile_elements // per_global_row))
+    most = max(1, min(GLOBAL_ROWS, tile_elements // (geo.batch * (geo.num_global_keys + geo.num_long + 1))))
+    rows = _global_rows(geo, source, most) if geo.num_global else most
     return replace(geo, blocks_per_chunk=blocks, global_rows_per_chunk=rows)
+
+
+def _global_rows(geo: Geometry, source, most: int) -> int:
+    """Rows per global chunk, at most `most`, that cost least. A chunk scores its rows against
+    every long key any of them may see, and a block of fewer rows reuses each key less: a row of
+    n rows' chunk spanning s long keys is taken to cost (G + s)(1 + SMALL_BLOCK_ROWS / n). Soft
+    g2l rows all span the document, so the largest chunks win; hard g2l rows (ETC's
+    pre-training masks: a sentence's own tokens) span little apiece, and small chunks keep the
+    union of their spans small: 32 rows instead of 256 score 4.3x fewer keys at L = 4096."""
+    sizes = sorted({most, *(n for n in (16, 32, 64, 128, 256) if n < most)}, reverse=True)
+
+    def cost(rows: int) -> float:
+        total = 0.0
+        for (start, stop), (lo, hi) in zip(
+            global_chunks(replace(geo, global_rows_per_chunk=rows)), source.global_spans(rows)
+        ):
+            n = stop - start
+            total += n * (geo.num_global_keys + max(hi - lo, 0)) * (1 + SMALL_BLOCK_ROWS / n)
+        return total
+
+    return min(sizes, key=cost)
 
 
 def usable(device: torch.device, dtype: torch.dtype) -> bool:

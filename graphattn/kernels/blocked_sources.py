@@ -16,6 +16,8 @@ each chunk's links and edges when the batch is planned, not inside a layer.
 
 from __future__ import annotations
 
+from functools import cached_property
+
 import torch
 
 from graphattn.compact import CompactBatch
@@ -51,7 +53,18 @@ class DenseSource:
         return _mask_spans(self.side.l2g_att_mask, rows_per_chunk)
 
     def global_spans(self, rows_per_chunk: int) -> list[tuple[int, int]]:
-        return _mask_spans(self.side.g2l_att_mask, rows_per_chunk)
+        return _range_spans(*self._global_ranges, rows_per_chunk)
+
+    @cached_property
+    def _global_ranges(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """Per global query, the [first, last + 1) of the long keys it may see over the batch,
+        [1, G] each ((BIG, -BIG) for none): one pass over g2l, then any chunking is cheap."""
+        allowed = (self.side.g2l_att_mask != 0).any(0)  # [G, L]
+        some, width = allowed.any(1), allowed.shape[1]
+        first = allowed.to(torch.uint8).argmax(1)
+        last = width - allowed.flip(1).to(torch.uint8).argmax(1)
+        none = torch.tensor(structure.BIG, dtype=torch.int32)
+        return torch.where(some, first, none).int()[None], torch.where(some, last, -none).int()[None]
 
     def plan_chunks(self, long_blocks: list[tuple[slice, slice]], global_blocks: list[tuple[slice, slice]]) -> None:
         """Nothing to select: slices are cheap."""
@@ -91,7 +104,11 @@ class CompactSource:
         return _range_spans(*structure.allowed_key_range(self.compact, "l2g"), rows_per_chunk)
 
     def global_spans(self, rows_per_chunk: int) -> list[tuple[int, int]]:
-        return _range_spans(*structure.allowed_key_range(self.compact, "g2l"), rows_per_chunk)
+        return _range_spans(*self._global_ranges, rows_per_chunk)
+
+    @cached_property
+    def _global_ranges(self) -> tuple[torch.Tensor, torch.Tensor]:
+        return structure.allowed_key_range(self.compact, "g2l")
 
     def plan_chunks(self, long_blocks: list[tuple[slice, slice]], global_blocks: list[tuple[slice, slice]]) -> None:
         """Select every block's links and edges now (boolean selections read sizes back)."""

@@ -29,7 +29,7 @@ import torch
 from graphattn.compact import CompactBatch
 from graphattn.contract import SideInputs
 
-_BIG = torch.iinfo(torch.int32).max
+BIG = torch.iinfo(torch.int32).max  # an empty range is (BIG, -BIG)
 
 
 def distance_ids(delta: torch.Tensor, max_distance: int) -> torch.Tensor:
@@ -158,26 +158,26 @@ def allowed_key_range(c: CompactBatch, region: str) -> tuple[torch.Tensor, torch
     def doc_range(doc: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """First and last index of each document in a [B, n] doc row, [B, docs]."""
         index = torch.arange(doc.shape[1], device=device, dtype=torch.int32).expand_as(doc)
-        first = torch.full((batch, docs), _BIG, dtype=torch.int32, device=device).scatter_reduce_(
+        first = torch.full((batch, docs), BIG, dtype=torch.int32, device=device).scatter_reduce_(
             1, doc.long(), index, "amin"
         )
-        last = torch.full((batch, docs), -_BIG, dtype=torch.int32, device=device).scatter_reduce_(
+        last = torch.full((batch, docs), -BIG, dtype=torch.int32, device=device).scatter_reduce_(
             1, doc.long(), index, "amax"
         )
         return first, last
 
     if region == "l2g":
         first, last = doc_range(c.global_doc)
-        lo = torch.where(c.long_hard_l2g, _BIG, first.gather(1, c.long_doc.long()))
-        hi = torch.where(c.long_hard_l2g, -_BIG, last.gather(1, c.long_doc.long()))
+        lo = torch.where(c.long_hard_l2g, BIG, first.gather(1, c.long_doc.long()))
+        hi = torch.where(c.long_hard_l2g, -BIG, last.gather(1, c.long_doc.long()))
         owners = c.owners
-        lo = torch.minimum(lo, torch.where(owners >= 0, owners, _BIG).amin(1) if owners.shape[1] else lo)
-        hi = torch.maximum(hi, torch.where(owners >= 0, owners, -_BIG).amax(1) if owners.shape[1] else hi)
+        lo = torch.minimum(lo, torch.where(owners >= 0, owners, BIG).amin(1) if owners.shape[1] else lo)
+        hi = torch.maximum(hi, torch.where(owners >= 0, owners, -BIG).amax(1) if owners.shape[1] else hi)
         rows, keys = c.link_long, c.link_global
     else:
         first, last = doc_range(c.long_doc)
-        lo = torch.where(c.global_hard_g2l, _BIG, first.gather(1, c.global_doc.long()))
-        hi = torch.where(c.global_hard_g2l, -_BIG, last.gather(1, c.global_doc.long()))
+        lo = torch.where(c.global_hard_g2l, BIG, first.gather(1, c.global_doc.long()))
+        hi = torch.where(c.global_hard_g2l, -BIG, last.gather(1, c.global_doc.long()))
         owned_first, owned_last = _owned_long_range(c)
         lo = torch.minimum(lo, owned_first.amin(1) if owned_first.shape[1] else lo)
         hi = torch.maximum(hi, owned_last.amax(1) if owned_last.shape[1] else hi)
@@ -185,7 +185,7 @@ def allowed_key_range(c: CompactBatch, region: str) -> tuple[torch.Tensor, torch
     flat = c.link_batch.long() * lo.shape[1] + rows.long()
     lo = lo.flatten().scatter_reduce(0, flat, keys.to(torch.int32), "amin").view_as(lo)
     hi = hi.flatten().scatter_reduce(0, flat, keys.to(torch.int32), "amax").view_as(hi)
-    return lo, torch.where(hi > -_BIG, hi + 1, hi)
+    return lo, torch.where(hi > -BIG, hi + 1, hi)
 
 
 def compact_to_side(c: CompactBatch) -> SideInputs:
@@ -204,11 +204,11 @@ def _tile_view(x: torch.Tensor, tile: int, fill) -> torch.Tensor:
 
 def tile_min(x: torch.Tensor, tile: int) -> torch.Tensor:
     """Per tile of `tile` entries along the last dim, the minimum (BIG for padding)."""
-    return _tile_view(x, tile, _BIG).amin(-1)
+    return _tile_view(x, tile, BIG).amin(-1)
 
 
 def tile_max(x: torch.Tensor, tile: int) -> torch.Tensor:
-    return _tile_view(x, tile, -_BIG).amax(-1)
+    return _tile_view(x, tile, -BIG).amax(-1)
 
 
 def _range(x: torch.Tensor, tile: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -238,9 +238,9 @@ class BlockSummary:
 
 
 def long_summary(c: CompactBatch, tile: int) -> BlockSummary:
-    owners = torch.where(c.owners >= 0, c.owners, _BIG)
-    low = _tile_view(owners, tile, _BIG).amin(-1)
-    high = _tile_view(torch.where(c.owners >= 0, c.owners, -_BIG), tile, -_BIG).amax(-1)
+    owners = torch.where(c.owners >= 0, c.owners, BIG)
+    low = _tile_view(owners, tile, BIG).amin(-1)
+    high = _tile_view(torch.where(c.owners >= 0, c.owners, -BIG), tile, -BIG).amax(-1)
     soft = _tile_view(~c.long_hard_l2g, tile, False)
     pad = _tile_view(torch.ones_like(c.long_hard_l2g), tile, False)  # real (inside L) positions
     return BlockSummary(
@@ -258,8 +258,8 @@ def _owned_long_range(c: CompactBatch) -> tuple[torch.Tensor, torch.Tensor]:
     """[B, levels, G]: first and last long token each global owns at each level ((BIG, -BIG): none)."""
     batch, levels, length = c.owners.shape
     device = c.owners.device
-    first = torch.full((batch, levels, c.global_length + 1), _BIG, dtype=torch.int32, device=device)
-    last = torch.full_like(first, -_BIG)
+    first = torch.full((batch, levels, c.global_length + 1), BIG, dtype=torch.int32, device=device)
+    last = torch.full_like(first, -BIG)
     target = torch.where(c.owners >= 0, c.owners, c.global_length).long()  # column G collects "no owner"
     token = torch.arange(length, device=device, dtype=torch.int32).expand_as(c.owners)
     first.scatter_reduce_(2, target, token, "amin")
@@ -276,7 +276,7 @@ def global_summary(c: CompactBatch, tile: int) -> BlockSummary:
         c.global_length,
         _range(c.global_doc, tile),
         _range(c.global_segment, tile),
-        (_tile_view(first, tile, _BIG).amin(-1), _tile_view(last, tile, -_BIG).amax(-1)),
+        (_tile_view(first, tile, BIG).amin(-1), _tile_view(last, tile, -BIG).amax(-1)),
         soft.any(-1),
         (soft | ~pad).all(-1),
         _tile_view(c.global_blockable, tile, False).any(-1),

@@ -124,3 +124,23 @@ def test_no_mask_block_larger_than_a_chunk_is_built(monkeypatch) -> None:
     bound = max(chunk_rows * num_global, geo.global_rows_per_chunk * length)
     assert sizes and max(sizes) <= bound <= length * num_global // 16
     assert torch.isfinite(long_out).all() and torch.isfinite(global_out).all()
+
+
+def test_fused_plans_take_small_global_chunks_where_hard_g2l_keeps_each_rows_keys_few() -> None:
+    """Hard g2l: each global sees its sentence's 16 tokens, so 256-row chunks would score every
+    long key for every row; the fused plan's cost model picks chunks whose spans stay small. Soft
+    g2l rows see the whole document: the largest chunks are cheapest."""
+    if not fused_cpu.available():
+        pytest.skip(fused_cpu.why_not())
+    hard = long_compact_batch(4096, 256)
+    soft = hard.map(lambda t: t.clone())
+    soft.global_hard_g2l.zero_()
+    rows = {}
+    for name, batch in (("hard", hard), ("soft", soft)):
+        prepared = prepare_attention(batch, num_heads=2, head_dim=8, vocab_size=32, backend="blocked", workers=2)
+        geo, spans = prepared._plan.geo, prepared._plan.global_spans
+        rows[name] = geo.global_rows_per_chunk
+        if name == "hard":  # a few chunks reach farther through mention links
+            narrow = [hi - lo <= 2 * 16 * geo.global_rows_per_chunk for lo, hi in spans]
+            assert sum(narrow) >= 0.75 * len(narrow), spans
+    assert rows["soft"] == 256 and rows["hard"] <= 64, rows
