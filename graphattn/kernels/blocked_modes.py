@@ -29,7 +29,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, wait
 from typing import Any, TypeVar
 
 import torch
@@ -147,14 +147,31 @@ def run_tasks(
         return state
 
     parts = [[tasks[i] for i in part] for part in deal(costs, workers)]
+    others = [_pool(workers - 1).submit(work, part) for part in parts[1:]]
     try:
-        with ThreadPoolExecutor(workers, thread_name_prefix="graphattn-blocked") as pool:
-            return list(pool.map(work, parts))
+        first = work(parts[0])  # the calling thread is the first worker
+        return [first, *(future.result() for future in others)]
     finally:
         # Restored once every worker is done: MKL's thread count is process-wide, and a worker
         # that restored it while another still ran let that one's matmuls go multi-threaded,
         # which changed their summation order and the last bits of the gradients.
+        wait(others)
         torch.set_num_threads(threads)
+
+
+_POOLS: dict[tuple[int, int], ThreadPoolExecutor] = {}
+_POOLS_LOCK = threading.Lock()
+
+
+def _pool(size: int) -> ThreadPoolExecutor:
+    """A pool of `size` threads kept for the process: starting threads on every call cost up to
+    3 ms at L = 2048 (a new thread waits for the GIL to start while the first worker holds it).
+    A forked child makes its own (its parent's threads do not exist in it)."""
+    key = (os.getpid(), size)
+    with _POOLS_LOCK:
+        if key not in _POOLS:
+            _POOLS[key] = ThreadPoolExecutor(size, thread_name_prefix="graphattn-blocked")
+        return _POOLS[key]
 
 
 def deal(costs: list[int], workers: int) -> list[list[int]]:

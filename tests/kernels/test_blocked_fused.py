@@ -249,3 +249,36 @@ def test_ids_past_the_table_fail_before_the_kernel_reads_them() -> None:
     case.side.l2g_relative_att_ids[0, 0, 0] = case.vocab + 5
     with pytest.raises(ValueError, match=r"ids must lie in \[0, \d+\).*long queries from row 0"):
         run(fused(), case)
+
+
+def test_tasks_are_dealt_by_cost_largest_first_to_the_least_loaded_worker() -> None:
+    from graphattn.kernels.blocked_modes import deal
+
+    assert deal([5, 1, 4, 2, 3], 2) == [[0, 3, 1], [2, 4]]  # loads 8 and 7
+    assert deal([1, 1, 1], 3) == [[0], [1], [2]]
+
+
+def _attend_in_child(queue) -> None:
+    case = synthetic_case(dtype=torch.float32, num_long=40, radius=4)
+    queue.put(run(fused(workers=2), case, grads=False)[1].sum().item())
+
+
+@needs_kernel
+def test_a_forked_child_gets_its_own_worker_threads() -> None:
+    """The workers are kept for the process; a child forked after they started (a DataLoader
+    worker) must not wait on its parent's threads, which do not exist in it."""
+    import multiprocessing
+
+    case = synthetic_case(dtype=torch.float32, num_long=40, radius=4)
+    expected = run(fused(workers=2), case, grads=False)[1].sum().item()  # the parent's pool exists now
+    context = multiprocessing.get_context("fork")
+    queue = context.Queue()
+    child = context.Process(target=_attend_in_child, args=(queue,))
+    child.start()
+    child.join(timeout=60)
+    hung = child.is_alive()
+    if hung:
+        child.kill()
+        child.join()
+    assert not hung and child.exitcode == 0, "the forked child hung" if hung else f"exit code {child.exitcode}"
+    assert queue.get(timeout=5) == expected
