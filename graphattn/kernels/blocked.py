@@ -305,25 +305,36 @@ def plan(request: PlanRequest) -> BlockedPlan:
     if fused not in (None, True, False):
         raise TypeError(f"blocked-backend option fused must be True, False or None, got {fused!r}")
     block_size = options.pop("block_size", None)
-    fused_planned = fused is not False and blocked_fused.likely(request.device, request.dtype)
-    tile_elements = options.pop("tile_elements", blocked_fused.TILE_ELEMENTS if fused_planned else TILE_ELEMENTS)
+    tile_elements = options.pop("tile_elements", None)
     cache_bytes = options.pop("index_cache_bytes", None)
     if cache_bytes is not None and (type(cache_bytes) is not int or cache_bytes < 0):
         raise TypeError(f"blocked-backend option index_cache_bytes must be a non-negative int, got {cache_bytes!r}")
     if options:
         raise TypeError(f"unknown blocked-backend options: {', '.join(sorted(options))}")
     sharing = workers if workers is not None else torch.get_num_threads()
-    tile_elements = max(1, tile_elements // max(sharing, 1))  # same scratch memory in total
+
+    def per_worker(default: int) -> int:  # the workers share the budget: the same scratch memory in total
+        return max(1, (default if tile_elements is None else tile_elements) // max(sharing, 1))
+
     s = request.shape
     source = source_of(request.compact if request.side is None else request.side)
-    shape = (s.batch, request.num_heads, s.num_global, s.num_long, s.local_radius, request.vocab_size, 1.0)
-    geo = geometry(*shape, block_size, tile_elements, s.num_global_keys)
-    if not fused_planned:
-        return replace(make_plan(geo, source, workers, cache_bytes), fused=fused)
-    # The PyTorch path's tiles hold all heads: a call that takes it (fp64, bf16 tiles) gets its own chunks.
-    eager_tiles = max(1, request.options.get("tile_elements", TILE_ELEMENTS) // max(sharing, 1))
-    eager = geometry(*shape, block_size, eager_tiles, s.num_global_keys)
-    geo = blocked_fused.chunking(geo, tile_elements, sharing, source)
+    eager = geometry(
+        s.batch,
+        request.num_heads,
+        s.num_global,
+        s.num_long,
+        s.local_radius,
+        request.vocab_size,
+        1.0,
+        block_size,
+        per_worker(TILE_ELEMENTS),
+        s.num_global_keys,
+    )
+    if fused is False or not blocked_fused.likely(request.device, request.dtype):
+        return replace(make_plan(eager, source, workers, cache_bytes), fused=fused)
+    # Chunked for the kernel; a call that takes the PyTorch path (fp64, bf16 tiles, whose tiles
+    # hold all heads) gets the eager geometry's chunks.
+    geo = blocked_fused.chunking(eager, per_worker(blocked_fused.TILE_ELEMENTS), sharing, source)
     return replace(make_plan(geo, source, workers, cache_bytes), fused=fused, eager_geometry=eager)
 
 

@@ -38,9 +38,11 @@ from graphattn.kernels.blocked_tiles import (
 )
 
 # The chunk budget of plans that will run fused (blocked.plan's tile_elements, shared by the
-# workers): a chunk's label index, [B, rows, keys], never holds more (the kernel itself holds one
-# head's block of rows at a time). Within it, every worker gets TASKS_PER_WORKER long chunks (the
-# deal balances their costs, blocked_modes.run_tasks) and a global chunk takes GLOBAL_ROWS rows.
+# workers): a chunk's [B, rows, keys] extent never exceeds it. The kernel holds one head's block
+# of rows at a time and the labels are kept as runs, so the default is only a cap (a small
+# tile_elements still forces small chunks); within it every worker gets TASKS_PER_WORKER long
+# chunks (the deal balances their costs, blocked_modes.deal) and global chunks take up to
+# GLOBAL_ROWS rows (_global_rows).
 TILE_ELEMENTS = 1 << 23
 TASKS_PER_WORKER = 4
 # Rows of a global chunk and of the kernel's blocks of global rows: every block streams all the
