@@ -26,7 +26,7 @@ from functools import partial
 import torch
 
 from graphattn.kernels import fused_cpu
-from graphattn.kernels.blocked_modes import run_tasks
+from graphattn.kernels.blocked_modes import deal
 from graphattn.kernels.blocked_tiles import (
     CallTensors,
     Geometry,
@@ -125,14 +125,23 @@ class _Call:
     vocab: int
     labels: fused_cpu.Labels  # held here: `described` points into it
 
-    def run(self, kernel, *args) -> None:
-        try:
-            kernel(self.described, *args)
-        except fused_cpu.LabelOutsideTable:
-            raise ValueError(
-                f"relative attention ids must lie in [0, {self.vocab}) (the relative vocabulary), but one of "
-                f"the {self.side} queries from row {self.start} (an id of theirs) lies outside it"
-            ) from None
+
+def _run(calls: list[_Call], parts: list[list[int]], bh: int, accumulators=None) -> None:
+    """One pass over the calls in one kernel call (fused_cpu.run), its error in the calls' terms."""
+    failed = fused_cpu.run([call.described for call in calls], parts, bh, accumulators)
+    if failed is not None:
+        call = calls[failed]
+        raise ValueError(
+            f"relative attention ids must lie in [0, {call.vocab}) (the relative vocabulary), but one of "
+            f"the {call.side} queries from row {call.start} (an id of theirs) lies outside it"
+        )
+
+
+def _calls(lay: CallTensors, queries: str, chunks: _Chunks, workers: int) -> tuple[list[_Call], list[list[int]]]:
+    """Every chunk of the pass described (labels made or taken from the plan's cache, in this
+    thread), and the chunk numbers of each worker (blocked_modes.deal: fixed by their costs)."""
+    makers, costs = chunk_tasks(lay, queries, chunks.long, chunks.global_)
+    return [make() for make in makers], deal(costs, max(1, min(workers, len(makers))))
 
 
 class _Chunks:
@@ -255,35 +264,22 @@ class Tables:
 
 def forward(lay: CallTensors, tables: Tables, workers: int, queries: str = "both"):
     """(global_out [BH, G, d], long_out [BH, L, d], the rows' statistics for backward)."""
-    geo = lay.geo
-    bh = geo.bh
     global_out, long_out = query_outputs(lay, queries)
     stats = Stats.empty(lay)
-    chunks = _Chunks(lay, tables, long_out, global_out, stats)
-
-    def long_task(first: int, last: int, _) -> None:
-        chunks.long(first, last).run(fused_cpu.forward, bh)
-
-    def global_task(start: int, stop: int, _) -> None:
-        chunks.global_(start, stop).run(fused_cpu.forward, bh)
-
-    run_tasks(*chunk_tasks(lay, queries, long_task, global_task), lambda: None, workers)
+    calls, parts = _calls(lay, queries, _Chunks(lay, tables, long_out, global_out, stats), workers)
+    _run(calls, parts, lay.geo.bh)
     return global_out, long_out, stats
 
 
 class _Grads:
-    """One worker's gradient accumulators of the keys, values and tables (laid out as they are)."""
+    """One worker's gradient accumulators of the keys, values and tables (laid out as they are;
+    left empty: the kernel zeroes them in the worker's own thread)."""
 
     def __init__(self, lay: CallTensors, tables: Tables):
-        self.d_gk, self.d_gv, self.d_lk, self.d_lv = map(torch.zeros_like, (lay.gk, lay.gv, lay.lk, lay.lv))
-        zeros = lambda t: None if t is None else torch.zeros_like(t)  # noqa: E731
-        self.d_long = tuple(map(zeros, tables.long))
-        self.d_global = tuple(map(zeros, tables.global_))
-
-    def add_(self, other: _Grads) -> None:
-        for mine, theirs in zip(self.flat(), other.flat()):
-            if mine is not None:
-                mine.add_(theirs)
+        self.d_gk, self.d_gv, self.d_lk, self.d_lv = map(torch.empty_like, (lay.gk, lay.gv, lay.lk, lay.lv))
+        empty = lambda t: None if t is None else torch.empty_like(t)  # noqa: E731
+        self.d_long = tuple(map(empty, tables.long))
+        self.d_global = tuple(map(empty, tables.global_))
 
     def flat(self) -> list:
         return [self.d_gk, self.d_gv, self.d_lk, self.d_lv, *self.d_long, *self.d_global]
@@ -300,32 +296,28 @@ def backward(
     queries: str = "both",
 ) -> list:
     """Gradients of (gq, gk, gv, lq, lk, lv, long key table, bias, global key table, bias) from
-    the forward's (global_out, long_out) and statistics."""
+    the forward's (global_out, long_out) and statistics: each worker accumulates the key sides'
+    into its own _Grads, which the kernel sums into the first worker's in a fixed order."""
     geo = lay.geo
     bh, d = geo.bh, lay.dim
     grad_long = grad_long.reshape(bh, geo.num_long, d)
     grad_global = grad_global.reshape(bh, geo.num_global, d)
     out_global, out_long = (x.reshape(bh, -1, d) for x in outputs)
-    d_lq, d_gq = torch.zeros_like(lay.lq), torch.zeros_like(lay.gq)  # rows belong to one chunk each
-    chunks = _Chunks(lay, tables, d_lq, d_gq, stats)
-
-    def long_task(first: int, last: int, acc: _Grads) -> None:
-        call = chunks.long(first, last)
-        s, keys = call.start, call.keys
-        d_keys_b = (acc.d_gk[:, keys], acc.d_gv[:, keys])
-        g, o = grad_long[:, s:], out_long[:, s:]
-        call.run(fused_cpu.backward, bh, o, g, (acc.d_lk, acc.d_lv), d_keys_b, acc.d_long)
-
-    def global_task(start: int, stop: int, acc: _Grads) -> None:
-        call = chunks.global_(start, stop)
-        d_keys_b = (acc.d_lk[:, call.keys], acc.d_lv[:, call.keys])
-        g, o = grad_global[:, start:], out_global[:, start:]
-        call.run(fused_cpu.backward, bh, o, g, (acc.d_gk, acc.d_gv), d_keys_b, acc.d_global)
-
-    accs = run_tasks(*chunk_tasks(lay, queries, long_task, global_task), lambda: _Grads(lay, tables), workers)
+    d_gq, d_lq = query_outputs(lay, queries)  # written by the chunks, as the forward's outputs
+    calls, parts = _calls(lay, queries, _Chunks(lay, tables, d_lq, d_gq, stats), workers)
+    accs = [_Grads(lay, tables) for _ in parts]
+    for acc, part in zip(accs, parts):
+        for call in (calls[i] for i in part):
+            s, keys = call.start, call.keys
+            if call.side == "long":
+                into = ((acc.d_lk, acc.d_lv), (acc.d_gk[:, keys], acc.d_gv[:, keys]), acc.d_long)
+                given = (out_long[:, s:], grad_long[:, s:])
+            else:
+                into = ((acc.d_gk, acc.d_gv), (acc.d_lk[:, keys], acc.d_lv[:, keys]), acc.d_global)
+                given = (out_global[:, s:], grad_global[:, s:])
+            fused_cpu.prepare_backward(call.described, *given, *into)
+    _run(calls, parts, bh, [acc.flat() for acc in accs])
     first = accs[0]
-    for acc in accs[1:]:  # summed in the first worker's memory, in a fixed order
-        first.add_(acc)
     return [d_gq, first.d_gk, first.d_gv, d_lq, first.d_lk, first.d_lv, *first.d_long, *first.d_global]
 
 

@@ -50,21 +50,16 @@ class DenseSource:
         return self.side.g2g_att_mask[:, rows], self.side.g2g_relative_att_ids[:, rows]
 
     def long_spans(self, rows_per_chunk: int) -> list[tuple[int, int]]:
-        return _mask_spans(self.side.l2g_att_mask, rows_per_chunk)
+        return _range_spans(*_mask_ranges(self.side.l2g_att_mask), rows_per_chunk)
 
     def global_spans(self, rows_per_chunk: int) -> list[tuple[int, int]]:
         return _range_spans(*self._global_ranges, rows_per_chunk)
 
     @cached_property
     def _global_ranges(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """Per global query, the [first, last + 1) of the long keys it may see over the batch,
-        [1, G] each ((BIG, -BIG) for none): one pass over g2l, then any chunking is cheap."""
-        allowed = (self.side.g2l_att_mask != 0).any(0)  # [G, L]
-        some, width = allowed.any(1), allowed.shape[1]
-        first = allowed.to(torch.uint8).argmax(1)
-        last = width - allowed.flip(1).to(torch.uint8).argmax(1)
-        none = torch.tensor(structure.BIG, dtype=torch.int32)
-        return torch.where(some, first, none).int()[None], torch.where(some, last, -none).int()[None]
+        """Per global query, the [first, last + 1) of the long keys it may see: one pass over
+        g2l, then any chunking is cheap."""
+        return _mask_ranges(self.side.g2l_att_mask)
 
     def plan_chunks(self, long_blocks: list[tuple[slice, slice]], global_blocks: list[tuple[slice, slice]]) -> None:
         """Nothing to select: slices are cheap."""
@@ -158,25 +153,23 @@ def _dense_runs(region, batch: int, rows: slice, cols: slice, vocab: int) -> Run
     return Runs.cat(parts, batch)
 
 
-def _mask_spans(mask: torch.Tensor, rows_per_chunk: int) -> list[tuple[int, int]]:
-    """Per chunk of `rows_per_chunk` query rows of a [B, n, m] mask: the [lo, hi) of the key
-    columns any of them may attend to ((0, 0) if none). One pass over the mask per batch."""
-    batch, rows, cols = mask.shape
-    full = rows // rows_per_chunk
-    groups = [mask[:, : full * rows_per_chunk].reshape(batch, full, rows_per_chunk, cols).any(2).any(0)]
-    if rows > full * rows_per_chunk:
-        groups.append(mask[:, full * rows_per_chunk :].any(1).any(0, keepdim=True))
-    allowed = torch.cat(groups)  # [chunks, m]
-    if cols == 0:
-        return [(0, 0)] * allowed.shape[0]
-    first = allowed.int().argmax(1)
-    last = cols - allowed.flip(1).int().argmax(1)
-    some = allowed.any(1)
-    return [(lo, hi) if ok else (0, 0) for lo, hi, ok in zip(first.tolist(), last.tolist(), some.tolist())]
+def _mask_ranges(mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per row of a [B, n, m] mask, the [first, last + 1) of the columns it allows, [B, n] int32
+    each ((m, 0) for none): scanned from both ends in C where the kernel is built, else with
+    torch over the whole mask."""
+    in_c = fused_cpu.dense_extents(mask)
+    if in_c is not None:
+        return in_c
+    allowed = mask != 0
+    some, width = allowed.any(-1), allowed.shape[-1]
+    first = allowed.to(torch.uint8).argmax(-1)
+    last = width - allowed.flip(-1).to(torch.uint8).argmax(-1)
+    return torch.where(some, first, width).int(), torch.where(some, last, 0).int()
 
 
 def _range_spans(lo: torch.Tensor, hi: torch.Tensor, rows_per_chunk: int) -> list[tuple[int, int]]:
-    """Per chunk of query rows, the union [min lo, max hi) over its rows and the batch."""
+    """Per chunk of query rows, the union [min lo, max hi) over its rows and the batch ((0, 0)
+    where it is empty)."""
     first = structure.tile_min(lo.amin(0, keepdim=True), rows_per_chunk)[0]
     last = structure.tile_max(hi.amax(0, keepdim=True), rows_per_chunk)[0]
     return [(a, b) if b > a else (0, 0) for a, b in zip(first.tolist(), last.tolist())]

@@ -22,6 +22,7 @@ from typing import Any
 
 import torch
 
+from graphattn.kernels import fused_cpu
 from graphattn.kernels.structure_runs import band_labels
 
 # Elements of one score tile (all heads of a chunk): bounds memory, keeps tiles cache-friendly.
@@ -252,8 +253,7 @@ def make_plan(geo: Geometry, source, workers: int | None, cache_bytes: int | Non
         (slice(start, stop), slice(*span)) for (start, stop), span in zip(global_chunks(geo), global_spans)
     ]
     source.plan_chunks(long_blocks, global_blocks)
-    index = local_index(geo, source)
-    local_empty = (index == geo.vocab).all(-1).view(geo.batch, geo.padded_long)
+    index, local_empty = local_index(geo, source)
     if cache_bytes is None:
         cache_bytes = INDEX_CACHE_BYTES_PER_TOKEN * geo.batch * (geo.num_long + geo.num_global_keys)
     cache = IndexCache(geo.vocab, cache_bytes)
@@ -305,9 +305,10 @@ class CallTensors:
         return out.view(bh * nbc, window, d)
 
 
-def local_index(geo: Geometry, source) -> torch.Tensor:
+def local_index(geo: Geometry, source) -> tuple[torch.Tensor, torch.Tensor]:
     """Labels [B, nb, w, w + 2r] of the l2l pairs of every block (int8 where they fit), built once
-    per batch; a chunk's gather index copies its blocks.
+    per batch, and which rows have no allowed l2l key ([B, nb*w] bool); a chunk's gather index
+    copies its blocks.
 
     Row a of a block needs window columns a .. a + 2r: the side-input row (2r+1 columns) padded
     to w + 2r + 1 columns and read back as rows of w + 2r lands each row a places to the right.
@@ -315,16 +316,22 @@ def local_index(geo: Geometry, source) -> torch.Tensor:
     w, r, big_l, nb, window = geo.block, geo.radius, geo.num_long, geo.num_blocks, geo.window
     compact = getattr(source, "compact", None)
     if compact is not None:  # the same labels without the [B, L, 2r+1] side-input rows
-        return band_labels(compact, w, r, nb, geo.vocab, label_dtype(geo.vocab))
+        index = band_labels(compact, w, r, nb, geo.vocab, label_dtype(geo.vocab))
+        return index, (index == geo.vocab).all(-1).view(geo.batch, geo.padded_long)
     l2l_mask, l2l_ids = source.l2l()
-    columns = slice(source.radius - r, source.radius + r + 1)  # radius clipped to L-1
+    col0 = source.radius - r  # the radius clipped to L-1
+    in_c = fused_cpu.dense_band(l2l_mask, l2l_ids, col0, r, w, nb, geo.vocab, label_dtype(geo.vocab))
+    if in_c is not None:
+        return in_c
     rows = torch.arange(big_l, device=l2l_mask.device)
     keys = rows[:, None] + torch.arange(-r, r + 1, device=rows.device)[None, :]
+    columns = slice(col0, col0 + 2 * r + 1)
     allowed = (l2l_mask[:, :, columns] != 0) & (keys >= 0) & (keys < big_l)
     index = torch.where(allowed, l2l_ids[:, :, columns].to(label_dtype(geo.vocab)), geo.vocab)  # V: masked
     index = pad_dim(index, nb * w, -2, geo.vocab).view(geo.batch, nb, w, 2 * r + 1)
     index = torch.nn.functional.pad(index, (0, w), value=geo.vocab)  # [B, nb, w, window + 1]
-    return index.flatten(2)[:, :, : w * window].reshape(geo.batch, nb, w, window)
+    index = index.flatten(2)[:, :, : w * window].reshape(geo.batch, nb, w, window)
+    return index, (index == geo.vocab).all(-1).view(geo.batch, geo.padded_long)
 
 
 class Scratches:

@@ -12,12 +12,13 @@
  * of scores, and its gradient is the stretch's sum. A label selects a column of the row's label
  * table, which each block computes from the relative key table and bias (label_table). Key set B
  * is read in pieces with an online softmax (first_piece). Matmuls are the BLAS sgemm that PyTorch
- * links (column-major, so a row-major [m, n] tile is an [n, m] column-major one). Threads come
- * from the caller (one chunk per call).
+ * links (column-major, so a row-major [m, n] tile is an [n, m] column-major one). A pass runs
+ * all its chunks in one call (graphattn_run) on PyTorch's own OpenMP threads.
  *
  * Built at first use by fused_cpu.py with the machine's C compiler; nothing here is Python.
  */
 #include <math.h>
+#include <omp.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -505,7 +506,7 @@ static int release(Scratch *w, int code) {
 /* Both passes return 0, 1 when scratch memory could not be allocated, or 2 when a label lies
  * outside its row's table (the caller's ids are wrong; nothing outside the table was touched).
  * The forward keeps each row's max and log sum in stats (when given), which the backward reads. */
-int graphattn_forward(const Chunk *ch, int64_t bh_count) {
+static int forward_chunk(const Chunk *ch, int64_t bh_count) {
     const int64_t d = ch->dim, na = ch->na, nb = ch->nb, kb = first_piece(ch);
     Scratch w;
     if (scratch_of(ch, &w, 0)) return 1;
@@ -565,7 +566,7 @@ static float dot_product(const float *a, const float *b, int64_t n) {
  * pieces of B are independent: P = e^((S - max) - log sum), and dS = P (dP - D) with D =
  * rowsum(P dP) = rowsum(dO . O). Rows of one piece take the first form, as the softmax's own
  * gradient does: a row with one key then gets dS = 0 exactly; longer rows need the second. */
-int graphattn_backward(const Chunk *ch, int64_t bh_count) {
+static int backward_chunk(const Chunk *ch, int64_t bh_count) {
     const int64_t d = ch->dim, na = ch->na, nb = ch->nb, kb = first_piece(ch), tw = table_width(ch);
     const int one_piece = nb <= kb;
     Scratch w;
@@ -628,29 +629,76 @@ int graphattn_backward(const Chunk *ch, int64_t bh_count) {
     return release(&w, bad ? 2 : 0);
 }
 
-/* Runs of equal labels along the rows of a dense block: label = ids where mask != 0, else
- * `vocab`; rows `rows` x `m`, `row_stride` elements apart. counts[r] gets row r's runs; start and
- * label (NULL on a first, counting call) get each run's first column and label, row by row.
- * Returns the number of runs. One pass over the block instead of torch's half dozen. */
-int64_t graphattn_dense_runs(const int32_t *mask, const int32_t *ids, int64_t rows, int64_t m, int64_t row_stride,
-                             int32_t vocab, int64_t *counts, int32_t *start, int32_t *label) {
-    int64_t total = 0;
-    for (int64_t r = 0; r < rows; ++r) {
-        const int32_t *mr = mask + r * row_stride, *ir = ids + r * row_stride;
-        int64_t runs = 0;
-        int32_t last = 0;
-        for (int64_t c = 0; c < m; ++c) {
-            const int32_t now = mr[c] ? ir[c] : vocab;
-            if (c == 0 || now != last) {
-                if (start) start[total + runs] = (int32_t)c, label[total + runs] = now;
-                ++runs;
-            }
-            last = now;
-        }
-        counts[r] = runs;
-        total += runs;
+/* Worker w's part of a pass: zero its accumulators (backward), then run its chunks in order,
+ * stopping at the first that fails; returns that one's code, its number in *failed. */
+static int run_worker(const Chunk *chunks, const int64_t *task_ptr, const int64_t *tasks, int64_t w, int64_t bh_count,
+                      int backward, float *const *acc, const int64_t *acc_len, int64_t n_acc, int64_t *failed) {
+    for (int64_t j = 0; j < n_acc && backward; ++j)
+        if (acc[w * n_acc + j]) memset(acc[w * n_acc + j], 0, acc_len[j] * sizeof(float));
+    for (int64_t i = task_ptr[w]; i < task_ptr[w + 1]; ++i) {
+        const Chunk *ch = chunks + tasks[i];
+        const int code = backward ? backward_chunk(ch, bh_count) : forward_chunk(ch, bh_count);
+        if (code) return *failed = tasks[i], code;
     }
-    return total;
+    return 0;
+}
+
+/* Share `part` of `parts` of every accumulator: the other workers' added into worker 0's, in
+ * worker order. */
+static void sum_share(float *const *acc, const int64_t *acc_len, int64_t n_acc, int64_t workers, int64_t part,
+                      int64_t parts) {
+    for (int64_t j = 0; j < n_acc; ++j) {
+        float *into = acc[j];
+        if (!into) continue;
+        const int64_t share = (acc_len[j] + parts - 1) / parts, lo = part * share;
+        const int64_t hi = lo + share < acc_len[j] ? lo + share : acc_len[j];
+        for (int64_t w = 1; w < workers; ++w) {
+            const float *from = acc[w * n_acc + j];
+#pragma omp simd
+            for (int64_t e = lo; e < hi; ++e) into[e] += from[e];
+        }
+    }
+}
+
+/* One pass (forward, or backward when `backward`) over all its chunks: worker w runs chunks
+ * tasks[task_ptr[w] ..< task_ptr[w + 1]] in that order. With threads_asked > 1 the workers are
+ * OpenMP threads, the same runtime and pool as PyTorch's intra-op threads: after PyTorch's own
+ * ops they are still awake, where threads of our own had to wait for a core those spun on; and
+ * inside the region BLAS runs single-threaded. A runtime that gives fewer threads has each run
+ * several workers' lists, so the result does not depend on the threads. With one thread asked
+ * no region is opened at all: BLAS may then use PyTorch's threads itself (inside an inactive
+ * region it would start a nested team on every call). Backward: worker w's accumulators are
+ * acc[w * n_acc + j] (acc_len[j] floats each; NULL for none), zeroed by its own thread first,
+ * and summed into worker 0's at the end in worker order, so gradients repeat bit for bit.
+ * Returns 0, or the code of the lowest-numbered chunk among each worker's first failure (the
+ * same chunk whatever the threads), whose number goes to *failed. */
+int graphattn_run(const Chunk *chunks, const int64_t *task_ptr, const int64_t *tasks, int64_t workers,
+                  int64_t threads_asked, int64_t bh_count, int backward, float *const *acc, const int64_t *acc_len,
+                  int64_t n_acc, int64_t *failed) {
+    int code = 0;
+    *failed = -1;
+    if (threads_asked <= 1) {
+        for (int64_t w = 0; w < workers; ++w) {
+            int64_t at = -1;
+            const int got = run_worker(chunks, task_ptr, tasks, w, bh_count, backward, acc, acc_len, n_acc, &at);
+            if (got && (!code || at < *failed)) code = got, *failed = at;
+        }
+        if (backward) sum_share(acc, acc_len, n_acc, workers, 0, 1);
+        return code;
+    }
+#pragma omp parallel num_threads(threads_asked)
+    {
+        const int64_t t = omp_get_thread_num(), threads = omp_get_num_threads();
+        for (int64_t w = t; w < workers; w += threads) {
+            int64_t at = -1;
+            const int got = run_worker(chunks, task_ptr, tasks, w, bh_count, backward, acc, acc_len, n_acc, &at);
+#pragma omp critical(graphattn_run_failed)
+            if (got && (!code || at < *failed)) code = got, *failed = at;
+        }
+#pragma omp barrier
+        if (backward) sum_share(acc, acc_len, n_acc, workers, t, threads);
+    }
+    return code;
 }
 
 /* 0 when sgemm_ takes 32-bit integers and computes what this file expects (an ILP64 BLAS, or

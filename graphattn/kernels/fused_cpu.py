@@ -32,14 +32,21 @@ import torch
 
 from graphattn.kernels.structure_runs import Runs
 
-SOURCE = Path(__file__).with_name("fused_cpu.c")
+SOURCES = [Path(__file__).with_name(name) for name in ("fused_cpu.c", "fused_cpu_dense.c")]
 # -march=native: built on the machine that runs it. No -ffast-math: masked scores are -inf.
-FLAGS = ["-O3", "-march=native", "-fPIC", "-shared", "-std=c11", "-fopenmp-simd"]
+# -fopenmp: the workers are OpenMP threads; the library is linked against PyTorch's own libgomp
+# (the same soname, found first through the rpath), so they are PyTorch's intra-op threads.
+FLAGS = ["-O3", "-march=native", "-fPIC", "-shared", "-std=c11", "-fopenmp"]
 FLAGS += ["-fno-math-errno", "-fno-trapping-math"]
 if platform.machine().lower() in ("x86_64", "amd64"):
     FLAGS.append("-mprefer-vector-width=512")  # the AVX-512 paths are written for 16 lanes
 _BUILD_LOCK = threading.Lock()
 INT_LIMIT = 2**31  # sgemm_ (LP64) takes int sizes and strides
+# Set in a process forked from this one: libgomp's threads of the parent do not exist there and
+# a parallel region waits for them forever (PyTorch's own multi-threaded ops hang there too; a
+# DataLoader worker sets one thread), so a forked child runs each pass on its calling thread.
+_FORKED = {"child": False}
+os.register_at_fork(after_in_child=lambda: _FORKED.update(child=True))
 _LABEL_BYTES = {torch.int8: 1, torch.int16: 2, torch.int32: 4}  # blocked_tiles.label_dtype's choices
 
 
@@ -105,12 +112,13 @@ def _build(compiler: str, target: Path) -> None:
     target.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
         out = Path(tmp) / target.name
-        command = [*shlex.split(compiler), *FLAGS, str(SOURCE), "-o", str(out), f"-L{lib}", "-ltorch_cpu", "-lm"]
+        command = [*shlex.split(compiler), *FLAGS, *map(str, SOURCES), "-o", str(out), f"-L{lib}", "-ltorch_cpu", "-lm"]
         command.append(f"-Wl,-rpath,{lib}")
         done = subprocess.run(command, capture_output=True, text=True, timeout=300)
         if done.returncode != 0:
             said = done.stderr.strip()[-2000:] or "no message"
-            raise OSError(f"{compiler} exited with status {done.returncode} compiling {SOURCE}: {said}")
+            sources = " and ".join(map(str, SOURCES))
+            raise OSError(f"{compiler} exited with status {done.returncode} compiling {sources}: {said}")
         os.replace(out, target)
 
 
@@ -134,7 +142,8 @@ def library() -> ctypes.CDLL | None:
     compiler = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
     if compiler is None:
         return _unavailable("no C compiler (cc, gcc or $CC) was found to build the fused CPU kernel")
-    parts = (SOURCE.read_text(), " ".join(FLAGS), compiler, torch.__version__, _cpu_signature())
+    texts = [source.read_text() for source in SOURCES]
+    parts = (*texts, " ".join(FLAGS), compiler, torch.__version__, _cpu_signature())
     key = hashlib.sha256("\0".join(parts).encode()).hexdigest()[:16]
     target = _cache_dir() / f"fused_cpu_{key}.so"
     try:
@@ -144,12 +153,16 @@ def library() -> ctypes.CDLL | None:
         lib = ctypes.CDLL(str(target))
     except (OSError, subprocess.SubprocessError) as error:
         return _unavailable(f"the fused CPU kernel could not be built or loaded ({error})")
-    for name in ("graphattn_forward", "graphattn_backward"):
-        getattr(lib, name).argtypes = [ctypes.POINTER(Chunk), ctypes.c_int64]
-        getattr(lib, name).restype = ctypes.c_int
     i64, ptr = ctypes.c_int64, ctypes.c_void_p
-    lib.graphattn_dense_runs.argtypes = [ptr, ptr, i64, i64, i64, ctypes.c_int32, ptr, ptr, ptr]
+    lib.graphattn_dense_runs.argtypes = [ptr, ptr, i64, i64, i64, ctypes.c_int32, ptr, ptr, ptr, ptr, i64]
     lib.graphattn_dense_runs.restype = i64
+    lib.graphattn_dense_band.argtypes = [ptr, ptr, *[i64] * 7, ctypes.c_int32, ptr, i64, ptr]
+    lib.graphattn_dense_band.restype = None
+    lib.graphattn_dense_extents.argtypes = [ptr, i64, i64, i64, ptr, ptr]
+    lib.graphattn_dense_extents.restype = None
+    lib.graphattn_run.argtypes = [ctypes.POINTER(Chunk), *[ctypes.POINTER(i64)] * 2, i64, i64, i64, ctypes.c_int]
+    lib.graphattn_run.argtypes += [ctypes.POINTER(ptr), ctypes.POINTER(i64), i64, ctypes.POINTER(i64)]
+    lib.graphattn_run.restype = ctypes.c_int
     if lib.graphattn_self_check() != 0:
         blas = _torch_lib() / "libtorch_cpu.so"
         return _unavailable(f"the BLAS in {blas} multiplied a 2x3 by a 3x2 matrix wrongly through sgemm_")
@@ -282,49 +295,106 @@ def chunk(
     )
 
 
+def _dense_blocks_usable(*blocks: torch.Tensor) -> bool:
+    """Dense int32 CPU blocks laid out alike with contiguous rows (the side inputs' slices are)."""
+    first = blocks[0]
+    return library() is not None and all(
+        t.dtype == torch.int32 and t.device.type == "cpu" and t.stride(-1) == 1 and t.stride() == first.stride()
+        for t in blocks
+    )
+
+
 def dense_runs(mask: torch.Tensor, ids: torch.Tensor, vocab: int) -> Runs | None:
-    """The runs of dense [B, n, m] int32 mask and id blocks (views with contiguous rows, as the
-    side inputs' slices are), in one pass of C; None where the kernel is not available or the
-    blocks are not laid out so (structure_runs.runs_of then does it)."""
-    lib = library()
-    laid_out = all(t.dtype == torch.int32 and t.stride(-1) == 1 and t.stride() == mask.stride() for t in (mask, ids))
-    if lib is None or not laid_out or mask.device.type != "cpu":
+    """The runs of dense [B, n, m] int32 mask and id blocks, and which rows are allowed a key, in
+    one pass of C (fused_cpu_dense.c); None where the kernel is not available or the blocks are
+    not laid out so (structure_runs.runs_of then does it)."""
+    if not _dense_blocks_usable(mask, ids):
         return None
     batch, rows, m = mask.shape
     counts = torch.empty(batch, rows, dtype=torch.int64)
-
-    def call(b: int, start=None, label=None) -> int:
-        row = mask.stride(1)
-        return lib.graphattn_dense_runs(_ptr(mask[b]), _ptr(ids[b]), rows, m, row, vocab, _ptr(counts[b]), start, label)
-
-    sizes = [call(b) for b in range(batch)]  # counting, then filling: a loop over batch rows
-    start, label = (torch.empty(sum(sizes), dtype=torch.int32) for _ in range(2))
-    for b, first in enumerate(itertools.accumulate([0, *sizes[:-1]])):
-        call(b, start.data_ptr() + 4 * first, label.data_ptr() + 4 * first)
-    return Runs(counts, start, label)
-
-
-class LabelOutsideTable(ValueError):
-    """A chunk's relative-attention id lies outside its label table (the kernel read nothing there)."""
-
-
-def _check(code: int) -> None:
-    if code == 1:
-        raise MemoryError("graphattn: the fused CPU kernel could not allocate its score block")
-    if code == 2:
-        raise LabelOutsideTable("a relative attention id lies outside the relative vocabulary")
+    allowed = torch.empty(batch, rows, dtype=torch.bool)
+    capacity = 4 * batch * rows  # a first guess: a row of soft labels holds a run or two
+    while True:
+        start, label = (torch.empty(max(capacity, 1), dtype=torch.int32) for _ in range(2))
+        total = 0
+        for b in range(batch):  # a loop over batch rows, each one pass of C
+            total += library().graphattn_dense_runs(
+                _ptr(mask[b]), _ptr(ids[b]), rows, m, mask.stride(1), vocab, _ptr(counts[b]), _ptr(allowed[b]),
+                start.data_ptr() + 4 * total, label.data_ptr() + 4 * total, max(capacity - total, 0),
+            )  # fmt: skip
+        if total <= capacity:
+            return Runs(counts, start[:total], label[:total], allowed)
+        capacity = total  # counted past the guess: again, with room for every run
 
 
-def forward(c: Chunk, bh: int) -> None:
-    _check(library().graphattn_forward(ctypes.byref(c), bh))
+def dense_band(mask: torch.Tensor, ids: torch.Tensor, col0: int, radius: int, block: int, blocks: int, vocab: int,
+               dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor] | None:  # fmt: skip
+    """blocked_tiles.local_index's skewed band labels [B, blocks, block, block + 2r] (`dtype`)
+    and the rows without an allowed key [B, blocks * block], from the dense [B, L, width] l2l
+    mask and ids (offsets -r .. r at columns col0 .. col0 + 2r), in one pass of C; None where
+    the kernel is not available or the tensors are not contiguous int32."""
+    if not (_dense_blocks_usable(mask, ids) and mask.is_contiguous()):
+        return None
+    batch, length, width = mask.shape
+    window = block + 2 * radius
+    index = torch.empty(batch, blocks, block, window, dtype=dtype)
+    empty = torch.empty(batch, blocks * block, dtype=torch.bool)
+    library().graphattn_dense_band(
+        _ptr(mask), _ptr(ids), batch, length, width, col0, radius, block, blocks, vocab, _ptr(index),
+        _LABEL_BYTES[dtype], _ptr(empty),
+    )  # fmt: skip
+    return index, empty
 
 
-def backward(c: Chunk, bh: int, out: torch.Tensor, d_out: torch.Tensor, d_keys_a, d_keys_b, d_tables) -> None:
-    """out (the forward's output, whose rows' statistics the forward left in c.stats) and d_out are
-    laid out as c.out (the query gradient goes to c.out), d_keys_* as the key sets, d_tables as
-    the key table and bias (None when there is none): all accumulate except the query gradient."""
+def dense_extents(mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """Per row of a dense [B, n, m] int32 mask: its first allowed column and one past its last
+    ([B, n] int32 each; m and 0 for a row with none), scanned from both ends in C; None where
+    the kernel is not available or the mask's rows are not contiguous int32."""
+    if not _dense_blocks_usable(mask):
+        return None
+    batch, rows, m = mask.shape
+    first, last = (torch.empty(batch, rows, dtype=torch.int32) for _ in range(2))
+    for b in range(batch):
+        library().graphattn_dense_extents(_ptr(mask[b]), rows, m, mask.stride(1), _ptr(first[b]), _ptr(last[b]))
+    return first, last
+
+
+def prepare_backward(c: Chunk, out: torch.Tensor, d_out: torch.Tensor, d_keys_a, d_keys_b, d_tables) -> None:
+    """Point a chunk at what its backward reads and accumulates into. out (the forward's output,
+    whose rows' statistics the forward left in c.stats) and d_out are laid out as c.out (the
+    query gradient goes to c.out), d_keys_* as the key sets, d_tables as the key table and bias
+    (None when there is none): all accumulate except the query gradient."""
     c.o, c.o_bh = _ptr(out), out.stride(0)
     c.d_out, c.d_out_bh = _ptr(d_out), d_out.stride(0)
     (c.d_ka, c.d_va), (c.d_kb, c.d_vb) = (map(_ptr, d_keys_a), map(_ptr, d_keys_b))
     c.d_rel_key, c.d_rel_bias = map(_ptr, d_tables)
-    _check(library().graphattn_backward(ctypes.byref(c), bh))
+
+
+def run(chunks: list[Chunk], parts: list[list[int]], bh: int, accumulators: list[list[torch.Tensor | None]] | None):
+    """Run a pass over `chunks` in one call: parts[w] are worker w's chunk numbers, in order, each
+    worker an OpenMP thread (in a forked child all on the calling thread, with the same result).
+    Forward when `accumulators` is None; else backward, with each worker's accumulators (fp32,
+    contiguous, the same list of shapes per worker; None for one a pass does not have), which
+    the kernel zeroes and finally sums into worker 0's. Returns the number of the chunk that
+    had a label outside its table (the kernel read nothing there), or None."""
+    flat = [t for worker in accumulators or [] for t in worker]
+    assert all(t is None or (t.is_contiguous() and t.dtype == torch.float32) for t in flat)
+    per_worker = len(accumulators[0]) if accumulators else 0
+    int64s = lambda values: (ctypes.c_int64 * max(len(values), 1))(*values)  # noqa: E731
+    failed = ctypes.c_int64(-1)
+    code = library().graphattn_run(
+        (Chunk * len(chunks))(*chunks),
+        int64s([0, *itertools.accumulate(map(len, parts))]),
+        int64s([i for part in parts for i in part]),
+        len(parts),
+        1 if _FORKED["child"] else len(parts),
+        bh,
+        accumulators is not None,
+        (ctypes.c_void_p * max(len(flat), 1))(*map(_ptr, flat)),
+        int64s([0 if t is None else t.numel() for t in flat[:per_worker]]),
+        per_worker,
+        ctypes.byref(failed),
+    )
+    if code == 1:
+        raise MemoryError("graphattn: the fused CPU kernel could not allocate its score block")
+    return failed.value if code == 2 else None

@@ -259,14 +259,16 @@ def test_tasks_are_dealt_by_cost_largest_first_to_the_least_loaded_worker() -> N
 
 
 def _attend_in_child(queue) -> None:
+    torch.set_num_threads(1)  # as a DataLoader worker does: PyTorch's own parallel ops would hang here
     case = synthetic_case(dtype=torch.float32, num_long=40, radius=4)
     queue.put(run(fused(workers=2), case, grads=False)[1].sum().item())
 
 
 @needs_kernel
-def test_a_forked_child_gets_its_own_worker_threads() -> None:
-    """The workers are kept for the process; a child forked after they started (a DataLoader
-    worker) must not wait on its parent's threads, which do not exist in it."""
+def test_a_forked_child_runs_the_kernel_on_its_own_thread() -> None:
+    """The workers are OpenMP threads; a child forked after they started (a DataLoader worker)
+    must not wait on its parent's threads, which do not exist in it, even when it asks for two
+    workers, and gets the same result."""
     import multiprocessing
 
     case = synthetic_case(dtype=torch.float32, num_long=40, radius=4)

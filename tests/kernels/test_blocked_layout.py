@@ -5,12 +5,13 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 from functools import partial
+from unittest import mock
 
 import pytest
 import torch
 from kernel_cases import RESULT_NAMES, assert_all_close, run, synthetic_case
 
-from graphattn.kernels import blocked, blocked_modes, blocked_tiles, dense
+from graphattn.kernels import blocked, blocked_modes, blocked_tiles, dense, fused_cpu
 from graphattn.kernels.blocked_tiles import CallTensors, LongChunk, Scratch, Scratches, geometry, local_index
 from graphattn.kernels.request import direct_request
 
@@ -43,7 +44,12 @@ def test_the_band_labels_are_skewed_into_windows_of_w_plus_2r_keys() -> None:
             [[40, 41, V, V], [V, V, V, V]],  # keys 3, 4, 5, 6
         ]
     )
-    assert torch.equal(local_index(geo, _Band()), expected[None])
+    empty = [[False] * 5 + [True]]  # row 5 is padding
+    index, no_key = local_index(geo, _Band())  # in C where the fused kernel is built
+    assert torch.equal(index, expected[None]) and no_key.tolist() == empty
+    with mock.patch.object(fused_cpu, "dense_band", lambda *_: None):  # torch
+        index, no_key = local_index(geo, _Band())
+    assert torch.equal(index, expected[None]) and no_key.tolist() == empty
 
 
 def test_windows_are_the_rows_each_block_may_reach_zero_padded() -> None:

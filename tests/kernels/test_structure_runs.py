@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 from unittest import mock
 
+import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -27,6 +28,7 @@ from test_compiler_properties import cases  # noqa: E402
 from graphattn import compile_instance  # noqa: E402
 
 VOCAB = 1000  # the masked label: above every id of these schemas
+needs_kernel = pytest.mark.skipif(not fused_cpu.available(), reason=f"fused CPU kernel: {fused_cpu.why_not()}")
 
 
 def dense_runs(side, region: str, rows: slice, cols: slice) -> Runs:
@@ -39,6 +41,7 @@ def assert_same(ours: Runs, expected: Runs, where: str) -> None:
     assert torch.equal(ours.counts, expected.counts), f"{where}: run counts differ"
     assert torch.equal(ours.start, expected.start), f"{where}: run starts differ"
     assert torch.equal(ours.label, expected.label), f"{where}: run labels differ"
+    assert torch.equal(ours.allowed_rows(VOCAB), expected.allowed_rows(VOCAB)), f"{where}: allowed rows differ"
 
 
 def check_blocks(batch, bounds: list[tuple[float, float, float, float]]) -> None:
@@ -100,8 +103,38 @@ def check_band(batch) -> None:
     c = batch.compact
     for block in (None, 3, c.local_radius + 2):
         geo = geometry(c.batch_size, 1, c.global_length, c.long_length, c.local_radius, VOCAB, 1.0, block, 1 << 20)
-        ours, expected = local_index(geo, CompactSource(c)), local_index(geo, DenseSource(batch.side))
-        assert ours.dtype == expected.dtype and torch.equal(ours, expected), f"band labels, block {geo.block}"
+        expected = local_index(geo, DenseSource(batch.side))
+        with mock.patch.object(fused_cpu, "dense_band", lambda *_: None):  # torch, where no C is built
+            from_torch = local_index(geo, DenseSource(batch.side))
+        for ours, source in ((local_index(geo, CompactSource(c)), "structure"), (from_torch, "torch")):
+            for part, a, b in zip(("labels", "empty rows"), ours, expected):
+                assert a.dtype == b.dtype and torch.equal(a, b), f"band {part} from the {source}, block {geo.block}"
+
+
+@needs_kernel
+def test_the_c_pass_finds_every_run_of_rows_with_many() -> None:
+    """Rows that change label at most columns (more runs than the first guess of four a row, so
+    the pass counts, then runs again with room), in strided views of a batch of three, with
+    masked stretches and fully masked rows: the runs and allowed rows of torch's runs_of."""
+    gen = torch.Generator().manual_seed(3)
+    mask = (torch.rand(3, 9, 53, generator=gen) < 0.7).int()
+    mask[1, 4] = 0
+    ids = torch.randint(0, 4, (3, 9, 53), generator=gen, dtype=torch.int32)
+    for rows, cols in ((slice(0, 9), slice(0, 53)), (slice(2, 7), slice(5, 40)), (slice(3, 4), slice(0, 1))):
+        m, i = mask[:, rows, cols], ids[:, rows, cols]
+        expected = runs_of(torch.where(m != 0, i, VOCAB))
+        assert expected.counts.sum() > 4 * m.shape[0] * m.shape[1] or cols.stop == 1
+        assert_same(fused_cpu.dense_runs(m, i, VOCAB), expected, f"rows {rows}, keys {cols}")
+
+
+@needs_kernel
+def test_the_c_pass_finds_each_rows_allowed_extent() -> None:
+    """First allowed column and one past the last, (m, 0) for none: as torch finds them."""
+    mask = torch.tensor([[[0, 1, 0, 1, 0], [0, 0, 0, 0, 0], [1, 1, 1, 1, 1], [0, 0, 0, 0, 1]]], dtype=torch.int32)
+    first, last = fused_cpu.dense_extents(mask[:, :, :])
+    assert first.tolist() == [[1, 5, 0, 4]] and last.tolist() == [[4, 0, 5, 5]]
+    with mock.patch.object(fused_cpu, "dense_extents", lambda *_: None):
+        assert [t.tolist() for t in blocked_sources._mask_ranges(mask)] == [first.tolist(), last.tolist()]
 
 
 def test_the_dense_source_joins_its_pieces_into_the_same_runs() -> None:
