@@ -288,8 +288,9 @@ def plan(request: PlanRequest) -> BlockedPlan:
     workers on CPU, 1 elsewhere: fixed, so results repeat bit for bit. "auto" on CPU measures
     both modes on the first calls and keeps the faster (blocked_modes.py), at the price of
     results that may differ in the last bits between calls. `fused` (default None: wherever it
-    can) runs fp32 CPU calls on the fused C kernel (blocked_fused.py), one chunk per worker at a
-    time, N workers or torch.get_num_threads() for None and "auto"; True requires it (an error
+    can) runs fp32 CPU calls on the fused C kernel (blocked_fused.py), each pass one call whose N
+    workers (torch.get_num_threads() for None and "auto") are PyTorch's OpenMP threads, each
+    with a fixed deal of the chunks; True requires it (an error
     names why it cannot run), False keeps the eager PyTorch path. Fused plans size their chunks
     for the kernel (blocked_fused.chunking), and keep the PyTorch path's sizes for calls that
     take that path."""

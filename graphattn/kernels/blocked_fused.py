@@ -1,8 +1,9 @@
 """The blocked backend's passes on the fused CPU kernel (fused_cpu.c), chunk by chunk.
 
-The plan's chunks and key spans, and worker threads, as the PyTorch passes in blocked.py have;
-each chunk is one call of the C kernel, which releases the GIL (ctypes does), so the workers run
-in parallel. What differs:
+The plan's chunks and key spans, as the PyTorch passes in blocked.py have. Every chunk of a pass
+is described first, in the calling thread (labels made or taken from the plan's cache), then the
+whole pass is one call of the C kernel (fused_cpu.run), whose workers are PyTorch's own OpenMP
+threads, each with the chunks dealt to it. What differs:
 
 * Labels: the band's come from the plan's skewed index as they are; l2g and g2l rows as runs of
   equal labels (structure_runs.py), derived from the compact structure without [rows x keys]
@@ -13,7 +14,8 @@ in parallel. What differs:
   row's max and log sum (`Stats`) are kept for the backward, which recomputes probabilities
   from them, piece by piece.
 * Chunks: global chunks of GLOBAL_ROWS rows, long chunks TASKS_PER_WORKER per worker, dealt to
-  the workers by their cost (blocked_modes.deal).
+  the workers by their cost (blocked_modes.deal); the deal is fixed, and each worker's key-side
+  gradients accumulate in its own buffers, summed in worker order: results repeat bit for bit.
 
 Used for fp32 tiles on CPU when the kernel could be built (fused_cpu.available()).
 """
