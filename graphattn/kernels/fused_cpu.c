@@ -46,6 +46,7 @@ typedef struct {
     int64_t q_bh;
     const float *ka, *va; /* key set A [BH, a_rows, dim]; block at chunk row i sees rows a_start + a_step * i + c */
     int64_t a_bh, a_rows, a_start, a_step, na;
+    int64_t a_parts; /* a band's blocks take A in this many sub-blocks of rows (see Part); 1 otherwise */
     const float *kb, *vb; /* key set B [BH, >= nb, dim], already at its first key */
     int64_t b_bh, nb;
     const void *dense; /* [B, rows, na] labels (columns of the table) of A, int8/16/32, rows contiguous */
@@ -382,6 +383,7 @@ static int64_t first_piece(const Chunk *ch) {
 /* One block of rows of one head: its rows, A's window, and where its operands start. */
 typedef struct {
     int64_t b, h, i, m, width, n_a; /* width: the score rows' stride; n_a: A's keys in the window */
+    int64_t part_rows;              /* rows of each sub-block for A (Part) */
     Window win;
     const float *q, *ka, *va, *kb, *vb;
     float *out, *table; /* table: the rows' label terms [m, V + 2], see label_table */
@@ -394,6 +396,7 @@ static Block block_of(const Chunk *ch, int64_t bh, int64_t i, float *table) {
     k.width = ch->na + first_piece(ch) + 1;
     k.win = window_of(ch, i);
     k.n_a = k.win.hi - k.win.lo;
+    k.part_rows = (k.m + ch->a_parts - 1) / ch->a_parts;
     k.q = ch->q + bh * ch->q_bh + i * d;
     k.ka = ch->ka + bh * ch->a_bh + (k.win.start + k.win.lo) * d;
     k.va = ch->va + bh * ch->a_bh + (k.win.start + k.win.lo) * d;
@@ -401,6 +404,33 @@ static Block block_of(const Chunk *ch, int64_t bh, int64_t i, float *table) {
     k.out = ch->out + bh * ch->out_bh + i * d;
     k.table = table;
     return k;
+}
+
+/* A band's blocks (a_step 1) take key set A in sub-blocks of rows: row a of a block may only see
+ * columns a .. a + na - block of its window, so the sub-block of rows [r0, r1) needs columns
+ * [r0, r1 + na - block) only. Two halves score 17% fewer A pairs at w = r (8% less matmul time
+ * measured at w = r = 84, d = 64, where smaller matmuls run slower) and skip the other columns'
+ * labels and exponentials: those scores are -inf, their probabilities never read. */
+typedef struct {
+    int64_t r0, r1, c0, c1;
+} Part;
+
+static Part part_of(const Chunk *ch, const Block *k, int64_t p) {
+    Part q;
+    q.r0 = p * k->part_rows;
+    q.r1 = q.r0 + k->part_rows < k->m ? q.r0 + k->part_rows : k->m;
+    q.c0 = k->win.lo, q.c1 = k->win.hi;
+    if (ch->a_parts > 1) {
+        const int64_t lo = q.r0, hi = q.r1 + ch->na - ch->block;
+        q.c0 = lo > q.c0 ? lo : q.c0;
+        q.c1 = hi < q.c1 ? hi : q.c1;
+    }
+    if (q.c1 < q.c0) q.c1 = q.c0;
+    return q;
+}
+
+static Part part_of_row(const Chunk *ch, const Block *k, int64_t r) {
+    return part_of(ch, k, r / k->part_rows);
 }
 
 /* The block's label terms, T[r, v] = scale q_r . a^K_v + b_v (one product with the head's
@@ -428,23 +458,27 @@ static void label_table_grad(const Chunk *ch, const Block *k, const float *dt, f
 }
 
 /* Scores of the block's rows against A, B's first piece and the sink, label terms added, into
- * s [m, width]; mx[r] gets each row's max. A's columns outside the window are 0 (their labels
- * mask them). */
+ * s [m, width]; mx[r] gets each row's max. A's columns outside a row's part (Part) are not
+ * computed (their labels mask them): -inf. */
 static void first_scores(const Chunk *ch, const Block *k, RowLabels *labels, float *s, float *mx, int *bad) {
     const int64_t d = ch->dim, na = ch->na, kb = first_piece(ch), tw = table_width(ch), sink = k->width - 1;
-    for (int64_t r = 0; r < k->m; ++r) {
-        float *row = s + r * k->width;
-        if (k->win.lo > 0) memset(row, 0, k->win.lo * sizeof(float));
-        if (k->win.hi < na) memset(row + k->win.hi, 0, (na - k->win.hi) * sizeof(float));
-        row[sink] = 0.0f;
+    for (int64_t p = 0; p * k->part_rows < k->m; ++p) {
+        const Part q = part_of(ch, k, p);
+        const float *keys = k->ka + (q.c0 - k->win.lo) * d;
+        gemm(0, 1, q.r1 - q.r0, q.c1 - q.c0, d, ch->scale, k->q + q.r0 * d, d, keys, d, 0.0f, s + q.r0 * k->width + q.c0,
+             k->width);
     }
-    gemm(0, 1, k->m, k->n_a, d, ch->scale, k->q, d, k->ka, d, 0.0f, s + k->win.lo, k->width);
     gemm(0, 1, k->m, kb, d, ch->scale, k->q, d, k->kb, d, 0.0f, s + na, k->width);
     for (int64_t r = 0; r < k->m; ++r) {
         float *row = s + r * k->width;
         const float *t = k->table + r * tw;
+        const Part q = part_of_row(ch, k, r);
+        for (int64_t c = 0; c < q.c0; ++c) row[c] = -__builtin_inff();
+        for (int64_t c = q.c1; c < na; ++c) row[c] = -__builtin_inff();
+        row[sink] = 0.0f;
         labels[r] = row_labels(ch, k->b, k->i + r);
-        const float top_a = add_labels(row, labels[r].dense, ch->dense_bytes, t, tw, na, bad);
+        const char *dense = labels[r].dense + q.c0 * ch->dense_bytes;
+        const float top_a = add_labels(row + q.c0, dense, ch->dense_bytes, t, tw, q.c1 - q.c0, bad);
         const float top_b = add_runs(row + na, labels[r], 0, kb, ch->nb, t, tw, bad);
         const uint64_t sink_label = (uint64_t)labels[r].sink;
         if (sink_label < (uint64_t)tw)
@@ -517,9 +551,19 @@ static int forward_chunk(const Chunk *ch, int64_t bh_count) {
             const int64_t m = k.m;
             label_table(ch, &k);
             first_scores(ch, &k, w.labels, w.s, w.mx, &bad);
-            for (int64_t r = 0; r < m; ++r) w.sum[r] = exp_row(w.s + r * k.width, shift(w.mx[r]), 0.0f, k.width);
-            gemm(0, 0, m, d, k.n_a, 1.0f, w.s + k.win.lo, k.width, k.va, d, 0.0f, k.out, d);
-            if (k.n_a <= 0) memset(k.out, 0, m * d * sizeof(float)); /* no A keys: beta 0 above was skipped */
+            for (int64_t r = 0; r < m; ++r) {
+                float *row = w.s + r * k.width;
+                const Part q = part_of_row(ch, &k, r);
+                w.sum[r] = exp_row(row + q.c0, shift(w.mx[r]), 0.0f, q.c1 - q.c0);
+                w.sum[r] += exp_row(row + na, shift(w.mx[r]), 0.0f, k.width - na);
+            }
+            for (int64_t p = 0; p * k.part_rows < m; ++p) {
+                const Part q = part_of(ch, &k, p);
+                float *out = k.out + q.r0 * d;
+                gemm(0, 0, q.r1 - q.r0, d, q.c1 - q.c0, 1.0f, w.s + q.r0 * k.width + q.c0, k.width,
+                     k.va + (q.c0 - k.win.lo) * d, d, 0.0f, out, d);
+                if (q.c1 <= q.c0) memset(out, 0, (q.r1 - q.r0) * d * sizeof(float)); /* no A keys: skipped above */
+            }
             gemm(0, 0, m, d, kb, 1.0f, w.s + na, k.width, k.vb, d, 1.0f, k.out, d);
             for (int64_t c0 = kb; c0 < nb; c0 += kb) {
                 const int64_t n = nb - c0 < kb ? nb - c0 : kb;
@@ -586,26 +630,45 @@ static int backward_chunk(const Chunk *ch, int64_t bh_count) {
             memset(dt, 0, m * tw * sizeof(float));
             first_scores(ch, &k, w.labels, w.s, w.mx, &bad);
             if (bad) break; /* the scatters below trust the dense labels */
-            for (int64_t r = 0; r < m; ++r) exp_row(w.s + r * width, kept[2 * r], kept[2 * r + 1], width);
-            memset(w.ds, 0, m * width * sizeof(float)); /* columns without a value (sink, outside A) */
-            gemm(0, 1, m, k.n_a, d, 1.0f, g, d, k.va, d, 0.0f, w.ds + k.win.lo, width);
-            gemm(0, 1, m, kb, d, 1.0f, g, d, k.vb, d, 0.0f, w.ds + na, width);
-            gemm(1, 0, k.n_a, d, m, 1.0f, w.s + k.win.lo, width, g, d, 1.0f, ch->d_va + a_off, d);
-            gemm(1, 0, kb, d, m, 1.0f, w.s + na, width, g, d, 1.0f, ch->d_vb + b_off, d);
-            for (int64_t r = 0; r < m && one_piece; ++r) dot[r] = dot_product(w.s + r * width, w.ds + r * width, width);
             for (int64_t r = 0; r < m; ++r) {
+                const Part q = part_of_row(ch, &k, r);
+                exp_row(w.s + r * width + q.c0, kept[2 * r], kept[2 * r + 1], q.c1 - q.c0);
+                exp_row(w.s + r * width + na, kept[2 * r], kept[2 * r + 1], width - na);
+                w.ds[r * width + width - 1] = 0.0f; /* the sink has no value */
+            }
+            for (int64_t p = 0; p * k.part_rows < m; ++p) { /* dP and dV of A, part by part */
+                const Part q = part_of(ch, &k, p);
+                const int64_t rows = q.r1 - q.r0, cols = q.c1 - q.c0, from = (q.c0 - k.win.lo) * d;
+                gemm(0, 1, rows, cols, d, 1.0f, g + q.r0 * d, d, k.va + from, d, 0.0f, w.ds + q.r0 * width + q.c0, width);
+                gemm(1, 0, cols, d, rows, 1.0f, w.s + q.r0 * width + q.c0, width, g + q.r0 * d, d, 1.0f,
+                     ch->d_va + a_off + from, d);
+            }
+            gemm(0, 1, m, kb, d, 1.0f, g, d, k.vb, d, 0.0f, w.ds + na, width);
+            gemm(1, 0, kb, d, m, 1.0f, w.s + na, width, g, d, 1.0f, ch->d_vb + b_off, d);
+            for (int64_t r = 0; r < m; ++r) {
+                const Part q = part_of_row(ch, &k, r);
+                const float *p_r = w.s + r * width;
                 float *dp = w.ds + r * width, *dt_r = dt + r * tw;
-                score_grad(w.s + r * width, dp, width, dot[r]);
-                scatter_labels(dt_r, w.labels[r].dense, ch->dense_bytes, dp, na, tw, w.lanes);
+                if (one_piece)
+                    dot[r] = dot_product(p_r + q.c0, dp + q.c0, q.c1 - q.c0) + dot_product(p_r + na, dp + na, width - na);
+                score_grad(p_r + q.c0, dp + q.c0, q.c1 - q.c0, dot[r]);
+                score_grad(p_r + na, dp + na, width - na, dot[r]);
+                const char *dense = w.labels[r].dense + q.c0 * ch->dense_bytes;
+                scatter_labels(dt_r, dense, ch->dense_bytes, dp + q.c0, q.c1 - q.c0, tw, w.lanes);
                 scatter_runs(dt_r, dp + na, w.labels[r], 0, kb, nb, tw, &bad);
                 dt_r[w.labels[r].sink] += dp[width - 1];
             }
-            if (k.n_a > 0)
-                gemm(0, 0, m, d, k.n_a, ch->scale, w.ds + k.win.lo, width, k.ka, d, 0.0f, d_q, d);
-            else
-                memset(d_q, 0, m * d * sizeof(float));
+            for (int64_t p = 0; p * k.part_rows < m; ++p) { /* dQ and dK of A, part by part */
+                const Part q = part_of(ch, &k, p);
+                const int64_t rows = q.r1 - q.r0, cols = q.c1 - q.c0, from = (q.c0 - k.win.lo) * d;
+                const float *ds = w.ds + q.r0 * width + q.c0;
+                if (cols > 0)
+                    gemm(0, 0, rows, d, cols, ch->scale, ds, width, k.ka + from, d, 0.0f, d_q + q.r0 * d, d);
+                else
+                    memset(d_q + q.r0 * d, 0, rows * d * sizeof(float));
+                gemm(1, 0, cols, d, rows, ch->scale, ds, width, k.q + q.r0 * d, d, 1.0f, ch->d_ka + a_off + from, d);
+            }
             gemm(0, 0, m, d, kb, ch->scale, w.ds + na, width, k.kb, d, 1.0f, d_q, d);
-            gemm(1, 0, k.n_a, d, m, ch->scale, w.ds + k.win.lo, width, k.q, d, 1.0f, ch->d_ka + a_off, d);
             gemm(1, 0, kb, d, m, ch->scale, w.ds + na, width, k.q, d, 1.0f, ch->d_kb + b_off, d);
             /* B's later pieces */
             for (int64_t c0 = kb; c0 < nb && !bad; c0 += kb) {

@@ -60,7 +60,7 @@ class Chunk(ctypes.Structure):
         ("q_bh", ctypes.c_int64),
         ("ka", ctypes.c_void_p),
         ("va", ctypes.c_void_p),
-        *((name, ctypes.c_int64) for name in ("a_bh", "a_rows", "a_start", "a_step", "na")),
+        *((name, ctypes.c_int64) for name in ("a_bh", "a_rows", "a_start", "a_step", "na", "a_parts")),
         ("kb", ctypes.c_void_p),
         ("vb", ctypes.c_void_p),
         ("b_bh", ctypes.c_int64),
@@ -229,6 +229,7 @@ def chunk(
     a_start: int,
     a_step: int,
     na: int,
+    a_parts: int = 1,
     keys_b: tuple[torch.Tensor, torch.Tensor],
     labels: Labels,
     tables: tuple[torch.Tensor, torch.Tensor | None],
@@ -238,11 +239,12 @@ def chunk(
 ) -> Chunk:
     """Describe one chunk. q and out are [BH, n, d] views starting at the chunk's first row;
     keys_a are whole [BH, n_a, d] key and value tensors (the block at chunk row i sees rows
-    a_start + a_step*i .. + na), keys_b [BH, nb, d] views of the chunk's second key set, read
-    `key_block` keys at a time. tables are the relative key table [V, heads, d] and bias [V,
-    heads] (or None) of the labels' score terms. stats [BH, n, 2] (fp32) takes each row's max
-    score and the log of its softmax sum. Rows (the last dim) must be contiguous, as must the
-    tables and the labels' tensors."""
+    a_start + a_step*i .. + na; a band's blocks, a_step 1, may take them in a_parts sub-blocks
+    of rows, row r of a block seeing only columns r .. r + na - block), keys_b [BH, nb, d] views
+    of the chunk's second key set, read `key_block` keys at a time. tables are the relative key
+    table [V, heads, d] and bias [V, heads] (or None) of the labels' score terms. stats [BH, n,
+    2] (fp32) takes each row's max score and the log of its softmax sum. Rows (the last dim)
+    must be contiguous, as must the tables and the labels' tensors."""
     ka, va = keys_a
     kb, vb = keys_b
     key_table, bias_table = tables
@@ -253,6 +255,7 @@ def chunk(
     assert dense.shape[1:] == (rows, na) and dense.stride()[1:] == (na, 1), (dense.shape, dense.stride())
     assert labels.sink.is_contiguous() and labels.sink.shape == dense.shape[:2] and labels.sink.dtype == dense.dtype
     assert labels.run_ptr.numel() == dense.shape[0] * rows + 1
+    assert a_parts == 1 or (a_step == 1 and 1 <= a_parts <= block), (a_parts, a_step, block)
     assert key_block >= 1 and stats.dtype == torch.float32 and stats.shape[-1] == 2 and stats.stride(-2) == 2
     if max(na + kb.shape[1] + 1, ka.shape[1], q.shape[-1]) >= INT_LIMIT:
         too_wide = f"a chunk of {na + kb.shape[1] + 1} keys is too wide"
@@ -273,6 +276,7 @@ def chunk(
         a_start=a_start,
         a_step=a_step,
         na=na,
+        a_parts=a_parts,
         kb=_ptr(kb),
         vb=_ptr(vb),
         b_bh=kb.stride(0),

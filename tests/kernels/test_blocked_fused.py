@@ -41,10 +41,18 @@ def fused(**options):
     return functools.partial(blocked.attention, fused=True, **options)
 
 
-def against_oracle(case_of, rtol: float = FP32, key_block: int | None = None, **options) -> None:
+def against_oracle(
+    case_of, rtol: float = FP32, key_block: int | None = None, band_parts: tuple[int, int] | None = None, **options
+) -> None:
     """The fused kernel on fp32 inputs against the dense oracle on the same values in fp64;
-    `key_block` (default blocked_fused.KEY_BLOCK) keys per piece of the online softmax."""
-    with mock.patch.object(blocked_fused, "KEY_BLOCK", key_block or blocked_fused.KEY_BLOCK):
+    `key_block` (default blocked_fused.KEY_BLOCK) keys per piece of the online softmax;
+    `band_parts` (BAND_PARTS, BAND_PART_ROWS): the long blocks' sub-blocks for the band (the
+    default's 16-row minimum leaves these small blocks whole)."""
+    parts, part_rows = band_parts or (blocked_fused.BAND_PARTS, blocked_fused.BAND_PART_ROWS)
+    with (
+        mock.patch.object(blocked_fused, "KEY_BLOCK", key_block or blocked_fused.KEY_BLOCK),
+        mock.patch.multiple(blocked_fused, BAND_PARTS=parts, BAND_PART_ROWS=part_rows),
+    ):
         actual = run(fused(**options), case_of(torch.float32))
     assert_all_close(actual, run(dense.attention, case_of(torch.float64)), rtol, RESULT_NAMES, ZERO_FLOOR)
 
@@ -98,6 +106,9 @@ def test_graph_batch_with_mention_links_and_padding() -> None:
         dict(key_block=1),
         dict(key_block=3, tile_elements=1),
         dict(key_block=4, block_size=3),
+        dict(band_parts=(2, 1)),
+        dict(band_parts=(2, 1), block_size=5, key_block=2),
+        dict(band_parts=(3, 1), block_size=7, tile_elements=300),
     ],
     ids=[
         "one_block_per_chunk",
@@ -108,6 +119,9 @@ def test_graph_batch_with_mention_links_and_padding() -> None:
         "one_key_per_piece",
         "three_keys_per_piece_small_chunks",
         "four_keys_per_piece_small_blocks",
+        "band_in_halves",
+        "band_in_halves_odd_block",
+        "band_in_thirds_small_chunks",
     ],
 )
 def test_chunking_does_not_change_results(options) -> None:
@@ -188,9 +202,10 @@ def test_later_layers_reuse_the_cached_index_and_repeat_bit_for_bit() -> None:
     tile_elements=st.sampled_from([1, 500, None]),
     workers=st.sampled_from([1, 2]),
     key_block=st.sampled_from([None, 1, 2, 5]),
+    band_parts=st.sampled_from([None, (2, 1), (3, 1)]),
 )
-def test_random_batches_match_dense(layout, block_size, tile_elements, workers, key_block):
-    options = dict(block_size=block_size, workers=workers, key_block=key_block)
+def test_random_batches_match_dense(layout, block_size, tile_elements, workers, key_block, band_parts):
+    options = dict(block_size=block_size, workers=workers, key_block=key_block, band_parts=band_parts)
     if tile_elements is not None:
         options["tile_elements"] = tile_elements
     against_oracle(lambda dtype: synthetic_case(dtype=dtype, **layout), **options)
