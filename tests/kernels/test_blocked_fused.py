@@ -273,6 +273,20 @@ def test_tasks_are_dealt_by_cost_largest_first_to_the_least_loaded_worker() -> N
     assert deal([1, 1, 1], 3) == [[0], [1], [2]]
 
 
+@needs_kernel
+def test_the_result_does_not_depend_on_the_threads_openmp_gives() -> None:
+    """Three workers on OpenMP threads and the same three workers' chunk lists run one after
+    another on the calling thread (as in a forked child): the same deal, the same per-worker
+    sums, so the same bits, forward and backward."""
+    case = synthetic_case(dtype=torch.float32, num_long=300, num_global=20, radius=6, num_docs=2, mention_links=10)
+    attend = fused(workers=3, tile_elements=64)
+    threaded = run(attend, case)
+    with mock.patch.dict(fused_cpu._FORKED, child=True):
+        serial = run(attend, case)
+    for a, b in zip(threaded, serial):
+        assert a is None and b is None or torch.equal(a, b)
+
+
 def _attend_in_child(queue) -> None:
     torch.set_num_threads(1)  # as a DataLoader worker does: PyTorch's own parallel ops would hang here
     case = synthetic_case(dtype=torch.float32, num_long=40, radius=4)
