@@ -64,6 +64,10 @@ KEY_BLOCK = 512
 # stay whole (smaller matmuls would cost more than they save).
 BAND_PARTS = 2
 BAND_PART_ROWS = 16
+# What a long chunk's score costs against a global chunk's, forward and backward (a block of 84
+# long rows reuses each key less than one of 256 global rows): measured 1.06-1.16 at L = 2048
+# and 4096. Costs order the forward's chunks and deal the backward's to the workers.
+LONG_SCORE_COST = 1.12
 # A global chunk's g2g labels are derived this many [row, key] pairs at a time (their masks take
 # ~20 bytes a pair while they are built): 256 rows at G = 256, 64 at G = 1024.
 G2G_PIECE_ELEMENTS = 1 << 16
@@ -134,9 +138,8 @@ class _Call:
     labels: fused_cpu.Labels  # held here: `described` points into it
 
 
-def _run(calls: list[_Call], parts: list[list[int]], bh: int, accumulators=None) -> None:
-    """One pass over the calls in one kernel call (fused_cpu.run), its error in the calls' terms."""
-    failed = fused_cpu.run([call.described for call in calls], parts, bh, accumulators)
+def _raise_for(calls: list[_Call], failed: int | None) -> None:
+    """A chunk's label outside its table, in the calls' terms."""
     if failed is not None:
         call = calls[failed]
         raise ValueError(
@@ -145,11 +148,12 @@ def _run(calls: list[_Call], parts: list[list[int]], bh: int, accumulators=None)
         )
 
 
-def _calls(lay: CallTensors, queries: str, chunks: _Chunks, workers: int) -> tuple[list[_Call], list[list[int]]]:
+def _calls(lay: CallTensors, queries: str, chunks: _Chunks) -> tuple[list[_Call], list[float]]:
     """Every chunk of the pass described (labels made or taken from the plan's cache, in this
-    thread), and the chunk numbers of each worker (blocked_modes.deal: fixed by their costs)."""
-    makers, costs = chunk_tasks(lay, queries, chunks.long, chunks.global_)
-    return [make() for make in makers], deal(costs, max(1, min(workers, len(makers))))
+    thread), and what each costs: its scores, a long chunk's LONG_SCORE_COST times a global's."""
+    makers, scores = chunk_tasks(lay, queries, chunks.long, chunks.global_)
+    calls = [make() for make in makers]
+    return calls, [n * (LONG_SCORE_COST if call.side == "long" else 1) for n, call in zip(scores, calls)]
 
 
 class _Chunks:
@@ -275,8 +279,10 @@ def forward(lay: CallTensors, tables: Tables, workers: int, queries: str = "both
     """(global_out [BH, G, d], long_out [BH, L, d], the rows' statistics for backward)."""
     global_out, long_out = query_outputs(lay, queries)
     stats = Stats.empty(lay)
-    calls, parts = _calls(lay, queries, _Chunks(lay, tables, long_out, global_out, stats), workers)
-    _run(calls, parts, lay.geo.bh)
+    calls, costs = _calls(lay, queries, _Chunks(lay, tables, long_out, global_out, stats))
+    costliest_first = sorted(range(len(calls)), key=lambda i: -costs[i])
+    workers = max(1, min(workers, len(calls)))
+    _raise_for(calls, fused_cpu.forward_all([c.described for c in calls], costliest_first, workers, lay.geo.bh))
     return global_out, long_out, stats
 
 
@@ -313,7 +319,8 @@ def backward(
     grad_global = grad_global.reshape(bh, geo.num_global, d)
     out_global, out_long = (x.reshape(bh, -1, d) for x in outputs)
     d_gq, d_lq = query_outputs(lay, queries)  # written by the chunks, as the forward's outputs
-    calls, parts = _calls(lay, queries, _Chunks(lay, tables, d_lq, d_gq, stats), workers)
+    calls, costs = _calls(lay, queries, _Chunks(lay, tables, d_lq, d_gq, stats))
+    parts = deal(costs, max(1, min(workers, len(calls))))
     accs = [_Grads(lay, tables) for _ in parts]
     for acc, part in zip(accs, parts):
         for call in (calls[i] for i in part):
@@ -325,7 +332,7 @@ def backward(
                 into = ((acc.d_gk, acc.d_gv), (acc.d_lk[:, keys], acc.d_lv[:, keys]), acc.d_global)
                 given = (out_global[:, s:], grad_global[:, s:])
             fused_cpu.prepare_backward(call.described, *given, *into)
-    _run(calls, parts, bh, [acc.flat() for acc in accs])
+    _raise_for(calls, fused_cpu.backward_all([c.described for c in calls], parts, bh, [acc.flat() for acc in accs]))
     first = accs[0]
     return [d_gq, first.d_gk, first.d_gv, d_lq, first.d_lk, first.d_lv, *first.d_long, *first.d_global]
 

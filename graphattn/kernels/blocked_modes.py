@@ -174,7 +174,7 @@ def _pool(size: int) -> ThreadPoolExecutor:
         return _POOLS[key]
 
 
-def deal(costs: list[int], workers: int) -> list[list[int]]:
+def deal(costs: list[float], workers: int) -> list[list[int]]:
     """Task numbers per worker: the costliest first, each to the worker with the least so far
     (ties to the lowest worker), each worker's in the order dealt. Deterministic."""
     parts: list[list[int]] = [[] for _ in range(workers)]

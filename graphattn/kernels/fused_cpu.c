@@ -13,7 +13,8 @@
  * table, which each block computes from the relative key table and bias (label_table). Key set B
  * is read in pieces with an online softmax (first_piece). Matmuls are the BLAS sgemm that PyTorch
  * links (column-major, so a row-major [m, n] tile is an [n, m] column-major one). A pass runs
- * all its chunks in one call (graphattn_run) on PyTorch's own OpenMP threads.
+ * all its chunks in one call (graphattn_forward_all, graphattn_backward_all) on PyTorch's own
+ * OpenMP threads.
  *
  * Built at first use by fused_cpu.py with the machine's C compiler; nothing here is Python.
  */
@@ -692,15 +693,14 @@ static int backward_chunk(const Chunk *ch, int64_t bh_count) {
     return release(&w, bad ? 2 : 0);
 }
 
-/* Worker w's part of a pass: zero its accumulators (backward), then run its chunks in order,
- * stopping at the first that fails; returns that one's code, its number in *failed. */
+/* Worker w's part of the backward: zero its accumulators, then run its chunks in order, stopping
+ * at the first that fails; returns that one's code, its number in *failed. */
 static int run_worker(const Chunk *chunks, const int64_t *task_ptr, const int64_t *tasks, int64_t w, int64_t bh_count,
-                      int backward, float *const *acc, const int64_t *acc_len, int64_t n_acc, int64_t *failed) {
-    for (int64_t j = 0; j < n_acc && backward; ++j)
+                      float *const *acc, const int64_t *acc_len, int64_t n_acc, int64_t *failed) {
+    for (int64_t j = 0; j < n_acc; ++j)
         if (acc[w * n_acc + j]) memset(acc[w * n_acc + j], 0, acc_len[j] * sizeof(float));
     for (int64_t i = task_ptr[w]; i < task_ptr[w + 1]; ++i) {
-        const Chunk *ch = chunks + tasks[i];
-        const int code = backward ? backward_chunk(ch, bh_count) : forward_chunk(ch, bh_count);
+        const int code = backward_chunk(chunks + tasks[i], bh_count);
         if (code) return *failed = tasks[i], code;
     }
     return 0;
@@ -723,30 +723,57 @@ static void sum_share(float *const *acc, const int64_t *acc_len, int64_t n_acc, 
     }
 }
 
-/* One pass (forward, or backward when `backward`) over all its chunks: worker w runs chunks
- * tasks[task_ptr[w] ..< task_ptr[w + 1]] in that order. With threads_asked > 1 the workers are
- * OpenMP threads, the same runtime and pool as PyTorch's intra-op threads: after PyTorch's own
- * ops they are still awake, where threads of our own had to wait for a core those spun on; and
- * inside the region BLAS runs single-threaded. A runtime that gives fewer threads has each run
+/* The forward of every chunk, the costliest first, on OpenMP threads (see graphattn_backward_all).
+ * No chunk writes another's rows, so the threads take chunks as they come and any schedule gives
+ * the same bits: a thread slowed by other work on its core simply takes fewer. With one thread
+ * asked no region is opened (see graphattn_backward_all).
+ * Returns 0, or the code of the lowest-numbered failing chunk, whose number goes to *failed. */
+int graphattn_forward_all(const Chunk *chunks, const int64_t *order, int64_t n, int64_t threads_asked,
+                          int64_t bh_count, int64_t *failed) {
+    int code = 0;
+    *failed = -1;
+    if (threads_asked <= 1) {
+        for (int64_t i = 0; i < n; ++i) {
+            const int got = forward_chunk(chunks + order[i], bh_count);
+            if (got && (!code || order[i] < *failed)) code = got, *failed = order[i];
+        }
+        return code;
+    }
+#pragma omp parallel for schedule(dynamic, 1) num_threads(threads_asked)
+    for (int64_t i = 0; i < n; ++i) {
+        const int got = forward_chunk(chunks + order[i], bh_count);
+        if (got) {
+#pragma omp critical(graphattn_forward_failed)
+            if (!code || order[i] < *failed) code = got, *failed = order[i];
+        }
+    }
+    return code;
+}
+
+/* The backward of every chunk: worker w runs chunks tasks[task_ptr[w] ..< task_ptr[w + 1]] in
+ * that order, accumulating the key sides' gradients into its own buffers acc[w * n_acc + j]
+ * (acc_len[j] floats each; NULL for none), which it zeroes first; at the end they are summed
+ * into worker 0's in worker order, so the deal is fixed and gradients repeat bit for bit.
+ * `threads` (at most workers) are asked for; a runtime that gives fewer has each thread run
  * several workers' lists, so the result does not depend on the threads. With one thread asked
  * no region is opened at all: BLAS may then use PyTorch's threads itself (inside an inactive
- * region it would start a nested team on every call). Backward: worker w's accumulators are
- * acc[w * n_acc + j] (acc_len[j] floats each; NULL for none), zeroed by its own thread first,
- * and summed into worker 0's at the end in worker order, so gradients repeat bit for bit.
- * Returns 0, or the code of the lowest-numbered chunk among each worker's first failure (the
- * same chunk whatever the threads), whose number goes to *failed. */
-int graphattn_run(const Chunk *chunks, const int64_t *task_ptr, const int64_t *tasks, int64_t workers,
-                  int64_t threads_asked, int64_t bh_count, int backward, float *const *acc, const int64_t *acc_len,
-                  int64_t n_acc, int64_t *failed) {
+ * region it would start a nested team on every call). The workers are OpenMP threads, the same
+ * runtime and pool as PyTorch's intra-op threads: after PyTorch's own ops they are still awake,
+ * where threads of our own had to wait for a core those spun on; and inside the region BLAS runs
+ * single-threaded. Returns 0, or the code of the lowest-numbered chunk among each worker's first
+ * failure (the same chunk whatever the threads), whose number goes to *failed. */
+int graphattn_backward_all(const Chunk *chunks, const int64_t *task_ptr, const int64_t *tasks, int64_t workers,
+                           int64_t threads_asked, int64_t bh_count, float *const *acc, const int64_t *acc_len,
+                           int64_t n_acc, int64_t *failed) {
     int code = 0;
     *failed = -1;
     if (threads_asked <= 1) {
         for (int64_t w = 0; w < workers; ++w) {
             int64_t at = -1;
-            const int got = run_worker(chunks, task_ptr, tasks, w, bh_count, backward, acc, acc_len, n_acc, &at);
+            const int got = run_worker(chunks, task_ptr, tasks, w, bh_count, acc, acc_len, n_acc, &at);
             if (got && (!code || at < *failed)) code = got, *failed = at;
         }
-        if (backward) sum_share(acc, acc_len, n_acc, workers, 0, 1);
+        sum_share(acc, acc_len, n_acc, workers, 0, 1);
         return code;
     }
 #pragma omp parallel num_threads(threads_asked)
@@ -754,12 +781,12 @@ int graphattn_run(const Chunk *chunks, const int64_t *task_ptr, const int64_t *t
         const int64_t t = omp_get_thread_num(), threads = omp_get_num_threads();
         for (int64_t w = t; w < workers; w += threads) {
             int64_t at = -1;
-            const int got = run_worker(chunks, task_ptr, tasks, w, bh_count, backward, acc, acc_len, n_acc, &at);
-#pragma omp critical(graphattn_run_failed)
+            const int got = run_worker(chunks, task_ptr, tasks, w, bh_count, acc, acc_len, n_acc, &at);
+#pragma omp critical(graphattn_backward_failed)
             if (got && (!code || at < *failed)) code = got, *failed = at;
         }
 #pragma omp barrier
-        if (backward) sum_share(acc, acc_len, n_acc, workers, t, threads);
+        sum_share(acc, acc_len, n_acc, workers, t, threads);
     }
     return code;
 }

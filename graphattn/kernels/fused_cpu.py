@@ -160,9 +160,12 @@ def library() -> ctypes.CDLL | None:
     lib.graphattn_dense_band.restype = None
     lib.graphattn_dense_extents.argtypes = [ptr, i64, i64, i64, ptr, ptr]
     lib.graphattn_dense_extents.restype = None
-    lib.graphattn_run.argtypes = [ctypes.POINTER(Chunk), *[ctypes.POINTER(i64)] * 2, i64, i64, i64, ctypes.c_int]
-    lib.graphattn_run.argtypes += [ctypes.POINTER(ptr), ctypes.POINTER(i64), i64, ctypes.POINTER(i64)]
-    lib.graphattn_run.restype = ctypes.c_int
+    chunks, int64s = ctypes.POINTER(Chunk), ctypes.POINTER(i64)
+    lib.graphattn_forward_all.argtypes = [chunks, int64s, i64, i64, i64, int64s]
+    lib.graphattn_backward_all.argtypes = [chunks, int64s, int64s, i64, i64, i64, ctypes.POINTER(ptr), int64s, i64]
+    lib.graphattn_backward_all.argtypes.append(int64s)
+    for name in ("graphattn_forward_all", "graphattn_backward_all"):
+        getattr(lib, name).restype = ctypes.c_int
     if lib.graphattn_self_check() != 0:
         blas = _torch_lib() / "libtorch_cpu.so"
         return _unavailable(f"the BLAS in {blas} multiplied a 2x3 by a 3x2 matrix wrongly through sgemm_")
@@ -374,31 +377,54 @@ def prepare_backward(c: Chunk, out: torch.Tensor, d_out: torch.Tensor, d_keys_a,
     c.d_rel_key, c.d_rel_bias = map(_ptr, d_tables)
 
 
-def run(chunks: list[Chunk], parts: list[list[int]], bh: int, accumulators: list[list[torch.Tensor | None]] | None):
-    """Run a pass over `chunks` in one call: parts[w] are worker w's chunk numbers, in order, each
-    worker an OpenMP thread (in a forked child all on the calling thread, with the same result).
-    Forward when `accumulators` is None; else backward, with each worker's accumulators (fp32,
-    contiguous, the same list of shapes per worker; None for one a pass does not have), which
-    the kernel zeroes and finally sums into worker 0's. Returns the number of the chunk that
-    had a label outside its table (the kernel read nothing there), or None."""
-    flat = [t for worker in accumulators or [] for t in worker]
-    assert all(t is None or (t.is_contiguous() and t.dtype == torch.float32) for t in flat)
-    per_worker = len(accumulators[0]) if accumulators else 0
-    int64s = lambda values: (ctypes.c_int64 * max(len(values), 1))(*values)  # noqa: E731
-    failed = ctypes.c_int64(-1)
-    code = library().graphattn_run(
-        (Chunk * len(chunks))(*chunks),
-        int64s([0, *itertools.accumulate(map(len, parts))]),
-        int64s([i for part in parts for i in part]),
-        len(parts),
-        1 if _FORKED["child"] else len(parts),
-        bh,
-        accumulators is not None,
-        (ctypes.c_void_p * max(len(flat), 1))(*map(_ptr, flat)),
-        int64s([0 if t is None else t.numel() for t in flat[:per_worker]]),
-        per_worker,
-        ctypes.byref(failed),
-    )
+def _int64s(values: list[int]):
+    return (ctypes.c_int64 * max(len(values), 1))(*values)
+
+
+def _threads(workers: int) -> int:
+    return 1 if _FORKED["child"] else workers
+
+
+def _failed(code: int, failed: ctypes.c_int64) -> int | None:
     if code == 1:
         raise MemoryError("graphattn: the fused CPU kernel could not allocate its score block")
     return failed.value if code == 2 else None
+
+
+def forward_all(chunks: list[Chunk], order: list[int], workers: int, bh: int) -> int | None:
+    """The forward of every chunk in one call, taken in `order` by `workers` OpenMP threads as
+    they come (in a forked child all on the calling thread; any schedule gives the same bits).
+    Returns the number of the chunk that had a label outside its table (the kernel read nothing
+    there), or None."""
+    failed = ctypes.c_int64(-1)
+    code = library().graphattn_forward_all(
+        (Chunk * len(chunks))(*chunks), _int64s(order), len(order), _threads(workers), bh, ctypes.byref(failed)
+    )
+    return _failed(code, failed)
+
+
+def backward_all(
+    chunks: list[Chunk], parts: list[list[int]], bh: int, accumulators: list[list[torch.Tensor | None]]
+) -> int | None:
+    """The backward of every chunk in one call: parts[w] are worker w's chunk numbers, in order,
+    each worker an OpenMP thread (in a forked child all on the calling thread, with the same
+    result), accumulating into accumulators[w] (fp32, contiguous, the same list of shapes per
+    worker; None for one the pass does not have), which the kernel zeroes and finally sums
+    into worker 0's. Returns as forward_all."""
+    flat = [t for worker in accumulators for t in worker]
+    assert all(t is None or (t.is_contiguous() and t.dtype == torch.float32) for t in flat)
+    per_worker = len(accumulators[0])
+    failed = ctypes.c_int64(-1)
+    code = library().graphattn_backward_all(
+        (Chunk * len(chunks))(*chunks),
+        _int64s([0, *itertools.accumulate(map(len, parts))]),
+        _int64s([i for part in parts for i in part]),
+        len(parts),
+        _threads(len(parts)),
+        bh,
+        (ctypes.c_void_p * max(len(flat), 1))(*map(_ptr, flat)),
+        _int64s([0 if t is None else t.numel() for t in flat[:per_worker]]),
+        per_worker,
+        ctypes.byref(failed),
+    )
+    return _failed(code, failed)
