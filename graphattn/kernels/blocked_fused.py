@@ -29,6 +29,7 @@ import torch
 
 from graphattn.kernels import fused_cpu
 from graphattn.kernels.blocked_modes import deal
+from graphattn.kernels.blocked_sources import DenseSource
 from graphattn.kernels.blocked_tiles import (
     CallTensors,
     Geometry,
@@ -148,12 +149,29 @@ def _raise_for(calls: list[_Call], failed: int | None) -> None:
         )
 
 
-def _calls(lay: CallTensors, queries: str, chunks: _Chunks) -> tuple[list[_Call], list[float]]:
-    """Every chunk of the pass described (labels made or taken from the plan's cache, in this
-    thread), and what each costs: its scores, a long chunk's LONG_SCORE_COST times a global's."""
-    makers, scores = chunk_tasks(lay, queries, chunks.long, chunks.global_)
-    calls = [make() for make in makers]
+def _calls(lay: CallTensors, queries: str, chunks: _Chunks, workers: int) -> tuple[list[_Call], list[float]]:
+    """Every chunk of the pass described (labels taken from the plan's cache, or made: from dense
+    side inputs all at once on the workers, from the structure here), and what each costs: its
+    scores, a long chunk's LONG_SCORE_COST times a global's."""
+    named, scores = chunk_tasks(lay, queries, partial(_ChunkName, "long"), partial(_ChunkName, "global"))
+    names = [name() for name in named]
+    chunks.make_dense_labels(names, workers)
+    calls = [chunks.long(*name.span) if name.side == "long" else chunks.global_(*name.span) for name in names]
     return calls, [n * (LONG_SCORE_COST if call.side == "long" else 1) for n, call in zip(scores, calls)]
+
+
+@dataclass(frozen=True)
+class _ChunkName:
+    side: str  # "long": blocks span[0] ..< span[1]; "global": rows
+    first: int
+    last: int
+
+    @property
+    def span(self) -> tuple[int, int]:
+        return self.first, self.last
+
+    def key(self) -> tuple:
+        return (f"fused {self.side}", self.first)
 
 
 class _Chunks:
@@ -163,15 +181,41 @@ class _Chunks:
 
     def __init__(self, lay: CallTensors, tables: Tables, long_out: torch.Tensor, global_out: torch.Tensor, stats):
         self.lay, self.tables, self.long_out, self.global_out, self.stats = lay, tables, long_out, global_out, stats
+        self._made: dict[tuple, fused_cpu.Labels] = {}  # by make_dense_labels, for _cached
 
     def _cached(self, key: tuple, make) -> fused_cpu.Labels:
-        """A chunk's labels from the plan's cache, or make() and offer them to it."""
+        """A chunk's labels from the plan's cache, or those make_dense_labels made, or make(); and
+        offer them to the cache."""
         cache = self.lay.index_cache
         labels = cache.get(key)
         if labels is None:
-            labels = make()
+            labels = self._made.pop(key, None) or make()
             cache.keep_form(key, labels.nbytes, lambda: labels)
         return labels
+
+    def make_dense_labels(self, names: list[_ChunkName], workers: int) -> None:
+        """From dense side inputs, the labels of every chunk the cache lacks, in two calls of C on
+        the workers (fused_cpu.dense_labels) instead of a dozen torch ops per chunk here."""
+        lay, geo = self.lay, self.lay.geo
+        if not isinstance(lay.source, DenseSource):
+            return
+        missing = [name for name in names if lay.index_cache.get(name.key()) is None]
+        blocks = [self._dense_block(name) for name in missing]
+        made = fused_cpu.dense_labels(blocks, geo.vocab, lay.index_cache.dtype, workers)
+        self._made = {name.key(): labels for name, labels in zip(missing, made or [])}
+
+    def _dense_block(self, name: _ChunkName) -> fused_cpu.DenseBlock:
+        lay, geo, source = self.lay, self.lay.geo, self.lay.source
+        if name.side == "global":
+            rows = slice(name.first, name.last)
+            a_mask, a_ids = source.g2g(rows)
+            return fused_cpu.DenseBlock(*source.g2l(rows, global_chunk_keys(lay, name.first)), name.last - name.first,
+                                        a_mask=a_mask, a_ids=a_ids)  # fmt: skip
+        start, rows = name.first * geo.block, (name.last - name.first) * geo.block
+        real = min(name.last * geo.block, geo.num_long) - start
+        mask, ids = source.l2g(slice(start, start + real), long_chunk_keys(lay, name.first))
+        band = lay.local_index[:, name.first : name.last].reshape(geo.batch, rows, geo.window)
+        return fused_cpu.DenseBlock(mask, ids, rows, a_labels=band, a_empty=lay.local_empty[:, start : start + rows])
 
     def _long_labels(self, first: int, last: int, keys: slice) -> fused_cpu.Labels:
         """The band's labels (skewed once per batch, blocked_tiles.local_index) and the l2g runs
@@ -203,7 +247,7 @@ class _Chunks:
         """Block b's keys are its band window, rows b*w - r .. b*w + w + r of the long keys."""
         lay, geo = self.lay, self.lay.geo
         keys, start = long_chunk_keys(lay, first), first * geo.block
-        labels = self._cached(("fused long", first), partial(self._long_labels, first, last, keys))
+        labels = self._cached(_ChunkName("long", first, last).key(), partial(self._long_labels, first, last, keys))
         described = fused_cpu.chunk(
             heads=geo.heads,
             rows=(last - first) * geo.block,
@@ -229,7 +273,7 @@ class _Chunks:
         """Every block sees every global key, then the chunk's long keys."""
         lay, geo = self.lay, self.lay.geo
         keys = global_chunk_keys(lay, start)
-        labels = self._cached(("fused global", start), partial(self._global_labels, start, stop, keys))
+        labels = self._cached(_ChunkName("global", start, stop).key(), partial(self._global_labels, start, stop, keys))
         described = fused_cpu.chunk(
             heads=geo.heads,
             rows=stop - start,
@@ -279,7 +323,7 @@ def forward(lay: CallTensors, tables: Tables, workers: int, queries: str = "both
     """(global_out [BH, G, d], long_out [BH, L, d], the rows' statistics for backward)."""
     global_out, long_out = query_outputs(lay, queries)
     stats = Stats.empty(lay)
-    calls, costs = _calls(lay, queries, _Chunks(lay, tables, long_out, global_out, stats))
+    calls, costs = _calls(lay, queries, _Chunks(lay, tables, long_out, global_out, stats), workers)
     costliest_first = sorted(range(len(calls)), key=lambda i: -costs[i])
     workers = max(1, min(workers, len(calls)))
     _raise_for(calls, fused_cpu.forward_all([c.described for c in calls], costliest_first, workers, lay.geo.bh))
@@ -319,7 +363,7 @@ def backward(
     grad_global = grad_global.reshape(bh, geo.num_global, d)
     out_global, out_long = (x.reshape(bh, -1, d) for x in outputs)
     d_gq, d_lq = query_outputs(lay, queries)  # written by the chunks, as the forward's outputs
-    calls, costs = _calls(lay, queries, _Chunks(lay, tables, d_lq, d_gq, stats))
+    calls, costs = _calls(lay, queries, _Chunks(lay, tables, d_lq, d_gq, stats), workers)
     parts = deal(costs, max(1, min(workers, len(calls))))
     accs = [_Grads(lay, tables) for _ in parts]
     for acc, part in zip(accs, parts):

@@ -86,6 +86,23 @@ class Chunk(ctypes.Structure):
     ]
 
 
+class DenseChunk(ctypes.Structure):
+    """Mirror of the C struct `DenseChunk` of fused_cpu_dense.c (field for field, same order)."""
+
+    _fields_ = [
+        ("b_mask", ctypes.c_void_p),
+        ("b_ids", ctypes.c_void_p),
+        *((name, ctypes.c_int64) for name in ("b_batch", "b_row", "m")),
+        ("a_mask", ctypes.c_void_p),
+        ("a_ids", ctypes.c_void_p),
+        *((name, ctypes.c_int64) for name in ("a_batch", "a_row", "na")),
+        ("a_out", ctypes.c_void_p),
+        ("a_empty", ctypes.c_void_p),
+        *((name, ctypes.c_int64) for name in ("a_empty_batch", "batch", "rows", "valid_rows")),
+        *((name, ctypes.c_void_p) for name in ("run_ptr", "start", "label", "sink")),
+    ]
+
+
 def _cache_dir() -> Path:
     root = os.environ.get("GRAPHATTN_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "graphattn")
     return Path(root) / "kernels"
@@ -160,6 +177,8 @@ def library() -> ctypes.CDLL | None:
     lib.graphattn_dense_band.restype = None
     lib.graphattn_dense_extents.argtypes = [ptr, i64, i64, i64, ptr, ptr]
     lib.graphattn_dense_extents.restype = None
+    lib.graphattn_dense_chunks.argtypes = [ctypes.POINTER(DenseChunk), i64, i64, ctypes.c_int32, i64, ctypes.c_int]
+    lib.graphattn_dense_chunks.restype = None
     chunks, int64s = ctypes.POINTER(Chunk), ctypes.POINTER(i64)
     lib.graphattn_forward_all.argtypes = [chunks, int64s, i64, i64, i64, int64s]
     lib.graphattn_backward_all.argtypes = [chunks, int64s, int64s, i64, i64, i64, ctypes.POINTER(ptr), int64s, i64]
@@ -332,6 +351,66 @@ def dense_runs(mask: torch.Tensor, ids: torch.Tensor, vocab: int) -> Runs | None
         if total <= capacity:
             return Runs(counts, start[:total], label[:total], allowed)
         capacity = total  # counted past the guess: again, with room for every run
+
+
+@dataclass
+class DenseBlock:
+    """One chunk's dense side inputs: key set B's [B, valid rows, m] mask and ids, and key set A's
+    either as labels already made (`a_labels` [B, rows, na], the band's view, with `a_empty`
+    [B, rows] bool, its rows with no allowed key) or as [B, valid rows, na] mask and ids
+    (`a_mask`, `a_ids`: the g2g rows) whose labels are made with the rest. `rows` (>= valid)
+    are the kernel's rows; those past the valid ones get no runs."""
+
+    b_mask: torch.Tensor
+    b_ids: torch.Tensor
+    rows: int
+    a_labels: torch.Tensor | None = None
+    a_empty: torch.Tensor | None = None
+    a_mask: torch.Tensor | None = None
+    a_ids: torch.Tensor | None = None
+
+    def usable(self) -> bool:
+        a_given = self.a_mask is None or _dense_blocks_usable(self.a_mask, self.a_ids)
+        empty = self.a_empty is None or (self.a_empty.dtype == torch.bool and self.a_empty.stride(-1) == 1)
+        return _dense_blocks_usable(self.b_mask, self.b_ids) and a_given and empty
+
+
+def dense_labels(blocks: list[DenseBlock], vocab: int, dtype: torch.dtype, workers: int) -> list[Labels] | None:
+    """Every chunk's Labels from dense side inputs in two calls of C (fused_cpu_dense.c: A's
+    labels, sinks and run counts; then the runs), the chunks shared among `workers` OpenMP
+    threads; None where the kernel is not available or a block is not laid out for it."""
+    if not blocks or not all(block.usable() for block in blocks):
+        return None
+    made, described = [], []
+    for block in blocks:
+        batch, valid, m = block.b_mask.shape
+        if block.a_mask is not None:
+            a_labels = torch.empty(batch, block.rows, block.a_mask.shape[2], dtype=dtype)
+        else:
+            a_labels = block.a_labels
+        run_ptr = torch.empty(batch * block.rows + 1, dtype=torch.int64)
+        sink = torch.empty(batch, block.rows, dtype=dtype)
+        made.append([a_labels, sink, run_ptr])
+        a = block.a_mask
+        described.append(
+            DenseChunk(
+                b_mask=_ptr(block.b_mask), b_ids=_ptr(block.b_ids), b_batch=block.b_mask.stride(0),
+                b_row=block.b_mask.stride(1), m=m,
+                a_mask=_ptr(a), a_ids=_ptr(block.a_ids), a_batch=0 if a is None else a.stride(0),
+                a_row=0 if a is None else a.stride(1), na=0 if a is None else a.shape[2], a_out=_ptr(a_labels),
+                a_empty=_ptr(block.a_empty), a_empty_batch=0 if block.a_empty is None else block.a_empty.stride(0),
+                batch=batch, rows=block.rows, valid_rows=valid, run_ptr=_ptr(run_ptr), sink=_ptr(sink),
+            )
+        )  # fmt: skip
+    array = (DenseChunk * len(described))(*described)
+    threads, bytes_ = _threads(max(1, min(workers, len(blocks)))), _LABEL_BYTES[dtype]
+    library().graphattn_dense_chunks(array, len(described), threads, vocab, bytes_, 0)
+    for entry, chunk in zip(made, array):
+        runs = int(entry[2][-1])
+        entry += [torch.empty(runs, dtype=torch.int32), torch.empty(runs, dtype=torch.int32)]
+        chunk.start, chunk.label = _ptr(entry[3]), _ptr(entry[4])
+    library().graphattn_dense_chunks(array, len(described), threads, vocab, bytes_, 1)
+    return [Labels(a_labels, sink, run_ptr, start, label) for a_labels, sink, run_ptr, start, label in made]
 
 
 def dense_band(mask: torch.Tensor, ids: torch.Tensor, col0: int, radius: int, block: int, blocks: int, vocab: int,

@@ -1,8 +1,9 @@
 /* The fused CPU kernel's helpers for dense side inputs (blocked_sources.DenseSource): one pass
  * of C over [rows, keys] int32 mask and id rows where torch took a dozen ops, each with a
- * temporary of the block's size; and single-threaded, so a first layer's plan leaves no
- * OpenMP team spinning while the kernel's workers start. A pair's label is its id where the
- * mask is nonzero, else `vocab` (masked). Built into the same library as fused_cpu.c.
+ * temporary of the block's size. A pair's label is its id where the mask is nonzero, else
+ * `vocab` (masked). The plan's helpers (band, extents) run on the calling thread; every chunk's
+ * labels are made in one call (graphattn_dense_chunks) on the kernel's OpenMP threads. Built
+ * into the same library as fused_cpu.c.
  */
 #include <stdint.h>
 #include <string.h>
@@ -14,52 +15,6 @@ static inline int32_t label_of(const int32_t *mask, const int32_t *ids, int64_t 
     return mask[c] ? ids[c] : vocab;
 }
 
-/* Runs of equal labels along each row of a [rows, m] block (rows `row_stride` apart): counts[r]
- * gets row r's number of runs, allowed[r] whether one of them is not masked, and start / label
- * each run's first column and label, row by row, as far as `capacity` reaches. Returns the
- * number of runs: when it exceeds capacity, the caller calls again with room for them all. */
-int64_t graphattn_dense_runs(const int32_t *mask, const int32_t *ids, int64_t rows, int64_t m, int64_t row_stride,
-                             int32_t vocab, int64_t *counts, uint8_t *allowed, int32_t *start, int32_t *label,
-                             int64_t capacity) {
-    int64_t total = 0;
-    for (int64_t r = 0; r < rows; ++r) {
-        const int32_t *mr = mask + r * row_stride, *ir = ids + r * row_stride;
-        const int64_t first = total;
-        int some = 0;
-#define EMIT(COLUMN)                                                       \
-    do {                                                                   \
-        const int32_t now_ = label_of(mr, ir, (COLUMN), vocab);            \
-        if (total < capacity) start[total] = (int32_t)(COLUMN), label[total] = now_; \
-        ++total, some |= now_ != vocab;                                    \
-    } while (0)
-        if (m > 0) EMIT(0);
-        int64_t c = 1;
-#ifdef __AVX512F__
-        const __m512i masked = _mm512_set1_epi32(vocab);
-        for (; c + 16 <= m; c += 16) { /* columns c .. c + 15 against their left neighbours */
-            const __m512i mk = _mm512_loadu_si512(mr + c), before_mk = _mm512_loadu_si512(mr + c - 1);
-            const __m512i now = _mm512_mask_loadu_epi32(masked, _mm512_test_epi32_mask(mk, mk), ir + c);
-            const __m512i before =
-                _mm512_mask_loadu_epi32(masked, _mm512_test_epi32_mask(before_mk, before_mk), ir + c - 1);
-            for (__mmask16 change = _mm512_cmpneq_epi32_mask(now, before); change; change &= change - 1)
-                EMIT(c + __builtin_ctz(change));
-        }
-#endif
-        for (; c < m; ++c)
-            if (label_of(mr, ir, c, vocab) != label_of(mr, ir, c - 1, vocab)) EMIT(c);
-#undef EMIT
-        counts[r] = total - first;
-        allowed[r] = (uint8_t)some;
-    }
-    return total;
-}
-
-/* The band's labels as the kernel's long blocks read them (blocked_tiles.local_index): from the
- * [B, length, src_width] l2l rows (columns col0 .. col0 + 2r are offsets -r .. r), rows of
- * window = w + 2r labels per query row, [B, nb * w, window], `bytes` bytes a label: row i =
- * blk * w + a sees keys blk * w - r + c, so offset j lands in column a + j; every other column,
- * keys outside [0, length) and rows past length are `vocab`. empty[b * nb * w + i] is 1 for a
- * row without an allowed key. */
 static inline void store_label(void *out, int64_t bytes, int64_t at, int32_t label) {
     if (bytes == 1)
         ((int8_t *)out)[at] = (int8_t)label;
@@ -69,6 +24,125 @@ static inline void store_label(void *out, int64_t bytes, int64_t at, int32_t lab
         ((int32_t *)out)[at] = label;
 }
 
+/* The runs of equal labels along one row of m columns: the first `room` get their first column
+ * and label written to start / label; returns how many there are, *some whether one of them is
+ * not masked. */
+static int64_t row_runs(const int32_t *mr, const int32_t *ir, int64_t m, int32_t vocab, int32_t *start,
+                        int32_t *label, int64_t room, int *some) {
+    int64_t runs = 0;
+    *some = 0;
+#define EMIT(COLUMN)                                                  \
+    do {                                                              \
+        const int32_t now_ = label_of(mr, ir, (COLUMN), vocab);       \
+        if (runs < room) start[runs] = (int32_t)(COLUMN), label[runs] = now_; \
+        ++runs, *some |= now_ != vocab;                               \
+    } while (0)
+    if (m > 0) EMIT(0);
+    int64_t c = 1;
+#ifdef __AVX512F__
+    const __m512i masked = _mm512_set1_epi32(vocab);
+    for (; c + 16 <= m; c += 16) { /* columns c .. c + 15 against their left neighbours */
+        const __m512i mk = _mm512_loadu_si512(mr + c), before_mk = _mm512_loadu_si512(mr + c - 1);
+        const __m512i now = _mm512_mask_loadu_epi32(masked, _mm512_test_epi32_mask(mk, mk), ir + c);
+        const __m512i before =
+            _mm512_mask_loadu_epi32(masked, _mm512_test_epi32_mask(before_mk, before_mk), ir + c - 1);
+        for (__mmask16 change = _mm512_cmpneq_epi32_mask(now, before); change; change &= change - 1)
+            EMIT(c + __builtin_ctz(change));
+    }
+#endif
+    for (; c < m; ++c)
+        if (label_of(mr, ir, c, vocab) != label_of(mr, ir, c - 1, vocab)) EMIT(c);
+#undef EMIT
+    return runs;
+}
+
+/* Runs of equal labels along each row of a [rows, m] block (rows `row_stride` apart): counts[r]
+ * gets row r's number of runs, allowed[r] whether one of them is not masked, and start / label
+ * each run's first column and label, row by row, as far as `capacity` reaches. Returns the
+ * number of runs: when it exceeds capacity, the caller calls again with room for them all. */
+int64_t graphattn_dense_runs(const int32_t *mask, const int32_t *ids, int64_t rows, int64_t m, int64_t row_stride,
+                             int32_t vocab, int64_t *counts, uint8_t *allowed, int32_t *start, int32_t *label,
+                             int64_t capacity) {
+    int64_t total = 0;
+    for (int64_t r = 0; r < rows; ++r) {
+        const int64_t room = capacity > total ? capacity - total : 0;
+        int some;
+        counts[r] = row_runs(mask + r * row_stride, ids + r * row_stride, m, vocab, start + (room ? total : 0),
+                             label + (room ? total : 0), room, &some);
+        allowed[r] = (uint8_t)some;
+        total += counts[r];
+    }
+    return total;
+}
+
+/* One chunk's labels from dense side inputs, as the kernel reads them (fused_cpu.Labels).
+ * Mirrored by fused_cpu.DenseChunk. */
+typedef struct {
+    const int32_t *b_mask, *b_ids; /* key set B: row r of batch b at b * b_batch + r * b_row, m columns */
+    int64_t b_batch, b_row, m;
+    const int32_t *a_mask, *a_ids; /* key set A's rows, whose labels go to a_out [batch, rows, na]; or NULL */
+    int64_t a_batch, a_row, na;
+    void *a_out;
+    const uint8_t *a_empty; /* without a_mask: the rows with no allowed A key, row r of batch b at */
+    int64_t a_empty_batch;  /* b * a_empty_batch + r (the band's) */
+    int64_t batch, rows, valid_rows; /* rows from valid_rows on exist for the kernel's blocks only */
+    int64_t *run_ptr;                /* [batch * rows + 1] */
+    int32_t *start, *label;          /* [run_ptr[batch * rows]], written by the second pass */
+    void *sink;                      /* [batch, rows] */
+} DenseChunk;
+
+/* First pass (fill 0): A's labels, each row's sink label (vocab, or vocab + 1 for a row with no
+ * allowed key) and the run counts as run_ptr; second pass (fill 1): the runs themselves. */
+static void dense_chunk(const DenseChunk *c, int32_t vocab, int64_t bytes, int fill) {
+    if (!fill) c->run_ptr[0] = 0;
+    for (int64_t b = 0; b < c->batch; ++b)
+        for (int64_t r = 0; r < c->rows; ++r) {
+            const int64_t at = b * c->rows + r;
+            if (r >= c->valid_rows) {
+                if (!fill) c->run_ptr[at + 1] = c->run_ptr[at], store_label(c->sink, bytes, at, vocab + 1);
+                continue;
+            }
+            const int32_t *mr = c->b_mask + b * c->b_batch + r * c->b_row, *ir = c->b_ids + b * c->b_batch + r * c->b_row;
+            int some;
+            if (fill) {
+                const int64_t first = c->run_ptr[at];
+                row_runs(mr, ir, c->m, vocab, c->start + first, c->label + first, c->run_ptr[at + 1] - first, &some);
+                continue;
+            }
+            c->run_ptr[at + 1] = c->run_ptr[at] + row_runs(mr, ir, c->m, vocab, NULL, NULL, 0, &some);
+            int a_none = 1;
+            if (c->a_mask) {
+                const int64_t from = b * c->a_batch + r * c->a_row;
+                for (int64_t j = 0; j < c->na; ++j) {
+                    const int32_t now = label_of(c->a_mask + from, c->a_ids + from, j, vocab);
+                    store_label(c->a_out, bytes, at * c->na + j, now);
+                    a_none &= now == vocab;
+                }
+            } else {
+                a_none = c->a_empty[b * c->a_empty_batch + r];
+            }
+            store_label(c->sink, bytes, at, vocab + (a_none && !some));
+        }
+}
+
+/* Both passes of every chunk, the chunks shared among `threads` OpenMP threads (no region for
+ * one: see fused_cpu.c's graphattn_backward_all). */
+void graphattn_dense_chunks(const DenseChunk *chunks, int64_t n, int64_t threads, int32_t vocab, int64_t bytes,
+                            int fill) {
+    if (threads <= 1) {
+        for (int64_t i = 0; i < n; ++i) dense_chunk(chunks + i, vocab, bytes, fill);
+        return;
+    }
+#pragma omp parallel for schedule(dynamic, 1) num_threads(threads)
+    for (int64_t i = 0; i < n; ++i) dense_chunk(chunks + i, vocab, bytes, fill);
+}
+
+/* The band's labels as the kernel's long blocks read them (blocked_tiles.local_index): from the
+ * [B, length, src_width] l2l rows (columns col0 .. col0 + 2r are offsets -r .. r), rows of
+ * window = w + 2r labels per query row, [B, nb * w, window], `bytes` bytes a label: row i =
+ * blk * w + a sees keys blk * w - r + c, so offset j lands in column a + j; every other column,
+ * keys outside [0, length) and rows past length are `vocab`. empty[b * nb * w + i] is 1 for a
+ * row without an allowed key. */
 void graphattn_dense_band(const int32_t *mask, const int32_t *ids, int64_t batch, int64_t length, int64_t src_width,
                           int64_t col0, int64_t r, int64_t w, int64_t nb, int32_t vocab, void *out, int64_t bytes,
                           uint8_t *empty) {

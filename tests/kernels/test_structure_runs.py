@@ -137,6 +137,38 @@ def test_the_c_pass_finds_each_rows_allowed_extent() -> None:
         assert [t.tolist() for t in blocked_sources._mask_ranges(mask)] == [first.tolist(), last.tolist()]
 
 
+@needs_kernel
+def test_dense_chunk_labels_by_hand() -> None:
+    """V = 9. A global chunk of three rows (g2g over two globals, g2l over four tokens) and a
+    long chunk of three rows, the last past L (its A labels given, with the rows A leaves empty):
+    A's labels, each row's sink (V, or V + 1 for a row with no allowed key) and B's runs."""
+    i32 = lambda rows: torch.tensor([rows], dtype=torch.int32)  # noqa: E731
+    global_chunk = fused_cpu.DenseBlock(
+        b_mask=i32([[0, 0, 0, 0], [0, 0, 0, 0], [1, 1, 1, 0]]),
+        b_ids=i32([[5, 5, 5, 5], [5, 5, 5, 5], [1, 1, 2, 2]]),
+        rows=3,
+        a_mask=i32([[1, 0], [0, 0], [0, 1]]),  # row 0's only key is global 0
+        a_ids=i32([[4, 4], [4, 4], [6, 7]]),
+    )
+    band = torch.tensor([[[3, 9], [9, 9], [9, 9]]], dtype=torch.int8)
+    long_chunk = fused_cpu.DenseBlock(
+        b_mask=i32([[1, 1], [0, 0]]),
+        b_ids=i32([[2, 3], [0, 0]]),
+        rows=3,
+        a_labels=band,
+        a_empty=torch.tensor([[False, True, True]]),
+    )
+    for workers in (1, 2):
+        g, lo = fused_cpu.dense_labels([global_chunk, long_chunk], 9, torch.int8, workers)
+        assert g.dense.tolist() == [[[4, 9], [9, 9], [9, 7]]]
+        assert g.sink.tolist() == [[9, 10, 9]]
+        assert g.run_ptr.tolist() == [0, 1, 2, 5]
+        assert g.run_start.tolist() == [0, 0, 0, 2, 3] and g.run_label.tolist() == [9, 9, 1, 2, 9]
+        assert lo.dense is band and lo.sink.tolist() == [[9, 10, 10]]
+        assert lo.run_ptr.tolist() == [0, 2, 3, 3]  # the row past L has none
+        assert lo.run_start.tolist() == [0, 1, 0] and lo.run_label.tolist() == [2, 3, 9]
+
+
 def test_the_dense_source_joins_its_pieces_into_the_same_runs() -> None:
     """Without the C pass (no compiler), torch finds the runs a few rows at a time."""
     batch = graph_batch(compact=True)
