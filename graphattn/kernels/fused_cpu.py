@@ -406,7 +406,8 @@ def dense_labels(blocks: list[DenseBlock], vocab: int, dtype: torch.dtype, worke
     threads, bytes_ = _threads(max(1, min(workers, len(blocks)))), _LABEL_BYTES[dtype]
     library().graphattn_dense_chunks(array, len(described), threads, vocab, bytes_, 0)
     for entry, chunk in zip(made, array):
-        runs = int(entry[2][-1])
+        ptr = entry[2]  # read through C's pointer: a layer's loop reads no tensor back (as on a GPU)
+        runs = ctypes.cast(chunk.run_ptr, ctypes.POINTER(ctypes.c_int64))[ptr.numel() - 1]
         entry += [torch.empty(runs, dtype=torch.int32), torch.empty(runs, dtype=torch.int32)]
         chunk.start, chunk.label = _ptr(entry[3]), _ptr(entry[4])
     library().graphattn_dense_chunks(array, len(described), threads, vocab, bytes_, 1)
