@@ -29,7 +29,7 @@ import torch
 
 from graphattn.kernels import fused_cpu
 from graphattn.kernels.blocked_modes import deal
-from graphattn.kernels.blocked_sources import DenseSource
+from graphattn.kernels.blocked_sources import CompactSource
 from graphattn.kernels.blocked_tiles import (
     CallTensors,
     Geometry,
@@ -155,7 +155,7 @@ def _calls(lay: CallTensors, queries: str, chunks: _Chunks, workers: int) -> tup
     scores, a long chunk's LONG_SCORE_COST times a global's."""
     named, scores = chunk_tasks(lay, queries, partial(_ChunkName, "long"), partial(_ChunkName, "global"))
     names = [name() for name in named]
-    chunks.make_dense_labels(names, workers)
+    chunks.make_labels(names, workers)
     calls = [chunks.long(*name.span) if name.side == "long" else chunks.global_(*name.span) for name in names]
     return calls, [n * (LONG_SCORE_COST if call.side == "long" else 1) for n, call in zip(scores, calls)]
 
@@ -181,10 +181,10 @@ class _Chunks:
 
     def __init__(self, lay: CallTensors, tables: Tables, long_out: torch.Tensor, global_out: torch.Tensor, stats):
         self.lay, self.tables, self.long_out, self.global_out, self.stats = lay, tables, long_out, global_out, stats
-        self._made: dict[tuple, fused_cpu.Labels] = {}  # by make_dense_labels, for _cached
+        self._made: dict[tuple, fused_cpu.Labels] = {}  # by make_labels, for _cached
 
     def _cached(self, key: tuple, make) -> fused_cpu.Labels:
-        """A chunk's labels from the plan's cache, or those make_dense_labels made, or make(); and
+        """A chunk's labels from the plan's cache, or those make_labels made, or make(); and
         offer them to the cache."""
         cache = self.lay.index_cache
         labels = cache.get(key)
@@ -193,29 +193,44 @@ class _Chunks:
             cache.keep_form(key, labels.nbytes, lambda: labels)
         return labels
 
-    def make_dense_labels(self, names: list[_ChunkName], workers: int) -> None:
-        """From dense side inputs, the labels of every chunk the cache lacks, in two calls of C on
-        the workers (fused_cpu.dense_labels) instead of a dozen torch ops per chunk here."""
+    def make_labels(self, names: list[_ChunkName], workers: int) -> None:
+        """The labels of every chunk the plan's cache lacks, in two calls of C on the workers
+        (fused_cpu.chunk_labels) instead of a dozen torch ops per chunk here: B's from the dense
+        side inputs, or from the structure's runs over whole rows (one derivation per region,
+        structure_runs.compact_runs, instead of one per chunk)."""
         lay, geo = self.lay, self.lay.geo
-        if not isinstance(lay.source, DenseSource):
-            return
         missing = [name for name in names if lay.index_cache.get(name.key()) is None]
-        blocks = [self._dense_block(name) for name in missing]
-        made = fused_cpu.dense_labels(blocks, geo.vocab, lay.index_cache.dtype, workers)
+        if not missing or not fused_cpu.available():
+            return
+        whole = {}
+        if isinstance(lay.source, CompactSource):
+            for side, rows, keys, region in (
+                ("long", geo.num_long, geo.num_global_keys, "l2g"),
+                ("global", geo.num_global, geo.num_long, "g2l"),
+            ):
+                if any(name.side == side for name in missing):
+                    runs = getattr(lay.source, f"{region}_runs")(slice(0, rows), slice(0, keys), geo.vocab)
+                    whole[side] = fused_cpu.WholeRuns.of(runs, keys)
+        blocks = [self._label_block(name, whole.get(name.side)) for name in missing]
+        made = fused_cpu.chunk_labels(blocks, geo.batch, geo.vocab, lay.index_cache.dtype, workers)
         self._made = {name.key(): labels for name, labels in zip(missing, made or [])}
 
-    def _dense_block(self, name: _ChunkName) -> fused_cpu.DenseBlock:
+    def _label_block(self, name: _ChunkName, whole: fused_cpu.WholeRuns | None) -> fused_cpu.LabelBlock:
         lay, geo, source = self.lay, self.lay.geo, self.lay.source
         if name.side == "global":
-            rows = slice(name.first, name.last)
+            rows, keys = slice(name.first, name.last), global_chunk_keys(lay, name.first)
             a_mask, a_ids = source.g2g(rows)
-            return fused_cpu.DenseBlock(*source.g2l(rows, global_chunk_keys(lay, name.first)), name.last - name.first,
-                                        a_mask=a_mask, a_ids=a_ids)  # fmt: skip
+            b_mask, b_ids = (None, None) if whole else source.g2l(rows, keys)
+            count = name.last - name.first
+            return fused_cpu.LabelBlock(
+                count, count, keys, b_mask, b_ids, whole, name.first, a_mask=a_mask, a_ids=a_ids
+            )
         start, rows = name.first * geo.block, (name.last - name.first) * geo.block
-        real = min(name.last * geo.block, geo.num_long) - start
-        mask, ids = source.l2g(slice(start, start + real), long_chunk_keys(lay, name.first))
+        real, keys = min(name.last * geo.block, geo.num_long) - start, long_chunk_keys(lay, name.first)
+        b_mask, b_ids = (None, None) if whole else source.l2g(slice(start, start + real), keys)
         band = lay.local_index[:, name.first : name.last].reshape(geo.batch, rows, geo.window)
-        return fused_cpu.DenseBlock(mask, ids, rows, a_labels=band, a_empty=lay.local_empty[:, start : start + rows])
+        empty = lay.local_empty[:, start : start + rows]
+        return fused_cpu.LabelBlock(rows, real, keys, b_mask, b_ids, whole, start, a_labels=band, a_empty=empty)
 
     def _long_labels(self, first: int, last: int, keys: slice) -> fused_cpu.Labels:
         """The band's labels (skewed once per batch, blocked_tiles.local_index) and the l2g runs

@@ -32,7 +32,7 @@ import torch
 
 from graphattn.kernels.structure_runs import Runs
 
-SOURCES = [Path(__file__).with_name(name) for name in ("fused_cpu.c", "fused_cpu_dense.c")]
+SOURCES = [Path(__file__).with_name(name) for name in ("fused_cpu.c", "fused_cpu_labels.c")]
 # -march=native: built on the machine that runs it. No -ffast-math: masked scores are -inf.
 # -fopenmp: the workers are OpenMP threads; the library is linked against PyTorch's own libgomp
 # (the same soname, found first through the rpath), so they are PyTorch's intra-op threads.
@@ -86,13 +86,15 @@ class Chunk(ctypes.Structure):
     ]
 
 
-class DenseChunk(ctypes.Structure):
-    """Mirror of the C struct `DenseChunk` of fused_cpu_dense.c (field for field, same order)."""
+class ChunkLabels(ctypes.Structure):
+    """Mirror of the C struct `ChunkLabels` of fused_cpu_labels.c (field for field, same order)."""
 
     _fields_ = [
         ("b_mask", ctypes.c_void_p),
         ("b_ids", ctypes.c_void_p),
         *((name, ctypes.c_int64) for name in ("b_batch", "b_row", "m")),
+        *((name, ctypes.c_void_p) for name in ("whole_ptr", "whole_start", "whole_label")),
+        *((name, ctypes.c_int64) for name in ("whole_rows", "whole_keys", "row0", "key0")),
         ("a_mask", ctypes.c_void_p),
         ("a_ids", ctypes.c_void_p),
         *((name, ctypes.c_int64) for name in ("a_batch", "a_row", "na")),
@@ -177,8 +179,8 @@ def library() -> ctypes.CDLL | None:
     lib.graphattn_dense_band.restype = None
     lib.graphattn_dense_extents.argtypes = [ptr, i64, i64, i64, ptr, ptr]
     lib.graphattn_dense_extents.restype = None
-    lib.graphattn_dense_chunks.argtypes = [ctypes.POINTER(DenseChunk), i64, i64, ctypes.c_int32, i64, ctypes.c_int]
-    lib.graphattn_dense_chunks.restype = None
+    lib.graphattn_chunk_labels.argtypes = [ctypes.POINTER(ChunkLabels), i64, i64, ctypes.c_int32, i64, ctypes.c_int]
+    lib.graphattn_chunk_labels.restype = None
     chunks, int64s = ctypes.POINTER(Chunk), ctypes.POINTER(i64)
     lib.graphattn_forward_all.argtypes = [chunks, int64s, i64, i64, i64, int64s]
     lib.graphattn_backward_all.argtypes = [chunks, int64s, int64s, i64, i64, i64, ctypes.POINTER(ptr), int64s, i64]
@@ -332,7 +334,7 @@ def _dense_blocks_usable(*blocks: torch.Tensor) -> bool:
 
 def dense_runs(mask: torch.Tensor, ids: torch.Tensor, vocab: int) -> Runs | None:
     """The runs of dense [B, n, m] int32 mask and id blocks, and which rows are allowed a key, in
-    one pass of C (fused_cpu_dense.c); None where the kernel is not available or the blocks are
+    one pass of C (fused_cpu_labels.c); None where the kernel is not available or the blocks are
     not laid out so (structure_runs.runs_of then does it)."""
     if not _dense_blocks_usable(mask, ids):
         return None
@@ -354,63 +356,96 @@ def dense_runs(mask: torch.Tensor, ids: torch.Tensor, vocab: int) -> Runs | None
 
 
 @dataclass
-class DenseBlock:
-    """One chunk's dense side inputs: key set B's [B, valid rows, m] mask and ids, and key set A's
-    either as labels already made (`a_labels` [B, rows, na], the band's view, with `a_empty`
-    [B, rows] bool, its rows with no allowed key) or as [B, valid rows, na] mask and ids
-    (`a_mask`, `a_ids`: the g2g rows) whose labels are made with the rest. `rows` (>= valid)
-    are the kernel's rows; those past the valid ones get no runs."""
+class WholeRuns:
+    """Runs over whole rows of a region (structure_runs.Runs of [B, n, keys]), with their CSR
+    row pointer [B*n + 1], for chunks to take their rows and keys of."""
 
-    b_mask: torch.Tensor
-    b_ids: torch.Tensor
+    runs: Runs
+    ptr: torch.Tensor
+    keys: int
+
+    @staticmethod
+    def of(runs: Runs, keys: int) -> WholeRuns:
+        ptr = torch.zeros(runs.counts.numel() + 1, dtype=torch.int64)
+        torch.cumsum(runs.counts.flatten(), 0, out=ptr[1:])
+        return WholeRuns(runs, ptr, keys)
+
+
+@dataclass
+class LabelBlock:
+    """One chunk's sources of labels: `rows` (the kernel's; the first `valid_rows` exist) against
+    `keys` (a slice of key set B), B's labels either as the [B, valid, m] dense mask and ids
+    (`b_mask`, `b_ids`) or taken from `whole` runs over whole rows from row `row0`; and key set
+    A's either made already (`a_labels` [B, rows, na], the band's view, with `a_empty` [B, rows]
+    bool, its rows with no allowed key) or as [B, valid, na] mask and ids (`a_mask`, `a_ids`:
+    the g2g rows) whose labels are made with the rest."""
+
     rows: int
+    valid_rows: int
+    keys: slice
+    b_mask: torch.Tensor | None = None
+    b_ids: torch.Tensor | None = None
+    whole: WholeRuns | None = None
+    row0: int = 0
     a_labels: torch.Tensor | None = None
     a_empty: torch.Tensor | None = None
     a_mask: torch.Tensor | None = None
     a_ids: torch.Tensor | None = None
 
     def usable(self) -> bool:
+        b_given = self.whole is not None if self.b_mask is None else _dense_blocks_usable(self.b_mask, self.b_ids)
         a_given = self.a_mask is None or _dense_blocks_usable(self.a_mask, self.a_ids)
         empty = self.a_empty is None or (self.a_empty.dtype == torch.bool and self.a_empty.stride(-1) == 1)
-        return _dense_blocks_usable(self.b_mask, self.b_ids) and a_given and empty
+        return library() is not None and b_given and a_given and empty
+
+    def described(self, batch: int, a_labels: torch.Tensor, run_ptr: torch.Tensor, sink: torch.Tensor) -> ChunkLabels:
+        b, a, whole, empty = self.b_mask, self.a_mask, self.whole, self.a_empty
+        return ChunkLabels(
+            b_mask=_ptr(b), b_ids=_ptr(self.b_ids), b_batch=0 if b is None else b.stride(0),
+            b_row=0 if b is None else b.stride(1), m=self.keys.stop - self.keys.start,
+            whole_ptr=None if whole is None else _ptr(whole.ptr),
+            whole_start=None if whole is None else _ptr(whole.runs.start),
+            whole_label=None if whole is None else _ptr(whole.runs.label),
+            whole_rows=0 if whole is None else whole.runs.counts.shape[1],
+            whole_keys=0 if whole is None else whole.keys, row0=self.row0, key0=self.keys.start,
+            a_mask=_ptr(a), a_ids=_ptr(self.a_ids), a_batch=0 if a is None else a.stride(0),
+            a_row=0 if a is None else a.stride(1), na=0 if a is None else a.shape[2], a_out=_ptr(a_labels),
+            a_empty=_ptr(empty), a_empty_batch=0 if empty is None else empty.stride(0),
+            batch=batch, rows=self.rows, valid_rows=self.valid_rows, run_ptr=_ptr(run_ptr), sink=_ptr(sink),
+        )  # fmt: skip
 
 
-def dense_labels(blocks: list[DenseBlock], vocab: int, dtype: torch.dtype, workers: int) -> list[Labels] | None:
-    """Every chunk's Labels from dense side inputs in two calls of C (fused_cpu_dense.c: A's
-    labels, sinks and run counts; then the runs), the chunks shared among `workers` OpenMP
-    threads; None where the kernel is not available or a block is not laid out for it."""
+def chunk_labels(
+    blocks: list[LabelBlock], batch: int, vocab: int, dtype: torch.dtype, workers: int
+) -> list[Labels] | None:
+    """Every chunk's Labels in two calls of C (fused_cpu_labels.c: A's labels, sinks and run
+    counts; then the runs), the chunks shared among `workers` OpenMP threads; None where the
+    kernel is not available or a block is not laid out for it."""
     if not blocks or not all(block.usable() for block in blocks):
         return None
-    made, described = [], []
+    made = []
     for block in blocks:
-        batch, valid, m = block.b_mask.shape
+        a_labels = block.a_labels
         if block.a_mask is not None:
             a_labels = torch.empty(batch, block.rows, block.a_mask.shape[2], dtype=dtype)
-        else:
-            a_labels = block.a_labels
-        run_ptr = torch.empty(batch * block.rows + 1, dtype=torch.int64)
-        sink = torch.empty(batch, block.rows, dtype=dtype)
-        made.append([a_labels, sink, run_ptr])
-        a = block.a_mask
-        described.append(
-            DenseChunk(
-                b_mask=_ptr(block.b_mask), b_ids=_ptr(block.b_ids), b_batch=block.b_mask.stride(0),
-                b_row=block.b_mask.stride(1), m=m,
-                a_mask=_ptr(a), a_ids=_ptr(block.a_ids), a_batch=0 if a is None else a.stride(0),
-                a_row=0 if a is None else a.stride(1), na=0 if a is None else a.shape[2], a_out=_ptr(a_labels),
-                a_empty=_ptr(block.a_empty), a_empty_batch=0 if block.a_empty is None else block.a_empty.stride(0),
-                batch=batch, rows=block.rows, valid_rows=valid, run_ptr=_ptr(run_ptr), sink=_ptr(sink),
-            )
-        )  # fmt: skip
-    array = (DenseChunk * len(described))(*described)
+        made.append(
+            [
+                a_labels,
+                torch.empty(batch, block.rows, dtype=dtype),
+                torch.empty(batch * block.rows + 1, dtype=torch.int64),
+            ]
+        )
+    array = (ChunkLabels * len(blocks))(
+        *(block.described(batch, a, ptr, sink) for block, (a, sink, ptr) in zip(blocks, made))
+    )
     threads, bytes_ = _threads(max(1, min(workers, len(blocks)))), _LABEL_BYTES[dtype]
-    library().graphattn_dense_chunks(array, len(described), threads, vocab, bytes_, 0)
+    library().graphattn_chunk_labels(array, len(blocks), threads, vocab, bytes_, 0)
     for entry, chunk in zip(made, array):
         ptr = entry[2]  # read through C's pointer: a layer's loop reads no tensor back (as on a GPU)
         runs = ctypes.cast(chunk.run_ptr, ctypes.POINTER(ctypes.c_int64))[ptr.numel() - 1]
         entry += [torch.empty(runs, dtype=torch.int32), torch.empty(runs, dtype=torch.int32)]
         chunk.start, chunk.label = _ptr(entry[3]), _ptr(entry[4])
-    library().graphattn_dense_chunks(array, len(described), threads, vocab, bytes_, 1)
+    library().graphattn_chunk_labels(array, len(blocks), threads, vocab, bytes_, 1)
     return [Labels(a_labels, sink, run_ptr, start, label) for a_labels, sink, run_ptr, start, label in made]
 
 

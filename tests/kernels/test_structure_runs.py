@@ -138,28 +138,33 @@ def test_the_c_pass_finds_each_rows_allowed_extent() -> None:
 
 
 @needs_kernel
-def test_dense_chunk_labels_by_hand() -> None:
-    """V = 9. A global chunk of three rows (g2g over two globals, g2l over four tokens) and a
-    long chunk of three rows, the last past L (its A labels given, with the rows A leaves empty):
-    A's labels, each row's sink (V, or V + 1 for a row with no allowed key) and B's runs."""
+def test_chunk_labels_by_hand() -> None:
+    """V = 9. A global chunk of three rows (dense g2g over two globals, g2l over four tokens), a
+    long chunk of three rows, the last past L (its A labels given, with the rows A leaves
+    empty), and a chunk taking rows 1-2 and keys 3-5 of runs over whole rows (as from the
+    structure): A's labels, each row's sink (V, or V + 1 for a row with no allowed key) and
+    B's runs."""
     i32 = lambda rows: torch.tensor([rows], dtype=torch.int32)  # noqa: E731
-    global_chunk = fused_cpu.DenseBlock(
+    LabelBlock = fused_cpu.LabelBlock  # noqa: N806
+    global_chunk = LabelBlock(
+        3, 3, slice(0, 4),
         b_mask=i32([[0, 0, 0, 0], [0, 0, 0, 0], [1, 1, 1, 0]]),
         b_ids=i32([[5, 5, 5, 5], [5, 5, 5, 5], [1, 1, 2, 2]]),
-        rows=3,
         a_mask=i32([[1, 0], [0, 0], [0, 1]]),  # row 0's only key is global 0
         a_ids=i32([[4, 4], [4, 4], [6, 7]]),
-    )
+    )  # fmt: skip
     band = torch.tensor([[[3, 9], [9, 9], [9, 9]]], dtype=torch.int8)
-    long_chunk = fused_cpu.DenseBlock(
-        b_mask=i32([[1, 1], [0, 0]]),
-        b_ids=i32([[2, 3], [0, 0]]),
-        rows=3,
-        a_labels=band,
-        a_empty=torch.tensor([[False, True, True]]),
+    long_chunk = LabelBlock(
+        3, 2, slice(0, 2), b_mask=i32([[1, 1], [0, 0]]), b_ids=i32([[2, 3], [0, 0]]),
+        a_labels=band, a_empty=torch.tensor([[False, True, True]]),
+    )  # fmt: skip
+    whole = fused_cpu.WholeRuns.of(runs_of(torch.tensor([[[1, 1, 2, 2, 9, 9], [9, 9, 9, 3, 3, 3], [4] * 6]])), 6)
+    assert whole.ptr.tolist() == [0, 3, 5, 6]
+    taken = LabelBlock(
+        3, 2, slice(3, 6), whole=whole, row0=1, a_labels=band, a_empty=torch.tensor([[True, False, True]])
     )
     for workers in (1, 2):
-        g, lo = fused_cpu.dense_labels([global_chunk, long_chunk], 9, torch.int8, workers)
+        g, lo, t = fused_cpu.chunk_labels([global_chunk, long_chunk, taken], 1, 9, torch.int8, workers)
         assert g.dense.tolist() == [[[4, 9], [9, 9], [9, 7]]]
         assert g.sink.tolist() == [[9, 10, 9]]
         assert g.run_ptr.tolist() == [0, 1, 2, 5]
@@ -167,6 +172,9 @@ def test_dense_chunk_labels_by_hand() -> None:
         assert lo.dense is band and lo.sink.tolist() == [[9, 10, 10]]
         assert lo.run_ptr.tolist() == [0, 2, 3, 3]  # the row past L has none
         assert lo.run_start.tolist() == [0, 1, 0] and lo.run_label.tolist() == [2, 3, 9]
+        assert t.sink.tolist() == [[9, 9, 10]]  # keys 3-5 of row 1 are [3 3 3] (its run of 9s ends at 3)
+        assert t.run_ptr.tolist() == [0, 1, 2, 2]
+        assert t.run_start.tolist() == [0, 0] and t.run_label.tolist() == [3, 4]
 
 
 def test_the_dense_source_joins_its_pieces_into_the_same_runs() -> None:

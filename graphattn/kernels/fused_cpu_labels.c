@@ -1,9 +1,10 @@
-/* The fused CPU kernel's helpers for dense side inputs (blocked_sources.DenseSource): one pass
- * of C over [rows, keys] int32 mask and id rows where torch took a dozen ops, each with a
- * temporary of the block's size. A pair's label is its id where the mask is nonzero, else
- * `vocab` (masked). The plan's helpers (band, extents) run on the calling thread; every chunk's
- * labels are made in one call (graphattn_dense_chunks) on the kernel's OpenMP threads. Built
- * into the same library as fused_cpu.c.
+/* The fused CPU kernel's label helpers: one pass of C where torch took a dozen ops per chunk,
+ * each with a temporary of the block's size. From dense side inputs (blocked_sources.DenseSource)
+ * a pair's label is its id where the mask is nonzero, else `vocab` (masked); from the compact
+ * structure the l2g and g2l labels arrive as runs over whole rows (structure_runs), which each
+ * chunk takes its rows and keys of. The plan's helpers (band, extents) run on the calling thread;
+ * every chunk's labels are made in one call (graphattn_chunk_labels) on the kernel's OpenMP
+ * threads. Built into the same library as fused_cpu.c.
  */
 #include <stdint.h>
 #include <string.h>
@@ -75,25 +76,56 @@ int64_t graphattn_dense_runs(const int32_t *mask, const int32_t *ids, int64_t ro
     return total;
 }
 
-/* One chunk's labels from dense side inputs, as the kernel reads them (fused_cpu.Labels).
- * Mirrored by fused_cpu.DenseChunk. */
+/* One chunk's labels as the kernel reads them (fused_cpu.Labels). Mirrored by
+ * fused_cpu.ChunkLabels. */
 typedef struct {
     const int32_t *b_mask, *b_ids; /* key set B: row r of batch b at b * b_batch + r * b_row, m columns */
     int64_t b_batch, b_row, m;
-    const int32_t *a_mask, *a_ids; /* key set A's rows, whose labels go to a_out [batch, rows, na]; or NULL */
+    /* or, without b_mask, B's runs over whole rows (CSR over batch * whole_rows rows, whole_keys
+     * keys each), of which the chunk takes rows row0 .. and keys key0 .. key0 + m */
+    const int64_t *whole_ptr;
+    const int32_t *whole_start, *whole_label;
+    int64_t whole_rows, whole_keys, row0, key0;
+    const int32_t *a_mask, *a_ids; /* without a_empty: key set A's rows, their labels to a_out [batch, rows, na] */
     int64_t a_batch, a_row, na;
     void *a_out;
-    const uint8_t *a_empty; /* without a_mask: the rows with no allowed A key, row r of batch b at */
+    const uint8_t *a_empty; /* or the rows with no allowed A key (A's labels made), row r of batch b at */
     int64_t a_empty_batch;  /* b * a_empty_batch + r (the band's) */
     int64_t batch, rows, valid_rows; /* rows from valid_rows on exist for the kernel's blocks only */
     int64_t *run_ptr;                /* [batch * rows + 1] */
     int32_t *start, *label;          /* [run_ptr[batch * rows]], written by the second pass */
     void *sink;                      /* [batch, rows] */
-} DenseChunk;
+} ChunkLabels;
+
+/* Row r of batch b's runs over the chunk's keys, taken from the whole row's: the runs that reach
+ * into [key0, key0 + m), the first starting at 0. */
+static int64_t runs_within(const ChunkLabels *c, int64_t b, int64_t r, int32_t vocab, int32_t *start, int32_t *label,
+                           int64_t room, int *some) {
+    const int64_t row = b * c->whole_rows + c->row0 + r, lo = c->key0, hi = c->key0 + c->m;
+    const int64_t first = c->whole_ptr[row], last = c->whole_ptr[row + 1];
+    int64_t runs = 0;
+    *some = 0;
+    for (int64_t j = first; j < last && c->m > 0; ++j) {
+        const int64_t from = c->whole_start[j], to = j + 1 < last ? c->whole_start[j + 1] : c->whole_keys;
+        if (to <= lo || from >= hi) continue;
+        if (runs < room) start[runs] = (int32_t)((from > lo ? from : lo) - lo), label[runs] = c->whole_label[j];
+        ++runs, *some |= c->whole_label[j] != vocab;
+    }
+    return runs;
+}
+
+/* Row r of batch b's runs over key set B, from the dense block or the whole rows' runs. */
+static int64_t b_runs(const ChunkLabels *c, int64_t b, int64_t r, int32_t vocab, int32_t *start, int32_t *label,
+                      int64_t room, int *some) {
+    if (c->m <= 0) return *some = 0, 0; /* no keys (an empty tensor may have no address) */
+    if (!c->b_mask) return runs_within(c, b, r, vocab, start, label, room, some);
+    const int64_t at = b * c->b_batch + r * c->b_row;
+    return row_runs(c->b_mask + at, c->b_ids + at, c->m, vocab, start, label, room, some);
+}
 
 /* First pass (fill 0): A's labels, each row's sink label (vocab, or vocab + 1 for a row with no
  * allowed key) and the run counts as run_ptr; second pass (fill 1): the runs themselves. */
-static void dense_chunk(const DenseChunk *c, int32_t vocab, int64_t bytes, int fill) {
+static void chunk_labels(const ChunkLabels *c, int32_t vocab, int64_t bytes, int fill) {
     if (!fill) c->run_ptr[0] = 0;
     for (int64_t b = 0; b < c->batch; ++b)
         for (int64_t r = 0; r < c->rows; ++r) {
@@ -102,24 +134,23 @@ static void dense_chunk(const DenseChunk *c, int32_t vocab, int64_t bytes, int f
                 if (!fill) c->run_ptr[at + 1] = c->run_ptr[at], store_label(c->sink, bytes, at, vocab + 1);
                 continue;
             }
-            const int32_t *mr = c->b_mask + b * c->b_batch + r * c->b_row, *ir = c->b_ids + b * c->b_batch + r * c->b_row;
             int some;
             if (fill) {
                 const int64_t first = c->run_ptr[at];
-                row_runs(mr, ir, c->m, vocab, c->start + first, c->label + first, c->run_ptr[at + 1] - first, &some);
+                b_runs(c, b, r, vocab, c->start + first, c->label + first, c->run_ptr[at + 1] - first, &some);
                 continue;
             }
-            c->run_ptr[at + 1] = c->run_ptr[at] + row_runs(mr, ir, c->m, vocab, NULL, NULL, 0, &some);
+            c->run_ptr[at + 1] = c->run_ptr[at] + b_runs(c, b, r, vocab, NULL, NULL, 0, &some);
             int a_none = 1;
-            if (c->a_mask) {
+            if (c->a_empty) {
+                a_none = c->a_empty[b * c->a_empty_batch + r];
+            } else {
                 const int64_t from = b * c->a_batch + r * c->a_row;
                 for (int64_t j = 0; j < c->na; ++j) {
                     const int32_t now = label_of(c->a_mask + from, c->a_ids + from, j, vocab);
                     store_label(c->a_out, bytes, at * c->na + j, now);
                     a_none &= now == vocab;
                 }
-            } else {
-                a_none = c->a_empty[b * c->a_empty_batch + r];
             }
             store_label(c->sink, bytes, at, vocab + (a_none && !some));
         }
@@ -127,14 +158,14 @@ static void dense_chunk(const DenseChunk *c, int32_t vocab, int64_t bytes, int f
 
 /* Both passes of every chunk, the chunks shared among `threads` OpenMP threads (no region for
  * one: see fused_cpu.c's graphattn_backward_all). */
-void graphattn_dense_chunks(const DenseChunk *chunks, int64_t n, int64_t threads, int32_t vocab, int64_t bytes,
+void graphattn_chunk_labels(const ChunkLabels *chunks, int64_t n, int64_t threads, int32_t vocab, int64_t bytes,
                             int fill) {
     if (threads <= 1) {
-        for (int64_t i = 0; i < n; ++i) dense_chunk(chunks + i, vocab, bytes, fill);
+        for (int64_t i = 0; i < n; ++i) chunk_labels(chunks + i, vocab, bytes, fill);
         return;
     }
 #pragma omp parallel for schedule(dynamic, 1) num_threads(threads)
-    for (int64_t i = 0; i < n; ++i) dense_chunk(chunks + i, vocab, bytes, fill);
+    for (int64_t i = 0; i < n; ++i) chunk_labels(chunks + i, vocab, bytes, fill);
 }
 
 /* The band's labels as the kernel's long blocks read them (blocked_tiles.local_index): from the
