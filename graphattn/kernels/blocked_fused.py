@@ -6,10 +6,14 @@ whole pass is one call of the C kernel (fused_cpu.run), whose workers are PyTorc
 threads, each with the chunks dealt to it. What differs:
 
 * Labels: the band's come from the plan's skewed index as they are; l2g and g2l rows as runs of
-  equal labels (structure_runs.py), derived from the compact structure without [rows x keys]
-  tensors; each row's sink label (V, or V + 1 for a row with no allowed key).
+  equal labels; each row's sink label (V, or V + 1 for a row with no allowed key). Every chunk's
+  are made at once in C on the workers (fused_cpu.chunk_labels), from the dense side inputs or
+  from runs over whole rows derived from the compact structure without [rows x keys] tensors
+  (structure_runs.py); torch makes them chunk by chunk where C cannot take a layout.
 * Label terms: each block of rows computes its own from the relative key table and bias, so no
   [B, H, L, V] table exists, forward or backward (FusedAttention takes the tables themselves).
+* Band: a long block takes the band's keys in BAND_PARTS sub-blocks of rows, each against only the
+  keys its rows may see.
 * Softmax: the second key set is read in pieces of KEY_BLOCK keys (online softmax), and each
   row's max and log sum (`Stats`) are kept for the backward, which recomputes probabilities
   from them, piece by piece.
