@@ -2,8 +2,8 @@
 
 The plan's chunks and key spans, as the PyTorch passes in blocked.py have. Every chunk of a pass
 is described first, in the calling thread (labels made or taken from the plan's cache), then the
-whole pass is one call of the C kernel (fused_cpu.run), whose workers are PyTorch's own OpenMP
-threads, each with the chunks dealt to it. What differs:
+whole pass is one call of the C kernel (fused_cpu.forward_all, backward_all), whose workers are
+PyTorch's own OpenMP threads. What differs:
 
 * Labels: the band's come from the plan's skewed index as they are; l2g and g2l rows as runs of
   equal labels; each row's sink label (V, or V + 1 for a row with no allowed key). Every chunk's
@@ -17,9 +17,11 @@ threads, each with the chunks dealt to it. What differs:
 * Softmax: the second key set is read in pieces of KEY_BLOCK keys (online softmax), and each
   row's max and log sum (`Stats`) are kept for the backward, which recomputes probabilities
   from them, piece by piece.
-* Chunks: global chunks of GLOBAL_ROWS rows, long chunks TASKS_PER_WORKER per worker, dealt to
-  the workers by their cost (blocked_modes.deal); the deal is fixed, and each worker's key-side
-  gradients accumulate in its own buffers, summed in worker order: results repeat bit for bit.
+* Chunks: global chunks of GLOBAL_ROWS rows, long chunks TASKS_PER_WORKER per worker. The
+  forward's threads take them as they come, costliest first (no chunk writes another's rows);
+  the backward's are dealt to the workers by cost (blocked_modes.deal), a fixed deal, and each
+  worker's key-side gradients accumulate in its own buffers, summed in worker order: results
+  repeat bit for bit.
 
 Used for fp32 tiles on CPU when the kernel could be built (fused_cpu.available()).
 """
