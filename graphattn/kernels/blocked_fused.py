@@ -7,7 +7,7 @@ PyTorch's own OpenMP threads. What differs:
 
 * Labels: the band's come from the plan's skewed index as they are; l2g and g2l rows as runs of
   equal labels; each row's sink label (V, or V + 1 for a row with no allowed key). Every chunk's
-  are made at once in C on the workers (fused_cpu.chunk_labels), from the dense side inputs or
+  are made at once in C on the workers (fused_cpu_labels.chunk_labels), from the dense side inputs or
   from runs over whole rows derived from the compact structure without [rows x keys] tensors
   (structure_runs.py); torch makes them chunk by chunk where C cannot take a layout.
 * Label terms: each block of rows computes its own from the relative key table and bias, so no
@@ -33,7 +33,7 @@ from functools import partial
 
 import torch
 
-from graphattn.kernels import fused_cpu
+from graphattn.kernels import fused_cpu, fused_cpu_labels
 from graphattn.kernels.blocked_modes import deal
 from graphattn.kernels.blocked_sources import CompactSource
 from graphattn.kernels.blocked_tiles import (
@@ -201,7 +201,7 @@ class _Chunks:
 
     def make_labels(self, names: list[_ChunkName], workers: int) -> None:
         """The labels of every chunk the plan's cache lacks, in two calls of C on the workers
-        (fused_cpu.chunk_labels) instead of a dozen torch ops per chunk here: B's from the dense
+        (fused_cpu_labels.chunk_labels) instead of a dozen torch ops per chunk here: B's from the dense
         side inputs, or from the structure's runs over whole rows (one derivation per region,
         structure_runs.compact_runs, instead of one per chunk)."""
         lay, geo = self.lay, self.lay.geo
@@ -216,19 +216,19 @@ class _Chunks:
             ):
                 if any(name.side == side for name in missing):
                     runs = getattr(lay.source, f"{region}_runs")(slice(0, rows), slice(0, keys), geo.vocab)
-                    whole[side] = fused_cpu.WholeRuns.of(runs, keys)
+                    whole[side] = fused_cpu_labels.WholeRuns.of(runs, keys)
         blocks = [self._label_block(name, whole.get(name.side)) for name in missing]
-        made = fused_cpu.chunk_labels(blocks, geo.batch, geo.vocab, lay.index_cache.dtype, workers)
+        made = fused_cpu_labels.chunk_labels(blocks, geo.batch, geo.vocab, lay.index_cache.dtype, workers)
         self._made = {name.key(): labels for name, labels in zip(missing, made or [])}
 
-    def _label_block(self, name: _ChunkName, whole: fused_cpu.WholeRuns | None) -> fused_cpu.LabelBlock:
+    def _label_block(self, name: _ChunkName, whole: fused_cpu_labels.WholeRuns | None) -> fused_cpu_labels.LabelBlock:
         lay, geo, source = self.lay, self.lay.geo, self.lay.source
         if name.side == "global":
             rows, keys = slice(name.first, name.last), global_chunk_keys(lay, name.first)
             a_mask, a_ids = source.g2g(rows)
             b_mask, b_ids = (None, None) if whole else source.g2l(rows, keys)
             count = name.last - name.first
-            return fused_cpu.LabelBlock(
+            return fused_cpu_labels.LabelBlock(
                 count, count, keys, b_mask, b_ids, whole, name.first, a_mask=a_mask, a_ids=a_ids
             )
         start, rows = name.first * geo.block, (name.last - name.first) * geo.block
@@ -236,7 +236,7 @@ class _Chunks:
         b_mask, b_ids = (None, None) if whole else source.l2g(slice(start, start + real), keys)
         band = lay.local_index[:, name.first : name.last].reshape(geo.batch, rows, geo.window)
         empty = lay.local_empty[:, start : start + rows]
-        return fused_cpu.LabelBlock(rows, real, keys, b_mask, b_ids, whole, start, a_labels=band, a_empty=empty)
+        return fused_cpu_labels.LabelBlock(rows, real, keys, b_mask, b_ids, whole, start, a_labels=band, a_empty=empty)
 
     def _long_labels(self, first: int, last: int, keys: slice) -> fused_cpu.Labels:
         """The band's labels (skewed once per batch, blocked_tiles.local_index) and the l2g runs

@@ -22,7 +22,7 @@ import torch
 
 from graphattn.compact import CompactBatch
 from graphattn.contract import SideInputs
-from graphattn.kernels import fused_cpu, structure
+from graphattn.kernels import fused_cpu_labels, structure
 from graphattn.kernels.structure_runs import Runs, compact_runs, runs_of
 
 # Elements of dense labels compared at once when a dense source's rows are turned into runs.
@@ -139,7 +139,7 @@ def _dense_runs(region, batch: int, rows: slice, cols: slice, vocab: int) -> Run
     """Runs of a region's dense rows: in one pass of the fused kernel's C where it is built,
     else with torch a piece of rows at a time (RUN_PIECE_ELEMENTS labels)."""
     mask, ids = region(rows, cols)
-    runs = fused_cpu.dense_runs(mask, ids, vocab)
+    runs = fused_cpu_labels.dense_runs(mask, ids, vocab)
     if runs is not None:
         return runs
     step = max(1, RUN_PIECE_ELEMENTS // max(batch * (cols.stop - cols.start), 1))
@@ -157,7 +157,7 @@ def _mask_ranges(mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Per row of a [B, n, m] mask, the [first, last + 1) of the columns it allows, [B, n] int32
     each ((m, 0) for none): scanned from both ends in C where the kernel is built, else with
     torch over the whole mask."""
-    in_c = fused_cpu.dense_extents(mask)
+    in_c = fused_cpu_labels.dense_extents(mask)
     if in_c is not None:
         return in_c
     allowed = mask != 0

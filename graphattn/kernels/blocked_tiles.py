@@ -22,7 +22,7 @@ from typing import Any
 
 import torch
 
-from graphattn.kernels import fused_cpu
+from graphattn.kernels import fused_cpu_labels
 from graphattn.kernels.structure_runs import band_labels
 
 # Elements of one score tile (all heads of a chunk): bounds memory, keeps tiles cache-friendly.
@@ -320,7 +320,7 @@ def local_index(geo: Geometry, source) -> tuple[torch.Tensor, torch.Tensor]:
         return index, (index == geo.vocab).all(-1).view(geo.batch, geo.padded_long)
     l2l_mask, l2l_ids = source.l2l()
     col0 = source.radius - r  # the radius clipped to L-1
-    in_c = fused_cpu.dense_band(l2l_mask, l2l_ids, col0, r, w, nb, geo.vocab, label_dtype(geo.vocab))
+    in_c = fused_cpu_labels.dense_band(l2l_mask, l2l_ids, col0, r, w, nb, geo.vocab, label_dtype(geo.vocab))
     if in_c is not None:
         return in_c
     rows = torch.arange(big_l, device=l2l_mask.device)

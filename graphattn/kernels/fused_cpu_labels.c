@@ -77,7 +77,7 @@ int64_t graphattn_dense_runs(const int32_t *mask, const int32_t *ids, int64_t ro
 }
 
 /* One chunk's labels as the kernel reads them (fused_cpu.Labels). Mirrored by
- * fused_cpu.ChunkLabels. */
+ * fused_cpu_labels.ChunkLabels. */
 typedef struct {
     const int32_t *b_mask, *b_ids; /* key set B: row r of batch b at b * b_batch + r * b_row, m columns */
     int64_t b_batch, b_row, m;

@@ -16,7 +16,7 @@ from kernel_cases import RESULT_NAMES, assert_all_close
 
 from graphattn.compact import CompactBatch, CompactSideInputs
 from graphattn.compile.batching import collate
-from graphattn.kernels import blocked_fused, fused_cpu, prepare_attention, structure
+from graphattn.kernels import blocked_fused, fused_cpu, fused_cpu_labels, prepare_attention, structure
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "compile"))
 from compile_helpers import WordTokenizer  # noqa: E402
@@ -63,7 +63,7 @@ def test_compact_chunks_match_the_dense_tensors(first, second, extra_long, tile_
 def test_the_fused_kernel_reads_the_same_labels_from_either_form(first, second, extra_long, key_block) -> None:
     """fp32 on the fused CPU kernel: labels derived from the structure (runs, band) give the
     results of labels derived from the dense tensors, bit for bit; and so do both made by
-    torch chunk by chunk (where fused_cpu.chunk_labels cannot take a layout) instead of C."""
+    torch chunk by chunk (where fused_cpu_labels.chunk_labels cannot take a layout) instead of C."""
     if not fused_cpu.available():
         pytest.skip(fused_cpu.why_not())
     tok = WordTokenizer()
@@ -72,7 +72,7 @@ def test_the_fused_kernel_reads_the_same_labels_from_either_form(first, second, 
     batch = collate(instances, pad_to_long=max(i.long_length for i in instances) + extra_long)
     with mock.patch.object(blocked_fused, "KEY_BLOCK", key_block or blocked_fused.KEY_BLOCK):
         compact, dense = run_both(batch, schema.relative_vocab_size, torch.float32, fused=True, workers=1)
-        with mock.patch.object(fused_cpu, "chunk_labels", lambda *_: None):
+        with mock.patch.object(fused_cpu_labels, "chunk_labels", lambda *_: None):
             by_torch = run_both(batch, schema.relative_vocab_size, torch.float32, fused=True, workers=1)
     for name, a, b, *torch_made in zip(RESULT_NAMES, compact, dense, *by_torch):
         assert torch.equal(a, b), name

@@ -11,7 +11,7 @@ import pytest
 import torch
 from kernel_cases import RESULT_NAMES, assert_all_close, run, synthetic_case
 
-from graphattn.kernels import blocked, blocked_modes, blocked_tiles, dense, fused_cpu
+from graphattn.kernels import blocked, blocked_modes, blocked_tiles, dense, fused_cpu_labels
 from graphattn.kernels.blocked_tiles import CallTensors, LongChunk, Scratch, Scratches, geometry, local_index
 from graphattn.kernels.request import direct_request
 
@@ -47,7 +47,7 @@ def test_the_band_labels_are_skewed_into_windows_of_w_plus_2r_keys() -> None:
     empty = [[False] * 5 + [True]]  # row 5 is padding
     index, no_key = local_index(geo, _Band())  # in C where the fused kernel is built
     assert torch.equal(index, expected[None]) and no_key.tolist() == empty
-    with mock.patch.object(fused_cpu, "dense_band", lambda *_: None):  # torch
+    with mock.patch.object(fused_cpu_labels, "dense_band", lambda *_: None):  # torch
         index, no_key = local_index(geo, _Band())
     assert torch.equal(index, expected[None]) and no_key.tolist() == empty
 

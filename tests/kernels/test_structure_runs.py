@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from kernel_cases import graph_batch
 
 from graphattn.compile.batching import collate
-from graphattn.kernels import blocked_sources, fused_cpu
+from graphattn.kernels import blocked_sources, fused_cpu, fused_cpu_labels
 from graphattn.kernels.blocked_sources import CompactSource, DenseSource
 from graphattn.kernels.blocked_tiles import geometry, local_index
 from graphattn.kernels.structure_runs import Runs, runs_of
@@ -104,7 +104,7 @@ def check_band(batch) -> None:
     for block in (None, 3, c.local_radius + 2):
         geo = geometry(c.batch_size, 1, c.global_length, c.long_length, c.local_radius, VOCAB, 1.0, block, 1 << 20)
         expected = local_index(geo, DenseSource(batch.side))
-        with mock.patch.object(fused_cpu, "dense_band", lambda *_: None):  # torch, where no C is built
+        with mock.patch.object(fused_cpu_labels, "dense_band", lambda *_: None):  # torch, where no C is built
             from_torch = local_index(geo, DenseSource(batch.side))
         for ours, source in ((local_index(geo, CompactSource(c)), "structure"), (from_torch, "torch")):
             for part, a, b in zip(("labels", "empty rows"), ours, expected):
@@ -124,16 +124,16 @@ def test_the_c_pass_finds_every_run_of_rows_with_many() -> None:
         m, i = mask[:, rows, cols], ids[:, rows, cols]
         expected = runs_of(torch.where(m != 0, i, VOCAB))
         assert expected.counts.sum() > 4 * m.shape[0] * m.shape[1] or cols.stop == 1
-        assert_same(fused_cpu.dense_runs(m, i, VOCAB), expected, f"rows {rows}, keys {cols}")
+        assert_same(fused_cpu_labels.dense_runs(m, i, VOCAB), expected, f"rows {rows}, keys {cols}")
 
 
 @needs_kernel
 def test_the_c_pass_finds_each_rows_allowed_extent() -> None:
     """First allowed column and one past the last, (m, 0) for none: as torch finds them."""
     mask = torch.tensor([[[0, 1, 0, 1, 0], [0, 0, 0, 0, 0], [1, 1, 1, 1, 1], [0, 0, 0, 0, 1]]], dtype=torch.int32)
-    first, last = fused_cpu.dense_extents(mask[:, :, :])
+    first, last = fused_cpu_labels.dense_extents(mask[:, :, :])
     assert first.tolist() == [[1, 5, 0, 4]] and last.tolist() == [[4, 0, 5, 5]]
-    with mock.patch.object(fused_cpu, "dense_extents", lambda *_: None):
+    with mock.patch.object(fused_cpu_labels, "dense_extents", lambda *_: None):
         assert [t.tolist() for t in blocked_sources._mask_ranges(mask)] == [first.tolist(), last.tolist()]
 
 
@@ -145,7 +145,7 @@ def test_chunk_labels_by_hand() -> None:
     structure): A's labels, each row's sink (V, or V + 1 for a row with no allowed key) and
     B's runs."""
     i32 = lambda rows: torch.tensor([rows], dtype=torch.int32)  # noqa: E731
-    LabelBlock = fused_cpu.LabelBlock  # noqa: N806
+    LabelBlock = fused_cpu_labels.LabelBlock  # noqa: N806
     global_chunk = LabelBlock(
         3, 3, slice(0, 4),
         b_mask=i32([[0, 0, 0, 0], [0, 0, 0, 0], [1, 1, 1, 0]]),
@@ -158,13 +158,13 @@ def test_chunk_labels_by_hand() -> None:
         3, 2, slice(0, 2), b_mask=i32([[1, 1], [0, 0]]), b_ids=i32([[2, 3], [0, 0]]),
         a_labels=band, a_empty=torch.tensor([[False, True, True]]),
     )  # fmt: skip
-    whole = fused_cpu.WholeRuns.of(runs_of(torch.tensor([[[1, 1, 2, 2, 9, 9], [9, 9, 9, 3, 3, 3], [4] * 6]])), 6)
+    whole = fused_cpu_labels.WholeRuns.of(runs_of(torch.tensor([[[1, 1, 2, 2, 9, 9], [9, 9, 9, 3, 3, 3], [4] * 6]])), 6)
     assert whole.ptr.tolist() == [0, 3, 5, 6]
     taken = LabelBlock(
         3, 2, slice(3, 6), whole=whole, row0=1, a_labels=band, a_empty=torch.tensor([[True, False, True]])
     )
     for workers in (1, 2):
-        g, lo, t = fused_cpu.chunk_labels([global_chunk, long_chunk, taken], 1, 9, torch.int8, workers)
+        g, lo, t = fused_cpu_labels.chunk_labels([global_chunk, long_chunk, taken], 1, 9, torch.int8, workers)
         assert g.dense.tolist() == [[[4, 9], [9, 9], [9, 7]]]
         assert g.sink.tolist() == [[9, 10, 9]]
         assert g.run_ptr.tolist() == [0, 1, 2, 5]
@@ -182,7 +182,7 @@ def test_the_dense_source_joins_its_pieces_into_the_same_runs() -> None:
     batch = graph_batch(compact=True)
     rows, cols = slice(0, batch.compact.long_length), slice(0, 3)
     expected = dense_runs(batch.side, "l2g", rows, cols)
-    with mock.patch.object(fused_cpu, "dense_runs", lambda *_: None):
+    with mock.patch.object(fused_cpu_labels, "dense_runs", lambda *_: None):
         assert_same(DenseSource(batch.side).l2g_runs(rows, cols, VOCAB), expected, "whole")
         with mock.patch.object(blocked_sources, "RUN_PIECE_ELEMENTS", 5):  # pieces of one or two rows
             assert_same(DenseSource(batch.side).l2g_runs(rows, cols, VOCAB), expected, "pieces")
