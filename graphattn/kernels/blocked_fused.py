@@ -67,8 +67,8 @@ GLOBAL_TILE_BYTES = 1 << 24
 KEY_BLOCK = 512
 # A long block takes the band's keys in BAND_PARTS sub-blocks of rows, each against only the keys
 # its rows may see (fused_cpu.c's Part): at w = r = 84 two halves score 210 keys instead of 252,
-# which ran the band's matmuls 8% faster; blocks of fewer than BAND_PARTS * BAND_PART_ROWS rows
-# stay whole (smaller matmuls would cost more than they save).
+# which ran the band's matmuls 8% faster (MKL alone; a whole call 2-4%); blocks of fewer than
+# BAND_PARTS * BAND_PART_ROWS rows stay whole (smaller matmuls would cost more than they save).
 BAND_PARTS = 2
 BAND_PART_ROWS = 16
 # What a long chunk's score costs against a global chunk's, forward and backward (a block of 84
@@ -156,9 +156,9 @@ def _raise_for(calls: list[_Call], failed: int | None) -> None:
 
 
 def _calls(lay: CallTensors, queries: str, chunks: _Chunks, workers: int) -> tuple[list[_Call], list[float]]:
-    """Every chunk of the pass described (labels taken from the plan's cache, or made: from dense
-    side inputs all at once on the workers, from the structure here), and what each costs: its
-    scores, a long chunk's LONG_SCORE_COST times a global's."""
+    """Every chunk of the pass described (labels taken from the plan's cache, or made for every
+    chunk it lacks at once in C, _Chunks.make_labels), and what each costs: its scores, a long
+    chunk's LONG_SCORE_COST times a global's."""
     named, scores = chunk_tasks(lay, queries, partial(_ChunkName, "long"), partial(_ChunkName, "global"))
     names = [name() for name in named]
     chunks.make_labels(names, workers)
