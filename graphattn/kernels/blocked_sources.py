@@ -136,12 +136,9 @@ def source_of(structure_or_side: SideInputs | CompactBatch) -> DenseSource | Com
 
 
 def _dense_runs(region, batch: int, rows: slice, cols: slice, vocab: int) -> Runs:
-    """Runs of a region's dense rows: in one pass of the fused kernel's C where it is built,
-    else with torch a piece of rows at a time (RUN_PIECE_ELEMENTS labels)."""
-    mask, ids = region(rows, cols)
-    runs = fused_cpu_labels.dense_runs(mask, ids, vocab)
-    if runs is not None:
-        return runs
+    """Runs of a region's dense rows, with torch a piece of rows at a time (RUN_PIECE_ELEMENTS
+    labels). The fused kernel's chunks get theirs in C (fused_cpu_labels.chunk_labels); these
+    serve the layouts it cannot take."""
     step = max(1, RUN_PIECE_ELEMENTS // max(batch * (cols.stop - cols.start), 1))
     parts = []
     for start in range(rows.start, rows.stop, step):

@@ -57,25 +57,6 @@ static int64_t row_runs(const int32_t *mr, const int32_t *ir, int64_t m, int32_t
     return runs;
 }
 
-/* Runs of equal labels along each row of a [rows, m] block (rows `row_stride` apart): counts[r]
- * gets row r's number of runs, allowed[r] whether one of them is not masked, and start / label
- * each run's first column and label, row by row, as far as `capacity` reaches. Returns the
- * number of runs: when it exceeds capacity, the caller calls again with room for them all. */
-int64_t graphattn_dense_runs(const int32_t *mask, const int32_t *ids, int64_t rows, int64_t m, int64_t row_stride,
-                             int32_t vocab, int64_t *counts, uint8_t *allowed, int32_t *start, int32_t *label,
-                             int64_t capacity) {
-    int64_t total = 0;
-    for (int64_t r = 0; r < rows; ++r) {
-        const int64_t room = capacity > total ? capacity - total : 0;
-        int some;
-        counts[r] = row_runs(mask + r * row_stride, ids + r * row_stride, m, vocab, start + (room ? total : 0),
-                             label + (room ? total : 0), room, &some);
-        allowed[r] = (uint8_t)some;
-        total += counts[r];
-    }
-    return total;
-}
-
 /* One chunk's labels as the kernel reads them (fused_cpu.Labels). Mirrored by
  * fused_cpu_labels.ChunkLabels. */
 typedef struct {

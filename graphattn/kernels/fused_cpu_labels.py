@@ -1,5 +1,5 @@
 """The Python side of fused_cpu_labels.c: the fused kernel's labels made in C, from dense side
-inputs (the band's skewed labels, rows' key extents, runs of dense blocks) and for every chunk
+inputs (the band's skewed labels, rows' key extents) and for every chunk
 of a pass at once (`chunk_labels`, on the kernel's OpenMP threads), from dense blocks or from
 runs over whole rows derived from the compact structure. Each returns None where the kernel
 is not built or a tensor is not laid out for it; the callers then use torch."""
@@ -42,8 +42,6 @@ def _lib() -> ctypes.CDLL | None:
     if lib is None:
         return None
     i64, ptr = ctypes.c_int64, ctypes.c_void_p
-    lib.graphattn_dense_runs.argtypes = [ptr, ptr, i64, i64, i64, ctypes.c_int32, ptr, ptr, ptr, ptr, i64]
-    lib.graphattn_dense_runs.restype = i64
     lib.graphattn_dense_band.argtypes = [ptr, ptr, *[i64] * 7, ctypes.c_int32, ptr, i64, ptr]
     lib.graphattn_dense_band.restype = None
     lib.graphattn_dense_extents.argtypes = [ptr, i64, i64, i64, ptr, ptr]
@@ -60,29 +58,6 @@ def _dense_blocks_usable(*blocks: torch.Tensor) -> bool:
         t.dtype == torch.int32 and t.device.type == "cpu" and t.stride(-1) == 1 and t.stride() == first.stride()
         for t in blocks
     )
-
-
-def dense_runs(mask: torch.Tensor, ids: torch.Tensor, vocab: int) -> Runs | None:
-    """The runs of dense [B, n, m] int32 mask and id blocks, and which rows are allowed a key, in
-    one pass of C (fused_cpu_labels.c); None where the kernel is not available or the blocks are
-    not laid out so (structure_runs.runs_of then does it)."""
-    if not _dense_blocks_usable(mask, ids):
-        return None
-    batch, rows, m = mask.shape
-    counts = torch.empty(batch, rows, dtype=torch.int64)
-    allowed = torch.empty(batch, rows, dtype=torch.bool)
-    capacity = 4 * batch * rows  # a first guess: a row of soft labels holds a run or two
-    while True:
-        start, label = (torch.empty(max(capacity, 1), dtype=torch.int32) for _ in range(2))
-        total = 0
-        for b in range(batch):  # a loop over batch rows, each one pass of C
-            total += _lib().graphattn_dense_runs(
-                _ptr(mask[b]), _ptr(ids[b]), rows, m, mask.stride(1), vocab, _ptr(counts[b]), _ptr(allowed[b]),
-                start.data_ptr() + 4 * total, label.data_ptr() + 4 * total, max(capacity - total, 0),
-            )  # fmt: skip
-        if total <= capacity:
-            return Runs(counts, start[:total], label[:total], allowed)
-        capacity = total  # counted past the guess: again, with room for every run
 
 
 @dataclass
@@ -128,7 +103,8 @@ class LabelBlock:
         empty = self.a_empty is None or (self.a_empty.dtype == torch.bool and self.a_empty.stride(-1) == 1)
         return _lib() is not None and b_given and a_given and empty
 
-    def described(self, batch: int, a_labels: torch.Tensor, run_ptr: torch.Tensor, sink: torch.Tensor) -> ChunkLabels:
+    def described(self, batch: int, out: Labels) -> ChunkLabels:
+        """The C description, writing into `out` (its A labels, sinks and run pointer)."""
         b, a, whole, empty = self.b_mask, self.a_mask, self.whole, self.a_empty
         return ChunkLabels(
             b_mask=_ptr(b), b_ids=_ptr(self.b_ids), b_batch=0 if b is None else b.stride(0),
@@ -139,9 +115,9 @@ class LabelBlock:
             whole_rows=0 if whole is None else whole.runs.counts.shape[1],
             whole_keys=0 if whole is None else whole.keys, row0=self.row0, key0=self.keys.start,
             a_mask=_ptr(a), a_ids=_ptr(self.a_ids), a_batch=0 if a is None else a.stride(0),
-            a_row=0 if a is None else a.stride(1), na=0 if a is None else a.shape[2], a_out=_ptr(a_labels),
+            a_row=0 if a is None else a.stride(1), na=0 if a is None else a.shape[2], a_out=_ptr(out.dense),
             a_empty=_ptr(empty), a_empty_batch=0 if empty is None else empty.stride(0),
-            batch=batch, rows=self.rows, valid_rows=self.valid_rows, run_ptr=_ptr(run_ptr), sink=_ptr(sink),
+            batch=batch, rows=self.rows, valid_rows=self.valid_rows, run_ptr=_ptr(out.run_ptr), sink=_ptr(out.sink),
         )  # fmt: skip
 
 
@@ -158,29 +134,31 @@ def chunk_labels(
         a_labels = block.a_labels
         if block.a_mask is not None:
             a_labels = torch.empty(batch, block.rows, block.a_mask.shape[2], dtype=dtype)
-        made.append(
-            [
-                a_labels,
-                torch.empty(batch, block.rows, dtype=dtype),
-                torch.empty(batch * block.rows + 1, dtype=torch.int64),
-            ]
-        )
-    array = (ChunkLabels * len(blocks))(
-        *(block.described(batch, a, ptr, sink) for block, (a, sink, ptr) in zip(blocks, made))
-    )
+        sink = torch.empty(batch, block.rows, dtype=dtype)
+        run_ptr = torch.empty(batch * block.rows + 1, dtype=torch.int64)
+        made.append(Labels(a_labels, sink, run_ptr, run_start=None, run_label=None))  # the runs: after counting
+    array = (ChunkLabels * len(blocks))(*(block.described(batch, labels) for block, labels in zip(blocks, made)))
     threads, bytes_ = _threads(max(1, min(workers, len(blocks)))), _LABEL_BYTES[dtype]
     _lib().graphattn_chunk_labels(array, len(blocks), threads, vocab, bytes_, 0)
-    for entry, chunk in zip(made, array):
-        ptr = entry[2]  # read through C's pointer: a layer's loop reads no tensor back (as on a GPU)
-        runs = ctypes.cast(chunk.run_ptr, ctypes.POINTER(ctypes.c_int64))[ptr.numel() - 1]
-        entry += [torch.empty(runs, dtype=torch.int32), torch.empty(runs, dtype=torch.int32)]
-        chunk.start, chunk.label = _ptr(entry[3]), _ptr(entry[4])
+    for labels, chunk in zip(made, array):
+        # the count read through C's pointer: a layer's loop reads no tensor back (as on a GPU)
+        runs = ctypes.cast(chunk.run_ptr, ctypes.POINTER(ctypes.c_int64))[labels.run_ptr.numel() - 1]
+        labels.run_start, labels.run_label = (torch.empty(runs, dtype=torch.int32) for _ in range(2))
+        chunk.start, chunk.label = _ptr(labels.run_start), _ptr(labels.run_label)
     _lib().graphattn_chunk_labels(array, len(blocks), threads, vocab, bytes_, 1)
-    return [Labels(a_labels, sink, run_ptr, start, label) for a_labels, sink, run_ptr, start, label in made]
+    return made
 
 
-def dense_band(mask: torch.Tensor, ids: torch.Tensor, col0: int, radius: int, block: int, blocks: int, vocab: int,
-               dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor] | None:  # fmt: skip
+def dense_band(
+    mask: torch.Tensor,
+    ids: torch.Tensor,
+    col0: int,
+    radius: int,
+    block: int,
+    blocks: int,
+    vocab: int,
+    dtype: torch.dtype,
+) -> tuple[torch.Tensor, torch.Tensor] | None:
     """blocked_tiles.local_index's skewed band labels [B, blocks, block, block + 2r] (`dtype`)
     and the rows without an allowed key [B, blocks * block], from the dense [B, L, width] l2l
     mask and ids (offsets -r .. r at columns col0 .. col0 + 2r), in one pass of C; None where

@@ -35,12 +35,9 @@ class Runs:
     counts: torch.Tensor
     start: torch.Tensor
     label: torch.Tensor
-    allowed: torch.Tensor | None = None  # allowed_rows, where whoever found the runs knew them
 
     def allowed_rows(self, vocab: int) -> torch.Tensor:
         """[B, n] bool: rows with at least one run not masked."""
-        if self.allowed is not None:
-            return self.allowed
         flat = self.counts.flatten()
         rows = torch.repeat_interleave(torch.arange(flat.numel(), device=flat.device), flat)
         hits = torch.zeros(flat.numel(), dtype=torch.bool, device=flat.device)

@@ -113,18 +113,27 @@ def check_band(batch) -> None:
 
 @needs_kernel
 def test_the_c_pass_finds_every_run_of_rows_with_many() -> None:
-    """Rows that change label at most columns (more runs than the first guess of four a row, so
-    the pass counts, then runs again with room), in strided views of a batch of three, with
-    masked stretches and fully masked rows: the runs and allowed rows of torch's runs_of."""
+    """Rows that change label at most columns (the vectorized scan's 16 columns at a time and
+    its tail), in strided views of a batch of three, with masked stretches and a fully masked
+    row: chunk_labels gives the runs of torch's runs_of, and sink V + 1 exactly to the rows
+    with no allowed key (A allows none here)."""
     gen = torch.Generator().manual_seed(3)
     mask = (torch.rand(3, 9, 53, generator=gen) < 0.7).int()
     mask[1, 4] = 0
     ids = torch.randint(0, 4, (3, 9, 53), generator=gen, dtype=torch.int32)
     for rows, cols in ((slice(0, 9), slice(0, 53)), (slice(2, 7), slice(5, 40)), (slice(3, 4), slice(0, 1))):
         m, i = mask[:, rows, cols], ids[:, rows, cols]
+        n = m.shape[1]
         expected = runs_of(torch.where(m != 0, i, VOCAB))
-        assert expected.counts.sum() > 4 * m.shape[0] * m.shape[1] or cols.stop == 1
-        assert_same(fused_cpu_labels.dense_runs(m, i, VOCAB), expected, f"rows {rows}, keys {cols}")
+        no_a = torch.full((3, n, 1), VOCAB, dtype=torch.int16)
+        block = fused_cpu_labels.LabelBlock(
+            n, n, slice(0, m.shape[2]), m, i, a_labels=no_a, a_empty=torch.ones(3, n, dtype=torch.bool)
+        )
+        (made,) = fused_cpu_labels.chunk_labels([block], 3, VOCAB, torch.int16, workers=1)
+        where = f"rows {rows}, keys {cols}"
+        assert made.run_ptr.tolist() == [0, *expected.counts.flatten().cumsum(0).tolist()], where
+        assert torch.equal(made.run_start, expected.start) and torch.equal(made.run_label, expected.label), where
+        assert torch.equal(made.sink, VOCAB + (~expected.allowed_rows(VOCAB)).to(torch.int16)), where
 
 
 @needs_kernel
@@ -178,11 +187,10 @@ def test_chunk_labels_by_hand() -> None:
 
 
 def test_the_dense_source_joins_its_pieces_into_the_same_runs() -> None:
-    """Without the C pass (no compiler), torch finds the runs a few rows at a time."""
+    """The dense source's torch runs (where C cannot take a layout), a few rows at a time."""
     batch = graph_batch(compact=True)
     rows, cols = slice(0, batch.compact.long_length), slice(0, 3)
     expected = dense_runs(batch.side, "l2g", rows, cols)
-    with mock.patch.object(fused_cpu_labels, "dense_runs", lambda *_: None):
-        assert_same(DenseSource(batch.side).l2g_runs(rows, cols, VOCAB), expected, "whole")
-        with mock.patch.object(blocked_sources, "RUN_PIECE_ELEMENTS", 5):  # pieces of one or two rows
-            assert_same(DenseSource(batch.side).l2g_runs(rows, cols, VOCAB), expected, "pieces")
+    assert_same(DenseSource(batch.side).l2g_runs(rows, cols, VOCAB), expected, "whole")
+    with mock.patch.object(blocked_sources, "RUN_PIECE_ELEMENTS", 5):  # pieces of one or two rows
+        assert_same(DenseSource(batch.side).l2g_runs(rows, cols, VOCAB), expected, "pieces")
