@@ -20,7 +20,8 @@ PyTorch's own OpenMP threads. What differs:
 * Chunks: global chunks of GLOBAL_ROWS rows, long chunks TASKS_PER_WORKER per worker. The
   forward's threads take them as they come, costliest first (no chunk writes another's rows);
   the backward's are dealt to the workers by cost (blocked_modes.deal), a fixed deal, and each
-  worker's key-side gradients accumulate in its own buffers, summed in worker order: results
+  worker's key-side gradients accumulate in its own buffers (the first worker's become the
+  gradients, the others' are kept between calls: _Workspace), summed in worker order: results
   repeat bit for bit.
 
 Used for fp32 tiles on CPU when the kernel could be built (fused_cpu.available()).
@@ -28,6 +29,8 @@ Used for fp32 tiles on CPU when the kernel could be built (fused_cpu.available()
 
 from __future__ import annotations
 
+import threading
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from functools import partial
 
@@ -78,6 +81,9 @@ LONG_SCORE_COST = 1.12
 # A global chunk's g2g labels are derived this many [row, key] pairs at a time (their masks take
 # ~20 bytes a pair while they are built): 256 rows at G = 256, 64 at G = 1024.
 G2G_PIECE_ELEMENTS = 1 << 16
+# What the backward keeps of its workers' accumulators between calls (_Workspace): 107 MB at
+# L = 16384 with two workers.
+WORKSPACE_BYTES = 1 << 28
 
 
 def chunking(geo: Geometry, tile_elements: int, workers: int, source) -> Geometry:
@@ -346,23 +352,65 @@ def forward(lay: CallTensors, tables: Tables, workers: int, queries: str = "both
     stats = Stats.empty(lay)
     calls, costs = _calls(lay, queries, _Chunks(lay, tables, long_out, global_out, stats), workers)
     costliest_first = sorted(range(len(calls)), key=lambda i: -costs[i])
-    workers = max(1, min(workers, len(calls)))
     _raise_for(calls, fused_cpu.forward_all([c.described for c in calls], costliest_first, workers, lay.geo.bh))
     return global_out, long_out, stats
 
 
+def _accumulated(lay: CallTensors, tables: Tables) -> list[torch.Tensor | None]:
+    """What the backward accumulates gradients of (the key sides and tables), in _Grads.flat's
+    order."""
+    return [lay.gk, lay.gv, lay.lk, lay.lv, *tables.long, *tables.global_]
+
+
 class _Grads:
     """One worker's gradient accumulators of the keys, values and tables (laid out as they are;
-    left empty: the kernel zeroes them in the worker's own thread)."""
+    left as they come: the kernel zeroes them in the worker's own thread), new tensors or views
+    of a flat fp32 `storage` (the workspace's)."""
 
-    def __init__(self, lay: CallTensors, tables: Tables):
-        self.d_gk, self.d_gv, self.d_lk, self.d_lv = map(torch.empty_like, (lay.gk, lay.gv, lay.lk, lay.lv))
-        empty = lambda t: None if t is None else torch.empty_like(t)  # noqa: E731
-        self.d_long = tuple(map(empty, tables.long))
-        self.d_global = tuple(map(empty, tables.global_))
+    def __init__(self, like: list[torch.Tensor | None], storage: torch.Tensor | None = None):
+        at, grads = 0, []
+        for t in like:
+            if t is None:
+                grads.append(None)
+            elif storage is None:
+                grads.append(torch.empty_like(t))
+            else:
+                grads.append(storage[at : at + t.numel()].view(t.shape))
+                at += t.numel()
+        self.d_gk, self.d_gv, self.d_lk, self.d_lv = grads[:4]
+        self.d_long, self.d_global = tuple(grads[4:6]), tuple(grads[6:])
 
     def flat(self) -> list:
         return [self.d_gk, self.d_gv, self.d_lk, self.d_lv, *self.d_long, *self.d_global]
+
+
+class _Workspace:
+    """The backward's accumulators of workers 1, 2, ..., kept between calls (worker 0's become
+    the gradients). Memory the process has not touched costs a page fault per 4 KiB on first
+    write: fresh buffers ran a whole backward 5-10% slower at L = 2048 (two workers, 13 MB of
+    them per call). Kept up to WORKSPACE_BYTES in all; a larger need, or a second thread's
+    backward while one runs, takes fresh buffers as before."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._kept: list[torch.Tensor] = []
+
+    @contextmanager
+    def buffers(self, count: int, floats: int):
+        """`count` flat fp32 buffers of at least `floats`, for the duration of the block."""
+        if count == 0 or count * floats * 4 > WORKSPACE_BYTES or not self._lock.acquire(blocking=False):
+            yield [torch.empty(floats) for _ in range(count)]
+            return
+        try:
+            if len(self._kept) < count or self._kept[0].numel() < floats:
+                self._kept = []  # released before the new ones are made
+                self._kept = [torch.empty(floats) for _ in range(count)]
+            yield self._kept[:count]
+        finally:
+            self._lock.release()
+
+
+_WORKSPACE = _Workspace()
 
 
 def backward(
@@ -386,18 +434,21 @@ def backward(
     d_gq, d_lq = query_outputs(lay, queries)  # written by the chunks, as the forward's outputs
     calls, costs = _calls(lay, queries, _Chunks(lay, tables, d_lq, d_gq, stats), workers)
     parts = deal(costs, max(1, min(workers, len(calls))))
-    accs = [_Grads(lay, tables) for _ in parts]
-    for acc, part in zip(accs, parts):
-        for call in (calls[i] for i in part):
-            s, keys = call.start, call.keys
-            if call.side == "long":
-                into = ((acc.d_lk, acc.d_lv), (acc.d_gk[:, keys], acc.d_gv[:, keys]), acc.d_long)
-                given = (out_long[:, s:], grad_long[:, s:])
-            else:
-                into = ((acc.d_gk, acc.d_gv), (acc.d_lk[:, keys], acc.d_lv[:, keys]), acc.d_global)
-                given = (out_global[:, s:], grad_global[:, s:])
-            fused_cpu.prepare_backward(call.described, *given, *into)
-    _raise_for(calls, fused_cpu.backward_all([c.described for c in calls], parts, bh, [acc.flat() for acc in accs]))
+    like = _accumulated(lay, tables)
+    with _WORKSPACE.buffers(len(parts) - 1, sum(t.numel() for t in like if t is not None)) as kept:
+        accs = [_Grads(like), *(_Grads(like, storage) for storage in kept)]
+        for acc, part in zip(accs, parts):
+            for call in (calls[i] for i in part):
+                s, keys = call.start, call.keys
+                if call.side == "long":
+                    into = ((acc.d_lk, acc.d_lv), (acc.d_gk[:, keys], acc.d_gv[:, keys]), acc.d_long)
+                    given = (out_long[:, s:], grad_long[:, s:])
+                else:
+                    into = ((acc.d_gk, acc.d_gv), (acc.d_lk[:, keys], acc.d_lv[:, keys]), acc.d_global)
+                    given = (out_global[:, s:], grad_global[:, s:])
+                fused_cpu.prepare_backward(call.described, *given, *into)
+        failed = fused_cpu.backward_all([c.described for c in calls], parts, bh, [acc.flat() for acc in accs], workers)
+    _raise_for(calls, failed)
     first = accs[0]
     return [d_gq, first.d_gk, first.d_gv, d_lq, first.d_lk, first.d_lv, *first.d_long, *first.d_global]
 

@@ -28,6 +28,22 @@ extern void sgemm_(const char *ta, const char *tb, const int *m, const int *n, c
                    const float *a, const int *lda, const float *b, const int *ldb, const float *beta, float *c,
                    const int *ldc);
 
+/* MKL's threads for this thread's calls: its C name (the lowercase symbol is the Fortran one,
+ * which takes a pointer); weak, so another BLAS, which lacks it, is left as it is. A
+ * forked child has none of its parent's OpenMP threads, and an MKL sgemm that opens a team there
+ * waits for them forever: MKL's AMD path did so on 40-row blocks. A pass on the calling thread
+ * makes the BLAS sequential for its calls when told to (fused_cpu._sequential_blas): in such a
+ * child, and where it then gives the same bits as on the workers' threads. */
+extern int MKL_Set_Num_Threads_Local(int) __attribute__((weak));
+
+static int sequential_blas_begin(int64_t sequential) {
+    return sequential && MKL_Set_Num_Threads_Local ? MKL_Set_Num_Threads_Local(1) : -1;
+}
+
+static void sequential_blas_end(int saved) {
+    if (saved >= 0) MKL_Set_Num_Threads_Local(saved); /* 0: back to the global setting */
+}
+
 /* Row-major C[m, n] = alpha * op(A) op(B) + beta * C, with leading dimensions (row strides). */
 static void gemm(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float *a, int64_t lda,
                  const float *b, int64_t ldb, float beta, float *c, int64_t ldc) {
@@ -729,14 +745,16 @@ static void sum_share(float *const *acc, const int64_t *acc_len, int64_t n_acc, 
  * asked no region is opened (see graphattn_backward_all).
  * Returns 0, or the code of the lowest-numbered failing chunk, whose number goes to *failed. */
 int graphattn_forward_all(const Chunk *chunks, const int64_t *order, int64_t n, int64_t threads_asked,
-                          int64_t bh_count, int64_t *failed) {
+                          int64_t bh_count, int64_t *failed, int64_t sequential_blas) {
     int code = 0;
     *failed = -1;
     if (threads_asked <= 1) {
+        const int saved = sequential_blas_begin(sequential_blas);
         for (int64_t i = 0; i < n; ++i) {
             const int got = forward_chunk(chunks + order[i], bh_count);
             if (got && (!code || order[i] < *failed)) code = got, *failed = order[i];
         }
+        sequential_blas_end(saved);
         return code;
     }
 #pragma omp parallel for schedule(dynamic, 1) num_threads(threads_asked)
@@ -764,15 +782,17 @@ int graphattn_forward_all(const Chunk *chunks, const int64_t *order, int64_t n, 
  * failure (the same chunk whatever the threads), whose number goes to *failed. */
 int graphattn_backward_all(const Chunk *chunks, const int64_t *task_ptr, const int64_t *tasks, int64_t workers,
                            int64_t threads_asked, int64_t bh_count, float *const *acc, const int64_t *acc_len,
-                           int64_t n_acc, int64_t *failed) {
+                           int64_t n_acc, int64_t *failed, int64_t sequential_blas) {
     int code = 0;
     *failed = -1;
     if (threads_asked <= 1) {
+        const int saved = sequential_blas_begin(sequential_blas);
         for (int64_t w = 0; w < workers; ++w) {
             int64_t at = -1;
             const int got = run_worker(chunks, task_ptr, tasks, w, bh_count, acc, acc_len, n_acc, &at);
             if (got && (!code || at < *failed)) code = got, *failed = at;
         }
+        sequential_blas_end(saved);
         sum_share(acc, acc_len, n_acc, workers, 0, 1);
         return code;
     }

@@ -44,7 +44,8 @@ _BUILD_LOCK = threading.Lock()
 INT_LIMIT = 2**31  # sgemm_ (LP64) takes int sizes and strides
 # Set in a process forked from this one: libgomp's threads of the parent do not exist there and
 # a parallel region waits for them forever (PyTorch's own multi-threaded ops hang there too; a
-# DataLoader worker sets one thread), so a forked child runs each pass on its calling thread.
+# DataLoader worker sets one thread), so a forked child runs each pass on its calling thread,
+# with MKL's sgemm single-threaded for the pass's calls (fused_cpu.c's sequential_blas_begin).
 _FORKED = {"child": False}
 os.register_at_fork(after_in_child=lambda: _FORKED.update(child=True))
 _LABEL_BYTES = {torch.int8: 1, torch.int16: 2, torch.int32: 4}  # blocked_tiles.label_dtype's choices
@@ -155,9 +156,9 @@ def library() -> ctypes.CDLL | None:
         return _unavailable(f"the fused CPU kernel could not be built or loaded ({error})")
     i64, ptr = ctypes.c_int64, ctypes.c_void_p
     chunks, int64s = ctypes.POINTER(Chunk), ctypes.POINTER(i64)
-    lib.graphattn_forward_all.argtypes = [chunks, int64s, i64, i64, i64, int64s]
+    lib.graphattn_forward_all.argtypes = [chunks, int64s, i64, i64, i64, int64s, i64]
     lib.graphattn_backward_all.argtypes = [chunks, int64s, int64s, i64, i64, i64, ctypes.POINTER(ptr), int64s, i64]
-    lib.graphattn_backward_all.argtypes.append(int64s)
+    lib.graphattn_backward_all.argtypes += [int64s, i64]
     for name in ("graphattn_forward_all", "graphattn_backward_all"):
         getattr(lib, name).restype = ctypes.c_int
     if lib.graphattn_self_check() != 0:
@@ -315,6 +316,15 @@ def _threads(workers: int) -> int:
     return 1 if _FORKED["child"] else workers
 
 
+def _sequential_blas(asked: int) -> int:
+    """Whether a pass that runs on the calling thread makes the BLAS sequential for its calls:
+    in a forked child (see _FORKED), and where more workers were asked than the pass has chunks
+    for, so that a pass of one chunk gives the bits it gives on the workers' threads, whose BLAS
+    runs sequential inside the parallel region (MKL threads even 40-row blocks on some CPUs).
+    Only `workers=1` lets MKL use PyTorch's threads."""
+    return int(_FORKED["child"] or asked > 1)
+
+
 def _failed(code: int, failed: ctypes.c_int64) -> int | None:
     if code == 1:
         raise MemoryError("graphattn: the fused CPU kernel could not allocate its score block")
@@ -322,25 +332,36 @@ def _failed(code: int, failed: ctypes.c_int64) -> int | None:
 
 
 def forward_all(chunks: list[Chunk], order: list[int], workers: int, bh: int) -> int | None:
-    """The forward of every chunk in one call, taken in `order` by `workers` OpenMP threads as
-    they come (in a forked child all on the calling thread; any schedule gives the same bits).
-    Returns the number of the chunk that had a label outside its table (the kernel read nothing
-    there), or None."""
+    """The forward of every chunk in one call, taken in `order` by up to `workers` OpenMP
+    threads as they come (in a forked child all on the calling thread; any schedule gives the
+    same bits). Returns the number of the chunk that had a label outside its table (the kernel
+    read nothing there), or None."""
     failed = ctypes.c_int64(-1)
     code = library().graphattn_forward_all(
-        (Chunk * len(chunks))(*chunks), _int64s(order), len(order), _threads(workers), bh, ctypes.byref(failed)
+        (Chunk * len(chunks))(*chunks),
+        _int64s(order),
+        len(order),
+        _threads(max(1, min(workers, len(order)))),
+        bh,
+        ctypes.byref(failed),
+        _sequential_blas(workers),
     )
     return _failed(code, failed)
 
 
 def backward_all(
-    chunks: list[Chunk], parts: list[list[int]], bh: int, accumulators: list[list[torch.Tensor | None]]
+    chunks: list[Chunk],
+    parts: list[list[int]],
+    bh: int,
+    accumulators: list[list[torch.Tensor | None]],
+    workers: int,
 ) -> int | None:
     """The backward of every chunk in one call: parts[w] are worker w's chunk numbers, in order,
     each worker an OpenMP thread (in a forked child all on the calling thread, with the same
     result), accumulating into accumulators[w] (fp32, contiguous, the same list of shapes per
     worker; None for one the pass does not have), which the kernel zeroes and finally sums
-    into worker 0's. Returns as forward_all."""
+    into worker 0's. `workers`: as many as were asked (parts may be fewer). Returns as
+    forward_all."""
     flat = [t for worker in accumulators for t in worker]
     assert all(t is None or (t.is_contiguous() and t.dtype == torch.float32) for t in flat)
     per_worker = len(accumulators[0])
@@ -356,5 +377,6 @@ def backward_all(
         _int64s([0 if t is None else t.numel() for t in flat[:per_worker]]),
         per_worker,
         ctypes.byref(failed),
+        _sequential_blas(workers),
     )
     return _failed(code, failed)

@@ -288,20 +288,25 @@ def test_the_result_does_not_depend_on_the_threads_openmp_gives() -> None:
 
 
 def _attend_in_child(queue) -> None:
+    import faulthandler
+
+    faulthandler.dump_traceback_later(30, exit=True)  # a hang leaves the child's stack in the test's output
     case = synthetic_case(dtype=torch.float32, num_long=40, radius=4)
-    queue.put(run(fused(workers=2), case, grads=False)[1].sum().item())
+    queue.put([None if t is None else t.sum().item() for t in run(fused(workers=2), case)])
 
 
 @needs_kernel
 def test_a_forked_child_runs_the_kernel_on_its_own_thread() -> None:
     """The workers are OpenMP threads; a child forked after they started (a DataLoader worker)
     must not wait on its parent's threads, which do not exist in it, even when it asks for two
-    workers, and gets the same result. (The case is small enough that PyTorch's own ops in the
-    child stay on one thread; larger ones there would wait on those threads too.)"""
+    workers, nor may MKL's sgemm open a team there (MKL's AMD path did, on these 40-row blocks);
+    it gets the same results, forward and backward. (The case is small enough that PyTorch's
+    own ops in the child stay on one thread; larger ones there would wait on those threads too.)"""
     import multiprocessing
 
     case = synthetic_case(dtype=torch.float32, num_long=40, radius=4)
-    expected = run(fused(workers=2), case, grads=False)[1].sum().item()  # the parent's pool exists now
+    # the parent's pool exists now
+    expected = [None if t is None else t.sum().item() for t in run(fused(workers=2), case)]
     context = multiprocessing.get_context("fork")
     queue = context.Queue()
     child = context.Process(target=_attend_in_child, args=(queue,))
@@ -313,3 +318,36 @@ def test_a_forked_child_runs_the_kernel_on_its_own_thread() -> None:
         child.join()
     assert not hung and child.exitcode == 0, "the forked child hung" if hung else f"exit code {child.exitcode}"
     assert queue.get(timeout=5) == expected
+
+
+@needs_kernel
+def test_the_backward_keeps_its_workers_buffers_zeroes_them_and_stays_within_its_bound() -> None:
+    """Workers 1 and 2 of three accumulate in kept buffers: a second call finds them dirty and
+    must give the same bits; a larger batch replaces them; a smaller one after it uses part of
+    them; a bound of 0 keeps nothing, and a backward that finds them taken (another thread's)
+    makes its own. Every result equals the one made with fresh buffers."""
+    small = synthetic_case(dtype=torch.float32, num_long=120, num_global=8, radius=5, mention_links=6)
+    large = synthetic_case(dtype=torch.float32, num_long=300, num_global=20, radius=6, num_docs=2, mention_links=10)
+    attend = fused(workers=3, tile_elements=64)
+    workspace = blocked_fused._Workspace()
+
+    def results(case, bound: int = blocked_fused.WORKSPACE_BYTES):
+        with mock.patch.multiple(blocked_fused, _WORKSPACE=workspace, WORKSPACE_BYTES=bound):
+            return run(attend, case)
+
+    def same(a, b) -> None:
+        for x, y in zip(a, b):
+            assert x is None and y is None or torch.equal(x, y)
+
+    fresh_small, fresh_large = results(small, bound=0), results(large, bound=0)
+    assert workspace._kept == [], "a bound of 0 keeps nothing"
+    same(results(small), fresh_small)
+    kept = list(workspace._kept)
+    assert len(kept) == 2, "workers 1 and 2 keep one buffer each"
+    same(results(small), fresh_small)  # the same kept buffers, dirty from the last call
+    assert all(a is b for a, b in zip(workspace._kept, kept))
+    same(results(large), fresh_large)
+    assert workspace._kept[0].numel() > kept[0].numel(), "a larger batch replaces them"
+    same(results(small), fresh_small)
+    with workspace._lock:  # taken by another backward
+        same(results(small), fresh_small)
