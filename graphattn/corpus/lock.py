@@ -8,7 +8,9 @@ or touch anything in DIR (the directory itself is created to hold it), and a sec
 the same directory stops at once with one line naming the directory and the holder's pid. The
 kernel drops the lock when its holder exits, however it exits (kill -9 included), so a stale
 lock file never blocks a later run; the file is left in place (removing it would let two runs
-lock two different files of the same name).
+lock two different files of the same name). A forked child (a compile worker) closes its copy of
+the descriptor at once: the lock belongs to the open file, so a worker still winding down after
+its command was killed would otherwise hold it, and a rerun would be told a dead pid is busy.
 """
 
 from __future__ import annotations
@@ -17,11 +19,13 @@ import contextlib
 import errno
 import fcntl
 import os
+import weakref
 from pathlib import Path
 
 from graphattn.errors import GraphattnError
 
 LOCK_FILE = ".graphattn.lock"
+_HELD: weakref.WeakSet[DirectoryLock] = weakref.WeakSet()
 
 
 class DirectoryBusy(GraphattnError):
@@ -58,9 +62,11 @@ class DirectoryLock:
         os.ftruncate(fd, 0)
         os.write(fd, f"{os.getpid()} {self.command}\n".encode())
         self._fd = fd
+        _HELD.add(self)
         return self
 
     def release(self) -> None:
+        _HELD.discard(self)
         if self._fd is None:
             return
         with contextlib.suppress(OSError):
@@ -73,6 +79,20 @@ class DirectoryLock:
 
     def __exit__(self, *exc) -> None:
         self.release()
+
+
+def _close_in_child() -> None:
+    """In a forked child: close the held locks' descriptors, nothing more (unlocking or
+    truncating would act on the parent's lock, which stays)."""
+    for lock in list(_HELD):
+        if lock._fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(lock._fd)
+            lock._fd = None
+    _HELD.clear()
+
+
+os.register_at_fork(after_in_child=_close_in_child)
 
 
 def _read_holder(fd: int) -> str:
