@@ -45,7 +45,8 @@ every allocation above 64 KiB and return freed memory at once (MALLOC_MMAP_THRES
 MALLOC_TRIM_THRESHOLD_), so the resident set follows live memory; after a warm-up the peak-RSS
 counter is reset (/proc/self/clear_refs) and peak = VmHWM after one call - VmRSS before it. Inputs and outputs
 that exist before the call are excluded; everything the call allocates (outputs, scratch,
-autograd state, compiled kernels' buffers) counts. GFLOP/s counts only the nonzero work:
+autograd state, compiled kernels' buffers, and the buffers the blocked backward keeps between
+calls, released before the measured call) counts. GFLOP/s counts only the nonzero work:
 4*d flops per allowed (query, key) pair and head (q.k and p.v), x3.5 for forward+backward.
 
 Usage: python benchmarks/attention.py [--quick] [--lengths 1024 4096] [--no-memory]
@@ -75,6 +76,7 @@ from graphattn.compact import CompactBatch, CompactSideInputs  # noqa: E402
 from graphattn.contract import SideInputs  # noqa: E402
 from graphattn.kernels import (  # noqa: E402
     blocked,
+    blocked_fused,
     blocked_modes,
     dense,
     flex,
@@ -408,6 +410,7 @@ def child_peak_memory(method: str, length: int, backward: bool, hard_g2l: bool) 
         run()  # warm-up: compiles, and first-touch of anything cached
         for t in inp.states + [inp.key_table, inp.bias_table, inp.hidden]:
             t.grad = None
+        blocked_fused.release_workspace()  # what the backward keeps between calls counts in the call
         peaks[row] = _measure_peak(run)
     print(json.dumps(peaks))
 

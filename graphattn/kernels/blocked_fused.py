@@ -395,6 +395,10 @@ class _Workspace:
         self._lock = threading.Lock()
         self._kept: list[torch.Tensor] = []
 
+    def release(self) -> None:
+        with self._lock:
+            self._kept = []
+
     @contextmanager
     def buffers(self, count: int, floats: int):
         """`count` flat fp32 buffers of at least `floats`, for the duration of the block."""
@@ -411,6 +415,12 @@ class _Workspace:
 
 
 _WORKSPACE = _Workspace()
+
+
+def release_workspace() -> None:
+    """Drop the backward's kept accumulators (the next backward makes them again): after the
+    longest batches of a run, say, or before measuring what one call needs."""
+    _WORKSPACE.release()
 
 
 def backward(

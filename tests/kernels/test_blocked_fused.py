@@ -351,3 +351,6 @@ def test_the_backward_keeps_its_workers_buffers_zeroes_them_and_stays_within_its
     same(results(small), fresh_small)
     with workspace._lock:  # taken by another backward
         same(results(small), fresh_small)
+    with mock.patch.object(blocked_fused, "_WORKSPACE", workspace):
+        blocked_fused.release_workspace()
+    assert workspace._kept == []
