@@ -47,7 +47,30 @@ INT_LIMIT = 2**31  # sgemm_ (LP64) takes int sizes and strides
 # DataLoader worker sets one thread), so a forked child runs each pass on its calling thread,
 # with MKL's sgemm single-threaded for the pass's calls (fused_cpu.c's sequential_blas_begin).
 _FORKED = {"child": False}
-os.register_at_fork(after_in_child=lambda: _FORKED.update(child=True))
+
+
+@cache
+def _mkl_free_buffers():
+    """MKL's call that empties its memory pool; None where PyTorch's BLAS is not MKL (the
+    internal name: libtorch_cpu exports no public one)."""
+    try:
+        free = ctypes.CDLL(str(_torch_lib() / "libtorch_cpu.so")).mkl_serv_free_buffers
+    except (OSError, AttributeError):
+        return None
+    free.restype = None
+    return free
+
+
+def _before_fork() -> None:
+    """MKL's pool emptied before a fork: a child's first sgemm otherwise spun forever in MKL's
+    per-thread accounting of that pool (mm_account_ptr_by_tid; 2 of 8 runs of the kernel tests
+    on a 2-core AMD machine, none of 18 with this)."""
+    free = _mkl_free_buffers()
+    if free is not None:
+        free()
+
+
+os.register_at_fork(before=_before_fork, after_in_child=lambda: _FORKED.update(child=True))
 _LABEL_BYTES = {torch.int8: 1, torch.int16: 2, torch.int32: 4}  # blocked_tiles.label_dtype's choices
 
 
