@@ -301,8 +301,9 @@ def test_a_forked_child_runs_the_kernel_on_its_own_thread() -> None:
     must not wait on its parent's threads, which do not exist in it, even when it asks for two
     workers, nor may MKL's sgemm open a team there (MKL's AMD path did, on these 40-row blocks)
     or find its memory pool as the parent left it (it spun in its accounting: one run in four of
-    this file after test_blocked*.py); it gets the same results, forward and backward. (The case is small enough that PyTorch's
-    own ops in the child stay on one thread; larger ones there would wait on those threads too.)"""
+    this file after test_blocked*.py); it gets the same results, forward and backward. (The
+    case is small enough that PyTorch's own ops in the child stay on one thread; larger ones
+    there would wait on those threads too.)"""
     import multiprocessing
 
     case = synthetic_case(dtype=torch.float32, num_long=40, radius=4)
