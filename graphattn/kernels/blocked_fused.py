@@ -457,7 +457,7 @@ def backward(
                     into = ((acc.d_gk, acc.d_gv), (acc.d_lk[:, keys], acc.d_lv[:, keys]), acc.d_global)
                     given = (out_global[:, s:], grad_global[:, s:])
                 fused_cpu.prepare_backward(call.described, *given, *into)
-        failed = fused_cpu.backward_all([c.described for c in calls], parts, bh, [acc.flat() for acc in accs], workers)
+        failed = fused_cpu.backward_all([c.described for c in calls], parts, bh, [acc.flat() for acc in accs])
     _raise_for(calls, failed)
     first = accs[0]
     return [d_gq, first.d_gk, first.d_gv, d_lq, first.d_lk, first.d_lv, *first.d_long, *first.d_global]

@@ -339,15 +339,6 @@ def _threads(workers: int) -> int:
     return 1 if _FORKED["child"] else workers
 
 
-def _sequential_blas(asked: int) -> int:
-    """Whether a pass that runs on the calling thread makes the BLAS sequential for its calls:
-    in a forked child (see _FORKED), and where more workers were asked than the pass has chunks
-    for, so that a pass of one chunk gives the bits it gives on the workers' threads, whose BLAS
-    runs sequential inside the parallel region (MKL threads even 40-row blocks on some CPUs).
-    Only `workers=1` lets MKL use PyTorch's threads."""
-    return int(_FORKED["child"] or asked > 1)
-
-
 def _failed(code: int, failed: ctypes.c_int64) -> int | None:
     if code == 1:
         raise MemoryError("graphattn: the fused CPU kernel could not allocate its score block")
@@ -367,7 +358,7 @@ def forward_all(chunks: list[Chunk], order: list[int], workers: int, bh: int) ->
         _threads(max(1, min(workers, len(order)))),
         bh,
         ctypes.byref(failed),
-        _sequential_blas(workers),
+        _FORKED["child"],  # MKL sequential there
     )
     return _failed(code, failed)
 
@@ -377,14 +368,12 @@ def backward_all(
     parts: list[list[int]],
     bh: int,
     accumulators: list[list[torch.Tensor | None]],
-    workers: int,
 ) -> int | None:
     """The backward of every chunk in one call: parts[w] are worker w's chunk numbers, in order,
     each worker an OpenMP thread (in a forked child all on the calling thread, with the same
     result), accumulating into accumulators[w] (fp32, contiguous, the same list of shapes per
     worker; None for one the pass does not have), which the kernel zeroes and finally sums
-    into worker 0's. `workers`: as many as were asked (parts may be fewer). Returns as
-    forward_all."""
+    into worker 0's. Returns as forward_all."""
     flat = [t for worker in accumulators for t in worker]
     assert all(t is None or (t.is_contiguous() and t.dtype == torch.float32) for t in flat)
     per_worker = len(accumulators[0])
@@ -400,6 +389,6 @@ def backward_all(
         _int64s([0 if t is None else t.numel() for t in flat[:per_worker]]),
         per_worker,
         ctypes.byref(failed),
-        _sequential_blas(workers),
+        _FORKED["child"],  # MKL sequential there
     )
     return _failed(code, failed)

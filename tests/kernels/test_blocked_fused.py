@@ -319,7 +319,7 @@ def test_a_forked_child_runs_the_kernel_on_its_own_thread() -> None:
         child.kill()
         child.join()
     assert not hung and child.exitcode == 0, "the forked child hung" if hung else f"exit code {child.exitcode}"
-    assert queue.get(timeout=5) == expected
+    assert queue.get(timeout=5) == pytest.approx(expected, rel=1e-6)  # the parent's MKL may thread a pass of one chunk
 
 
 @needs_kernel

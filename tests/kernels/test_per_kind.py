@@ -165,6 +165,9 @@ def test_shared_states_run_the_backend_once_and_unshared_once_per_side(monkeypat
 
 
 def test_blocked_computes_only_the_query_side_asked_for(case32) -> None:
+    """The side asked for as both sides give it (a one-chunk pass runs on the calling thread,
+    where MKL may use several threads: the same values, not always the same bits), the other
+    side zeros."""
     from graphattn.kernels import blocked
 
     attention = prepare_attention(case32.side, num_heads=2, head_dim=16, vocab_size=case32.vocab, backend="blocked")
@@ -173,8 +176,8 @@ def test_blocked_computes_only_the_query_side_asked_for(case32) -> None:
         both = blocked.run(*args)
         only_global = blocked.run(*args, queries="global")
         only_long = blocked.run(*args, queries="long")
-    assert torch.equal(only_global[0], both[0]) and not only_global[1].any()
-    assert torch.equal(only_long[1], both[1]) and not only_long[0].any()
+    assert_all_close([only_global[0], only_long[1]], [both[0], both[1]], 1e-6)
+    assert not only_global[1].any() and not only_long[0].any()
 
 
 def test_per_kind_states_and_tables_are_checked(case32) -> None:
