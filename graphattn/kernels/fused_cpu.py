@@ -64,7 +64,7 @@ def _mkl_free_buffers():
 def _before_fork() -> None:
     """MKL's pool emptied before a fork: a child's first sgemm otherwise spun forever in MKL's
     per-thread accounting of that pool (mm_account_ptr_by_tid; 2 of 8 runs of the kernel tests
-    on a 2-core AMD machine, none of 18 with this)."""
+    on a 2-core AMD machine, none of 26 with this)."""
     free = _mkl_free_buffers()
     if free is not None:
         free()
