@@ -357,8 +357,8 @@ def forward(lay: CallTensors, tables: Tables, workers: int, queries: str = "both
 
 
 def _accumulated(lay: CallTensors, tables: Tables) -> list[torch.Tensor | None]:
-    """What the backward accumulates gradients of (the key sides and tables), in _Grads.flat's
-    order."""
+    """What the backward accumulates gradients of (the key sides and tables), in the order the
+    kernel takes their gradients (_Grads.flat)."""
     return [lay.gk, lay.gv, lay.lk, lay.lv, *tables.long, *tables.global_]
 
 
@@ -377,11 +377,9 @@ class _Grads:
             else:
                 grads.append(storage[at : at + t.numel()].view(t.shape))
                 at += t.numel()
+        self.flat = grads  # in `like`'s order, as the kernel takes them
         self.d_gk, self.d_gv, self.d_lk, self.d_lv = grads[:4]
         self.d_long, self.d_global = tuple(grads[4:6]), tuple(grads[6:])
-
-    def flat(self) -> list:
-        return [self.d_gk, self.d_gv, self.d_lk, self.d_lv, *self.d_long, *self.d_global]
 
 
 class _Workspace:
@@ -457,7 +455,7 @@ def backward(
                     into = ((acc.d_gk, acc.d_gv), (acc.d_lk[:, keys], acc.d_lv[:, keys]), acc.d_global)
                     given = (out_global[:, s:], grad_global[:, s:])
                 fused_cpu.prepare_backward(call.described, *given, *into)
-        failed = fused_cpu.backward_all([c.described for c in calls], parts, bh, [acc.flat() for acc in accs])
+        failed = fused_cpu.backward_all([c.described for c in calls], parts, bh, [acc.flat for acc in accs])
     _raise_for(calls, failed)
     first = accs[0]
     return [d_gq, first.d_gk, first.d_gv, d_lq, first.d_lk, first.d_lv, *first.d_long, *first.d_global]
