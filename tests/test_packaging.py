@@ -57,10 +57,26 @@ def _copy_tracked_tree(target: Path) -> Path:
     return target
 
 
+def _site_packages(python: Path | str) -> list[str]:
+    code = "import json, sysconfig; p = sysconfig.get_paths(); print(json.dumps([p['purelib'], p['platlib']]))"
+    out = subprocess.run([str(python), "-c", code], capture_output=True, text=True, check=True).stdout
+    return list(dict.fromkeys(json.loads(out)))
+
+
+def _see_this_environments_packages(python: Path) -> None:
+    """Plain path lines, so the running environment's own `.pth` files (the editable install of this
+    checkout among them) are not run: graphattn comes from the wheel, everything else from here."""
+    own = _site_packages(python)[0]
+    ours = [p for p in _site_packages(sys.executable) if Path(p).is_dir()]
+    (Path(own) / "_graphattn_test_environment.pth").write_text("".join(f"{p}\n" for p in ours))
+
+
 @pytest.fixture(scope="module")
 def installed(tmp_path_factory) -> dict:
-    """A wheel built from a clean copy, installed (not editable) into a fresh venv that reuses this
-    interpreter's packages for the dependencies (--system-site-packages: no download)."""
+    """A wheel built from a clean copy, installed (not editable) into a fresh venv whose dependencies
+    are this test run's own packages: a `.pth` file puts the running environment's site-packages
+    after the venv's own (no download). Not `--system-site-packages`: inside a venv that flag sees
+    the *base* interpreter's packages, which on a fresh machine hold no torch."""
     root = tmp_path_factory.mktemp("pip-user")
     source = _copy_tracked_tree(root / "src")
     wheels = root / "wheels"
@@ -82,8 +98,9 @@ def installed(tmp_path_factory) -> dict:
     )
     (wheel,) = wheels.glob("graphattn-*.whl")
     venv = root / "venv"
-    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)], check=True)
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
     python = venv / "bin" / "python"
+    _see_this_environments_packages(python)
     subprocess.run(
         [str(python), "-m", "pip", "install", "--no-deps", "--no-index", "-q", str(wheel)],
         check=True,
