@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from graphattn.errors import GraphattnError
 from graphattn.kernels import BACKENDS
 from graphattn.labels import first_schema_label_id
+from graphattn.nn.config_fields import ACTIVATIONS, FORMAT_KEY, FORMAT_VERSION, check_field_types, fields_of_version
 
 
 @dataclass
@@ -38,6 +39,10 @@ class EtcConfig:
       K/V). Configurations saved before the etcmodel switches existed are read that way.
     * no dropout on attention probabilities (the fused/blocked kernels never materialize them);
       `hidden_dropout_prob` applies to embeddings, attention output and FFN output as in BERT.
+
+    Every field is checked for its kind and bounds (`config_fields.py`: integers really integers,
+    floats finite and in range). `to_dict` writes `format_version`; `from_dict` reads a saved dict
+    by it (versions 0 and 1 predate the key and are known by their complete key set).
     """
 
     vocab_size: int = 30522
@@ -70,23 +75,11 @@ class EtcConfig:
         def fail(name: str, message: str) -> None:
             raise GraphattnError(message, path=("EtcConfig", name))
 
-        for name in (
-            "vocab_size",
-            "type_vocab_size",
-            "hidden_size",
-            "num_hidden_layers",
-            "num_attention_heads",
-            "intermediate_size",
-            "local_radius",
-        ):
-            if getattr(self, name) < 1:
-                fail(name, f"must be a positive integer, got {getattr(self, name)}")
+        check_field_types(self, fail)
         if self.hidden_size % self.num_attention_heads:
             fail(
                 "hidden_size", f"{self.hidden_size} is not divisible by num_attention_heads={self.num_attention_heads}"
             )
-        if self.relative_pos_max_distance < 1:
-            fail("relative_pos_max_distance", f"must be >= 1, got {self.relative_pos_max_distance}")
         needed = first_schema_label_id(self.relative_pos_max_distance)  # distances, does_not_belong, belongs
         if self.relative_vocab_size < needed:
             fail(
@@ -94,19 +87,10 @@ class EtcConfig:
                 f"{self.relative_vocab_size} is too small for "
                 f"relative_pos_max_distance={self.relative_pos_max_distance}: needs at least {needed}",
             )
-        if self.max_absolute_position_embeddings < 0:
-            fail(
-                "max_absolute_position_embeddings",
-                f"must be >= 0 (0 disables), got {self.max_absolute_position_embeddings}",
-            )
-        if not 0.0 <= self.hidden_dropout_prob < 1.0:
-            fail("hidden_dropout_prob", f"must be in [0, 1), got {self.hidden_dropout_prob}")
         if self.attention_backend not in BACKENDS:
             fail("attention_backend", f"{self.attention_backend!r} is not one of {', '.join(BACKENDS)}")
-        if self.hidden_act not in ("gelu", "gelu_tanh", "relu"):
-            fail("hidden_act", f"{self.hidden_act!r} is not one of gelu, gelu_tanh, relu")
-        if self.embedding_size is not None and not 1 <= self.embedding_size <= 1 << 16:
-            fail("embedding_size", f"must be None or in [1, 65536], got {self.embedding_size}")
+        if self.hidden_act not in ACTIVATIONS:
+            fail("hidden_act", f"{self.hidden_act!r} is not one of {', '.join(ACTIVATIONS)}")
         if self.global_token_projections and (self.share_qkv_projections or self.share_kv_projections):
             fail(
                 "global_token_projections",
@@ -153,19 +137,18 @@ class EtcConfig:
         return replace(self, **changes)
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """Every field, and `format_version` first: what `from_dict` reads back."""
+        return {FORMAT_KEY: FORMAT_VERSION, **asdict(self)}
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> EtcConfig:
-        """A saved configuration (run.json, a checkpoint's config). One saved before the
-        etcmodel switches existed (no `share_kv_projections` key) meant by
-        share_qkv_projections=False what is now `global_token_projections`; it is read so, and
-        the encoder's parameter names are unchanged, so its weights load as they are."""
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(data) - known)
-        if unknown:
-            raise GraphattnError(f"unknown EtcConfig fields: {', '.join(unknown)}", path=("EtcConfig",))
-        data = dict(data)
-        if "share_kv_projections" not in data and data.get("share_qkv_projections") is False:
-            data["global_token_projections"] = True
-        return cls(**data)
+    def from_dict(cls, data: Any, *, file: str | None = None, path: tuple = ("EtcConfig",)) -> EtcConfig:
+        """A saved configuration (run.json's encoder, ...), read by its `format_version`
+        (`config_fields.fields_of_version`), never by guessing from which keys are missing: one
+        saved before the etcmodel switches (version 0) meant by share_qkv_projections=False what is
+        now `global_token_projections`, and its weights load under the same names.
+        Errors name `file` and the key under `path`."""
+        try:
+            return cls(**fields_of_version(data))
+        except GraphattnError as err:
+            key = tuple(err.location.path)[1:] if tuple(err.location.path[:1]) == ("EtcConfig",) else ()
+            raise GraphattnError(err.reason, file=file, path=(*path, *key)) from None
