@@ -55,28 +55,72 @@ class LayerMask:
 
 
 # -- the mask function ------------------------------------------------------------------------------
-def _probe_rule(mask_function, window: int) -> LayerRule:
-    """The range of key - query offsets a model's mask function allows, read at two base positions
-    (a rule that differs between them is not translation invariant: refused)."""
-    span = max(window, 4) + 4
-    offsets = torch.arange(-span, span + 1)
-    answers = []
-    for base in (span, 7 * span + 3):
-        q = torch.full_like(offsets, base)
-        zero = torch.zeros_like(offsets)
-        allowed = mask_function(zero, zero, q, q + offsets)
-        answers.append(torch.as_tensor(allowed, dtype=torch.bool).expand_as(offsets))
-    if not torch.equal(answers[0], answers[1]):
+def _probe_rule(mask_function, length: int) -> LayerRule:
+    """The key - query offsets a model's mask function allows in a row of `length` tokens, exact for
+    every offset such a row holds (|offset| < length; an interval reaching the row's edge is no limit).
+    Read with one vectorized call at the pairs that touch the row's last token, those that touch its
+    first, and the neighbours (offsets -1, 0, 1) of every token; a rule that differs between them
+    (a chunked mask, an overlay tied to token indices) is not a function of the offset: refused."""
+    n = max(int(length), 2)  # 2: a causal rule reads as causal even on a one-token row
+    offset = torch.arange(-(n - 1), n)
+    q_end = torch.where(offset < 0, n - 1, n - 1 - offset)  # max(q, k) = n - 1
+    q_start = torch.where(offset < 0, -offset, 0)  # min(q, k) = 0
+    steps = torch.tensor([-1, 0, 1]).repeat_interleave(n)
+    q_near = torch.arange(n).repeat(3)
+    inside = (q_near + steps >= 0) & (q_near + steps < n)
+    q_near, steps = q_near[inside], steps[inside]
+    q = torch.cat([q_end, q_start, q_near])
+    k = torch.cat([q_end + offset, q_start + offset, q_near + steps])
+    zero = torch.zeros_like(q)
+    try:
+        answer = torch.as_tensor(mask_function(zero, zero, q, k), dtype=torch.bool).expand_as(q)
+    except (IndexError, RuntimeError, TypeError) as error:
+        raise GraphattnMaskError(
+            f"the model's mask function cannot be read as a rule on offsets ({type(error).__name__}); "
+            "graphattn cannot combine it"
+        ) from None
+    at_end, at_start, near = answer.split([offset.numel(), offset.numel(), q_near.numel()])
+    if not torch.equal(at_end, at_start) or not torch.equal(near, at_end[steps + n - 1]):
         raise GraphattnMaskError(
             "the model's mask function depends on more than the key - query offset; graphattn cannot combine it"
         )
-    allowed = answers[0]
-    kept = offsets[allowed]
-    if kept.numel() == 0 or not allowed[(offsets >= kept.min()) & (offsets <= kept.max())].all():
+    kept = offset[at_end]
+    if kept.numel() == 0 or not at_end[(offset >= kept.min()) & (offset <= kept.max())].all():
         raise GraphattnMaskError(f"the model's mask function allows the offsets {kept.tolist()}, not one interval")
-    lo = -NO_LIMIT if int(kept.min()) == -span else int(kept.min())
-    hi = NO_LIMIT if int(kept.max()) == span else int(kept.max())
+    lo = -NO_LIMIT if int(kept.min()) == -(n - 1) else int(kept.min())
+    hi = NO_LIMIT if int(kept.max()) == n - 1 else int(kept.max())
     return LayerRule(lo, hi)
+
+
+def _has_branches(structure: Structure) -> bool:
+    """Whether a tree structure has a segment with children (one host read per batch, cached)."""
+    if structure.kind != "tree":
+        return False
+    return structure.cached(("branches",), lambda: bool(((structure.exit - structure.enter) > 1).any()))
+
+
+def _combine(structure: Structure, rule: LayerRule, config) -> LayerRule:
+    """The layer's own rule under the structure's `causal` override; what the two cannot both mean is
+    refused. causal=None keeps the rule; True makes every layer causal (a bidirectional layer keeps
+    its window's past half); False states that the layers attend both ways, so a causal layer refuses
+    it (graphattn never widens a model's rule). A prefix tree needs causal layers: a shared prefix
+    attending ahead would see every branch at once."""
+    model = getattr(config, "model_type", None) or "this"
+    if structure.causal is True:
+        rule = LayerRule(rule.lo, min(rule.hi, 0))
+    elif structure.causal is False and rule.causal:
+        raise GraphattnMaskError(
+            f"attention_mask: causal=False asks for attention both ways but the {model} model's layers are causal "
+            "(graphattn never widens a model's rule); pack with causal=None to follow the model"
+        )
+    if not rule.causal and _has_branches(structure):
+        raise GraphattnMaskError(
+            f"attention_mask: a prefix tree on the {model} model's bidirectional layers would let a shared prefix "
+            "see every branch; pack_tree(..., causal=True) makes them causal, or pack each path as a document"
+        )
+    rules = structure.cached(("rules",), set)  # the rules a forward used, for check_parity
+    rules.add(rule)
+    return rule
 
 
 def graphattn_mask(
@@ -90,13 +134,19 @@ def graphattn_mask(
     local_size: int | None = None,
     config=None,
     **kwargs,
-) -> LayerMask:
-    """The AttentionMaskInterface entry: our structure plus the layer type's rule."""
+):
+    """The AttentionMaskInterface entry: our structure plus the layer type's rule (a `LayerMask`);
+    for ordinary inputs (no structure: a [B, N] padding mask or none, a KV cache while generating)
+    transformers' own SDPA mask, so the same model trains packed and generates."""
     if not isinstance(attention_mask, Structure):
-        got = "None" if attention_mask is None else f"a {type(attention_mask).__name__}"
-        raise GraphattnMaskError(
-            f"attention_mask: expected a graphattn structure (pack_documents, pack_tree, compile_schema), got {got}"
-        )
+        from transformers.masking_utils import sdpa_mask
+
+        if mask_function is not None:
+            kwargs["mask_function"] = mask_function
+        return sdpa_mask(
+            batch_size, q_length, kv_length, q_offset, kv_offset, attention_mask=attention_mask,
+            local_size=local_size, config=config, **kwargs,
+        )  # fmt: skip
     if isinstance(q_offset, torch.Tensor) or q_offset or kv_offset or kv_length != q_length:
         raise GraphattnMaskError(
             "graphattn structures cover a whole sequence: run without a KV cache (use_cache=False)"
@@ -106,11 +156,29 @@ def graphattn_mask(
             f"attention_mask: the structure is {tuple(attention_mask.shape)} tokens, "
             f"the input is {(batch_size, q_length)}"
         )
-    window = int(local_size or getattr(config, "sliding_window", None) or 0)
-    return LayerMask(attention_mask, _probe_rule(mask_function, window))
+    rule = _combine(attention_mask, _probe_rule(mask_function, q_length), config)
+    return LayerMask(attention_mask, rule)
 
 
 # -- the attention function -------------------------------------------------------------------------
+def _check_positions(structure: Structure, positions) -> None:
+    """Refuse `position_ids` other than the structure's. Checked once per forward, not per layer:
+    the verdict is kept with the tensor it was given for (a host read on CUDA happens once, and
+    never inside torch.compile, where the check is skipped)."""
+    if not isinstance(positions, torch.Tensor) or torch.compiler.is_compiling():
+        return
+    seen = structure._plans.get("checked_positions")
+    if seen is not None and seen[0] is positions and seen[1] == positions._version:
+        return
+    batch, length = structure.shape
+    same = positions.shape[-1] == length and positions.dim() <= 2 and positions.shape[0] in (1, batch)
+    if not (same and torch.equal(positions.expand(batch, -1).to(structure.positions), structure.positions)):
+        raise GraphattnMaskError(
+            "position_ids differ from the structure's positions: pass the position_ids the structure was built with"
+        )
+    structure._plans["checked_positions"] = (positions, positions._version)
+
+
 def _check(module, attention_mask, dropout: float, kwargs: dict) -> LayerMask:
     if not isinstance(attention_mask, LayerMask):
         raise GraphattnMaskError(
@@ -126,14 +194,8 @@ def _check(module, attention_mask, dropout: float, kwargs: dict) -> LayerMask:
         raise GraphattnMaskError(f"{type(module).__name__}: attention logit softcapping is not supported")
     if kwargs.get("output_attentions"):
         raise GraphattnMaskError("output_attentions=True is not supported: graphattn never builds the N x N weights")
-    positions = kwargs.get("position_ids")
     structure = attention_mask.structure
-    if isinstance(positions, torch.Tensor) and not torch.equal(
-        positions.expand(structure.shape[0], -1).to(structure.positions), structure.positions
-    ):
-        raise GraphattnMaskError(
-            "position_ids differ from the structure's positions: pass the position_ids the structure was built with"
-        )
+    _check_positions(structure, kwargs.get("position_ids"))
     if structure.has_labels and not hasattr(module, BIAS_ATTRIBUTE):
         raise GraphattnMaskError(
             f"{type(module).__name__}: the structure carries relative labels but the module has no bias table; "
@@ -158,6 +220,10 @@ def make_attention(backend: str):
         raise ValueError(f"backend: expected one of {BACKENDS}, got {backend!r}")
 
     def graphattn_attention(module, query, key, value, attention_mask, dropout=0.0, scaling=None, **kwargs):
+        if attention_mask is None or isinstance(attention_mask, torch.Tensor):  # ordinary inputs: SDPA's own
+            from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+            return sdpa_attention_forward(module, query, key, value, attention_mask, dropout, scaling, **kwargs)
         layer = _check(module, attention_mask, dropout, kwargs)
         scale = scaling if scaling is not None else query.shape[-1] ** -0.5
         table = _bias_table(module, layer.structure)

@@ -50,7 +50,7 @@ def _check_tokens(tokens, where: str) -> np.ndarray:
 
 
 def _rows_to_batch(
-    rows: list[dict], pad_token_id: int, causal: bool, pad_to_multiple_of: int, predecessor: bool = False
+    rows: list[dict], pad_token_id: int, causal: bool | None, pad_to_multiple_of: int, predecessor: bool = False
 ) -> dict:
     """Stack per-row arrays, padding each to the longest row (padding: segment -1, label -100)."""
     width = max(len(r["input_ids"]) for r in rows)
@@ -81,7 +81,7 @@ def _rows_to_batch(
 
 def pack_documents(
     docs: Sequence[Sequence[int]],
-    causal: bool = True,
+    causal: bool | None = None,
     max_length: int | None = None,
     *,
     pad_token_id: int = 0,
@@ -94,7 +94,9 @@ def pack_documents(
     refused). Rows are padded to the longest (padding: `pad_token_id`, position 0, label -100,
     attending nothing). Returns `input_ids`, `position_ids` (restarting per document), `labels`
     (the ids, with -100 on each document's first token, so a causal LM's shifted loss never
-    predicts across a boundary) and `attention_mask` (the structure).
+    predicts across a boundary) and `attention_mask` (the structure). `causal=None` keeps each layer's
+    own rule (bidirectional for an encoder, causal or sliding for a decoder); True / False override
+    it as `Structure.causal` says.
     """
     if not docs:
         raise ValueError("pack_documents: no documents")
@@ -152,7 +154,7 @@ def _tree_row(parents: Sequence[int], tokens: list[np.ndarray]) -> dict:
 
 def pack_tree(
     segments: Sequence[tuple[int, Sequence[int]]],
-    causal: bool = True,
+    causal: bool | None = None,
     *,
     pad_token_id: int = 0,
     pad_to_multiple_of: int = 1,
@@ -205,7 +207,7 @@ class PackingCollator:
         self,
         max_length: int | None = None,
         *,
-        causal: bool = True,
+        causal: bool | None = None,
         input_key: str = "input_ids",
         pad_token_id: int = 0,
         pad_to_multiple_of: int = 1,

@@ -6,7 +6,7 @@ N x N pattern may hold an allowed pair):
 - "tree" (packed documents and prefix trees). Every token belongs to a segment; segments form a
   forest numbered in preorder, so segment s's subtree is the interval [enter, exit) of preorder
   numbers. Key k is visible from query q iff k's segment is an ancestor of (or is) q's segment:
-  ``enter[k] <= enter[q] < exit[k]``, and with `causal` also k <= q. A packed document is a root
+  ``enter[k] <= enter[q] < exit[k]``, and with `causal=True` also k <= q. A packed document is a root
   segment with no children. Padding has enter = -1: it sees nothing and nothing sees it.
 - "graph" (the schema route). The flat sequence is the ETC instance's globals then its long
   tokens; the rules and relative labels are the ETC ones of `graphattn.compact.CompactBatch`, read
@@ -47,13 +47,17 @@ class Structure:
     """A batch's attention structure in compact form, passed to a model as `attention_mask`.
 
     `positions` [B, N] are the position ids the structure was built with (a model must be given
-    the same, as `position_ids`). Tree kind: `enter`, `exit` [B, N] int32. Graph kind: `compact`
-    (a torch `CompactBatch`), `global_length` (flat rows [0, G) are globals), `num_labels`.
+    the same, as `position_ids`). `causal`: None (the default) keeps each layer's own rule, the
+    structure only separating documents / branches; True makes every layer causal (keys after the
+    query masked; a bidirectional window keeps its past half); False states that the layers attend
+    both ways, and a causal layer refuses it (graphattn never widens a model's rule). Tree kind:
+    `enter`, `exit` [B, N] int32. Graph kind: `compact` (a torch `CompactBatch`), `global_length`
+    (flat rows [0, G) are globals), `num_labels`.
     """
 
     kind: str
     positions: torch.Tensor
-    causal: bool = True
+    causal: bool | None = None
     enter: torch.Tensor | None = None
     exit: torch.Tensor | None = None
     compact: CompactBatch | None = None

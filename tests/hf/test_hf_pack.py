@@ -20,7 +20,7 @@ def _dense(structure, rule=None):
 
 
 def test_pack_documents_spells_positions_labels_and_the_mask():
-    batch = gh.pack_documents([[5, 6, 7], [8, 9]], pad_to_multiple_of=3)
+    batch = gh.pack_documents([[5, 6, 7], [8, 9]], causal=True, pad_to_multiple_of=3)
     assert batch["input_ids"].tolist() == [[5, 6, 7, 8, 9, 0]]
     assert batch["position_ids"].tolist() == [[0, 1, 2, 0, 1, 0]]
     assert batch["labels"].tolist() == [[-100, 6, 7, -100, 9, -100]]
@@ -45,7 +45,7 @@ def test_pack_documents_spells_positions_labels_and_the_mask():
 
 def test_pack_tree_spells_ancestors_positions_and_predecessors():
     # root [1 2] -> a [3] -> c [5]; root -> b [4]; laid out in the given order: 1 2 3 4 5
-    tree = gh.pack_tree([(-1, [1, 2]), (0, [3]), (0, [4]), (1, [5])])
+    tree = gh.pack_tree([(-1, [1, 2]), (0, [3]), (0, [4]), (1, [5])], causal=True)
     assert tree["position_ids"].tolist() == [[0, 1, 2, 2, 3]]
     assert tree["predecessor"].tolist() == [[-1, 0, 1, 1, 2]]
     assert tree["labels"].tolist() == [[-100, 2, -100, -100, -100]]
@@ -116,8 +116,6 @@ def test_what_graphattn_cannot_honour_is_refused_never_ignored():
     inputs = {k: batch[k] for k in ("input_ids", "position_ids", "attention_mask")}
     model = tiny_model("llama")
     model.set_attn_implementation(NAME)
-    with pytest.raises(gh.GraphattnMaskError, match="expected a graphattn structure"):
-        outputs(model, input_ids=batch["input_ids"], attention_mask=torch.ones(1, 9, dtype=torch.long))
     with pytest.raises(gh.GraphattnMaskError, match="position_ids differ"):
         outputs(model, **dict(inputs, position_ids=torch.arange(9)[None]))
     cache = model(**inputs, use_cache=True).past_key_values  # a whole-sequence prefill is fine
@@ -145,11 +143,11 @@ def test_the_model_rule_is_read_from_its_mask_function():
 
     from graphattn.hf.attention import _probe_rule
 
-    assert _probe_rule(causal_mask_function, 0) == gh.LayerRule(hi=0)
-    assert _probe_rule(sliding_window_causal_mask_function(4), 4) == gh.LayerRule(lo=-3, hi=0)
-    assert _probe_rule(sliding_window_bidirectional_mask_function(2), 2) == gh.LayerRule(lo=-2, hi=2)
+    assert _probe_rule(causal_mask_function, 16) == gh.LayerRule(hi=0)
+    assert _probe_rule(sliding_window_causal_mask_function(4), 16) == gh.LayerRule(lo=-3, hi=0)
+    assert _probe_rule(sliding_window_bidirectional_mask_function(2), 16) == gh.LayerRule(lo=-2, hi=2)
     with pytest.raises(gh.GraphattnMaskError, match="more than the key - query offset"):
-        _probe_rule(lambda b, h, q, k: (k <= q) & (k > 3), 0)  # an overlay tied to absolute positions
+        _probe_rule(lambda b, h, q, k: (k <= q) & (k > 3), 16)  # an overlay tied to absolute positions
 
 
 def test_an_attention_call_without_our_mask_and_a_model_without_attention_modules_are_refused():
