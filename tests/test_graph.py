@@ -1,6 +1,7 @@
 """DocGraph: building, reading, dict and networkx round trips, and its own errors."""
 
 import networkx as nx
+import numpy as np
 import pytest
 
 from graphattn.errors import GraphError
@@ -291,3 +292,184 @@ def test_from_dict_builds_a_checked_graph_or_names_the_node(span, attrs):
     assert got is None or (
         type(got[0]) is int and type(got[1]) is int and 0 <= got[0] <= got[1] <= 10 and list(got) == span
     )
+
+
+# -- a refused edit leaves the graph as it was (#38 item 3) ----------------------------------
+def state(g: DocGraph) -> tuple:
+    """Everything a graph holds, registered names and attr columns included."""
+    codes, type_names = g.type_codes()
+    src, dst, rel, relations = g.edge_arrays()
+    node_attrs = {name: [v for v in g.attr_column(name)[1].tolist()] for name in sorted(g._node_attrs)}
+    edge_attrs = {name: [e.attrs.get(name) for e in g.edges] for name in sorted(g._edge_attrs)}
+    return (
+        g.to_dict(),
+        codes.tolist(),
+        type_names,
+        g.span_array().tolist(),
+        src.tolist(),
+        dst.tolist(),
+        rel.tolist(),
+        relations,
+        node_attrs,
+        edge_attrs,
+    )
+
+
+@pytest.mark.parametrize("relation", [{"x": 1}, ["r"], "", None, 5, b"r"])
+def test_an_edge_with_a_bad_relation_is_refused_whole(relation):
+    g = sample()
+    before = state(g)
+    with pytest.raises(GraphError, match=r"^d1.json: node 's0': edge 's0' -\[.*\]-> 'paris': relation must be a non"):
+        g.add_edge("s0", relation, "paris", weight=1)
+    assert state(g) == before
+    with pytest.raises(GraphError, match="relation must be a non-empty string"):
+        g.add_edges([1], [relation], [3])  # one relation per edge
+    if not isinstance(relation, list):  # (a list is the one-per-edge form)
+        with pytest.raises(GraphError, match="relation must be a non-empty string"):
+            g.add_edges([1], relation, [3])
+    with pytest.raises(GraphError, match=r"edge 1 of a bulk add: relation must be a non-empty string"):
+        g.add_edges(np.array([1, 2]), ["mentions", relation], np.array([3, 3]))
+    assert state(g) == before
+    g.add_edge("s0", "mentions", "paris")  # the graph is still usable: the next edge takes the next row
+    assert g.edges[-1].relation == "mentions" and len(g.edges) == len(before[0]["edges"]) + 1
+
+
+def test_from_dict_names_the_edge_of_a_bad_relation():
+    data = {
+        "text": "ab",
+        "nodes": [{"id": "a", "type": "t"}, {"id": "b", "type": "t"}],
+        "edges": [{"src": "a", "relation": "r", "dst": "b"}, {"src": "a", "relation": {"x": 1}, "dst": "b"}],
+    }
+    with pytest.raises(
+        GraphError,
+        match=r"^g.json: \$\.edges\[1\]\.relation: node 'a': edge 'a' -\[\{'x': 1\}\]-> 'b': relation must be a non",
+    ):
+        DocGraph.from_dict(data, source="g.json")
+    data["edges"][1] = {"src": "a", "relation": "r", "dst": "zz"}
+    with pytest.raises(GraphError, match=r"^g.json: \$\.edges\[1\]: node 'zz': edge 'a' -\[r\]-> 'zz': target node"):
+        DocGraph.from_dict(data, source="g.json")
+    data["edges"][1] = {"src": ["a"], "relation": "r", "dst": "b"}
+    with pytest.raises(GraphError, match=r"\$\.edges\[1\]\.src: an edge's src must be a node id"):
+        DocGraph.from_dict(data, source="g.json")
+    data["edges"] = []
+    data["nodes"][1] = {"id": {"k": 1}, "type": "t"}
+    with pytest.raises(GraphError, match=r"\$\.nodes\[1\]\.id: a node id must be a string or an integer"):
+        DocGraph.from_dict(data, source="g.json")
+    data["nodes"][1] = {"id": "b", "type": "t", "span": [0, 5]}
+    with pytest.raises(GraphError, match=r"^g.json: \$\.nodes\[1\]: node 'b': span \[0, 5\) lies outside"):
+        DocGraph.from_dict(data, source="g.json")
+    data["nodes"][1] = {"id": "b", "type": "t"}
+    with pytest.raises(GraphError, match=r"\$\.doc_id: doc_id must be a string or an integer"):
+        DocGraph.from_dict({**data, "doc_id": [1]}, source="g.json")
+    assert DocGraph.from_dict({**data, "doc_id": 7}).doc_id == "7"
+
+
+def test_a_refused_node_or_child_leaves_no_trace():
+    g = sample()
+    before = state(g)
+    with pytest.raises(GraphError, match=r"node 'z': span \[0, 99\) lies outside"):
+        g.add_node("z", "brand-new-type", (0, 99))  # the new type is not registered either
+    with pytest.raises(GraphError, match=r"node 'nope': edge 'nope' -\[contains\]-> 'z': source node 'nope' does not"):
+        g.add_child("nope", "z", "sentence", (0, 5), topic="x")
+    with pytest.raises(GraphError, match="node type must be a non-empty string"):
+        g.add_child("doc", "z", {"t": 1})
+    assert state(g) == before and "z" not in g.nodes
+
+
+def test_bulk_adds_are_checked_before_anything_is_stored():
+    g = sample()
+    before = state(g)
+    with pytest.raises(GraphError, match=r"attr column 'k' has 1 values for 2 nodes"):
+        g.add_nodes(["x", "y"], "new-type", attrs={"k": [1]})
+    with pytest.raises(GraphError, match=r"attr column 'k' must be a list or an array of 2 values, got int"):
+        g.add_nodes(["x", "y"], "new-type", attrs={"k": 5})
+    with pytest.raises(GraphError, match=r"spans must be an integer array \[2, 2\]"):
+        g.add_nodes(["x", "y"], "new-type", np.array([0, 1]), validate=False)
+    with pytest.raises(GraphError, match=r"spans must be an integer array \[1, 2\], got float64"):
+        g.add_nodes(["x"], "new-type", np.array([[0.5, 1.7]]), validate=False)
+    with pytest.raises(GraphError, match="node type must be a non-empty string"):
+        g.add_nodes(["x", "y"], (["new-type", ""], np.array([0, 1])), validate=False)
+    for rows in ([1.7], ["0"], [True], [None]):
+        with pytest.raises(GraphError, match="edge source rows must be integers"):
+            g.add_edges(rows, "mentions", [3])
+    assert state(g) == before
+
+
+@pytest.mark.parametrize("validate", [True, False])
+def test_extend_adds_all_or_nothing(validate):
+    from graphattn.graph import Edge, Node
+
+    g = sample()
+    before = state(g)
+    nodes = [Node("n1", "new-type", (0, 5), {"k": 1}), Node("n2", "sentence", None, {"j": "x"})]
+    for edges, message in (
+        ([Edge("n1", "next", "n2"), Edge("n1", {"x": 1}, "n2")], r"edge 'n1' -\[\{'x': 1\}\]-> 'n2': relation must be"),
+        ([Edge("n1", "next", "n2"), Edge("n2", "next", "zz")], r"edge 'n2' -\[next\]-> 'zz': target node 'zz' does"),
+        ([Edge("n1", "next", "doc", [1])], r"node 'n1': attrs must be an object"),
+    ):
+        with pytest.raises(GraphError, match=message):
+            g.extend(nodes, edges, validate=validate)
+        assert state(g) == before
+        with pytest.raises(GraphError, match=message.replace("n1", "doc").replace("n2", "s0")):
+            g.edges.extend(
+                [
+                    Edge(
+                        e.src.replace("n1", "doc").replace("n2", "s0"),
+                        e.relation,
+                        e.dst.replace("n1", "doc").replace("n2", "s0"),
+                        e.attrs,
+                    )
+                    for e in edges
+                ]
+            )
+        assert state(g) == before
+    if validate:
+        with pytest.raises(GraphError, match=r"node 's0': duplicate node id"):
+            g.extend([Node("n1", "new-type"), Node("s0", "t")], [Edge("n1", "next", "doc")])
+        assert state(g) == before
+    g.extend(nodes, [Edge("n1", "next", "n2", {"w": 2}), Edge("doc", CONTAINS, "n1")], validate=validate)
+    assert g.node("n1").attrs == {"k": 1} and g.node("n2").attrs == {"j": "x"} and g.node("n2").span is None
+    assert [(e.src, e.relation, e.dst, dict(e.attrs)) for e in g.edges[-2:]] == [
+        ("n1", "next", "n2", {"w": 2}),
+        ("doc", CONTAINS, "n1", {}),
+    ]
+    assert g.edges[0].attrs == {} and g.edges_of("mentions")[0].attrs == {"weight": 2}
+
+
+def test_networkx_multigraph_without_relation_is_refused():
+    d = nx.MultiDiGraph()
+    d.add_node("a", type="t")
+    d.add_node("b", type="t")
+    d.add_edge("a", "b")  # key 0: a number, not a relation name
+    with pytest.raises(GraphError, match=r"networkx edge 'a' -> 'b' has no 'relation'"):
+        DocGraph.from_networkx(d, text="x")
+    d = nx.DiGraph()
+    d.add_node("a", type="t")
+    d.add_edge("a", "a", relation=3)
+    with pytest.raises(GraphError, match=r"edge 'a' -\[3\]-> 'a': relation must be a non-empty string"):
+        DocGraph.from_networkx(d, text="x")
+
+
+@settings(max_examples=200, deadline=None)
+@given(relation=_JSON, src=_JSON, attrs=_JSON)
+def test_any_json_edge_builds_or_names_the_edge(relation, src, attrs):
+    """Whatever JSON stands in an edge: a graph holding exactly that edge, or a GraphError with the
+    edge's JSON path; and the same edge added to a graph by hand either goes in or changes nothing."""
+    data = {
+        "text": "ab",
+        "nodes": [{"id": "a", "type": "t"}, {"id": "1", "type": "t"}],
+        "edges": [{"src": src, "relation": relation, "dst": "a", "attrs": attrs}],
+    }
+    try:
+        graph = DocGraph.from_dict(data)
+    except GraphError as err:
+        assert "$.edges[0]" in str(err)
+    else:
+        assert [(e.src, e.relation, e.dst) for e in graph.edges] == [(str(src), relation, "a")]
+    g = sample()
+    before = state(g)
+    try:
+        g.add_edge("s0", relation, "paris")
+    except GraphError as err:
+        assert "edge 's0' -[" in str(err)
+        assert state(g) == before

@@ -107,7 +107,13 @@ BAD = [
         4,
         "$.node_types.sentence.type_id",
     ),
-    ("local_radius: 3\n", "missing required key: 'name'", 1, None),
+    ("local_radius: 3\n", "missing required key: 'name'", 1, "$.name"),
+    (
+        MINIMAL + "fixed_blocks: {name: b}\n",
+        "missing required key: 'tokens_per_block'",
+        5,
+        "$.fixed_blocks.tokens_per_block",
+    ),
     (MINIMAL + "local_radius: 3\nlocal_radius: 4\n", "duplicate key 'local_radius' (first on line 5)", 6, None),
     (
         MINIMAL + "global_order: [sentense]\n",

@@ -285,3 +285,58 @@ def test_a_dict_schema_error_names_its_key_path():  # issue 15 item 12: this one
     assert tuple(err.value.location.path) == ("special_tokens",)
     with pytest.raises(SchemaError, match=r"^\$\.spec: load_schema takes a path or a dict, got int"):
         load_schema(42)
+
+
+# -- every schema error has a location, dicts included (#38 item 3) ---------------------------
+def test_a_missing_required_key_is_named_by_its_path():
+    with pytest.raises(SchemaError, match=r"^\$\.name: missing required key: 'name'$") as err:
+        load_schema({k: v for k, v in BASE.items() if k != "name"})
+    assert tuple(err.value.location.path) == ("name",)
+    with pytest.raises(SchemaError, match=r"^\$\.fixed_blocks\.tokens_per_block: missing required key"):
+        load_schema({**BASE, "fixed_blocks": {"name": "blk"}})
+    with pytest.raises(SchemaError, match=r"^\$\.spec: the schema path is empty"):
+        load_schema("")
+
+
+def _key_paths(value, path=()):
+    yield path
+    children = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+    for key, item in children:
+        yield from _key_paths(item, (*path, key))
+
+
+_ODD = st.sampled_from([None, True, 0, -1, 7, 2**40, 1.5, float("nan"), "", "node", "x", [], ["x"], {}, {"a": 1}])
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_any_broken_dict_schema_is_an_error_with_a_location(data):
+    """A shipped schema as a dict with keys removed, added or replaced by values of other types:
+    it loads, or the SchemaError names where (a key path; a dict has no file or line)."""
+    import copy
+
+    import yaml
+
+    from graphattn.schema import shipped_schemas
+
+    files = sorted(shipped_schemas())
+    schema = yaml.safe_load(data.draw(st.sampled_from(files)).read_text())
+    for _ in range(data.draw(st.integers(1, 3))):
+        path = data.draw(st.sampled_from([p for p in _key_paths(schema) if p]))
+        parent = schema
+        for key in path[:-1]:
+            parent = parent[key]
+        action = data.draw(st.sampled_from(["delete", "replace", "add"]))
+        if action == "delete" and isinstance(parent, dict):
+            del parent[path[-1]]
+        elif action == "add" and isinstance(parent, dict):
+            parent[data.draw(st.sampled_from(["zz", "name", "global", "label", "link", "classes"]))] = copy.deepcopy(
+                data.draw(_ODD)
+            )
+        else:
+            parent[path[-1]] = copy.deepcopy(data.draw(_ODD))
+    try:
+        load_schema(schema)
+    except SchemaError as err:
+        assert err.location.path, str(err)
+        assert str(err).startswith("$"), str(err)

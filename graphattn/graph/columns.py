@@ -223,12 +223,24 @@ def set_attrs(columns: dict[str, Column], row: int, attrs: dict[str, Any]) -> No
         column.set(row, value)
 
 
-def check_columns(attrs: dict[str, Any], n: int, what: str) -> None:
-    """Every bulk attr holds one value per row (checked before any column changes)."""
+def check_columns(attrs: dict[str, Any], n: int, what: str) -> str | None:
+    """Why the bulk attrs cannot go in (None when they can): every attr holds one value per row, as a
+    list, an array, a `Deferred` or (values, present). Checked before any column changes."""
     for key, given in attrs.items():
+        if given.__class__ is tuple and len(given) != 2:
+            return f"attr column {key!r} must be values or (values, present), got a tuple of {len(given)}"
         values, present = given if given.__class__ is tuple else (given, None)
-        if (not isinstance(values, Deferred) and len(values) != n) or (present is not None and len(present) != n):
-            raise ValueError(f"attr column {key!r} has {len(values)} values for {n} {what}")
+        if isinstance(values, Deferred):
+            count = n
+        elif isinstance(values, (list, tuple, np.ndarray)):
+            count = len(values)
+        else:
+            return f"attr column {key!r} must be a list or an array of {n} values, got {type(values).__name__}"
+        if count != n:
+            return f"attr column {key!r} has {count} values for {n} {what}"
+        if present is not None and (np.ndim(present) != 1 or len(present) != n):
+            return f"attr column {key!r}: its presence mask must hold {n} values, one per row"
+    return None
 
 
 def add_columns(columns: dict[str, Column], start: int, attrs: dict[str, Any]) -> None:
@@ -279,6 +291,8 @@ class ColumnarGraph(Protocol):
     def _type_code(self, node_id: str | None, type: Any) -> int: ...
 
     def _set_span(self, row: int, span: Any) -> None: ...
+
+    def _check_span(self, node_id: str, span: Any) -> tuple[int, int]: ...
 
     def add_node(self, node_id: str, type: str, span: tuple[int, int] | None = None, **attrs: Any) -> Any: ...
 

@@ -33,8 +33,14 @@ import numpy as np
 
 from graphattn.errors import GraphError
 from graphattn.graph.columns import Column, add_columns, check_columns, set_attrs
-from graphattn.graph.interchange import graph_from_dict, graph_from_networkx, graph_to_dict, graph_to_networkx
-from graphattn.graph.views import Edge, EdgesView, EdgeView, Node, NodesView, NodeView
+from graphattn.graph.interchange import (
+    graph_from_dict,
+    graph_from_networkx,
+    graph_to_dict,
+    graph_to_networkx,
+    plain_columns,
+)
+from graphattn.graph.views import Edge, EdgesView, EdgeView, Node, NodesView, NodeView, check_name, edge_name
 
 if TYPE_CHECKING:
     import networkx as nx
@@ -100,8 +106,10 @@ class DocGraph:
             )
         code = self._type_codes.get(type) if type.__class__ is str else None
         if code is None:
-            code = self._type_code(node_id, type)
+            check_name(type, "node type", self.source, node_id)
         start, end = (-1, -1) if span is None else self._check_span(node_id, span)
+        if code is None:  # registered only once every check has passed: a failed add leaves the graph as it was
+            code = self._type_code(node_id, type)
         row = len(ids)
         ids.append(node_id)
         index[node_id] = row
@@ -113,6 +121,8 @@ class DocGraph:
         return NodeView(self, row)
 
     def add_edge(self, src: str, relation: str, dst: str, **attrs: Any) -> Edge:
+        """Add ``src -[relation]-> dst``; both nodes must exist and the relation be a non-empty string
+        (checked before anything is stored: a refused edge leaves the graph as it was)."""
         src, dst = str(src), str(dst)
         index = self._index_map
         if len(index) < len(self._ids):
@@ -121,13 +131,18 @@ class DocGraph:
         if source is None or target is None:
             end, role = (src, "source") if source is None else (dst, "target")
             raise GraphError(
-                f"edge {src!r} -[{relation}]-> {dst!r}: {role} node {end!r} does not exist", file=self.source, node=end
+                f"edge {edge_name(src, relation, dst)}: {role} node {end!r} does not exist",
+                file=self.source,
+                node=end,
             )
+        code = self._relation_codes.get(relation) if relation.__class__ is str else None
+        if code is None:
+            check_name(relation, "relation", self.source, src, f"edge {edge_name(src, relation, dst)}: ")
+            code = self._relation_code(str(relation))
         row = len(self._src)
         self._src.append(source)
         self._dst.append(target)
-        code = self._relation_codes.get(relation)
-        self._rel.append(code if code is not None else self._relation_code(str(relation)))
+        self._rel.append(code)
         if attrs:
             set_attrs(self._edge_attrs, row, attrs)
         return EdgeView(self, row)
@@ -135,7 +150,15 @@ class DocGraph:
     def add_child(
         self, parent: str, node_id: str, type: str, span: tuple[int, int] | None = None, **attrs: Any
     ) -> Node:
-        """Add a node and a `contains` edge from `parent` to it."""
+        """Add a node and a `contains` edge from `parent` to it (neither, if either is refused)."""
+        parent = str(parent)
+        if parent not in self._index():
+            child = node_id if node_id.__class__ is str else str(node_id)
+            raise GraphError(
+                f"edge {edge_name(parent, CONTAINS, child)}: source node {parent!r} does not exist",
+                file=self.source,
+                node=parent,
+            )
         node = self.add_node(node_id, type, span, **attrs)
         self.add_edge(parent, CONTAINS, node.id)
         return node
@@ -164,7 +187,12 @@ class DocGraph:
         n = len(ids)
         first = len(self._ids)
         ids = [i if i.__class__ is str else str(i) for i in ids] if validate else list(ids)
-        spans = np.full((n, 2), -1, dtype=np.int64) if spans is None else np.asarray(spans)
+        spans = np.full((n, 2), -1, dtype=np.int64) if spans is None or (n == 0 and not np.size(spans)) else spans
+        spans = np.asarray(spans)
+        if spans.ndim != 2 or spans.shape != (n, 2) or spans.dtype.kind not in "iu":
+            raise GraphError(
+                f"spans must be an integer array [{n}, 2], got {spans.dtype} {list(spans.shape)}", file=self.source
+            )
         type_names, local = self._local_type_codes(n, types)
         if validate:
             self._check_new_nodes(ids, type_names, local, spans)
@@ -173,8 +201,11 @@ class DocGraph:
             bad = next((k for k in attrs if not isinstance(k, str)), None)
             if bad is not None:
                 raise GraphError(f"attr names must be strings, got {bad!r}", file=self.source)
-            check_columns(attrs, n, "nodes")
-        table = _code_table(type_names, local, lambda name: self._type_code(None, name))
+            problem = check_columns(attrs, n, "nodes")
+            if problem:
+                raise GraphError(problem, file=self.source)
+        # every check has passed: from here on nothing raises, so a refused batch leaves the graph as it was
+        table = _code_table(type_names, local, lambda name: self._type_code(None, name), self._name_check("node type"))
         self._ids.extend(ids)
         self._types.frombytes(np.full(n, table[0]).tobytes() if len(table) == 1 else table[local].tobytes())
         self._starts.frombytes(np.ascontiguousarray(spans[:, 0], dtype=np.int64).tobytes())
@@ -193,6 +224,13 @@ class DocGraph:
             if local.shape != (n,) or (n and not 0 <= local.min() <= local.max() < len(names)):
                 raise GraphError(f"codes must be [{n}] indices into {len(names)} names", file=self.source)
             return names, local.astype(np.int64, copy=False)
+        if not isinstance(types, (Sequence, np.ndarray)) or isinstance(types, (str, bytes)):
+            name = "node type" if what == "nodes" else "relation"
+            raise GraphError(
+                f"{name} must be a non-empty string, a list of one per {what[:-1]} or (names, codes), "
+                f"got {type(types).__name__}",
+                file=self.source,
+            )
         if len(types) != n:
             raise GraphError(f"{len(types)} names for {n} {what}", file=self.source)
         try:
@@ -206,10 +244,6 @@ class DocGraph:
     def _check_new_nodes(self, ids: list[str], type_names: Sequence[Any], local: np.ndarray, spans: np.ndarray) -> None:
         """`add_node`'s checks over a batch: the first row that fails raises that row's error."""
         n = len(ids)
-        if spans.ndim != 2 or spans.shape != (n, 2) or spans.dtype.kind not in "iu":
-            raise GraphError(
-                f"spans must be an integer array [{n}, 2], got {spans.dtype} {list(spans.shape)}", file=self.source
-            )
         index = self._index()
         duplicate = n  # first row whose id an earlier row (or the graph) has
         if len(set(ids)) < n or not index.keys().isdisjoint(ids):
@@ -258,7 +292,7 @@ class DocGraph:
         if isinstance(relation, str) and type(src) in (list, range) and type(dst) in (list, range):
             self._add_edge_rows(src, relation, dst)  # a reader's few edges: no numpy round trip
             return
-        src, dst = np.asarray(src, dtype=np.int64), np.asarray(dst, dtype=np.int64)
+        src, dst = _rows(src, "source", self.source), _rows(dst, "target", self.source)
         n_nodes = len(self._ids)
         if src.shape != dst.shape or src.ndim != 1:
             raise GraphError(
@@ -274,10 +308,12 @@ class DocGraph:
         if not src.size:
             return  # nothing to add, and no relation to register (as `add_edge` would not)
         if isinstance(relation, str):
+            check_name(relation, "relation", self.source, None, "every edge of a bulk add: ")
             codes = np.full(src.shape, self._relation_code(relation), dtype=np.int64)
         else:
             names, local = self._local_type_codes(src.size, relation, "edges")
-            codes = _code_table(names, local, lambda name: self._relation_code(str(name)))[local]
+            check = self._name_check("relation", lambda k: f"edge {int(np.argmax(local == k))} of a bulk add: ")
+            codes = _code_table(names, local, lambda name: self._relation_code(str(name)), check)[local]
         self._src.frombytes(src.tobytes())
         self._dst.frombytes(dst.tobytes())
         self._rel.frombytes(codes.tobytes())
@@ -285,10 +321,11 @@ class DocGraph:
     def _add_edge_rows(self, src: list[int] | range, relation: str, dst: list[int] | range) -> None:
         """`add_edges` of one relation for Python lists of rows, checked with Python's min / max."""
         try:
-            src_rows, dst_rows = array("q", src), array("q", dst)
-        except TypeError:  # rows that are no integers: numpy's conversion says what they are
+            kinds = {int} if type(src) is range and type(dst) is range else {*map(type, src), *map(type, dst)}
+            src_rows, dst_rows = (array("q", src), array("q", dst)) if kinds <= {int} else (None, None)
+        except (TypeError, OverflowError):  # rows that are no (64-bit) integers: the general path says which
             src_rows = dst_rows = None
-        if src_rows is None or len(src_rows) != len(dst_rows) or not len(src_rows):
+        if src_rows is None or len(src_rows) != len(dst_rows) or not len(src_rows) or not relation:
             self.add_edges(np.asarray(src), relation, np.asarray(dst))
             return
         if min(min(src_rows), min(dst_rows)) < 0 or max(max(src_rows), max(dst_rows)) >= len(self._ids):
@@ -322,25 +359,20 @@ class DocGraph:
         return graph
 
     def extend(self, nodes: Iterable[Node], edges: Iterable[Edge] = (), *, validate: bool = True) -> None:
-        """Add many nodes, then many edges (they may join any nodes of the graph by then).
+        """Add many nodes, then many edges (they may join any nodes of the graph by then): all of
+        them, or, if any is refused, none (every node and edge is checked before the first is stored).
 
         With ``validate=False`` the nodes go in without the checks of `add_node` (unique ids,
         spans inside the text); edge ends must exist either way, since edges are stored as rows.
         """
-        if validate:
-            for node in nodes:
-                self.add_node(node.id, node.type, node.span, **dict(node.attrs))
-        else:
-            for node in nodes:
-                row = len(self._ids)
-                self._ids.append(node.id)
-                self._types.append(self._type_code(node.id, node.type))
-                start, end = node.span if node.span is not None else (-1, -1)
-                self._starts.append(start)
-                self._ends.append(end)
-                set_attrs(self._node_attrs, row, dict(node.attrs))
-        for edge in edges:
-            self.add_edge(edge.src, edge.relation, edge.dst, **dict(edge.attrs))
+        ids, types, spans, attrs, edge_columns = plain_columns(self, list(nodes), list(edges), validate)
+        self.add_nodes(ids, types, spans, attrs, validate=validate)
+        first_edge = len(self._src)
+        src, relations, dst, edge_attrs = edge_columns
+        if src:
+            self.add_edges(src, relations, dst)
+            if edge_attrs:
+                add_columns(self._edge_attrs, first_edge, edge_attrs)
 
     # -- checks -----------------------------------------------------------------------------
     def _index(self) -> dict[str, int]:
@@ -364,6 +396,10 @@ class DocGraph:
             code = self._relation_codes[relation] = len(self._relation_names)
             self._relation_names.append(relation)
         return code
+
+    def _name_check(self, what: str, prefix: Callable[[int], str] | None = None) -> Callable[[int, Any], None]:
+        """`check_name` for `_code_table`: (index into the names, name) -> None or GraphError."""
+        return lambda k, name: check_name(name, what, self.source, None, prefix(k) if prefix else "")
 
     def _check_span(self, node_id: str, span: Any) -> tuple[int, int]:
         """A span is a pair of integers (not bools, not floats, not strings) inside the text."""
@@ -523,11 +559,25 @@ class DocGraph:
         return graph_from_networkx(cls, g, text, doc_id)
 
 
-def _code_table(names: Sequence[Any], local: np.ndarray, register: Callable[[Any], int]) -> np.ndarray:
-    """The graph's code of each of `names` (those `local` uses, registered in the order given)."""
+def _code_table(
+    names: Sequence[Any], local: np.ndarray, register: Callable[[Any], int], check: Callable[[int, Any], None]
+) -> np.ndarray:
+    """The graph's code of each of `names` (those `local` uses, registered in the order given); every
+    used name passes `check` (index, name) before the first is registered."""
     table = np.zeros(len(names), dtype=np.int64)
     used = np.bincount(local, minlength=len(names)) > 0 if len(names) > 1 else [len(local) > 0]
     for k, name in enumerate(names):
         if used[k]:
+            check(k, name)
+    for k, name in enumerate(names):
+        if used[k]:
             table[k] = register(name)
     return table
+
+
+def _rows(rows: Any, end: str, source: str | None) -> np.ndarray:
+    """Edge end rows as int64: integers only (1.7 or "0" is refused, not rounded or parsed)."""
+    array_ = np.asarray(rows)
+    if array_.size and array_.dtype.kind not in "iu":
+        raise GraphError(f"edge {end} rows must be integers, got {array_.dtype} values", file=source)
+    return array_.astype(np.int64, copy=False)

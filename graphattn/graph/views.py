@@ -147,8 +147,8 @@ class EdgesView(Sequence):
         self._graph.add_edge(edge.src, edge.relation, edge.dst, **dict(edge.attrs))
 
     def extend(self, edges: Iterable[Edge]) -> None:
-        for edge in edges:
-            self.append(edge)
+        """Append every edge, or none if one is refused (`DocGraph.extend`)."""
+        self._graph.extend((), edges)
 
     def __repr__(self) -> str:
         return f"<{len(self)} edges of {self._graph!r}>"
@@ -167,3 +167,21 @@ def checked_attrs(attrs: Any, source: str | None, node: str, path: tuple = ()) -
     if bad is not None:
         raise GraphError(f"attr names must be strings, got {bad!r}", file=source, path=path, node=node)
     return dict(attrs)
+
+
+def check_name(name: Any, what: str, source: str | None, node: str | None, prefix: str = "", path: tuple = ()) -> None:
+    """A node type or relation is a non-empty string (it becomes a schema key and a column code)."""
+    if not isinstance(name, str) or not name:
+        message = f"{prefix}{what} must be a non-empty string, got {short(name)}"
+        raise GraphError(message, file=source, path=path, node=node)
+
+
+def edge_name(src: str, relation: Any, dst: str) -> str:
+    """How messages name an edge: ``'a' -[mentions]-> 'b'``."""
+    return f"{src!r} -[{relation if isinstance(relation, str) else short(relation)}]-> {dst!r}"
+
+
+def short(value: Any, limit: int = 60) -> str:
+    """repr of a value for a one-line message, cut at `limit` characters."""
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."

@@ -239,6 +239,8 @@ def read_schema_file(spec: str | os.PathLike | Mapping) -> tuple[Any, dict, str 
         return canonical(spec, {}, None), {}, None
     if not isinstance(spec, (str, os.PathLike)):
         raise SchemaError(f"load_schema takes a path or a dict, got {type(spec).__name__}", path=("spec",))
+    if not str(spec):
+        raise SchemaError("the schema path is empty (pass a file, a shipped schema name or a dict)", path=("spec",))
     path = Path(spec)
     if not path.is_file():
         shipped = SCHEMA_DIR / f"{spec}.yaml"
@@ -340,8 +342,11 @@ def _describe(error) -> tuple[str, Path_]:
         close = difflib.get_close_matches(str(key), known, n=1, cutoff=0.6)
         hint = f" (did you mean {close[0]!r}?)" if close else f" (expected one of: {', '.join(known)})"
         return f"unknown key {key!r}{hint}", (*path, key)
-    if kind == "required":
-        return f"missing required key: {error.message.split(' ')[0]}", path
+    if kind == "required":  # located at the key that is missing (a dict schema has no line to name)
+        missing = next((k for k in expected if isinstance(value, dict) and k not in value), None)
+        if missing is None:
+            return f"missing required key: {error.message.split(' ')[0]}", path
+        return f"missing required key: {missing!r}", (*path, missing)
     if kind == "type":
         names = expected if isinstance(expected, list) else [expected]
         return f"expected {' or '.join(names)}, got {_json_type(value)} {value!r}", path
