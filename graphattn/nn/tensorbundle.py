@@ -11,32 +11,46 @@ block followed by a compression byte and a masked crc32c. Key "" maps to a `Bund
 Why our own reader: no maintained pure-Python one exists on PyPI (the one package that claims to
 be is an unfinished generated stub), and TensorFlow is never a dependency. Everything read is
 bounded and checked before it is used: a bad magic, a truncated file, a checksum that does not
-match, a dtype we cannot map or a shape that disagrees with the byte count each raise one
-`CheckpointError` naming the file and the tensor. Each shard is memory-mapped once (copy on
-write, so the tensors are ordinary writable torch views of the file's pages) and a tensor is a
-view of it whenever its offset is aligned for its dtype.
+match, a key that is duplicated or out of order, a protobuf field of the wrong wire type, a
+dtype we cannot map, a shape that disagrees with the byte count, a path that is not a regular
+file (a directory, a FIFO, a symlink loop) each raise one `CheckpointError` naming the file and
+the tensor. A tensor is read (`os.preadv`) into memory of its own and its crc32c computed on
+those very bytes: what is handed out was checked, and nothing changes with the file afterwards
+(rewriting or truncating the shard while a model holds the tensors cannot touch them).
 """
 
 from __future__ import annotations
 
-import mmap
+import errno
+import os
+import stat
 import struct
 from dataclasses import dataclass
 from pathlib import Path
 
-import google_crc32c
 import numpy as np
 import torch
 
 from graphattn.errors import GraphattnError, Location
+from graphattn.nn.bundle_table import (
+    BYTES,
+    FIXED32,
+    TABLE_MAGIC,
+    VARINT,
+    crc32c,
+    decode_message,
+    int64,
+    many,
+    mask_crc,
+    one,
+    read_table,
+    shown_key,
+    varint,
+)
 
-TABLE_MAGIC = 0xDB4775248B80FB57
-FOOTER_BYTES = 48  # two block handles padded to 40 bytes, then the 8-byte magic
-BLOCK_TRAILER_BYTES = 5  # compression type (0 = none) + masked crc32c
 MAX_INDEX_BYTES = 1 << 28  # a checkpoint of 100k tensors has an index of a few MB
 MAX_SHARDS = 1 << 16
 BUNDLE_FORMAT_VERSION = 1  # TensorFlow's kTensorBundleVersion: the only layout there is
-_MASK_DELTA = 0xA282EAD8
 
 # TensorFlow's DataType enum -> (name, torch dtype or None for strings, bytes per element)
 DTYPES: dict[int, tuple[str, torch.dtype | None, int]] = {
@@ -69,65 +83,57 @@ class CheckpointError(GraphattnError):
         super().__init__(what, Location(file=str(file) if file is not None else None, **where))
 
 
-def mask_crc(crc: int) -> int:
-    """LevelDB/TensorFlow's masked crc32c (rotate right 15, add a constant), stored so that a
-    crc of data that itself holds crcs does not look like one."""
-    return ((((crc >> 15) | (crc << 17)) & 0xFFFFFFFF) + _MASK_DELTA) & 0xFFFFFFFF
+def open_regular(path: str | Path, what: str, error: type[GraphattnError] | None = None) -> int:
+    """A read-only descriptor of `path`, refused in one line when it is not a regular file: a
+    missing file, a directory, a FIFO or device (opened non-blocking, so a FIFO never hangs the
+    reader), a symlink loop, a permission error. The caller closes it."""
+    error = error or CheckpointError
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
+    except OSError as err:
+        reason = {
+            errno.ENOENT: "missing",
+            errno.ELOOP: "a symlink loop, not a file",
+            errno.EACCES: "not readable (permission denied)",
+            errno.ENOTDIR: "missing (a path component is not a directory)",
+        }.get(err.errno, err.strerror or str(err))
+        raise error(f"{what}: {reason}", file=path) from None
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        kind = (
+            "a directory"
+            if stat.S_ISDIR(mode)
+            else "a FIFO (named pipe)"
+            if stat.S_ISFIFO(mode)
+            else "a socket"
+            if stat.S_ISSOCK(mode)
+            else "a device"
+        )
+        raise error(f"{what}: {kind}, not a regular file", file=path)
+    return fd
 
 
-def crc32c(data, start: int = 0) -> int:
-    """crc32c of any bytes-like object, continuing from `start`; google_crc32c takes bytes or a
-    numpy array, so a memoryview of a mapped shard goes in as a zero-copy uint8 array."""
-    if not isinstance(data, bytes):
-        data = np.frombuffer(data, dtype=np.uint8)
-    return google_crc32c.extend(start, data)
-
-
-# --- protobuf wire format: just enough for the three messages of a bundle -----------------------
-
-
-def _varint(buf, pos: int, end: int, what: str) -> tuple[int, int]:
-    value = shift = 0
-    while True:
-        if pos >= end or shift > 63:
-            raise ValueError(f"{what}: truncated or overlong varint")
-        byte = buf[pos]
-        pos += 1
-        value |= (byte & 0x7F) << shift
-        if byte < 0x80:
-            return value, pos
-        shift += 7
-
-
-def _fields(buf: bytes, what: str) -> dict[int, list]:
-    """Decode one protobuf message into field number -> values (ints for varint / fixed,
-    bytes for length-delimited). Unknown fields are kept; groups are refused."""
-    out: dict[int, list] = {}
-    pos, end = 0, len(buf)
-    while pos < end:
-        tag, pos = _varint(buf, pos, end, what)
-        number, wire = tag >> 3, tag & 7
-        if wire == 0:
-            value, pos = _varint(buf, pos, end, what)
-        elif wire == 1 or wire == 5:
-            width = 8 if wire == 1 else 4
-            if pos + width > end:
-                raise ValueError(f"{what}: truncated fixed field {number}")
-            value = int.from_bytes(buf[pos : pos + width], "little")
-            pos += width
-        elif wire == 2:
-            length, pos = _varint(buf, pos, end, what)
-            if pos + length > end:
-                raise ValueError(f"{what}: field {number} runs past the message")
-            value, pos = bytes(buf[pos : pos + length]), pos + length
-        else:
-            raise ValueError(f"{what}: unsupported wire type {wire} for field {number}")
-        out.setdefault(number, []).append(value)
-    return out
-
-
-def _int64(value: int) -> int:
-    return value - (1 << 64) if value >= 1 << 63 else value
+def read_bounded(path: str | Path, what: str, limit: int, error: type[GraphattnError] | None = None) -> bytes:
+    """The bytes of regular file `path`, refused before reading when it holds more than `limit`."""
+    error = error or CheckpointError
+    fd = open_regular(path, what, error)
+    try:
+        size = os.fstat(fd).st_size
+        if size > limit:
+            raise error(f"{what}: {size:,} bytes, more than the {limit:,} such a file may hold", file=path)
+        chunks, total = [], 0
+        while total <= limit:
+            chunk = os.read(fd, limit + 1 - total)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            total += len(chunk)
+        if total > limit:  # it grew while being read
+            raise error(f"{what}: more than the {limit:,} bytes such a file may hold", file=path)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
 
 
 @dataclass(frozen=True)
@@ -150,74 +156,6 @@ class BundleEntry:
         return n
 
 
-# --- the sorted table of the .index file --------------------------------------------------------
-
-
-def _block(data: bytes, handle: tuple[int, int], limit: int, what: str) -> memoryview:
-    offset, size = handle
-    if offset + size + BLOCK_TRAILER_BYTES > limit:
-        raise ValueError(f"{what} at byte {offset} (+{size}) runs past the table's end ({limit})")
-    view = memoryview(data)[offset : offset + size]
-    kind = data[offset + size]
-    stored = int.from_bytes(data[offset + size + 1 : offset + size + 5], "little")
-    if mask_crc(crc32c(data[offset : offset + size + 1])) != stored:
-        raise ValueError(f"{what} at byte {offset}: block checksum mismatch")
-    if kind != 0:
-        raise ValueError(f"{what} at byte {offset}: compressed blocks (type {kind}) are not supported")
-    return view
-
-
-def _records(block: memoryview, what: str):
-    """Yield (key, value) from one table block: prefix-compressed records, then restart offsets."""
-    if len(block) < 4:
-        raise ValueError(f"{what}: block too short")
-    restarts = int.from_bytes(block[-4:], "little")
-    end = len(block) - 4 - 4 * restarts
-    if restarts < 1 or end < 0:
-        raise ValueError(f"{what}: bad restart count {restarts}")
-    pos, key = 0, b""
-    while pos < end:
-        shared, pos = _varint(block, pos, end, what)
-        unshared, pos = _varint(block, pos, end, what)
-        length, pos = _varint(block, pos, end, what)
-        if shared > len(key) or pos + unshared + length > end:
-            raise ValueError(f"{what}: record at byte {pos} runs past its block")
-        key = key[:shared] + bytes(block[pos : pos + unshared])
-        pos += unshared
-        yield key, bytes(block[pos : pos + length])
-        pos += length
-
-
-def _handle(buf, pos: int, end: int, what: str) -> tuple[tuple[int, int], int]:
-    offset, pos = _varint(buf, pos, end, what)
-    size, pos = _varint(buf, pos, end, what)
-    return (offset, size), pos
-
-
-def _read_table(path: Path) -> dict[bytes, bytes]:
-    size = path.stat().st_size
-    if size < FOOTER_BYTES:
-        raise ValueError(f"{size} bytes is shorter than the table footer ({FOOTER_BYTES}): truncated")
-    if size > MAX_INDEX_BYTES:
-        raise ValueError(f"{size} bytes is more than an index may hold ({MAX_INDEX_BYTES})")
-    data = path.read_bytes()
-    footer = data[-FOOTER_BYTES:]
-    magic = struct.unpack("<Q", footer[-8:])[0]
-    if magic != TABLE_MAGIC:
-        raise ValueError(
-            f"bad magic number {magic:#018x} (expected {TABLE_MAGIC:#018x}): not a TensorFlow checkpoint index"
-        )
-    _meta, pos = _handle(footer, 0, 40, "footer")
-    index_handle, _ = _handle(footer, pos, 40, "footer")
-    limit = size - FOOTER_BYTES
-    table: dict[bytes, bytes] = {}
-    for _last_key, value in _records(_block(data, index_handle, limit, "index block"), "index block"):
-        handle, _ = _handle(value, 0, len(value), "index entry")
-        for key, record in _records(_block(data, handle, limit, "data block"), "data block"):
-            table[key] = record
-    return table
-
-
 # --- the bundle -----------------------------------------------------------------------------------
 
 
@@ -225,16 +163,24 @@ class TensorBundle:
     """A TensorFlow V2 checkpoint opened for reading: `names()`, `entry(name)`, `read(name)`.
 
     `prefix` is the path without `.index` (e.g. `dir/model.ckpt`). Opening reads and checks the
-    index and that every tensor's bytes lie inside its shard; reading a tensor maps its shard
-    (once) and checks the tensor's crc32c."""
+    index, opens every shard (regular files only) and checks that every tensor's bytes lie inside
+    it; reading a tensor copies its bytes into memory of its own and checks their crc32c. Close it
+    (`close()`, or use it as a context manager) to release the shards' descriptors."""
 
     def __init__(self, prefix: str | Path):
         self.prefix = Path(prefix)
         self.index_path = Path(f"{self.prefix}.index")
-        if not self.index_path.is_file():
-            raise CheckpointError("no such checkpoint index", file=self.index_path)
+        self._fds: dict[int, int] = {}
         try:
-            table = _read_table(self.index_path)
+            self._open()
+        except BaseException:
+            self.close()
+            raise
+
+    def _open(self) -> None:
+        data = read_bounded(self.index_path, "checkpoint index", MAX_INDEX_BYTES)
+        try:
+            table = read_table(data)
         except ValueError as exc:
             raise CheckpointError(str(exc), file=self.index_path) from None
         self.num_shards = self._header(table.pop(b"", None))
@@ -243,10 +189,27 @@ class TensorBundle:
         ]
         self._entries: dict[str, BundleEntry] = {}
         for key, value in table.items():
-            name = key.decode("utf-8", errors="replace")
+            try:
+                name = key.decode("utf-8")
+            except UnicodeDecodeError:
+                raise CheckpointError(f"key {shown_key(key)} is not UTF-8", file=self.index_path) from None
             self._entries[name] = self._entry(name, value)
-        self._maps: dict[int, mmap.mmap] = {}
         self._check_extents()
+
+    def __enter__(self) -> TensorBundle:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Close the shards' descriptors (tensors already read are unaffected)."""
+        fds, self._fds = self._fds, {}
+        for fd in fds.values():
+            os.close(fd)
+
+    def __del__(self) -> None:
+        self.close()
 
     # index contents
 
@@ -254,18 +217,20 @@ class TensorBundle:
         if value is None:
             raise CheckpointError("the index has no header entry (key '')", file=self.index_path)
         try:
-            fields = _fields(value, "header")
-            version = _fields(fields.get(3, [b""])[0], "header version")
+            fields = decode_message(value, "header")
+            shards = one(fields, 1, VARINT, 0, "header num_shards")
+            endianness = one(fields, 2, VARINT, 0, "header endianness")
+            version = decode_message(one(fields, 3, BYTES, b"", "header version"), "header version")
+            min_consumer = one(version, 2, VARINT, 0, "header version min_consumer")
         except ValueError as exc:
             raise CheckpointError(str(exc), file=self.index_path) from None
-        shards = fields.get(1, [0])[0]
         if not 1 <= shards <= MAX_SHARDS:
             raise CheckpointError(f"header says {shards} shards (expected 1..{MAX_SHARDS})", file=self.index_path)
-        if fields.get(2, [0])[0] != 0:
+        if endianness != 0:
             raise CheckpointError("big-endian checkpoints are not supported", file=self.index_path)
-        if version.get(2, [0])[0] > BUNDLE_FORMAT_VERSION:
+        if min_consumer > BUNDLE_FORMAT_VERSION:
             raise CheckpointError(
-                f"needs a reader of bundle version >= {version[2][0]}; this one reads {BUNDLE_FORMAT_VERSION}",
+                f"needs a reader of bundle version >= {min_consumer}; this one reads {BUNDLE_FORMAT_VERSION}",
                 file=self.index_path,
             )
         return shards
@@ -275,29 +240,30 @@ class TensorBundle:
             return CheckpointError(message, file=self.index_path, tensor=name)
 
         try:
-            fields = _fields(value, "entry")
-            shape_fields = _fields(fields.get(2, [b""])[0], "shape")
-            dims = [_fields(dim, "dim").get(1, [0])[0] for dim in shape_fields.get(2, [])]
+            fields = decode_message(value, "entry")
+            code = one(fields, 1, VARINT, 0, "entry dtype")
+            shape_fields = decode_message(one(fields, 2, BYTES, b"", "entry shape"), "shape")
+            dims = [
+                one(decode_message(dim, "dim"), 1, VARINT, 0, "dim size") for dim in many(shape_fields, 2, BYTES, "dim")
+            ]
+            unknown_rank = one(shape_fields, 3, VARINT, 0, "shape unknown_rank")
+            shard = one(fields, 3, VARINT, 0, "entry shard_id")
+            offset = int64(one(fields, 4, VARINT, 0, "entry offset"))
+            size = int64(one(fields, 5, VARINT, 0, "entry size"))
+            crc = one(fields, 6, FIXED32, 0, "entry crc32c")
         except ValueError as exc:
             raise fail(str(exc)) from None
-        code = fields.get(1, [0])[0]
         if code not in DTYPES:
             raise fail(f"unknown or unsupported dtype (TensorFlow DataType {code})")
         if fields.get(7):
             raise fail("partitioned (sliced) tensors are not supported")
-        if shape_fields.get(3, [0])[0]:
+        if unknown_rank:
             raise fail("shape of unknown rank")
-        shape = tuple(_int64(d) for d in dims)
+        shape = tuple(int64(d) for d in dims)
         if any(d < 0 for d in shape):
             raise fail(f"shape {list(shape)} has a negative dimension")
         entry = BundleEntry(
-            name=name,
-            dtype=DTYPES[code][0],
-            shape=shape,
-            shard=fields.get(3, [0])[0],
-            offset=_int64(fields.get(4, [0])[0]),
-            size=_int64(fields.get(5, [0])[0]),
-            crc=fields.get(6, [0])[0],
+            name=name, dtype=DTYPES[code][0], shape=shape, shard=shard, offset=offset, size=size, crc=crc
         )
         if entry.shard >= self.num_shards:
             raise fail(f"shard {entry.shard} but the header says {self.num_shards} shards")
@@ -314,9 +280,8 @@ class TensorBundle:
     def _check_extents(self) -> None:
         sizes = {}
         for i, path in enumerate(self.shard_paths):
-            if not path.is_file():
-                raise CheckpointError("data shard missing", file=path)
-            sizes[i] = path.stat().st_size
+            self._fds[i] = open_regular(path, "data shard")
+            sizes[i] = os.fstat(self._fds[i]).st_size
         for entry in self._entries.values():
             if entry.offset + entry.size > sizes[entry.shard]:
                 raise CheckpointError(
@@ -342,32 +307,34 @@ class TensorBundle:
 
     # tensor bytes
 
-    def _shard(self, shard: int) -> mmap.mmap | None:
-        if shard not in self._maps:
-            path = self.shard_paths[shard]
-            if path.stat().st_size == 0:
-                return None
-            with open(path, "rb") as fh:
-                self._maps[shard] = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_COPY)
-        return self._maps[shard]
-
-    def _bytes(self, entry: BundleEntry) -> memoryview:
-        buf = self._shard(entry.shard)
-        view = memoryview(buf)[entry.offset : entry.offset + entry.size] if buf is not None else memoryview(b"")
-        if len(view) != entry.size:  # the file shrank since it was opened
-            raise CheckpointError("truncated", file=self.shard_paths[entry.shard], tensor=entry.name)
-        return view
+    def _read_into(self, entry: BundleEntry, out) -> None:
+        """Fill the writable buffer `out` (entry.size bytes) from the entry's shard."""
+        path = self.shard_paths[entry.shard]
+        if entry.shard not in self._fds:
+            raise CheckpointError("the bundle is closed", file=path, tensor=entry.name)
+        view, done = memoryview(out).cast("B"), 0
+        while done < entry.size:
+            try:
+                got = os.preadv(self._fds[entry.shard], [view[done:]], entry.offset + done)
+            except OSError as err:
+                raise CheckpointError(f"read failed: {err.strerror}", file=path, tensor=entry.name) from None
+            if got == 0:  # the file shrank since it was opened
+                raise CheckpointError(
+                    f"truncated: the shard ends before byte {entry.offset + entry.size}", file=path, tensor=entry.name
+                )
+            done += got
 
     def read(self, name: str, verify: bool = True) -> torch.Tensor | list[bytes]:
-        """The tensor `name` as a torch tensor (a view of the mapped shard when aligned), or a
-        list of bytes for a string tensor; `verify` checks its crc32c first."""
+        """The tensor `name` as a torch tensor in memory of its own (or a list of bytes for a
+        string tensor); `verify` checks the crc32c of exactly the bytes handed out."""
         entry = self.entry(name)
-        view = self._bytes(entry)
         path = self.shard_paths[entry.shard]
+        raw = np.empty(entry.size, dtype=np.uint8)
+        self._read_into(entry, raw)
         if entry.dtype == "string":
-            return self._strings(entry, view, path, verify)
+            return self._strings(entry, memoryview(raw), path, verify)
         if verify:
-            actual = mask_crc(crc32c(view))
+            actual = mask_crc(crc32c(raw))
             if actual != entry.crc:
                 raise CheckpointError(
                     f"crc32c mismatch (index says {entry.crc:#010x}, bytes give {actual:#010x}): the data is corrupt",
@@ -377,11 +344,7 @@ class TensorBundle:
         dtype = next(t for n, t, _ in DTYPES.values() if n == entry.dtype)
         if entry.size == 0:
             return torch.empty(entry.shape, dtype=dtype)
-        if entry.offset % dtype.itemsize:  # unaligned for its dtype: one copy
-            return torch.frombuffer(bytearray(view), dtype=dtype).reshape(entry.shape)
-        return torch.frombuffer(self._maps[entry.shard], dtype=dtype, count=entry.numel, offset=entry.offset).reshape(
-            entry.shape
-        )
+        return torch.from_numpy(raw).view(dtype).reshape(entry.shape)
 
     def _strings(self, entry: BundleEntry, view: memoryview, path: Path, verify: bool) -> list[bytes]:
         """String tensors: varint64 lengths, a masked crc32c of the lengths, then the bytes. The
@@ -390,7 +353,7 @@ class TensorBundle:
         lengths, pos, end = [], 0, len(view)
         try:
             for _ in range(entry.numel):
-                length, pos = _varint(view, pos, end, "string lengths")
+                length, pos = varint(view, pos, end, "string lengths")
                 lengths.append(length)
         except ValueError as exc:
             raise CheckpointError(str(exc), file=path, tensor=entry.name) from None
@@ -418,4 +381,13 @@ class TensorBundle:
         return out
 
 
-__all__ = ["BundleEntry", "CheckpointError", "TensorBundle", "crc32c", "mask_crc"]
+__all__ = [
+    "TABLE_MAGIC",
+    "BundleEntry",
+    "CheckpointError",
+    "TensorBundle",
+    "crc32c",
+    "mask_crc",
+    "open_regular",
+    "read_bounded",
+]
