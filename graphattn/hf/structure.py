@@ -102,6 +102,49 @@ class Structure:
             self.num_labels,
         )
 
+    # -- what trainers ask of an attention_mask (no dense mask is pretended) ----------------------
+    def real_tokens(self) -> torch.Tensor:
+        """[B, N] bool: the tokens that are not padding (what a [B, N] padding mask would say)."""
+        if self.kind != "tree":
+            raise ValueError("real_tokens: the schema route's structure does not record its padding")
+        return self.enter >= 0
+
+    def sum(self, *args, **kwargs) -> torch.Tensor:
+        """The number of real tokens (Trainer / TRL count tokens as `attention_mask.sum()`); with a
+        `dim`, per row or per column, as a [B, N] padding mask would answer."""
+        return self.real_tokens().sum(*args, **kwargs)
+
+    # transformers hands a hybrid model's recurrent layers (linear attention, Mamba, convolutions) the 2-D
+    # attention_mask as a padding mask (masking_utils.create_recurrent_attention_mask asks `mask == 1` and
+    # slices it): the real tokens answer; graphattn.hf.hybrid.check_hybrid decides whether they may take it.
+    def __eq__(self, other):
+        return self is other if isinstance(other, Structure) else self.real_tokens() == other
+
+    def __ne__(self, other):
+        return self is not other if isinstance(other, Structure) else self.real_tokens() != other
+
+    def __getitem__(self, index) -> torch.Tensor:
+        return self.real_tokens()[index]
+
+    # -- the ecosystem's formats (graphattn.hf.export) --------------------------------------------
+    def to_flash_kwargs(self, padded_documents: bool = False) -> dict:
+        """`cu_seq_lens_q/k`, `max_length_q/k` (+ `cu_seq_lens_padded`): see `graphattn.hf.export`."""
+        from graphattn.hf.export import flash_kwargs
+
+        return flash_kwargs(self, padded_documents)
+
+    def to_seq_idx(self, padded_documents: bool = False) -> torch.Tensor:
+        """int32 [B, N]: the sequence each token lies in, as Mamba / convolution layers read it."""
+        from graphattn.hf.export import seq_idx
+
+        return seq_idx(self, padded_documents)
+
+    def to_magi_ranges(self, row: int | None = None, causal: bool | None = None) -> tuple:
+        """`(q_ranges, k_ranges, mask_types)` of one row, MagiAttention's slices."""
+        from graphattn.hf.export import magi_ranges
+
+        return magi_ranges(self, row, causal)
+
     # -- element rule ---------------------------------------------------------------------------
     def pairs(self, rows: slice, keys: torch.Tensor, rule: LayerRule) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Mask [B, n, m] (bool) and relative labels ([B, n, m] long, graph kind; else None) of

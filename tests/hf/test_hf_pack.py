@@ -20,7 +20,7 @@ def _dense(structure, rule=None):
 
 
 def test_pack_documents_spells_positions_labels_and_the_mask():
-    batch = gh.pack_documents([[5, 6, 7], [8, 9]], causal=True, pad_to_multiple_of=3)
+    batch = gh.pack_documents([[5, 6, 7], [8, 9]], causal=True, pad_to_multiple_of=3, return_labels=True)
     assert batch["input_ids"].tolist() == [[5, 6, 7, 8, 9, 0]]
     assert batch["position_ids"].tolist() == [[0, 1, 2, 0, 1, 0]]
     assert batch["labels"].tolist() == [[-100, 6, 7, -100, 9, -100]]
@@ -45,7 +45,7 @@ def test_pack_documents_spells_positions_labels_and_the_mask():
 
 def test_pack_tree_spells_ancestors_positions_and_predecessors():
     # root [1 2] -> a [3] -> c [5]; root -> b [4]; laid out in the given order: 1 2 3 4 5
-    tree = gh.pack_tree([(-1, [1, 2]), (0, [3]), (0, [4]), (1, [5])], causal=True)
+    tree = gh.pack_tree([(-1, [1, 2]), (0, [3]), (0, [4]), (1, [5])], causal=True, return_labels=True)
     assert tree["position_ids"].tolist() == [[0, 1, 2, 2, 3]]
     assert tree["predecessor"].tolist() == [[-1, 0, 1, 1, 2]]
     assert tree["labels"].tolist() == [[-100, 2, -100, -100, -100]]
@@ -83,7 +83,9 @@ def test_tiles_cover_every_allowed_pair_and_full_tiles_are_exact(rule):
 def test_the_collator_packs_dataset_rows():
     datasets = pytest.importorskip("datasets")
     rows = datasets.Dataset.from_dict({"input_ids": [[1, 2, 3], [4, 5], [6, 7, 8, 9]], "text": ["a", "b", "c"]})
-    loader = torch.utils.data.DataLoader(rows, batch_size=3, collate_fn=gh.PackingCollator(max_length=5))
+    loader = torch.utils.data.DataLoader(
+        rows, batch_size=3, collate_fn=gh.PackingCollator(max_length=5, return_labels=True)
+    )
     batch = next(iter(loader))
     assert batch["input_ids"].tolist() == [[1, 2, 3, 4, 5], [6, 7, 8, 9, 0]]
     assert batch["position_ids"].tolist() == [[0, 1, 2, 0, 1], [0, 1, 2, 3, 0]]
@@ -91,7 +93,7 @@ def test_the_collator_packs_dataset_rows():
     model.set_attn_implementation(NAME)
     loss = model(**batch, use_cache=False).loss
     assert torch.isfinite(loss)
-    with pytest.raises(ValueError, match=r"row 0: no 'tokens' column"):
+    with pytest.raises(ValueError, match=r"rows\[0\]: no 'tokens' column"):
         gh.PackingCollator(input_key="tokens")([{"input_ids": [1]}])
 
 
@@ -100,10 +102,10 @@ def test_the_collator_packs_dataset_rows():
     [
         (lambda: gh.pack_documents([[1, 2], []]), r"docs\[1\]: empty document"),
         (lambda: gh.pack_documents([[1, 2, 3]], max_length=2), r"docs\[0\]: 3 tokens do not fit max_length=2"),
-        (lambda: gh.pack_documents([[1.5]]), r"docs\[0\]: expected a list of integer token ids"),
+        (lambda: gh.pack_documents([[1.5]]), r"docs\[0\]\[0\]: expected an integer token id, got 1.5"),
         (lambda: gh.pack_tree([(-1, [1]), (2, [2])]), r"segments\[1\]: parent 2 must be -1 or an earlier segment"),
         (lambda: gh.pack_tree([(-1, [1]), [2]]), r"segments\[1\]: expected \(parent_index, tokens\)"),
-        (lambda: gh.pack_documents([[1]], max_length=1 << 30), r"max_length: expected 1\.\."),
+        (lambda: gh.pack_documents([[1]], max_length=1 << 30), r"max_length: expected an integer in 1\.\."),
     ],
 )
 def test_bad_input_names_the_place(call, message):
