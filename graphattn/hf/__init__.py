@@ -11,6 +11,7 @@ docs/HF.md explains the pieces; transformers is imported only by `register`.
 
 from graphattn.hf.attention import GraphattnMaskError, LayerMask, chunked_attention, register
 from graphattn.hf.pack import PackingCollator, pack_documents, pack_tree, tree_lm_loss
+from graphattn.hf.parity import ParityReport, check_parity, leaf_paths, tree_token_ratio
 from graphattn.hf.schema import (
     attach_relative_bias,
     attention_modules,
@@ -25,15 +26,19 @@ __all__ = [
     "LayerMask",
     "LayerRule",
     "PackingCollator",
+    "ParityReport",
     "Structure",
     "attach_relative_bias",
     "attention_modules",
     "chunked_attention",
+    "check_parity",
     "compile_schema",
     "dense_mask",
+    "leaf_paths",
     "pack_documents",
     "pack_tree",
     "register",
     "structure_from_instances",
     "tree_lm_loss",
+    "tree_token_ratio",
 ]

@@ -26,6 +26,7 @@ import torch
 import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 
+from graphattn.hf.hybrid import check_boundary_kwargs, check_hybrid
 from graphattn.hf.structure import NO_LIMIT, LayerRule, Structure
 
 CHUNK = 512  # query rows per step of the CPU path (fewer Python steps; measured best of 128/256/512)
@@ -106,6 +107,7 @@ def _combine(structure: Structure, rule: LayerRule, config) -> LayerRule:
     it (graphattn never widens a model's rule). A prefix tree needs causal layers: a shared prefix
     attending ahead would see every branch at once."""
     model = getattr(config, "model_type", None) or "this"
+    structure.cached(("own rules",), set).add(rule)  # the layers' own rules in this batch, for check_parity
     if structure.causal is True:
         rule = LayerRule(rule.lo, min(rule.hi, 0))
     elif structure.causal is False and rule.causal:
@@ -118,8 +120,6 @@ def _combine(structure: Structure, rule: LayerRule, config) -> LayerRule:
             f"attention_mask: a prefix tree on the {model} model's bidirectional layers would let a shared prefix "
             "see every branch; pack_tree(..., causal=True) makes them causal, or pack each path as a document"
         )
-    rules = structure.cached(("rules",), set)  # the rules a forward used, for check_parity
-    rules.add(rule)
     return rule
 
 
@@ -156,6 +156,7 @@ def graphattn_mask(
             f"attention_mask: the structure is {tuple(attention_mask.shape)} tokens, "
             f"the input is {(batch_size, q_length)}"
         )
+    check_hybrid(config, attention_mask)  # a hybrid model's recurrent layers read the row too
     rule = _combine(attention_mask, _probe_rule(mask_function, q_length), config)
     return LayerMask(attention_mask, rule)
 
@@ -196,6 +197,7 @@ def _check(module, attention_mask, dropout: float, kwargs: dict) -> LayerMask:
         raise GraphattnMaskError("output_attentions=True is not supported: graphattn never builds the N x N weights")
     structure = attention_mask.structure
     _check_positions(structure, kwargs.get("position_ids"))
+    check_boundary_kwargs(structure, kwargs)
     if structure.has_labels and not hasattr(module, BIAS_ATTRIBUTE):
         raise GraphattnMaskError(
             f"{type(module).__name__}: the structure carries relative labels but the module has no bias table; "

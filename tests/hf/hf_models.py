@@ -23,6 +23,9 @@ def _config(family: str, **extra):
             attention_dropout=0.0,
             **extra,
         )
+    if family == "mistral":  # every layer a sliding window of 5
+        mistral = dict(num_key_value_heads=2, sliding_window=5, attention_dropout=0.0)
+        return tf.MistralConfig(**{**common, **mistral, **extra})
     if family == "bert":
         bert = dict(type_vocab_size=8, max_position_embeddings=512, attention_probs_dropout_prob=0.0)
         return tf.BertConfig(**{**common, **bert, "hidden_dropout_prob": 0.0, **extra})
@@ -56,6 +59,7 @@ def tiny_model(family: str, seed: int = 0, **extra):
     cls = {
         "llama": tf.LlamaForCausalLM,
         "qwen2": tf.Qwen2ForCausalLM,
+        "mistral": tf.MistralForCausalLM,
         "bert": tf.BertModel,
         "modernbert": tf.ModernBertModel,
     }[family]

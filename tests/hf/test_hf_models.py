@@ -36,7 +36,7 @@ def _alone(model, docs, weights):
 def test_a_packed_row_equals_each_document_alone_in_values_and_parameter_gradients(family):
     model = tiny_model(family)
     docs = random_docs(LENGTHS, seed=1)
-    batch = gh.pack_documents(docs, causal=family in DECODERS)
+    batch = gh.pack_documents(docs)  # causal=None: the model's own rule, bidirectional for an encoder
     width = VOCAB if family in DECODERS else model.config.hidden_size
     weights = [torch.randn(len(d), width, generator=torch.Generator().manual_seed(i)) for i, d in enumerate(docs)]
     alone, alone_grads = _alone(model, docs, weights)
@@ -66,7 +66,7 @@ def test_changing_one_document_moves_no_other_documents_outputs(family):
     changed[2] = [(t % (VOCAB - 1)) + 1 for t in reversed(changed[2])]
     runs = []
     for ds in (docs, changed):
-        b = gh.pack_documents(ds, causal=family in DECODERS)
+        b = gh.pack_documents(ds)
         with torch.no_grad():
             runs.append(
                 outputs(
@@ -114,7 +114,7 @@ def test_a_prefix_tree_equals_every_root_to_leaf_sequence_alone(family):
 def test_a_batch_of_rows_with_different_document_counts_pads_and_matches():
     model = tiny_model("llama").eval()
     docs = random_docs((7, 6, 5, 2, 3), seed=4)
-    batch = gh.pack_documents(docs, max_length=12)
+    batch = gh.pack_documents(docs, max_length=12, return_labels=True)
     assert batch["input_ids"].shape == (3, 11)  # padded to the longest row
     model.set_attn_implementation(NAME)
     with torch.no_grad():
@@ -136,7 +136,7 @@ def test_a_batch_of_rows_with_different_document_counts_pads_and_matches():
 def test_gradients_are_deterministic_on_the_chunked_path():
     model = tiny_model("qwen2")
     model.set_attn_implementation(NAME)
-    batch = gh.pack_documents(random_docs((150, 40, 90), seed=10))
+    batch = gh.pack_documents(random_docs((150, 40, 90), seed=10), return_labels=True)
     runs = []
     for _ in range(2):
         model.zero_grad()
