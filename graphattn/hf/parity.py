@@ -74,8 +74,9 @@ def tree_token_ratio(batch_or_structure) -> float:
     real = enter >= 0
     is_leaf = (real & (exit_ - enter == 1)).long()
     width = int(exit_.max().clamp(min=0)) + 1
-    leaves = torch.zeros(structure.shape[0], width, dtype=torch.long, device=enter.device)
-    leaves.scatter_(1, enter.clamp(min=0), is_leaf)  # a segment's tokens all write the same flag
+    leaves = torch.zeros(structure.shape[0], width + 1, dtype=torch.long, device=enter.device)
+    leaves.scatter_(1, torch.where(real, enter, width), is_leaf)  # a segment's tokens write one flag; padding aside
+    leaves = leaves[:, :width]
     before = torch.nn.functional.pad(leaves.cumsum(1), (1, 0))  # leaves with a preorder id below i
     paths_through = (before.gather(1, exit_.clamp(min=0)) - before.gather(1, enter.clamp(min=0))) * real
     total = int(paths_through.sum())
