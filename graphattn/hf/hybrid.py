@@ -79,6 +79,7 @@ FAMILIES = {
     "qwen3_5_moe_text": _gated_delta("Qwen3_5MoeGatedDeltaNet"),
     "olmo_hybrid": _gated_delta("OlmoHybridGatedDeltaNet"),
     "lara_mini": _gated_delta("LaraMiniGatedDeltaNet"),
+    "qwen4_exp_text": _gated_delta("Qwen4ExpTextGatedDeltaNet"),
     "bamba": _mamba2("BambaMixer"),
     "falcon_h1": _mamba2("FalconH1Mixer"),
     "granitemoehybrid": _mamba2("GraniteMoeHybridMambaLayer"),
@@ -92,6 +93,7 @@ FAMILIES = {
     "lfm2_moe": _short_conv("Lfm2MoeShortConv"),
     "lfm3": _short_conv("Lfm3ShortConv"),
     "minimax": Mixer("MiniMaxLightningAttention", never="its lightning attention has no document-boundary input"),
+    "zaya": Mixer("ZayaCCAProjection", never="its convolution of the queries and keys has no document-boundary input"),
 }
 
 
@@ -118,7 +120,7 @@ def recurrent_layers(config) -> tuple[str, Mixer] | None:
         return None
     layer_type = types[0] if types else "linear_attention"
     mixer = FAMILIES.get(model_type) or Mixer(
-        f"{model_type}'s {layer_type!r} layers", never="graphattn does not know how they take document boundaries"
+        f"{model_type}'s non-attention layer", never="graphattn does not know how it takes document boundaries"
     )
     return layer_type, mixer
 
@@ -161,8 +163,11 @@ def check_hybrid(config, structure: Structure) -> None:
     for packed documents they can take, record which keyword arguments the forward must carry."""
     from graphattn.hf.attention import GraphattnMaskError
 
+    if not isinstance(structure, Structure):
+        return
+    structure._plans.pop(NEEDS, None)  # decided afresh for each model the structure is given to
     found = recurrent_layers(config)
-    if found is None or not isinstance(structure, Structure):
+    if found is None:
         return
     kind = row_kind(structure)
     if kind == "sequences":
@@ -187,7 +192,7 @@ def check_hybrid(config, structure: Structure) -> None:
         raise GraphattnMaskError(
             f"{where} cannot keep packed documents apart on {structure.device.type}: its PyTorch path ignores "
             f"document boundaries, and the kernels that honour them ({', '.join(missing)}) are not installed or do "
-            "not run on this device; pack one document per row (e.g. max_length = the longest document)"
+            "not run on this device; pack one document per row"
         )
     if any(k in ONE_ROW_KWARGS for k in mixer.reads) and structure.shape[0] != 1:
         raise GraphattnMaskError(

@@ -87,6 +87,20 @@ def _model(family: str, **extra):
         moe = dict(num_local_experts=2, num_experts_per_tok=1)
         config = tf.MiniMaxConfig(**ATTN, **moe, num_hidden_layers=2, layer_types=MIXED, head_dim=8, block_size=4)
         return tf.MiniMaxForCausalLM(config).eval()
+    if family == "lfm3":
+        config = tf.Lfm3Config(**ATTN, num_hidden_layers=2, layer_types=["conv", "full_attention"], head_dim=8)
+        return tf.Lfm3ForCausalLM(config).eval()
+    if family == "lara_mini":
+        config = tf.LaraMiniConfig(**ATTN, **DELTA, num_hidden_layers=2, layer_types=MIXED, head_dim=8)
+        return tf.LaraMiniForCausalLM(config).eval()
+    if family == "qwen4_exp":
+        config = tf.Qwen4ExpTextConfig(**ATTN, num_hidden_layers=2, head_dim=8)
+        return tf.Qwen4ExpForCausalLM(config).eval()
+    if family == "zaya":  # attention whose queries and keys pass a convolution
+        return tf.ZayaForCausalLM(tf.ZayaConfig(**ATTN, num_hidden_layers=2, head_dim=8)).eval()
+    if family == "bailing_hybrid":
+        config = tf.BailingHybridConfig(**{**ATTN, "num_key_value_heads": 4}, num_hidden_layers=2, layer_types=MIXED)
+        return tf.BailingHybridForCausalLM(config).eval()
     raise ValueError(family)
 
 
@@ -105,6 +119,11 @@ FAMILIES = {
     "lfm2_moe": ("Lfm2MoeShortConv", "conv", "causal-conv1d"),
     "kimi_linear": ("KimiLinearDeltaAttention", "linear_attention", "KDA kernel"),
     "minimax": ("MiniMaxLightningAttention", "linear_attention", "lightning attention"),
+    "lfm3": ("Lfm3ShortConv", "conv", "causal-conv1d"),
+    "lara_mini": ("LaraMiniGatedDeltaNet", "linear_attention", "flash-linear-attention"),
+    "qwen4_exp": ("Qwen4ExpTextGatedDeltaNet", "linear_attention", "flash-linear-attention"),
+    "zaya": ("ZayaCCAProjection", "hybrid", "convolution of the queries and keys"),
+    "bailing_hybrid": ("BailingHybridDeltaAttention", "linear_attention", "KDA kernel"),
 }
 LENGTHS = (11, 5, 9)  # longer than a chunk of the scans (8) and the convolutions' kernels (3-4)
 
@@ -234,3 +253,21 @@ def test_where_kernels_honour_boundaries_the_forward_must_carry_the_structures_o
     rows = gh.pack_documents(docs, max_length=16, return_seq_idx=True, return_flash_kwargs=True)
     with pytest.raises(gh.GraphattnMaskError, match=r"as one flattened row \(cu_seq_lens_q\), got 2 rows"):
         _logits(model, rows)
+    from hf_models import tiny_model  # a model without recurrent layers asks nothing of the same structure
+
+    llama = tiny_model("llama")
+    llama.set_attn_implementation(NAME)
+    with torch.no_grad():
+        llama(**{k: bare[k] for k in ("input_ids", "position_ids", "attention_mask")}, use_cache=False)
+
+
+def test_padding_inside_a_row_is_refused():
+    model = _model("lfm2")
+    model.set_attn_implementation(NAME)
+    enter = torch.tensor([[0, 0, 0, -1, -1, 1, 1]], dtype=torch.int32)
+    exit_ = torch.where(enter >= 0, enter + 1, enter)
+    positions = torch.tensor([[0, 1, 2, 0, 0, 0, 1]])
+    structure = gh.Structure("tree", positions, None, enter=enter, exit=exit_)
+    batch = {"input_ids": torch.tensor([[5, 6, 7, 0, 0, 8, 9]]), "position_ids": positions, "attention_mask": structure}
+    with pytest.raises(gh.GraphattnMaskError, match=r"^Lfm2ShortConv \(layer type 'conv'\) .*padding inside a row"):
+        _logits(model, batch)
