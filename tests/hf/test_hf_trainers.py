@@ -189,7 +189,7 @@ def test_an_encoder_is_not_handed_causal_lm_labels():
     out = model(
         input_ids=batch["input_ids"],
         attention_mask=batch["attention_mask"],
-        **{k: v for k, v in batch.items() if k == "position_ids"},
+        position_ids=batch["position_ids"],
     )
     assert out.loss is None and out.logits.shape == (1, 7, VOCAB)
 
