@@ -32,7 +32,7 @@ the checkpoint lacks, a shape that differs, or a config the tensors contradict i
 
 from __future__ import annotations
 
-import json
+import errno
 import math
 import os
 import re
@@ -43,43 +43,19 @@ import torch
 
 from graphattn.nn.config import EtcConfig
 from graphattn.nn.encoder import EtcEncoder
+from graphattn.nn.etc_config_file import (
+    CONFIG_FILE,
+    apply_overrides,
+    etc_config_from_etcmodel,
+    read_etc_config,
+)
+from graphattn.nn.etc_geometry import LAYERS, POSITION_TABLES, SCOPE, check_geometry, present
 from graphattn.nn.lift import LiftReport
 from graphattn.nn.tensorbundle import CheckpointError, TensorBundle
 
-CONFIG_FILE = "etc_config.json"
 CHECKPOINT_PREFIX = "model.ckpt"
-SCOPE = "etc_document_bert/"
-LAYERS = SCOPE + "global_local_transformer_layers/"
 MODEL_TYPE = "etcmodel"
-
-# etcmodel's EtcConfig defaults: a key missing from etc_config.json means this value.
-ETCMODEL_DEFAULTS: dict[str, Any] = dict(
-    segment_vocab_size=16,
-    embedding_size=None,
-    hidden_size=768,
-    num_hidden_layers=12,
-    num_attention_heads=12,
-    local_radius=84,
-    att_size_per_head=None,
-    relative_pos_max_distance=12,
-    relative_vocab_size=32,
-    max_absolute_position_embeddings=0,
-    intermediate_size=3072,
-    hidden_act="gelu",
-    hidden_dropout_prob=0.1,
-    attention_probs_dropout_prob=0.1,
-    initializer_range=0.02,
-    share_feed_forward_params=True,
-    share_kv_projections=False,
-    share_qkv_projections=True,
-    share_att_output_projection=False,
-    use_pre_activation_order=False,
-    use_hard_g2l_mask=False,
-    use_hard_l2g_mask=False,
-    grad_checkpointing_period=0,
-)
-_ACTIVATIONS = {"gelu": "gelu_tanh", "relu": "relu"}  # etcmodel's "gelu" is the tanh form
-MAX_SIZE = 1 << 24  # any size field above this is not a model we can allocate
+MAX_SIZE = 1 << 16  # the largest relative vocabulary EtcConfig takes
 MLM_HEAD = {
     "cls/predictions/transform/dense/kernel": "cls.predictions.transform.dense.weight",
     "cls/predictions/transform/dense/bias": "cls.predictions.transform.dense.bias",
@@ -92,12 +68,23 @@ MLM_HEAD = {
 _OPTIMIZER_SLOT = re.compile(r"/(adam_[mv]|Adam(_\d+)?|lamb_[mv]|Momentum|accumulator)$", re.IGNORECASE)
 
 
+def _exists(path: Path) -> bool:
+    """Whether anything is at `path` (a file, a directory, a FIFO, a broken or looping symlink):
+    what is there but unreadable is then named as what it is, never as missing."""
+    return os.path.lexists(path)
+
+
 def find_checkpoint(path: str | os.PathLike) -> tuple[Path, Path]:
     """(etc_config.json, checkpoint prefix) for a checkpoint directory or the prefix itself."""
     path = Path(path)
+    try:
+        os.stat(path)
+    except OSError as err:
+        if err.errno == errno.ELOOP:
+            raise CheckpointError("a symlink loop, not a checkpoint directory or prefix", file=path) from None
     if path.is_dir():
         prefix = path / CHECKPOINT_PREFIX
-        if not Path(f"{prefix}.index").is_file():
+        if not _exists(Path(f"{prefix}.index")):
             found = sorted(path.glob("*.index"))
             if len(found) != 1:
                 raise CheckpointError(
@@ -111,7 +98,7 @@ def find_checkpoint(path: str | os.PathLike) -> tuple[Path, Path]:
         prefix = Path(str(path)[: -len(".index")]) if str(path).endswith(".index") else path
         folder = prefix.parent
     config = folder / CONFIG_FILE
-    if not config.is_file():
+    if not _exists(config):
         raise CheckpointError(f"no {CONFIG_FILE} beside the checkpoint (etcmodel's EtcConfig as JSON)", file=folder)
     return config, prefix
 
@@ -120,91 +107,9 @@ def is_etc_checkpoint(path: str | os.PathLike) -> bool:
     """Whether `path` looks like an ETC checkpoint directory or prefix (etc_config.json beside a .index)."""
     path = Path(path)
     folder = path if path.is_dir() else path.parent
-    return (folder / CONFIG_FILE).is_file() and (
-        any(folder.glob("*.index")) if path.is_dir() else Path(f"{path}.index").is_file() or path.suffix == ".index"
+    return _exists(folder / CONFIG_FILE) and (
+        any(folder.glob("*.index")) if path.is_dir() else _exists(Path(f"{path}.index")) or path.suffix == ".index"
     )
-
-
-def read_etc_config(path: Path) -> dict[str, Any]:
-    """etc_config.json over etcmodel's defaults, every size checked."""
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise CheckpointError(f"not valid JSON: {err}", file=path) from None
-    if not isinstance(data, dict):
-        raise CheckpointError(f"expected a JSON object, got {type(data).__name__}", file=path)
-    merged = {**ETCMODEL_DEFAULTS, **data}
-    for key in (
-        "vocab_size",
-        "segment_vocab_size",
-        "hidden_size",
-        "num_hidden_layers",
-        "num_attention_heads",
-        "local_radius",
-        "intermediate_size",
-        "relative_pos_max_distance",
-        "relative_vocab_size",
-    ):
-        value = merged.get(key)
-        if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= MAX_SIZE:
-            raise CheckpointError(f"$.{key} must be an integer in [1, {MAX_SIZE}], got {value!r}", file=path)
-    for key in ("embedding_size", "att_size_per_head"):
-        value = merged[key]
-        if value is not None and (not isinstance(value, int) or not 1 <= value <= MAX_SIZE):
-            raise CheckpointError(f"$.{key} must be null or an integer in [1, {MAX_SIZE}], got {value!r}", file=path)
-    for key in [k for k, v in ETCMODEL_DEFAULTS.items() if isinstance(v, bool)]:
-        if not isinstance(merged[key], bool):
-            raise CheckpointError(f"$.{key} must be true or false, got {merged[key]!r}", file=path)
-    if merged["att_size_per_head"] not in (None, merged["hidden_size"] // merged["num_attention_heads"]):
-        raise CheckpointError(
-            f"$.att_size_per_head={merged['att_size_per_head']} differs from hidden_size / num_attention_heads; "
-            "graphattn's attention keeps head size * heads = hidden size",
-            file=path,
-        )
-    if merged["use_pre_activation_order"]:
-        raise CheckpointError("$.use_pre_activation_order: pre-LN layers are not supported (post-LN only)", file=path)
-    if merged["hidden_act"] not in _ACTIVATIONS:
-        raise CheckpointError(f"$.hidden_act {merged['hidden_act']!r} is not one of gelu, relu", file=path)
-    positions = merged["max_absolute_position_embeddings"]
-    if not isinstance(positions, int) or not 0 <= positions <= MAX_SIZE:
-        raise CheckpointError(
-            f"$.max_absolute_position_embeddings must be in [0, {MAX_SIZE}], got {positions!r}", file=path
-        )
-    return merged
-
-
-def etc_config_from_etcmodel(etc: dict[str, Any], **overrides: Any) -> EtcConfig:
-    """graphattn's EtcConfig for etcmodel's: same switches, etcmodel's fixed choices."""
-    config = EtcConfig(
-        vocab_size=etc["vocab_size"],
-        type_vocab_size=etc["segment_vocab_size"],
-        embedding_size=etc["embedding_size"] if etc["embedding_size"] != etc["hidden_size"] else None,
-        hidden_size=etc["hidden_size"],
-        num_hidden_layers=etc["num_hidden_layers"],
-        num_attention_heads=etc["num_attention_heads"],
-        intermediate_size=etc["intermediate_size"],
-        local_radius=etc["local_radius"],
-        relative_pos_max_distance=etc["relative_pos_max_distance"],
-        relative_vocab_size=etc["relative_vocab_size"],
-        share_qkv_projections=bool(etc["share_qkv_projections"]),
-        share_kv_projections=bool(etc["share_kv_projections"]) and not etc["share_qkv_projections"],
-        share_att_output_projection=bool(etc["share_att_output_projection"]),
-        share_feed_forward_params=bool(etc["share_feed_forward_params"]),
-        max_absolute_position_embeddings=etc["max_absolute_position_embeddings"],
-        hidden_dropout_prob=float(etc["hidden_dropout_prob"]),
-        initializer_range=float(etc["initializer_range"]),
-        gradient_checkpointing=bool(etc["grad_checkpointing_period"]),
-    ).etcmodel_layout()
-    return config.with_changes(hidden_act=_ACTIVATIONS[etc["hidden_act"]], **overrides)
-
-
-# etcmodel creates the position tables while EtcModel is being constructed, outside its name
-# scope: eager (TF2) checkpoints hold them at the top level, graph-mode ones may hold them scoped.
-POSITION_TABLES = ("position_emb_lookup_long/embedding_table", "position_emb_lookup_global/embedding_table")
-
-
-def _present(names: set[str], unscoped: str) -> str | None:
-    return next((n for n in (SCOPE + unscoped, unscoped) if n in names), None)
 
 
 def sharing_from_names(names: set[str]) -> dict[str, Any]:
@@ -217,7 +122,7 @@ def sharing_from_names(names: set[str]) -> dict[str, Any]:
         "share_att_output_projection": not has("global_output_projection/"),
         "share_feed_forward_params": not any(n.startswith(LAYERS + "long_feed_forward_layer_0/") for n in names),
         "embedding_projection": SCOPE + "token_emb_lookup/projection/kernel" in names,
-        "absolute_positions": bool(_present(names, POSITION_TABLES[0])),
+        "absolute_positions": bool(present(names, POSITION_TABLES[0])),
     }
 
 
@@ -318,23 +223,53 @@ def _why_not_loaded(name: str) -> str:
     return "unknown: no counterpart in EtcEncoder"
 
 
+def _finite(tensor: torch.Tensor, path: Path, name: str) -> None:
+    bad = ~torch.isfinite(tensor)
+    if bad.any():
+        first = [int(i) for i in bad.nonzero()[0]]
+        raise CheckpointError(
+            f"holds {int(bad.sum()):,} non-finite values (NaN or inf; the first at index {first}) under a valid "
+            "checksum: the weights were saved broken",
+            file=path,
+            tensor=name,
+        )
+
+
+def _read_float(bundle: TensorBundle, name: str) -> torch.Tensor:
+    """A float tensor of the checkpoint, as float32 in memory of its own, every value finite."""
+    tensor = bundle.read(name)
+    if not isinstance(tensor, torch.Tensor) or not tensor.is_floating_point():
+        raise CheckpointError(
+            f"expected a float tensor, got {bundle.entry(name).dtype}", file=bundle.index_path, tensor=name
+        )
+    tensor = tensor.float()
+    _finite(tensor, bundle.shard_paths[bundle.entry(name).shard], name)
+    return tensor
+
+
 def load_etc_checkpoint(path: str | os.PathLike, **overrides: Any) -> tuple[EtcEncoder, LiftReport]:
     """EtcEncoder with every weight of an etcmodel checkpoint (directory with etc_config.json +
     model.ckpt.*, or the prefix). `overrides` change EtcConfig fields that hold no weights
-    (attention_backend, hidden_dropout_prob, gradient_checkpointing, ...)."""
+    (attention_backend, hidden_dropout_prob, gradient_checkpointing, local_radius, layer_norm_eps,
+    initializer_range); any other is refused as the caller's argument.
+
+    Order: the config is read and checked, the index read and checked, the sizes the tensors
+    imply proven equal to the config's, and only then is an encoder built (on the meta device)
+    and filled from tensors read into its own memory, each checked for its crc, shape and finite
+    values. Every tensor under etc_document_bert/ must be used."""
     config_path, prefix = find_checkpoint(path)
-    etc = read_etc_config(config_path)
-    bundle = TensorBundle(prefix)
+    etc, unknown_keys = read_etc_config(config_path)
+    with TensorBundle(prefix) as bundle:
+        return _load(bundle, path, config_path, etc, unknown_keys, overrides)
+
+
+def _load(bundle: TensorBundle, path, config_path: Path, etc: dict, unknown_keys: list[str], overrides: dict):
     names = set(bundle.names())
     if not any(n.startswith(SCOPE) for n in names):
         raise CheckpointError(f"no tensor under {SCOPE!r}: not an etcmodel EtcModel checkpoint", file=bundle.index_path)
+    check_geometry(etc, bundle, config_path)  # sizes from the tensors, before any module exists
     _check_agreement(etc, names, config_path)
-    try:
-        config = etc_config_from_etcmodel(etc, **overrides)
-    except CheckpointError:
-        raise
-    except Exception as exc:  # EtcConfig's own checks, e.g. relative_vocab_size too small
-        raise CheckpointError(str(exc).splitlines()[0], file=config_path) from None
+    config = apply_overrides(etc_config_from_etcmodel(etc, config_path), overrides)
     with torch.device("meta"):  # shapes only: every value comes from the checkpoint, no init pass
         encoder = EtcEncoder(config)
     own = encoder.state_dict()
@@ -343,46 +278,54 @@ def load_etc_checkpoint(path: str | os.PathLike, **overrides: Any) -> tuple[EtcE
     if missing:  # a parameter this loader does not know how to fill: a bug here, not in the file
         raise CheckpointError(f"no TensorFlow name known for encoder parameter {missing[0]}", file=bundle.index_path)
     report = LiftReport(source=str(path), model_type=MODEL_TYPE)
+    report.dropped.extend(
+        (f"{config_path.name}: $.{key}", "not a key of etcmodel's EtcConfig: ignored, as etcmodel ignores it")
+        for key in unknown_keys
+    )
+    for ours, (theirs, how) in plan.items():
+        if how == "position":
+            plan[ours] = (present(names, theirs) or SCOPE + theirs, "copy")
+    used = {theirs for theirs, _ in plan.values()}
+    unused = sorted(n for n in names - used if n.startswith(SCOPE) and not _OPTIMIZER_SLOT.search(n))
+    if unused:  # a tensor of the encoder's scope no parameter takes: the config describes another model
+        raise CheckpointError(
+            f"under {SCOPE} but no parameter of the encoder {config_path.name} describes takes it "
+            f"({len(unused)} such tensor{'s' if len(unused) > 1 else ''})",
+            file=bundle.index_path,
+            tensor=unused[0],
+        )
     state: dict[str, torch.Tensor] = {}
     scale = 1.0 / math.sqrt(config.head_dim)
     for ours, (theirs, how) in plan.items():
-        if how == "position":
-            theirs = _present(names, theirs) or SCOPE + theirs
-            plan[ours] = (theirs, "copy")
         if theirs not in names:
             raise CheckpointError(
                 f"missing from the checkpoint (the encoder's {ours} needs it)", file=bundle.index_path, tensor=theirs
             )
-        tensor = bundle.read(theirs)
-        if not isinstance(tensor, torch.Tensor) or not tensor.is_floating_point():
+        entry = bundle.entry(theirs)
+        expected = own[ours].shape if how != "transpose" else own[ours].shape[::-1]
+        if tuple(entry.shape) != tuple(expected):  # checked on the index entry, before its bytes are read
             raise CheckpointError(
-                f"expected a float tensor, got {bundle.entry(theirs).dtype}", file=bundle.index_path, tensor=theirs
-            )
-        tensor = tensor.float()
-        if how == "transpose":
-            tensor = tensor.t() if tensor.dim() == 2 else tensor  # a view: torch's Linear reads it as it is
-        elif how == "bias_scale":
-            tensor = tensor * scale  # etcmodel adds the bias before the 1/sqrt(d) scale
-        if tuple(tensor.shape) != tuple(own[ours].shape):
-            shown = list(bundle.entry(theirs).shape)
-            raise CheckpointError(
-                f"shape {shown} does not fit the encoder's {ours} {list(own[ours].shape)}"
+                f"shape {list(entry.shape)} does not fit the encoder's {ours} {list(own[ours].shape)}"
                 f"{' (transposed)' if how == 'transpose' else ''} for the config in {config_path.name}",
                 file=bundle.index_path,
                 tensor=theirs,
             )
+        tensor = _read_float(bundle, theirs)
+        if how == "transpose":
+            tensor = tensor.t()  # a view of the tensor's own memory: torch's Linear reads it as it is
+        elif how == "bias_scale":
+            tensor = tensor * scale  # etcmodel adds the bias before the 1/sqrt(d) scale
         state[ours] = tensor
         report.copied.append((ours, theirs, tuple(tensor.shape)))
-    used = {theirs for theirs, _ in plan.values()}
     for name in sorted(names - used):
         report.dropped.append((name, _why_not_loaded(name)))
         if name in MLM_HEAD:
-            value = bundle.read(name).float()
-            report.unused[MLM_HEAD[name]] = value.t().contiguous() if name.endswith("kernel") else value.clone()
+            value = _read_float(bundle, name)
+            report.unused[MLM_HEAD[name]] = value.t().contiguous() if name.endswith("kernel") else value
     # Everything present and checked before the encoder gets any of it: nothing is half-loaded. The
-    # tensors become the parameters (assign): views of the mapped shard, copied only when written
-    # (copy-on-write); the Dense kernels are transposed views ([out, in] with strides (1, out)),
-    # which Linear layers read as they are. `contiguous_parameters` lays them out afresh.
+    # tensors become the parameters (assign), in memory read for them alone (the checkpoint's files
+    # can change or vanish afterwards); the Dense kernels are transposed views ([out, in] with
+    # strides (1, out)), which Linear layers read as they are. `contiguous_parameters` lays them out afresh.
     encoder.load_state_dict(state, strict=True, assign=True)
     return encoder, report
 
@@ -404,8 +347,8 @@ def extend_relative_vocab(encoder: EtcEncoder, size: int, report: LiftReport | N
     new rows drawn as the encoder initialises (key tables N(0, initializer_range), biases 0);
     returns the names grown, also recorded in `report.created`."""
     config = encoder.config
-    if size > MAX_SIZE:
-        raise CheckpointError(f"relative vocabulary {size} is larger than {MAX_SIZE}")
+    if not isinstance(size, int) or isinstance(size, bool) or size > MAX_SIZE:
+        raise CheckpointError(f"relative vocabulary {size!r} is not an integer up to {MAX_SIZE}")
     if size <= config.relative_vocab_size:
         return []
     grown = []

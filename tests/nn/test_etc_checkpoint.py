@@ -195,7 +195,7 @@ def test_config_size_contradicting_a_shape(tmp_path):
     config = json.loads((folder / "etc_config.json").read_text())
     config["intermediate_size"] = 48
     (folder / "etc_config.json").write_text(json.dumps(config))
-    _fails(folder, "model.ckpt.index", "dense_layers/layer_0/kernel", "does not fit the encoder's layer.0.intermediate")
+    _fails(folder, "etc_config.json: $.intermediate_size: 48 contradicts the checkpoint", "dense_layers/layer_0/kernel")
 
 
 def test_unknown_tensors_are_reported_not_loaded(tmp_path):
@@ -222,10 +222,10 @@ def test_not_a_checkpoint_directory(tmp_path):
 @pytest.mark.parametrize(
     "change, expected",
     [
-        ({"share_kv_projections": "yes"}, "$.share_kv_projections must be true or false"),
-        ({"hidden_size": 0}, "$.hidden_size must be an integer"),
+        ({"share_kv_projections": "yes"}, "$.share_kv_projections: must be true or false"),
+        ({"hidden_size": 0}, "$.hidden_size: must be an integer"),
         ({"use_pre_activation_order": True}, "pre-LN layers are not supported"),
-        ({"hidden_act": "swish"}, "$.hidden_act 'swish'"),
+        ({"hidden_act": "swish"}, "$.hidden_act: 'swish'"),
     ],
 )
 def test_config_values_the_encoder_cannot_take(tmp_path, change, expected):
