@@ -320,6 +320,14 @@ def _load(bundle: TensorBundle, path, config_path: Path, etc: dict, unknown_keys
     for name in sorted(names - used):
         report.dropped.append((name, _why_not_loaded(name)))
         if name in MLM_HEAD:
+            rank = 2 if name.endswith("kernel") else 1
+            if len(bundle.entry(name).shape) != rank:
+                raise CheckpointError(
+                    f"shape {list(bundle.entry(name).shape)}: a pre-training head's "
+                    f"{'kernel has 2 dimensions' if rank == 2 else 'vector has 1 dimension'}",
+                    file=bundle.index_path,
+                    tensor=name,
+                )
             value = _read_float(bundle, name)
             report.unused[MLM_HEAD[name]] = value.t().contiguous() if name.endswith("kernel") else value
     # Everything present and checked before the encoder gets any of it: nothing is half-loaded. The

@@ -99,6 +99,28 @@ def test_a_layer_with_only_some_of_its_parts(folder, no_build):
     _fails(folder, "model.ckpt.index", "layer 2 is missing: feed_forward_layer_2/ is absent")
 
 
+def test_a_huge_layer_number_is_not_counted_up_to(folder, no_build):
+    tensors = _tensors(folder)
+    name = next(n for n in tensors if "fused_att_layer_1/" in n)
+    tensors[name.replace("_layer_1/", "_layer_999999/")] = tensors[name]
+    _rewrite(folder, tensors)
+    _fails(folder, "model.ckpt.index", "layer 2 is missing: feed_forward_layer_2/ is absent while layers up to 999999")
+    tensors[name.replace("_layer_1/", "_layer_" + "9" * 5000 + "/")] = tensors.pop(
+        name.replace("_layer_1/", "_layer_999999/")
+    )
+    _rewrite(folder, tensors)
+    _fails(folder, "model.ckpt.index", "is not canonical")
+
+
+def test_a_pre_training_head_of_the_wrong_rank(tmp_path):
+    folder = shutil.copytree(FIXTURES / "share_qkv", tmp_path / "with_heads")
+    tensors = _tensors(folder)
+    name = "cls/predictions/transform/dense/kernel"
+    tensors[name] = tensors[name].reshape(2, -1, tensors[name].shape[-1])
+    _rewrite(folder, tensors)
+    _fails(folder, "model.ckpt.index", name, "has 2 dimensions")
+
+
 def test_a_non_canonical_layer_number(folder, no_build):
     tensors = _tensors(folder)
     name = next(n for n in tensors if "fused_att_layer_1/" in n)
