@@ -56,6 +56,49 @@ class LayerMask:
 
 
 # -- the mask function ------------------------------------------------------------------------------
+_RULES: dict = {}  # (mask function's key, row length) -> LayerRule, for functions made of code and plain values
+_RULES_KEPT = 256
+
+
+def _function_key(function, depth: int = 0):
+    """A hashable key of one of transformers.masking_utils' mask functions built from plain values
+    (causal, sliding-window, and_masks / or_masks of those): two with one key compute the same
+    thing. None for anything else, a closure over a tensor included (never cached)."""
+    if depth > 8 or getattr(function, "__module__", None) != "transformers.masking_utils":
+        return None
+    if not hasattr(function, "__code__"):
+        return None
+    cells = []
+    for cell in function.__closure__ or ():
+        value = cell.cell_contents
+        if value is None or isinstance(value, (bool, int, float, str)):
+            cells.append(value)
+        elif isinstance(value, (tuple, list)):
+            keys = tuple(_function_key(f, depth + 1) for f in value)
+            if any(k is None for k in keys):
+                return None
+            cells.append(keys)
+        else:
+            key = _function_key(value, depth + 1)
+            if key is None:
+                return None
+            cells.append(key)
+    return (function.__code__, tuple(cells))
+
+
+def _rule_of(mask_function, length: int) -> LayerRule:
+    """`_probe_rule`, remembered for mask functions that are plain code and values (transformers
+    builds a fresh closure every forward; the probe then runs once per kind and row length)."""
+    key = _function_key(mask_function)
+    if key is None:
+        return _probe_rule(mask_function, length)
+    if (key, length) not in _RULES:
+        if len(_RULES) >= _RULES_KEPT:
+            _RULES.clear()
+        _RULES[key, length] = _probe_rule(mask_function, length)
+    return _RULES[key, length]
+
+
 def _probe_rule(mask_function, length: int) -> LayerRule:
     """The key - query offsets a model's mask function allows in a row of `length` tokens, exact for
     every offset such a row holds (|offset| < length; an interval reaching the row's edge is no limit).
@@ -157,7 +200,7 @@ def graphattn_mask(
             f"the input is {(batch_size, q_length)}"
         )
     check_hybrid(config, attention_mask)  # a hybrid model's recurrent layers read the row too
-    rule = _combine(attention_mask, _probe_rule(mask_function, q_length), config)
+    rule = _combine(attention_mask, _rule_of(mask_function, q_length), config)
     return LayerMask(attention_mask, rule)
 
 

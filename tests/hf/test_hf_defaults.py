@@ -156,3 +156,24 @@ def test_the_collator_follows_the_model_too():
     assert gh.PackingCollator(max_length=12)(rows)["attention_mask"].causal is None
     assert gh.PackingCollator(max_length=12, causal=True)(rows)["attention_mask"].causal is True
     assert VOCAB > max(max(r["input_ids"]) for r in rows)
+
+
+def test_the_rule_of_transformers_mask_functions_is_probed_once_per_kind_and_length(monkeypatch):
+    from transformers.masking_utils import sliding_window_causal_mask_function
+
+    probed = []
+    probe = attention._probe_rule
+    monkeypatch.setattr(attention, "_probe_rule", lambda f, n: probed.append(n) or probe(f, n))
+    monkeypatch.setattr(attention, "_RULES", {})
+    model = tiny_model("qwen2")  # a full and a sliding layer type
+    model.set_attn_implementation(NAME)
+    for lengths in ((5, 6), (7, 4), (8, 9)):  # 11, 11, 17 tokens
+        batch = gh.pack_documents(random_docs(lengths, seed=7))
+        with torch.no_grad():
+            outputs(model, **_inputs(batch))
+    assert sorted(probed) == [11, 11, 17, 17]
+    window = 3
+    custom = lambda b, h, q, k: (k <= q) & (k > q - window)  # noqa: E731 - not transformers': probed every time
+    assert attention._rule_of(custom, 20) == attention._rule_of(custom, 20) == gh.LayerRule(lo=-2, hi=0)
+    assert probed[-2:] == [20, 20]
+    assert attention._rule_of(sliding_window_causal_mask_function(6), 20) == gh.LayerRule(lo=-5, hi=0)
