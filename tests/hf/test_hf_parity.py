@@ -131,3 +131,29 @@ def test_tree_token_ratio_counts_tokens_against_all_paths():
     assert gh.tree_token_ratio(gh.pack_tree(deep)) == pytest.approx(tokens / sum(map(len, _paths_of(deep))))
     docs = gh.pack_documents(random_docs((5, 9, 2, 7), seed=6), max_length=12, pad_to_multiple_of=8)
     assert gh.tree_token_ratio(docs) == 1.0  # documents share nothing; padding is not counted
+
+
+def test_a_multi_turn_tree_gives_the_parameter_gradients_of_its_paths_run_alone():
+    """Every path alone with its own output weights, summed, against the tree once: a shared token's
+    weight in the tree is the sum of its weights in the paths through it."""
+    model = tiny_model("qwen2")  # a full layer and a sliding-window layer
+    tree = gh.pack_tree(_multi_turn()[0])
+    paths = gh.leaf_paths(tree)
+    g = torch.Generator().manual_seed(8)
+    weights = [torch.randn(index.numel(), model.config.vocab_size, generator=g) for _, index in paths]
+    model.set_attn_implementation("eager")
+    model.zero_grad()
+    for (row, index), w in zip(paths, weights):
+        (outputs(model, input_ids=tree["input_ids"][row, index][None])[0] * w).sum().backward()
+    alone = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+    model.set_attn_implementation(NAME)
+    model.zero_grad()
+    packed = outputs(model, **{k: tree[k] for k in ("input_ids", "position_ids", "attention_mask")})[0]
+    total = torch.zeros_like(packed)
+    for (_, index), w in zip(paths, weights):
+        total.index_add_(0, index, w)
+    (packed * total).sum().backward()
+    grads = {n: p.grad for n, p in model.named_parameters() if p.grad is not None}
+    assert grads.keys() == alone.keys()
+    for name in grads:
+        torch.testing.assert_close(grads[name], alone[name], atol=TOL, rtol=TOL, msg=name)
