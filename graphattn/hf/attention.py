@@ -6,11 +6,15 @@ attention module. Ours:
 
 - the mask function receives our `Structure` (transformers treats it as a [B, N] padding mask and
   only moves it to the device) and the model's own mask function; it reads that function's rule as
-  a range of allowed offsets (causal, sliding window, bidirectional window) by probing it, refuses a
-  rule that is not a function of the offset, and returns a `LayerMask` (structure + rule) that
-  every layer of that type shares;
-- the attention function refuses what it cannot honour (attention dropout while training, softcap,
-  a KV cache, a mask that is not ours, labels without a bias table) and runs one of:
+  a range of allowed offsets (causal, sliding window, bidirectional window) by probing it over the
+  row's real length, refuses a rule that is not a function of the offset, applies the structure's
+  `causal` override (refusing what a layer cannot honour) and returns a `LayerMask` (structure +
+  rule) that every layer of that type shares. Without a structure (a padding mask or none, a KV
+  cache while generating) it is transformers' own `sdpa_mask`;
+- the attention function runs transformers' own SDPA on such ordinary inputs; with a LayerMask it
+  refuses what it cannot honour (attention dropout while training, softcap, a structure that did
+  not pass the mask function, position_ids other than the structure's, compared once per forward,
+  labels without a bias table) and runs one of:
   * "chunked" (the CPU default): per block of 512 query rows, attention over only the key tiles
     (of 128) the structure allows, in plain PyTorch (SDPA with the tile's boolean mask; with relative labels
     an einsum + the bias gathered per pair); each tile is recomputed in the backward pass
