@@ -5,9 +5,10 @@
   `DataCollatorWithFlattening(return_flash_attn_kwargs=True, return_seq_idx=True)` gives them and as
   FlashAttention's varlen kernels, PyTorch's `varlen_attn` and Mamba / convolution layers read them.
   The offsets index the batch flattened row by row (`input_ids.reshape(-1)`, B * N tokens): every
-  document is one sequence and every run of padding one more, so each document computes what it
-  computes alone and the offsets cover the whole buffer. For one row without padding this is
-  exactly the collator's output.
+  document is one sequence and every padding token one more (its position id is 0, where
+  transformers and TRL's padding-free collator cut sequences too), so each document computes what
+  it computes alone and the offsets cover the whole buffer. For one row without padding this is
+  exactly the collator's output; with padding, TRL's `DataCollatorForLanguageModeling(padding_free=True)`'s.
 - THD with padded documents (`padded_documents=True`, TransformerEngine's / Megatron's convention
   for context parallelism): `cu_seq_lens_q` / `_k` hold the real lengths' cumulative sums and
   `cu_seq_lens_padded` where each document starts in the flattened buffer (the padding after a
@@ -48,14 +49,16 @@ def _documents_only(structure, what: str) -> torch.Tensor:
 
 def _boundaries(enter: torch.Tensor, with_padding: bool) -> torch.Tensor:
     """[B * N] bool: a new sequence starts here (a row's start, a new document and, where
-    `with_padding`, the start of a run of padding)."""
+    `with_padding`, every padding token)."""
     width = enter.shape[1]
     flat = enter.reshape(-1)
     real = flat >= 0
     prev = torch.cat([flat.new_full((1,), -2), flat[:-1]])
     new = flat != prev
     new |= (torch.arange(flat.numel(), device=flat.device) % width) == 0
-    if not with_padding:
+    if with_padding:
+        new |= ~real
+    else:
         new &= real
     return new
 

@@ -48,14 +48,14 @@ def test_rows_labels_are_exported_as_the_collator_exports_them():
     _same(ours, _collator(rows))
 
 
-def test_several_rows_describe_the_flattened_buffer_with_padding_runs_as_their_own_sequences():
+def test_several_rows_describe_the_flattened_buffer_each_padding_token_its_own_sequence():
     docs = random_docs((7, 6, 5, 2, 3), seed=4)
     batch = gh.pack_documents(docs, max_length=12, return_flash_kwargs=True, return_seq_idx=True)
     assert batch["input_ids"].shape == (3, 11)
     cu, flat = batch["cu_seq_lens_q"], batch["input_ids"].reshape(-1)
     assert cu.dtype == torch.int32 and int(cu[-1]) == flat.numel()
     pieces = [flat[int(a) : int(b)].tolist() for a, b in zip(cu[:-1], cu[1:])]
-    assert pieces == [docs[0], [0] * 4, docs[1], docs[2], docs[3], docs[4], [0] * 6]
+    assert pieces == [docs[0], *[[0]] * 4, docs[1], docs[2], docs[3], docs[4], *[[0]] * 6]
     assert batch["max_length_q"] == batch["max_length_k"] == 7
     assert batch["seq_idx"].shape == (3, 11) and batch["seq_idx"].dtype == torch.int32
     sizes = (cu[1:] - cu[:-1]).long()
@@ -68,6 +68,21 @@ def test_several_rows_describe_the_flattened_buffer_with_padding_runs_as_their_o
     real = structure.real_tokens().reshape(-1)
     dense = torch.block_diag(*mask)
     assert torch.equal(varlen[real][:, real], dense[real][:, real])
+
+
+@pytest.mark.parametrize("lengths", DOC_SETS)
+def test_a_padded_row_equals_trls_padding_free_collator(lengths):
+    pytest.importorskip("trl")
+    from trl.trainer.sft_trainer import DataCollatorForLanguageModeling
+
+    docs = random_docs(lengths, seed=7)
+    theirs = DataCollatorForLanguageModeling(pad_token_id=0, padding_free=True, pad_to_multiple_of=8)(
+        [{"input_ids": d} for d in docs]
+    )
+    ours = gh.pack_documents(
+        docs, pad_to_multiple_of=8, return_labels=True, return_flash_kwargs=True, return_seq_idx=True
+    )
+    _same(ours, theirs)
 
 
 def test_thd_padding_pads_each_document_and_says_where_it_starts():
