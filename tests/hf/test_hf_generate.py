@@ -68,4 +68,4 @@ def test_a_structure_is_still_refused_after_a_kv_cache():
     cache = model(input_ids=ids[:1], use_cache=True).past_key_values  # an ordinary prefill
     step = gh.pack_documents([[7]])
     with pytest.raises(gh.GraphattnMaskError, match="without a KV cache"):
-        model(input_ids=step["input_ids"], attention_mask=step["attention_mask"], past_key_values=cache)
+        model(input_ids=step["input_ids"], attention_mask=step["attention_mask"], cache=cache)
