@@ -175,12 +175,14 @@ def check_segments(segments, name: str = "segments") -> tuple[list[int], list[np
 
 
 ROW_MASKS = ("completion_mask", "assistant_masks")  # TRL's per-token masks, packed beside the tokens
+ROW_COLUMNS = (*ROW_MASKS, "token_type_ids")  # per-token columns packed beside the tokens (0 on padding)
 
 
 def check_rows(rows, input_key: str) -> tuple[list[np.ndarray], list[str], list[np.ndarray] | None, dict]:
     """Dataset rows -> documents, their names for messages, their `labels` (if the rows bring
-    them) and mask columns (`completion_mask`, `assistant_masks`). A row with `seq_lengths` (TRL's
-    packing) holds several documents and is split at them. Every row must bring the same columns."""
+    them) and per-token columns (`completion_mask`, `assistant_masks`, `token_type_ids`). A row with
+    `seq_lengths` (TRL's packing) holds several documents and is split at them. Every row must bring
+    the same columns."""
     if isinstance(rows, (str, bytes, Mapping, torch.Tensor, np.ndarray)) or not isinstance(rows, Sequence):
         raise ValueError(f"rows: expected a list of dataset rows (dicts of columns), got {_show(rows)}")
     if not rows:
@@ -192,7 +194,7 @@ def check_rows(rows, input_key: str) -> tuple[list[np.ndarray], list[str], list[
             raise ValueError(f"rows[{i}]: expected a dict of columns, got {_show(row)}")
         if input_key not in row:
             raise ValueError(f"rows[{i}]: no {input_key!r} column (columns: {sorted(map(str, row))})")
-    optional = ("labels", *ROW_MASKS, "seq_lengths", "attention_mask")
+    optional = ("labels", *ROW_COLUMNS, "seq_lengths", "attention_mask")
     present = {c: c in rows[0] for c in optional}
     for i, row in enumerate(rows):
         for c in optional:
@@ -201,7 +203,7 @@ def check_rows(rows, input_key: str) -> tuple[list[np.ndarray], list[str], list[
     total = sum(_length(row[input_key], f"rows[{i}][{input_key!r}]") for i, row in enumerate(rows))
     if total > MAX_TOKENS:
         raise ValueError(f"rows: {total} tokens in all, over the limit of {MAX_TOKENS}")
-    docs, names, labels, masks = [], [], [] if present["labels"] else None, {c: [] for c in ROW_MASKS if present[c]}
+    docs, names, labels, masks = [], [], [] if present["labels"] else None, {c: [] for c in ROW_COLUMNS if present[c]}
     for i, row in enumerate(rows):
         where = f"rows[{i}][{input_key!r}]"
         ids = int_array(row[input_key], where)
@@ -214,11 +216,11 @@ def check_rows(rows, input_key: str) -> tuple[list[np.ndarray], list[str], list[
                 raise ValueError(f"rows[{i}][{name!r}]: {values.size} values for {ids.size} tokens")
             return values
 
-        columns = {c: column(c, what="mask value") for c in masks}
+        columns = {c: column(c, what="mask value" if c in ROW_MASKS else "value") for c in masks}
         if present["attention_mask"] and not column("attention_mask", what="mask value").all():
             raise ValueError(f"rows[{i}]['attention_mask']: the row holds padding (0s); pass rows without padding")
         for c, values in columns.items():
-            if (values > 1).any():
+            if c in ROW_MASKS and (values > 1).any():
                 j = int(np.argmax(values > 1))
                 raise ValueError(f"rows[{i}][{c!r}][{j}]: expected 0 or 1, got {int(values[j])}")
         if labels is not None:

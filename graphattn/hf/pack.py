@@ -17,6 +17,7 @@ from graphattn.hf import export
 from graphattn.hf.inputs import (
     IGNORE,
     MAX_TOKENS,
+    ROW_MASKS,
     check_documents,
     check_packing,
     check_rows,
@@ -290,8 +291,8 @@ class PackingCollator:
 
     It keeps what the rows bring: their `labels` (e.g. TRL's completion-only labels) are packed
     beside the tokens, -100 on each document's first token as transformers'
-    `DataCollatorWithFlattening` does; `completion_mask` / `assistant_masks` columns are packed
-    too (0 on padding); a row with `seq_lengths` (TRL's packing) is split into its documents.
+    `DataCollatorWithFlattening` does; `completion_mask` / `assistant_masks` / `token_type_ids`
+    columns are packed too (0 on padding); a row with `seq_lengths` (TRL's packing) is split into its documents.
     Without a `labels` column, causal-LM labels are made only with `return_labels=True` (the
     masks' 0s then become -100); an encoder's batch holds no labels it did not ask for. Other
     columns are not packed. The flags are `pack_documents`'."""
@@ -327,7 +328,8 @@ class PackingCollator:
 
     def __call__(self, rows: Sequence[dict]) -> dict:
         docs, names, labels, masks = check_rows(rows, self.input_key)
-        if labels is None and self._args["return_labels"] and masks:
-            keep = [np.logical_and.reduce([m[i] != 0 for m in masks.values()]) for i in range(len(docs))]
+        folded = [m for name, m in masks.items() if name in ROW_MASKS]
+        if labels is None and self._args["return_labels"] and folded:
+            keep = [np.logical_and.reduce([m[i] != 0 for m in folded]) for i in range(len(docs))]
             labels = [np.where(k, d, IGNORE) for k, d in zip(keep, docs)]
         return _pack(docs, names, self._args, labels, masks)

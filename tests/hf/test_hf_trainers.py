@@ -202,3 +202,12 @@ def test_the_structure_answers_what_trainers_ask_of_an_attention_mask():
     assert structure.to("cpu") is structure and structure.to(torch.float16) is structure
     assert not isinstance(structure, torch.Tensor)  # no dense mask is pretended
     assert torch.as_tensor(structure.sum()).dtype == torch.int64
+
+
+def test_token_type_ids_travel_beside_the_tokens_and_are_not_masks():
+    rows = [{"input_ids": [5, 6, 7], "token_type_ids": [0, 1, 1]}, {"input_ids": [8, 9], "token_type_ids": [0, 2]}]
+    batch = gh.PackingCollator(max_length=3, return_labels=True)(rows)
+    assert batch["token_type_ids"].tolist() == [[0, 1, 1], [0, 2, 0]]
+    assert batch["labels"].tolist() == [[-100, 6, 7], [-100, 9, -100]]
+    with pytest.raises(ValueError, match=r"rows\[1\]\['token_type_ids'\]\[0\]: value -1 is negative"):
+        gh.PackingCollator()([rows[0], {"input_ids": [8], "token_type_ids": [-1]}])
