@@ -21,9 +21,12 @@ kernels are [in, out] and transposed to torch's [out, in]; `L` = `global_local_t
     L/feed_forward_layer_N (or long_/global_ ... when not shared)   intermediate, output, output_norm (+ global_*)
 
 etcmodel adds the per-label bias before the 1/sqrt(d) scale, graphattn after it: the bias tables
-are divided by sqrt(head_dim) on the way in, so the scores are equal. The sharing switches are
-read from the names present (layer 0) and must agree with etc_config.json. Anything else is
-reported, never silently dropped: the MLM and CPC heads under `cls/` go to `LiftReport.unused`
+are divided by sqrt(head_dim) on the way in, so the scores are equal. The sizes (layers, hidden,
+heads, vocabularies, ...) are read from the index entries and the sharing switches from the names
+present (layer 0); both must agree with etc_config.json before an encoder is built
+(`etc_geometry.py`; the config file itself is read by `etc_config_file.py`). A tensor under
+etc_document_bert/ that no parameter takes is refused. Anything else is reported, never silently
+dropped: the MLM and CPC heads under `cls/` go to `LiftReport.unused`
 under the Hugging Face names `MlmHead.load_lifted` / `CpcHead.load_lifted` take; `global_step`
 and optimizer slots as training state; any other name as unknown. A tensor the model needs and
 the checkpoint lacks, a shape that differs, or a config the tensors contradict is a
