@@ -39,6 +39,7 @@ KERNEL_DEVICES = {"causal_conv1d": ("cuda",), "mamba_ssm": ("cuda",), "fla": ("c
 PACKAGE_NAMES = {"causal_conv1d": "causal-conv1d", "mamba_ssm": "mamba-ssm", "fla": "flash-linear-attention"}
 ONE_ROW_KWARGS = ("cu_seq_lens_q",)  # varlen kernels take the documents of one flattened row
 NEEDS = ("hybrid", "reads")  # the structure's per-batch record of what the forward must carry
+CHECKED = ("hybrid", "checked")  # check_hybrid let this structure through a model's recurrent layers
 
 
 @dataclass(frozen=True)
@@ -166,6 +167,7 @@ def check_hybrid(config, structure: Structure) -> None:
     if not isinstance(structure, Structure):
         return
     structure._plans.pop(NEEDS, None)  # decided afresh for each model the structure is given to
+    structure._plans.pop(CHECKED, None)
     found = recurrent_layers(config)
     if found is None:
         return
@@ -200,6 +202,23 @@ def check_hybrid(config, structure: Structure) -> None:
             "pack with max_length=None (one row)"
         )
     structure._plans[NEEDS] = (where, mixer.reads)  # set per model: one structure may visit several
+    structure._plans[CHECKED] = True
+
+
+def padding_view(structure: Structure) -> torch.Tensor:
+    """The structure asked as a [B, N] padding mask (`mask == 1`, `mask[:, -n:]`): its real tokens,
+    where every row is one sequence or `check_hybrid` let it through this model. Otherwise a layer
+    is about to read several documents or a tree as one sequence without graphattn's check (a model
+    with no attention layer, e.g. Mamba2, or one that builds this mask first): refused."""
+    if row_kind(structure) == "sequences" or structure._plans.get(CHECKED):
+        return structure.real_tokens()
+    from graphattn.hf.attention import GraphattnMaskError
+
+    raise GraphattnMaskError(
+        "attention_mask: a layer reads this structure as a padding mask, i.e. its rows as single sequences, "
+        "without graphattn's check (a recurrent layer of a model with no attention layer or one that builds this "
+        "mask first); its rows hold several documents or a tree: pack one document per row"
+    )
 
 
 def check_boundary_kwargs(structure: Structure, kwargs: dict) -> None:

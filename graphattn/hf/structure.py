@@ -114,17 +114,23 @@ class Structure:
         `dim`, per row or per column, as a [B, N] padding mask would answer."""
         return self.real_tokens().sum(*args, **kwargs)
 
-    # transformers hands a hybrid model's recurrent layers (linear attention, Mamba, convolutions) the 2-D
+    # transformers hands a model's recurrent layers (linear attention, Mamba, convolutions) the 2-D
     # attention_mask as a padding mask (masking_utils.create_recurrent_attention_mask asks `mask == 1` and
-    # slices it): the real tokens answer; graphattn.hf.hybrid.check_hybrid decides whether they may take it.
+    # slices it): the real tokens answer where those layers may take the structure (graphattn.hf.hybrid).
     def __eq__(self, other):
-        return self is other if isinstance(other, Structure) else self.real_tokens() == other
+        from graphattn.hf.hybrid import padding_view
+
+        return self is other if isinstance(other, Structure) else padding_view(self) == other
 
     def __ne__(self, other):
-        return self is not other if isinstance(other, Structure) else self.real_tokens() != other
+        from graphattn.hf.hybrid import padding_view
+
+        return self is not other if isinstance(other, Structure) else padding_view(self) != other
 
     def __getitem__(self, index) -> torch.Tensor:
-        return self.real_tokens()[index]
+        from graphattn.hf.hybrid import padding_view
+
+        return padding_view(self)[index]
 
     # -- the ecosystem's formats (graphattn.hf.export) --------------------------------------------
     def to_flash_kwargs(self, padded_documents: bool = False) -> dict:
