@@ -23,8 +23,11 @@ from graphattn.hf.attention import BIAS_ATTRIBUTE, GraphattnMaskError
 from graphattn.hf.structure import Structure
 
 
-def structure_from_instances(instances: Sequence[EtcInstance], *, causal: bool = False, pad_token_id: int = 0) -> dict:
-    """Compact-compiled instances -> `input_ids`, `token_type_ids`, `position_ids`, `attention_mask`."""
+def structure_from_instances(
+    instances: Sequence[EtcInstance], *, causal: bool | None = None, pad_token_id: int = 0
+) -> dict:
+    """Compact-compiled instances -> `input_ids`, `token_type_ids`, `position_ids`, `attention_mask`.
+    `causal` as in `pack_documents`: None keeps each layer's own rule."""
     if not instances:
         raise ValueError("structure_from_instances: no instances")
     for i, inst in enumerate(instances):
@@ -70,7 +73,7 @@ def global_targets(instances: Sequence[EtcInstance], global_length: int) -> dict
 
 
 def compile_schema(
-    graphs, schema, tokenizer, *, causal: bool = False, pad_token_id: int = 0, return_targets: bool = False
+    graphs, schema, tokenizer, *, causal: bool | None = None, pad_token_id: int = 0, return_targets: bool = False
 ):
     """DocGraph(s) + relation schema -> one flat row per graph (a list of graphs, a batch): the
     model inputs (`structure_from_instances`). The tokenizer must be the model's. With
