@@ -160,8 +160,9 @@ def _pack(arrays: list[np.ndarray], names: list[str], args: dict, labels=None, e
             row_of[i], used = row, used + n
     fills = {"input_ids": args["pad_token_id"], "position_ids": 0, "enter": -1, "exit": -1, "labels": IGNORE}
     rows = []
-    for row in range(int(row_of.max()) + 1):
-        members = np.flatnonzero(row_of == row)
+    bounds = np.searchsorted(row_of, np.arange(int(row_of.max()) + 2))  # rows hold consecutive documents
+    for row in range(len(bounds) - 1):
+        members = np.arange(bounds[row], bounds[row + 1])
         r = _tree_row(
             [-1] * len(members), [arrays[i] for i in members], None if labels is None else [labels[i] for i in members]
         )
