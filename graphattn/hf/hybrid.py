@@ -94,6 +94,9 @@ FAMILIES = {
     "lfm2_moe": _short_conv("Lfm2MoeShortConv"),
     "lfm3": _short_conv("Lfm3ShortConv"),
     "minimax": Mixer("MiniMaxLightningAttention", never="its lightning attention has no document-boundary input"),
+    "recurrent_gemma": Mixer(
+        "RecurrentGemmaRecurrentBlock", never="its RG-LRU recurrence and convolution have no document-boundary input"
+    ),
     "zaya": Mixer("ZayaCCAProjection", never="its convolution of the queries and keys has no document-boundary input"),
 }
 

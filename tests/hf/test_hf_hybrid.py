@@ -101,6 +101,11 @@ def _model(family: str, **extra):
     if family == "bailing_hybrid":
         config = tf.BailingHybridConfig(**{**ATTN, "num_key_value_heads": 4}, num_hidden_layers=2, layer_types=MIXED)
         return tf.BailingHybridForCausalLM(config).eval()
+    if family == "recurrent_gemma":
+        config = tf.RecurrentGemmaConfig(
+            **ATTN, num_hidden_layers=2, lru_width=32, attention_window_size=8, block_types=["recurrent", "attention"]
+        )
+        return tf.RecurrentGemmaForCausalLM(config).eval()
     raise ValueError(family)
 
 
@@ -124,6 +129,7 @@ FAMILIES = {
     "qwen4_exp": ("Qwen4ExpTextGatedDeltaNet", "linear_attention", "flash-linear-attention"),
     "zaya": ("ZayaCCAProjection", "hybrid", "convolution of the queries and keys"),
     "bailing_hybrid": ("BailingHybridDeltaAttention", "linear_attention", "KDA kernel"),
+    "recurrent_gemma": ("RecurrentGemmaRecurrentBlock", "linear_attention", "RG-LRU"),
 }
 MASKS_IN_SET_ORDER = ("lfm3", "lara_mini")  # builds its masks over set(layer_types): the recurrent one may come first
 PADDING_REFUSAL = "attention_mask: a layer reads this structure as a padding mask"
