@@ -40,7 +40,7 @@ def main() -> None:
     name = gh.register()
     model.set_attn_implementation(name)
     rows = Dataset.from_dict({"input_ids": documents()})
-    collator = gh.PackingCollator(max_length=128)
+    collator = gh.PackingCollator(max_length=128, return_labels=True)  # next-token labels: this is a causal LM
     loader = torch.utils.data.DataLoader(rows, batch_size=8, collate_fn=collator)
     optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
     for step, batch in enumerate(loader):
