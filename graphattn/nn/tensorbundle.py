@@ -290,6 +290,17 @@ class TensorBundle:
                     file=self.shard_paths[entry.shard],
                     tensor=entry.name,
                 )
+        # TensorFlow writes each tensor's bytes once: two entries over the same bytes mean an index
+        # that gives one tensor's values to another name
+        placed = sorted((e.shard, e.offset, e.offset + e.size, e.name) for e in self._entries.values() if e.size)
+        for (shard, _, end, name), (next_shard, start, _, other) in zip(placed, placed[1:]):
+            if shard == next_shard and start < end:
+                raise CheckpointError(
+                    f"its bytes overlap those of {name!r} (from byte {start}, which ends at {end}): the index gives "
+                    "one tensor's bytes to two names",
+                    file=self.index_path,
+                    tensor=other,
+                )
 
     def names(self) -> list[str]:
         return sorted(self._entries)

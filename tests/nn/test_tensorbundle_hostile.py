@@ -85,6 +85,13 @@ def test_a_key_outside_its_index_range_is_refused(tmp_path):
     _fails(tmp_path / "ckpt", "ckpt.index", "'enc/b' lies outside its data block's range")
 
 
+def test_two_entries_over_the_same_bytes_are_refused(tmp_path):
+    # enc/b's entry points into enc/w's bytes (a valid crc of those bytes): a tensor under another's name
+    stolen = W.reshape(-1)[:4]
+    write_raw(tmp_path / "ckpt", [[HEADER, (b"enc/b", _entry(stolen, 0)), (b"enc/w", _entry(W, 0))]])
+    _fails(tmp_path / "ckpt", "ckpt.index", "'enc/w'", "overlap those of 'enc/b'")
+
+
 def test_a_key_that_is_not_utf8_is_refused(tmp_path):
     write_raw(tmp_path / "ckpt", [[HEADER, (b"enc/\xff", _entry(W, 0))]])
     _fails(tmp_path / "ckpt", "ckpt.index", "is not UTF-8")
