@@ -86,6 +86,10 @@ def find_checkpoint(path: str | os.PathLike) -> tuple[Path, Path]:
     except OSError as err:
         if err.errno == errno.ELOOP:
             raise CheckpointError("a symlink loop, not a checkpoint directory or prefix", file=path) from None
+        if not _exists(path) and not _exists(Path(f"{path}.index")):
+            raise CheckpointError(
+                "no such checkpoint directory or prefix (nor a .index beside it)", file=path
+            ) from None
     if path.is_dir():
         prefix = path / CHECKPOINT_PREFIX
         if not _exists(Path(f"{prefix}.index")):

@@ -234,9 +234,10 @@ def test_a_config_that_is_not_a_regular_file(folder, no_build, kind):
     _fails(folder, "etc_config.json", expected)
 
 
-def test_a_checkpoint_path_that_loops(tmp_path):
+def test_a_checkpoint_path_that_loops_or_is_not_there(tmp_path):
     (tmp_path / "loop").symlink_to("loop")
     _fails(tmp_path / "loop", "loop", "a symlink loop, not a checkpoint directory")
+    _fails(tmp_path / "nothing", "nothing: no such checkpoint directory or prefix")
 
 
 # -- the caller's own arguments ------------------------------------------------------------------
