@@ -6,6 +6,7 @@ both split the data between DDP ranks so that every rank runs the same number of
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import signal
@@ -165,7 +166,9 @@ class _ShardLoader(DataLoader):
         super().__init__(_ErrorsAsItems(dataset), collate_fn=collate_batch, **options)
 
     def __iter__(self) -> Iterator[Any]:
-        for batch in super().__iter__():
+        with stop_signals_blocked(self.num_workers > 0):  # the workers start here: none may die of a stop signal
+            iterator = super().__iter__()
+        for batch in iterator:
             if isinstance(batch, _WorkerError):
                 raise batch.error from None
             yield batch
@@ -176,6 +179,30 @@ def _collate_or_error(collate_fn: Callable, items: list) -> Any:
     return next((item for item in items if isinstance(item, _WorkerError)), None) or collate_fn(items)
 
 
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+@contextlib.contextmanager
+def stop_signals_blocked(enabled: bool = True) -> Iterator[None]:
+    """SIGINT and SIGTERM held back (delivered on exit) while DataLoader workers are forked: a
+    worker inherits the mask, so a signal sent to the process group between its start and
+    `_ignore_interrupts` waits instead of killing it with torch's default SIGTERM action."""
+    if not enabled or not hasattr(signal, "pthread_sigmask"):
+        yield
+        return
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+
+
 def _ignore_interrupts(worker_id: int) -> None:
-    """DataLoader workers leave Ctrl-C to the trainer, which finishes its step and checkpoints."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    """DataLoader workers leave Ctrl-C and SIGTERM to the trainer, which finishes its step,
+    checkpoints and shuts them down (Ctrl-C in a terminal, `scancel`, `docker stop` and
+    Kubernetes signal every process of the group or job, workers included). Ignoring discards a
+    signal held back while the worker started; then the mask inherited from the loader is lifted."""
+    for signum in STOP_SIGNALS:
+        signal.signal(signum, signal.SIG_IGN)
+    if hasattr(signal, "pthread_sigmask"):
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)

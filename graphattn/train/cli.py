@@ -312,6 +312,8 @@ def _train(args: argparse.Namespace, shards: list[str], raw: list[str], settings
     except TrainingInterrupted as stop:
         if is_main_process():
             where = f"checkpoint {stop.checkpoint}" if stop.checkpoint else "no checkpoint"
+            if stop.unsaved:
+                where = f"the data loader's workers ended during step {stop.step + 1}, so the newest is {where}"
             how = "SIGTERM" if stop.signal == signal.SIGTERM else "Ctrl-C"
             print(
                 f"graphattn train: interrupted ({how}) at step {stop.step}; {where}. Resume with:\n"

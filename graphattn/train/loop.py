@@ -139,9 +139,10 @@ class TrainingInterrupted(KeyboardInterrupt):
     """Ctrl-C or SIGTERM stopped `fit` after a whole step; `checkpoint` holds it (None without
     checkpoint_dir); `signal` is the signal's number (SIGINT or SIGTERM)."""
 
-    def __init__(self, step: int, checkpoint: Path | None, signum: int = signal.SIGINT):
+    def __init__(self, step: int, checkpoint: Path | None, signum: int = signal.SIGINT, *, unsaved: bool = False):
         super().__init__(f"interrupted at step {step}" + (f"; checkpoint {checkpoint}" if checkpoint else ""))
         self.step, self.checkpoint, self.signal = step, checkpoint, signum
+        self.unsaved = unsaved  # the data ended half-way through a step: `checkpoint` is an earlier one (or None)
 
 
 _STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
@@ -149,17 +150,25 @@ _STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 class _InterruptFlag:
     """While active (main thread only), the first SIGINT or SIGTERM sets `requested` (and
-    `signum`) instead of stopping the process; a second one acts as it would without this."""
+    `signum`) instead of stopping the process; a second one acts as it would without this.
+
+    From the first signal on, a DataLoader worker that exits is no error of its own: torch's
+    SIGCHLD handler (which raises "DataLoader worker ... killed by signal" wherever the main
+    thread happens to be, a checkpoint save included) is set aside until the flag is left, and
+    `fit` ends at the step it reached when the data stops coming."""
 
     def __init__(self, enabled: bool):
         self.enabled = enabled and threading.current_thread() is threading.main_thread()
         self.requested = False
         self.signum = signal.SIGINT
         self._previous: dict[int, Any] = {}
+        self._sigchld: Any = None
 
     def _handle(self, signum, frame) -> None:
         self.requested, self.signum = True, signum
         self._restore()
+        if _SIGCHLD is not None:
+            self._sigchld = signal.signal(_SIGCHLD, signal.SIG_DFL)
 
     def _restore(self) -> None:
         for signum, previous in self._previous.items():
@@ -174,6 +183,12 @@ class _InterruptFlag:
     def __exit__(self, *exc) -> None:
         if self.enabled:
             self._restore()
+            if self._sigchld is not None:
+                signal.signal(_SIGCHLD, self._sigchld)
+                self._sigchld = None
+
+
+_SIGCHLD = getattr(signal, "SIGCHLD", None)
 
 
 @dataclass
@@ -378,6 +393,22 @@ class Trainer:
             self.epoch += 1
             self.batch_in_epoch = 0
 
+    def _next_batch(
+        self, batches: Iterator[Any], interrupt: _InterruptFlag, micro: int, last_checkpoint: Path | None
+    ) -> Any:
+        """The next batch; after a stop signal, data that ends (DataLoader workers that exited
+        with the signal: a worker outside graphattn's shard loader may not ignore it) ends the
+        run at the step reached, saved when no batch of the next step was consumed yet."""
+        try:
+            return next(batches)
+        except (RuntimeError, StopIteration, OSError):
+            if not interrupt.requested or is_distributed():
+                raise
+        if micro:
+            raise TrainingInterrupted(self.step, last_checkpoint, interrupt.signum, unsaved=True)
+        saved = self.save_checkpoint() if self.config.checkpoint_dir else None
+        raise TrainingInterrupted(self.step, saved, interrupt.signum)
+
     # -- one optimizer step ----------------------------------------------------------------
 
     def _micro_step(self, batch: Any, last: bool) -> tuple[torch.Tensor, dict[str, Any]]:
@@ -436,7 +467,8 @@ class Trainer:
                 while self.step < total:
                     accum = cfg.gradient_accumulation_steps
                     for i in range(accum):
-                        loss, metrics = self._micro_step(next(batches), last=i == accum - 1)
+                        batch = self._next_batch(batches, interrupt, i, last_checkpoint)
+                        loss, metrics = self._micro_step(batch, last=i == accum - 1)
                         _accumulate(window, {"loss": loss, **metrics}, 1.0 / accum)
                     grad_norm, lr = self._optimizer_step()
                     self.step += 1
