@@ -18,8 +18,11 @@ the row left to right, carrying a recurrent or convolution state. So
   inside a row never passes a recurrent layer: refused.
 
 Refusals are one `GraphattnMaskError` line naming the layer (`check_hybrid`, called by graphattn's
-mask function, which every hybrid model calls before it builds the recurrent layers' mask). Nothing
-of transformers is patched.
+mask function, which nearly every hybrid model calls before it builds the recurrent layers' mask).
+Where nothing of graphattn ran first (a model without attention layers such as Mamba2, or LFM3 /
+LaraMini, which build their masks in `set` order), the structure itself refuses to pass as the
+padding mask of rows holding several documents or a tree (`padding_view`), in one line that cannot
+name the layer. Nothing of transformers is patched.
 """
 
 from __future__ import annotations
