@@ -19,6 +19,7 @@ from __future__ import annotations
 import errno
 import hashlib
 import json
+import os
 import shutil
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -29,8 +30,7 @@ from typing import Any
 from graphattn.corpus.lock import DirectoryLock, pid_is_alive
 from graphattn.errors import GraphattnError
 from graphattn.shards.format import write_atomic
-
-RUN_FORMAT = "graphattn-run/1"
+from graphattn.shards.runfile import RunFileError, read_run
 
 
 class OutputError(GraphattnError):
@@ -157,19 +157,13 @@ class OutputDir:
             tmp.unlink(missing_ok=True)
 
     def _read_run(self) -> dict[str, Any]:
-        if not self.run_file.exists():
+        """The run being resumed, read by the version its run.json names (`graphattn.shards.runfile`)."""
+        if not os.path.lexists(self.run_file):
             raise GraphattnError("nothing to resume here (no run.json); run without --resume", file=str(self.path))
         try:
-            data = json.loads(self.run_file.read_text(encoding="utf-8"))
-        except (json.JSONDecodeError, UnicodeDecodeError) as err:
-            raise GraphattnError(
-                f"run.json is damaged ({err}); start a new run in an empty directory", file=str(self.run_file)
-            ) from None
-        if data.get("format") != RUN_FORMAT:
-            raise GraphattnError(
-                f"run.json has format {data.get('format')!r}, expected {RUN_FORMAT!r}", file=str(self.run_file)
-            )
-        return data
+            return read_run(self.run_file)
+        except RunFileError as err:
+            raise RunFileError(f"{err.reason}; start a new run in an empty directory", err.location) from None
 
     # -- shards ------------------------------------------------------------------------------
     def is_done(self, index: int) -> bool:
@@ -235,7 +229,7 @@ def _short(value: Any, width: int = 120) -> str:
 
 def _check_same_run(previous: dict, run: dict, where: str) -> None:
     """Resume only the run that was started: same settings, same (unchanged) input files."""
-    old, new = previous.get("settings", {}), run["settings"]
+    old, new = previous["settings"], run["settings"]  # every key is there: `read_run` checked its version's keys
     differ = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))
     if differ:
         detail = "; ".join(f"{k}: was {_short(old.get(k))}, now {_short(new.get(k))}" for k in differ[:5])
@@ -244,7 +238,7 @@ def _check_same_run(previous: dict, run: dict, where: str) -> None:
             "use the same command, or start a new run in an empty directory",
             file=where,
         )
-    old_inputs = {f["path"]: f for f in previous.get("inputs", [])}
+    old_inputs = {f["path"]: f for f in previous["inputs"]}
     for now in run["inputs"]:
         before = old_inputs.get(now["path"])
         if before != now:
@@ -253,5 +247,5 @@ def _check_same_run(previous: dict, run: dict, where: str) -> None:
                 f"(was {before}, now {now}); start a new run",
                 file=where,
             )
-    if previous.get("documents") != run["documents"] or previous.get("shards") != run["shards"]:
+    if previous["documents"] != run["documents"] or previous["shards"] != run["shards"]:
         raise GraphattnError("--resume refused: the inputs now hold a different number of documents", file=where)

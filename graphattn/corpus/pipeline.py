@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 import graphattn
-from graphattn.corpus.output import RUN_FORMAT, OutputDir, documents_line, plural
+from graphattn.corpus.output import OutputDir, documents_line, plural
 from graphattn.corpus.sources import (
     DEFAULT_MAX_REJECTED,
     DEFAULT_SHARD_SIZE,
@@ -44,6 +44,7 @@ from graphattn.corpus.sources import (
 from graphattn.corpus.worker import ShardResult, ShardTask, ShardWritten, WorkerState, compile_shard
 from graphattn.errors import GraphattnError
 from graphattn.shards.format import COMPRESSION, COMPRESSION_LEVEL, FORMAT, ROWS_PER_GROUP, ShardColumns
+from graphattn.shards.runfile import RUN_FORMAT  # run.json's format and version (read by version there)
 
 THROTTLE_ENV = "GRAPHATTN_COMPILE_THROTTLE"  # seconds to sleep after each shard write (tests interrupt runs with it)
 

@@ -37,7 +37,7 @@ from graphattn.contract import EtcBatch, EtcInstance
 from graphattn.errors import GraphattnError
 from graphattn.shards.format import Provenance
 from graphattn.shards.reader import DecodedRows, ShardInfo, Source, read_info, read_row_group, shard_paths
-from graphattn.shards.verify import ShardFormatError, check_same_run, classes_from_footer
+from graphattn.shards.verify import ShardFormatError, check_digests, check_same_run, classes_from_footer
 
 
 class _Shards:
@@ -53,6 +53,8 @@ class _Shards:
     ):
         self.paths = paths
         self.cache_size = max(1, cache_size)
+        if verify_sha256:
+            check_digests(paths)  # several files at a time; a file whose stamp holds is not hashed again
         self.infos = [read_info(p, verify_sha256=verify_sha256) for p in paths]
         for info in self.infos[1:]:
             check_same_run(self.infos[0], info)
