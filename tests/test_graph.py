@@ -389,6 +389,14 @@ def test_bulk_adds_are_checked_before_anything_is_stored():
         g.add_nodes(["x"], "new-type", np.array([[0.5, 1.7]]), validate=False)
     with pytest.raises(GraphError, match="node type must be a non-empty string"):
         g.add_nodes(["x", "y"], (["new-type", ""], np.array([0, 1])), validate=False)
+    for types, says in (
+        ((["new-type"], np.array([0.0, 0.0])), r"codes must be \[2\] integer indices into 1 names"),
+        ((["new-type"], np.array([0, 1])), r"codes must be \[2\] integer indices into 1 names"),
+        (({"new-type": 0}, np.array([0, 0])), r"\(names, codes\): names must be a list, got dict"),
+        ({"new-type": 0, "b": 1}, "node type must be a non-empty string, a list of one per node or"),
+    ):
+        with pytest.raises(GraphError, match=says):
+            g.add_nodes(["x", "y"], types)
     for rows in ([1.7], ["0"], [True], [None]):
         with pytest.raises(GraphError, match="edge source rows must be integers"):
             g.add_edges(rows, "mentions", [3])

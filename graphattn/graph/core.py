@@ -15,7 +15,11 @@ reader uses), or a whole graph at once (`from_columns`: what the JSON readers us
 and iteration give `Node` / `Edge` views of rows: reading them reads the columns, and writing a
 view's span, type or attrs writes the columns, checked like `add_node` (a span past the text
 raises there and then). The views live in `views.py`, the dict and networkx conversions in
-`interchange.py`.
+`interchange.py`, the array checks of bulk building in `bulk.py`.
+
+An edit that is refused changes nothing: every builder checks all it was given (ids, types,
+relations, spans, attr columns, edge ends) before it stores any of it or registers a new type or
+relation name, so a `GraphError` leaves the graph exactly as it was.
 
 The graph checks what it can know alone (ids, dangling edges, spans: pairs of integers inside
 the text); what the schema decides (which types and relations exist, overlapping spans of one
@@ -32,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from graphattn.errors import GraphError
+from graphattn.graph.bulk import code_table, edge_rows, first_bad_span, local_codes
 from graphattn.graph.columns import Column, add_columns, check_columns, set_attrs
 from graphattn.graph.interchange import (
     graph_from_dict,
@@ -193,7 +198,7 @@ class DocGraph:
             raise GraphError(
                 f"spans must be an integer array [{n}, 2], got {spans.dtype} {list(spans.shape)}", file=self.source
             )
-        type_names, local = self._local_type_codes(n, types)
+        type_names, local = local_codes(n, types, "nodes", self.source)
         if validate:
             self._check_new_nodes(ids, type_names, local, spans)
         if attrs:
@@ -205,7 +210,7 @@ class DocGraph:
             if problem:
                 raise GraphError(problem, file=self.source)
         # every check has passed: from here on nothing raises, so a refused batch leaves the graph as it was
-        table = _code_table(type_names, local, lambda name: self._type_code(None, name), self._name_check("node type"))
+        table = code_table(type_names, local, lambda name: self._type_code(None, name), self._name_check("node type"))
         self._ids.extend(ids)
         self._types.frombytes(np.full(n, table[0]).tobytes() if len(table) == 1 else table[local].tobytes())
         self._starts.frombytes(np.ascontiguousarray(spans[:, 0], dtype=np.int64).tobytes())
@@ -213,33 +218,6 @@ class DocGraph:
         if attrs:
             add_columns(self._node_attrs, first, attrs)
         return first
-
-    def _local_type_codes(self, n: int, types: Any, what: str = "nodes") -> tuple[Sequence[Any], np.ndarray]:
-        """`add_nodes`' types (or `add_edges`' relations) as (names, int64 [n] index into names),
-        names not yet checked."""
-        if isinstance(types, str):
-            return (types,), np.zeros(n, dtype=np.int64)
-        if isinstance(types, tuple) and len(types) == 2 and isinstance(types[1], np.ndarray):
-            names, local = types
-            if local.shape != (n,) or (n and not 0 <= local.min() <= local.max() < len(names)):
-                raise GraphError(f"codes must be [{n}] indices into {len(names)} names", file=self.source)
-            return names, local.astype(np.int64, copy=False)
-        if not isinstance(types, (Sequence, np.ndarray)) or isinstance(types, (str, bytes)):
-            name = "node type" if what == "nodes" else "relation"
-            raise GraphError(
-                f"{name} must be a non-empty string, a list of one per {what[:-1]} or (names, codes), "
-                f"got {type(types).__name__}",
-                file=self.source,
-            )
-        if len(types) != n:
-            raise GraphError(f"{len(types)} names for {n} {what}", file=self.source)
-        try:
-            table = {t: k for k, t in enumerate(dict.fromkeys(types))}
-        except TypeError:  # an unhashable name (a list, a dict)
-            table = {None: 0}
-        if not all(t.__class__ is str for t in table):  # a bad name: kept one per row, so the row is named
-            return list(types), np.arange(n, dtype=np.int64)
-        return list(table), np.fromiter((table[t] for t in types), dtype=np.int64, count=n)
 
     def _check_new_nodes(self, ids: list[str], type_names: Sequence[Any], local: np.ndarray, spans: np.ndarray) -> None:
         """`add_node`'s checks over a batch: the first row that fails raises that row's error."""
@@ -255,7 +233,7 @@ class DocGraph:
                 seen[node_id] = row
         bad_names = [k for k, name in enumerate(type_names) if not isinstance(name, str) or not name]
         bad_type = int(np.flatnonzero(np.isin(local, bad_names))[0]) if bad_names and n else n
-        bad_span = self._first_bad_span(spans)
+        bad_span = first_bad_span(spans, len(self._text))
         row = min(duplicate, bad_type, bad_span)
         if row == n:
             return
@@ -267,17 +245,6 @@ class DocGraph:
             self._type_code(node_id, type_names[local[row]])  # raises with the usual message
         self._check_span(node_id, (int(spans[row, 0]), int(spans[row, 1])))  # raises with the usual message
         raise GraphError("a span without a start must be (-1, -1)", file=self.source, node=node_id)
-
-    def _first_bad_span(self, spans: np.ndarray) -> int:
-        """The first row whose span is neither (-1, -1) nor inside the text; len(spans) if none."""
-        if not len(spans):
-            return 0
-        starts, ends = spans[:, 0], spans[:, 1]
-        if starts.min() >= 0 and ends.max() <= len(self._text) and (ends - starts).min() >= 0:
-            return len(spans)  # every node has a span, inside the text: the common case, four operations
-        has = starts >= 0
-        bad = (has & ((ends < starts) | (ends > len(self._text)))) | (~has & ((starts != -1) | (ends != -1)))
-        return int(np.argmax(bad)) if bad.any() else len(spans)
 
     def add_edges(
         self,
@@ -292,7 +259,7 @@ class DocGraph:
         if isinstance(relation, str) and type(src) in (list, range) and type(dst) in (list, range):
             self._add_edge_rows(src, relation, dst)  # a reader's few edges: no numpy round trip
             return
-        src, dst = _rows(src, "source", self.source), _rows(dst, "target", self.source)
+        src, dst = edge_rows(src, "source", self.source), edge_rows(dst, "target", self.source)
         n_nodes = len(self._ids)
         if src.shape != dst.shape or src.ndim != 1:
             raise GraphError(
@@ -311,9 +278,9 @@ class DocGraph:
             check_name(relation, "relation", self.source, None, "every edge of a bulk add: ")
             codes = np.full(src.shape, self._relation_code(relation), dtype=np.int64)
         else:
-            names, local = self._local_type_codes(src.size, relation, "edges")
+            names, local = local_codes(src.size, relation, "edges", self.source)
             check = self._name_check("relation", lambda k: f"edge {int(np.argmax(local == k))} of a bulk add: ")
-            codes = _code_table(names, local, lambda name: self._relation_code(str(name)), check)[local]
+            codes = code_table(names, local, lambda name: self._relation_code(str(name)), check)[local]
         self._src.frombytes(src.tobytes())
         self._dst.frombytes(dst.tobytes())
         self._rel.frombytes(codes.tobytes())
@@ -557,27 +524,3 @@ class DocGraph:
     def from_networkx(cls, g: nx.Graph, text: str | None = None, doc_id: str | None = None) -> DocGraph:
         """Inverse of `to_networkx`; any networkx graph whose nodes carry a `type` attribute."""
         return graph_from_networkx(cls, g, text, doc_id)
-
-
-def _code_table(
-    names: Sequence[Any], local: np.ndarray, register: Callable[[Any], int], check: Callable[[int, Any], None]
-) -> np.ndarray:
-    """The graph's code of each of `names` (those `local` uses, registered in the order given); every
-    used name passes `check` (index, name) before the first is registered."""
-    table = np.zeros(len(names), dtype=np.int64)
-    used = np.bincount(local, minlength=len(names)) > 0 if len(names) > 1 else [len(local) > 0]
-    for k, name in enumerate(names):
-        if used[k]:
-            check(k, name)
-    for k, name in enumerate(names):
-        if used[k]:
-            table[k] = register(name)
-    return table
-
-
-def _rows(rows: Any, end: str, source: str | None) -> np.ndarray:
-    """Edge end rows as int64: integers only (1.7 or "0" is refused, not rounded or parsed)."""
-    array_ = np.asarray(rows)
-    if array_.size and array_.dtype.kind not in "iu":
-        raise GraphError(f"edge {end} rows must be integers, got {array_.dtype} values", file=source)
-    return array_.astype(np.int64, copy=False)
