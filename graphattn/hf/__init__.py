@@ -12,6 +12,7 @@ docs/HF.md explains the pieces; transformers is imported only by `register`.
 from graphattn.hf.attention import GraphattnMaskError, LayerMask, chunked_attention, register
 from graphattn.hf.pack import PackingCollator, pack_documents, pack_tree, tree_lm_loss
 from graphattn.hf.parity import ParityReport, check_parity, leaf_paths, tree_token_ratio
+from graphattn.hf.prompts import BlockCache, Prefill
 from graphattn.hf.schema import (
     attach_relative_bias,
     attention_modules,
@@ -20,13 +21,16 @@ from graphattn.hf.schema import (
     structure_from_instances,
 )
 from graphattn.hf.structure import LayerRule, Structure
+from graphattn.hf.tree_decode import generate_tree
 
 __all__ = [
+    "BlockCache",
     "GraphattnMaskError",
     "LayerMask",
     "LayerRule",
     "PackingCollator",
     "ParityReport",
+    "Prefill",
     "Structure",
     "attach_relative_bias",
     "attention_modules",
@@ -34,6 +38,7 @@ __all__ = [
     "check_parity",
     "compile_schema",
     "dense_mask",
+    "generate_tree",
     "leaf_paths",
     "pack_documents",
     "pack_tree",
