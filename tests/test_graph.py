@@ -209,6 +209,9 @@ def test_views_write_through_to_the_columns():
     assert dict(g.node("s0").attrs) == {"a": 1}
     with pytest.raises(KeyError):
         del g.node("s0").attrs["nope"]
+    with pytest.raises(GraphError, match="attr names must be strings, got 3"):
+        g.node("s0").attrs[3] = "x"
+    assert dict(g.node("s0").attrs) == {"a": 1}
     g.edges.append(g.edges[0])  # the same edge again, through the list view
     assert len(g.edges) == 4 and g.edges[-1].dst == "s0"
 

@@ -18,6 +18,8 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from graphattn.errors import GraphError
+
 MISSING: Any = type("Missing", (), {"__repr__": lambda self: "MISSING", "__reduce__": lambda self: "MISSING"})()
 """The value of a row that does not have the attr (a singleton that survives pickling)."""
 
@@ -193,6 +195,8 @@ class RowAttrs(MutableMapping):
         return column is not None and column.get(self._row) is not MISSING
 
     def __setitem__(self, key: str, value: Any) -> None:
+        if not isinstance(key, str):  # names become keyword arguments and column names, as in `add_node`
+            raise GraphError(f"attr names must be strings, got {key!r}")
         column = self._columns.get(key)
         if column is None:
             column = self._columns[key] = Column()

@@ -215,5 +215,5 @@ def test_many_shards_are_hashed_together_and_the_first_failure_in_order_is_named
     paths = [str(p) for p in sorted(directory.glob("*.parquet"))]
     with pytest.raises(ShardFormatError, match=r"shard-00001\.parquet: its sha256 differs"):
         verify.check_digests(paths, workers=3)
-    assert sorted(hashed) == sorted(Path(p).name for p in paths)
+    assert "shard-00001.parquet" in hashed  # (files not yet started when it failed are not hashed at all)
     assert ShardDataset(directory, verify_sha256=False) is not None  # --no-verify-sha256 reads them unchecked
