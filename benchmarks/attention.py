@@ -11,11 +11,8 @@ with a^K and a label bias):
     blocked-layer the same backend as a model's later layers call it: prepared once per batch
                  (outside the timing), chunk label indices cached by the first call
     blocked-eager the blocked backend's PyTorch path (fused=False: where no C compiler is, and
-                 for fp64 and bf16 tiles), worker threads as the default
-    blocked-omp  the PyTorch path on torch's intra-op (OpenMP) threads (workers=1)
-    blocked-auto the PyTorch path with workers="auto": the process measures both thread modes
-                 on its first calls and keeps the faster (graphattn.kernels.blocked_modes); the
-                 warm-up makes those calls, so the row shows the steady state
+                 for fp64 and bf16 tiles), its chunks one after another, each op on torch's
+                 intra-op threads
     blocked-bf16 the default on bf16 copies of the inputs (outputs bf16): with gradients fp32 on the
                  fused kernel, without them bf16 tiles on the PyTorch path where the CPU
                  multiplies bf16 in hardware
@@ -77,7 +74,6 @@ from graphattn.contract import SideInputs  # noqa: E402
 from graphattn.kernels import (  # noqa: E402
     blocked,
     blocked_fused,
-    blocked_modes,
     dense,
     flex,
     global_local_attention,
@@ -176,8 +172,7 @@ def blocked_layer(inp: Inputs, backward: bool):
 
 
 def blocked_with(**options):
-    """The blocked backend with plan options: its eager PyTorch path (fused=False) in one thread
-    mode (workers 1: torch's intra-op threads; "auto": measured)."""
+    """The blocked backend with plan options (fused=False: its eager PyTorch path)."""
 
     def build(inp: Inputs, backward: bool):
         def run():
@@ -328,8 +323,6 @@ METHODS: dict[str, Callable] = {
     "blocked": graphattn_method("blocked"),
     "blocked-layer": blocked_layer,
     "blocked-eager": blocked_with(fused=False),
-    "blocked-omp": blocked_with(fused=False, workers=1),
-    "blocked-auto": blocked_with(fused=False, workers="auto"),
     "blocked-bf16": blocked_bf16,
     "flex": flex_kernel,
     "flex mask": flex_mask,
@@ -337,11 +330,6 @@ METHODS: dict[str, Callable] = {
     "dense-sdpa": dense_sdpa,
     "longformer": longformer,
 }
-
-
-# workers="auto" alternates its two thread modes on its first calls of each kind (forward,
-# backward): warming up past them times the mode it settled on, as a training loop sees it.
-WARMUPS = {"blocked-auto": 1 + blocked_modes.EXPLORE}
 
 
 def skip_reason(method: str, length: int, backward: bool, device: str) -> str | None:
@@ -366,8 +354,7 @@ def time_methods(
     runs = {}
     for name, build in builds.items():
         run, flops = build(inp, backward)
-        for _ in range(WARMUPS.get(name, 1)):
-            run()  # warm-up (compiles flex; the blocked default measures its two modes)
+        run()  # warm-up (compiles flex, builds the fused kernel)
         runs[name] = (run, flops, [])
     tensors = inp.states + [inp.key_table, inp.bias_table, inp.hidden]
     for _ in range(repeats):

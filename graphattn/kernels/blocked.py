@@ -24,11 +24,9 @@ tensors) to page faults. The layout is chosen for all three:
   score tile stays within TILE_ELEMENTS: memory is linear in L and no [H, L, G] tensor exists.
   Each chunk only touches the key span its masks allow (hard l2g/g2l masks and packed
   documents shrink it a lot), and tiles live in scratch buffers reused across chunks.
-* Chunks are independent: on CPU they run on worker threads with one intra-op thread each (the
-  default: reproducible bit for bit, and it keeps pace with torch's intra-op threads on an idle
-  machine while staying fast on a busy one), on torch's intra-op threads (`workers=1`), or on
-  whichever of the two this process measured faster (`workers="auto"`, blocked_modes.py; the
-  last bits of a result then depend on which mode a call got).
+* Chunks run one after another on the calling thread, each op on torch's own intra-op threads
+  (blocked_modes.run_tasks): no thread of ours and no change of torch's process-wide thread count,
+  and the same order on every call, so results repeat bit for bit.
 
 Softmax and matmuls run in fp32 (fp64 stays fp64; fp16 inputs, and bf16 inputs of calls that
 will run backward, are computed in fp32); bf16 inputs of calls without gradients stay bf16 where
@@ -43,13 +41,13 @@ below, which stays for fp64, bf16 tiles and machines where the kernel cannot be 
 from __future__ import annotations
 
 from dataclasses import replace
-from functools import cache, partial
+from functools import cache
 
 import torch
 
 from graphattn.contract import SideInputs
 from graphattn.kernels import blocked_fused
-from graphattn.kernels.blocked_modes import CHOOSER, run_tasks, shape_class
+from graphattn.kernels.blocked_modes import run_tasks
 from graphattn.kernels.blocked_sources import source_of
 from graphattn.kernels.blocked_tiles import (
     TILE_ELEMENTS,
@@ -71,7 +69,7 @@ NATIVE_COMPACT = True  # chunks derive their masks and labels from a CompactBatc
 QUERY_SIDES = True  # run(..., queries="global" | "long") computes one query side (the other comes out as zeros)
 
 
-def _forward(lay: CallTensors, workers: int, queries: str = "both"):
+def _forward(lay: CallTensors, queries: str = "both"):
     geo = lay.geo
     bh, d = geo.bh, lay.dim
     global_out, long_out = query_outputs(lay, queries)
@@ -93,7 +91,7 @@ def _forward(lay: CallTensors, workers: int, queries: str = "both"):
             out.baddbmm_(tile.second(probs), lay.lv[:, tile.keys])
         global_out[:, tile.rows] = out
 
-    run_tasks(*chunk_tasks(lay, queries, long_task, global_task), lambda: Scratches(lay.lq), workers)
+    run_tasks(chunk_tasks(lay, queries, long_task, global_task)[0], lambda: Scratches(lay.lq))
     return global_out, long_out
 
 
@@ -141,7 +139,7 @@ class _KeyGrads:
         return getattr(self, name)[:, self.geo.radius : self.geo.radius + self.geo.num_long]
 
 
-def _backward(lay: CallTensors, grad_global, grad_long, workers: int, queries: str = "both"):
+def _backward(lay: CallTensors, grad_global, grad_long, queries: str = "both"):
     geo = lay.geo
     bh, d, r = geo.bh, lay.dim, geo.radius
     scale = geo.scale  # score = T + scale * q.k: gradients of q and k carry it, the tables' not
@@ -195,16 +193,8 @@ def _backward(lay: CallTensors, grad_global, grad_long, workers: int, queries: s
             _add_product(d_gq[:, tile.rows], part(d_scores), k, scale)
             _add_product(d_k, part(d_scores).transpose(1, 2), tile.q, scale)
 
-    accs = run_tasks(*chunk_tasks(lay, queries, long_task, global_task), lambda: _KeyGrads(lay), workers)
-
-    def total(name: str) -> torch.Tensor:
-        """One gradient summed over the workers' private accumulators, in the first one's memory."""
-        parts = [acc.long_keys(name) if name in ("d_lk", "d_lv") else getattr(acc, name) for acc in accs]
-        for part in parts[1:]:
-            parts[0].add_(part)
-        return parts[0]
-
-    d_gk, d_gv, d_lk, d_lv = (total(name) for name in ("d_gk", "d_gv", "d_lk", "d_lv"))
+    acc = run_tasks(chunk_tasks(lay, queries, long_task, global_task)[0], lambda: _KeyGrads(lay))
+    d_gk, d_gv, d_lk, d_lv = acc.d_gk, acc.d_gv, acc.long_keys("d_lk"), acc.long_keys("d_lv")
     d_t_long, d_t_global = geo.fold_lanes(d_t_long[:, :, : geo.num_long]), geo.fold_lanes(d_t_global)
     return d_gq, d_gk, d_gv, d_lq[:, : geo.num_long], d_lk, d_lv, d_t_global, d_t_long
 
@@ -216,7 +206,7 @@ class _BlockedAttention(torch.autograd.Function):
     @staticmethod
     def forward(ctx, gq, gk, gv, lq, lk, lv, t_global, t_long, plan, geo, queries):
         lay = CallTensors(geo, plan, gq, gk, gv, lq, lk, lv, t_global, t_long)
-        global_out, long_out = _in_mode(plan, lay, f"forward {queries}", partial(_forward, lay, queries=queries))
+        global_out, long_out = _forward(lay, queries)
         ctx.save_for_backward(gq, gk, gv, lq, lk, lv, t_global, t_long)
         ctx.plan, ctx.geo, ctx.queries = plan, geo, queries
         shape = lambda n: (geo.batch, geo.heads, n, lq.shape[-1])  # noqa: E731
@@ -227,8 +217,7 @@ class _BlockedAttention(torch.autograd.Function):
         inputs = ctx.saved_tensors
         lay = CallTensors(ctx.geo, ctx.plan, *inputs)
         grad_global, grad_long = grad_global.contiguous(), grad_long.contiguous()
-        body = partial(_backward, lay, grad_global, grad_long, queries=ctx.queries)
-        grads = _in_mode(ctx.plan, lay, f"backward {ctx.queries}", body)
+        grads = _backward(lay, grad_global, grad_long, ctx.queries)
         return (*(g.reshape(x.shape) for g, x in zip(grads, inputs)), None, None, None)
 
 
@@ -236,16 +225,6 @@ def _fused_workers(plan: BlockedPlan) -> int:
     """The fused kernel is single-threaded per chunk: its threads are the workers ("auto" and
     the default both mean one per intra-op thread)."""
     return plan.workers if plan.workers is not None else torch.get_num_threads()
-
-
-def _in_mode(plan: BlockedPlan, lay: CallTensors, direction: str, body):
-    """body(workers) with the plan's worker count, or the mode measured fastest for this kind
-    of call (blocked_modes.py) when the plan asked for `workers="auto"`."""
-    if plan.workers is not None:
-        return body(plan.workers)
-    geo = lay.geo
-    key = shape_class(direction, lay.lq.device, lay.lq.dtype, geo.bh, geo.num_long, geo.num_global)
-    return CHOOSER.run(key, body)
 
 
 def compute_dtype(dtype: torch.dtype, device: torch.device, backward: bool) -> torch.dtype:
@@ -280,20 +259,19 @@ def label_tables(
 def plan(request: PlanRequest) -> BlockedPlan:
     """Chunk geometry, skewed l2l labels and key spans of a batch, for every layer.
 
-    Options: `block_size` (default r, see blocked_tiles.default_block_size) and
-    `tile_elements` (shared by the workers) size the tiles; `index_cache_bytes` bounds the chunk
-    label indices the plan keeps for later layers and backward passes (IndexCache; default 1 KiB
-    per token, 0: none); `workers` fixes how chunks run: N > 1 Python threads with one intra-op
-    thread each, 1 torch's intra-op threads. The default (None) is torch.get_num_threads()
-    workers on CPU, 1 elsewhere: fixed, so results repeat bit for bit. "auto" on CPU measures
-    both modes on the first calls and keeps the faster (blocked_modes.py), at the price of
-    results that may differ in the last bits between calls. `fused` (default None: wherever it
-    can) runs fp32 CPU calls on the fused C kernel (blocked_fused.py), each pass one call whose N
-    workers (torch.get_num_threads() for None and "auto") are PyTorch's OpenMP threads, each
-    with a fixed deal of the chunks; True requires it (an error
-    names why it cannot run), False keeps the eager PyTorch path. Fused plans size their chunks
-    for the kernel (blocked_fused.chunking), and keep the PyTorch path's sizes for calls that
-    take that path."""
+    Options: `block_size` (default r, see blocked_tiles.default_block_size) and `tile_elements`
+    (the one tile bound, TILE_ELEMENTS by default: a PyTorch-path chunk's score tile over all heads;
+    a fused plan's chunks hold no such tile, so there it caps only what a user gives, each
+    worker's share bounding a chunk's extent per head, blocked_fused.chunking) size the chunks;
+    `index_cache_bytes` bounds the chunk label indices the plan keeps for later layers and
+    backward passes (IndexCache; default 1 KiB per token, 0: none); `workers` is the fused
+    kernel's worker count (default None and "auto": torch.get_num_threads() on CPU), each worker
+    with a fixed deal of the chunks, so results repeat bit for bit; the PyTorch path runs its
+    chunks on the calling thread, each op on torch's intra-op threads. `fused` (default None:
+    wherever it can) runs fp32 CPU calls on the fused C kernel (blocked_fused.py); True requires
+    it (an error names why it cannot run), False keeps the eager PyTorch path. Fused plans size
+    their chunks for the kernel, and keep the PyTorch path's sizes for calls that take that
+    path."""
     options = dict(request.options)
     workers = options.pop("workers", None)
     if workers == "auto":
@@ -314,8 +292,7 @@ def plan(request: PlanRequest) -> BlockedPlan:
         raise TypeError(f"unknown blocked-backend options: {', '.join(sorted(options))}")
     sharing = workers if workers is not None else torch.get_num_threads()
 
-    def per_worker(default: int) -> int:  # the workers share the budget: the same scratch memory in total
-        return max(1, (default if tile_elements is None else tile_elements) // max(sharing, 1))
+    per_worker = None if tile_elements is None else max(1, tile_elements // max(sharing, 1))
 
     s = request.shape
     source = source_of(request.compact if request.side is None else request.side)
@@ -328,14 +305,14 @@ def plan(request: PlanRequest) -> BlockedPlan:
         request.vocab_size,
         1.0,
         block_size,
-        per_worker(TILE_ELEMENTS),
+        TILE_ELEMENTS if tile_elements is None else tile_elements,
         s.num_global_keys,
     )
     if fused is False or not blocked_fused.likely(request.device, request.dtype):
         return replace(make_plan(eager, source, workers, cache_bytes), fused=fused)
     # Chunked for the kernel; a call that takes the PyTorch path (fp64, bf16 tiles, whose tiles
     # hold all heads) gets the eager geometry's chunks.
-    geo = blocked_fused.chunking(eager, per_worker(blocked_fused.TILE_ELEMENTS), sharing, source)
+    geo = blocked_fused.chunking(eager, per_worker, sharing, source)
     return replace(make_plan(geo, source, workers, cache_bytes), fused=fused, eager_geometry=eager)
 
 
@@ -397,7 +374,7 @@ def attention(
     scale: float,
     *,
     block_size: int | None = None,
-    tile_elements: int = TILE_ELEMENTS,
+    tile_elements: int | None = None,
     workers: int | str | None = None,
     index_cache_bytes: int | None = None,
     fused: bool | None = None,

@@ -49,13 +49,12 @@ from graphattn.kernels.blocked_tiles import (
     query_outputs,
 )
 
-# The chunk budget of plans that will run fused (blocked.plan's tile_elements, shared by the
-# workers): a chunk's [B, rows, keys] extent never exceeds it. The kernel holds one head's block
-# of rows at a time and the labels are kept as runs, so the default is only a cap (a small
-# tile_elements still forces small chunks); within it every worker gets TASKS_PER_WORKER long
-# chunks (the deal balances their costs, blocked_modes.deal) and global chunks take up to
-# GLOBAL_ROWS rows (_global_rows).
-TILE_ELEMENTS = 1 << 23
+# Chunks of plans that will run fused: the kernel holds one head's block of rows at a time (its
+# own bound, GLOBAL_TILE_BYTES) and the labels are kept as runs, so a chunk holds no tile that
+# blocked_tiles.TILE_ELEMENTS would bound; only a `tile_elements` a user gives caps a chunk's
+# [B, rows, keys] extent (each worker's share of it). Within that every worker gets
+# TASKS_PER_WORKER long chunks (the deal balances their costs, blocked_modes.deal) and global
+# chunks take up to GLOBAL_ROWS rows (_global_rows).
 TASKS_PER_WORKER = 4
 # Rows of a global chunk and of the kernel's blocks of global rows: every block streams all the
 # chunk's long keys and values through the cache, so more rows per block use each of them more:
@@ -86,12 +85,14 @@ G2G_PIECE_ELEMENTS = 1 << 16
 WORKSPACE_BYTES = 1 << 28
 
 
-def chunking(geo: Geometry, tile_elements: int, workers: int, source) -> Geometry:
-    """The chunk sizes of a fused plan (see TILE_ELEMENTS): `tile_elements` per worker."""
+def chunking(geo: Geometry, tile_elements: int | None, workers: int, source) -> Geometry:
+    """The chunk sizes of a fused plan: `tile_elements` (a worker's share of the user's bound, or
+    None: none) caps a chunk's [B, rows, keys] extent."""
     per_block = geo.batch * geo.block * (geo.window + geo.num_global_keys + 1)
     balanced = -(-geo.num_blocks // (TASKS_PER_WORKER * max(workers, 1)))
-    blocks = max(1, min(balanced, tile_elements // per_block))
-    most = max(1, min(GLOBAL_ROWS, tile_elements // (geo.batch * (geo.num_global_keys + geo.num_long + 1))))
+    per_row = geo.batch * (geo.num_global_keys + geo.num_long + 1)
+    blocks = max(1, balanced if tile_elements is None else min(balanced, tile_elements // per_block))
+    most = max(1, GLOBAL_ROWS if tile_elements is None else min(GLOBAL_ROWS, tile_elements // per_row))
     rows = _global_rows(geo, source, most) if geo.num_global else most
     return replace(geo, blocks_per_chunk=blocks, global_rows_per_chunk=rows)
 

@@ -184,8 +184,7 @@ class BlockedPlan:
     """What the blocked backend reuses across a batch's layers: the chunk geometry (the softmax
     scale is set per call), where masks and labels come from (dense slices or the compact
     structure, see blocked_sources.py), the skewed l2l label index and every chunk's key span.
-    `workers` is None when the thread mode is chosen by measuring (`workers="auto"`,
-    blocked_modes.py)."""
+    `workers` is the fused kernel's worker count (None: torch.get_num_threads() at each call)."""
 
     geo: Geometry
     source: Any  # DenseSource | CompactSource

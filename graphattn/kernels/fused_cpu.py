@@ -4,24 +4,22 @@ The PyTorch path (blocked.py) makes a dozen PyTorch calls per chunk, and between
 score tile crosses memory three more times (label gather, softmax, copies). The C kernel does the
 same arithmetic one block of rows at a time, with the block's scores kept in cache: 1.5-2x faster
 on CPU (issue 29). It is compiled with the machine's C compiler (`cc`, or $CC) on first use,
-for this CPU (-march=native), and cached under ~/.cache/graphattn (or $GRAPHATTN_CACHE); its
-matmuls are the BLAS sgemm_ that PyTorch's CPU library exports. Where that cannot be done (no
-compiler, no sgemm_ export, another OS), `available()` is False and the blocked backend runs
-its PyTorch path, the same results within fp32 rounding. GRAPHATTN_FUSED_CPU=0 turns it off.
+for this CPU (-march=native), and cached under ~/.cache/graphattn (or $GRAPHATTN_CACHE) by
+fused_build.py, which checks what it finds there before loading it (owner, permissions, digest);
+its matmuls are the BLAS sgemm_ that PyTorch's CPU library exports. Where that cannot be done (no
+compiler, no sgemm_ export, another OS, an unsafe cache), `available()` is False and the blocked
+backend runs its PyTorch path, the same results within fp32 rounding. GRAPHATTN_FUSED_CPU=0
+turns it off.
 """
 
 from __future__ import annotations
 
 import ctypes
-import hashlib
 import itertools
 import os
 import platform
-import shlex
 import shutil
-import subprocess
 import sys
-import tempfile
 import threading
 import warnings
 from dataclasses import dataclass
@@ -30,6 +28,7 @@ from pathlib import Path
 
 import torch
 
+from graphattn.kernels import fused_build
 from graphattn.kernels.structure_runs import Runs
 
 SOURCES = [Path(__file__).with_name(name) for name in ("fused_cpu.c", "fused_cpu_labels.c")]
@@ -70,7 +69,21 @@ def _before_fork() -> None:
         free()
 
 
-os.register_at_fork(before=_before_fork, after_in_child=lambda: _FORKED.update(child=True))
+def _in_forked_child() -> None:
+    _FORKED.update(child=True)
+
+
+_FORK_HOOK = {"registered": False}
+
+
+def _register_fork_hook() -> None:
+    """The fork hooks, registered once the kernel is loaded (not by importing this module: a
+    process that never runs the kernel needs none)."""
+    if not _FORK_HOOK["registered"]:
+        _FORK_HOOK["registered"] = True
+        os.register_at_fork(before=_before_fork, after_in_child=_in_forked_child)
+
+
 _LABEL_BYTES = {torch.int8: 1, torch.int16: 2, torch.int32: 4}  # blocked_tiles.label_dtype's choices
 
 
@@ -119,33 +132,6 @@ def _torch_lib() -> Path:
     return Path(torch.__file__).parent / "lib"
 
 
-def _cpu_signature() -> str:
-    """What -march=native depends on: the CPU's model and flags (a shared home directory may be
-    mounted on machines with different CPUs)."""
-    try:
-        lines = Path("/proc/cpuinfo").read_text().splitlines()
-        return "\n".join(sorted({line for line in lines if line.startswith(("model name", "flags"))}))
-    except OSError:
-        return platform.processor()
-
-
-def _build(compiler: str, target: Path) -> None:
-    """Compile into a temporary file and move it into place: processes that build at once each
-    get a whole library."""
-    lib = _torch_lib()
-    target.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
-        out = Path(tmp) / target.name
-        command = [*shlex.split(compiler), *FLAGS, *map(str, SOURCES), "-o", str(out), f"-L{lib}", "-ltorch_cpu", "-lm"]
-        command.append(f"-Wl,-rpath,{lib}")
-        done = subprocess.run(command, capture_output=True, text=True, timeout=300)
-        if done.returncode != 0:
-            said = done.stderr.strip()[-2000:] or "no message"
-            sources = " and ".join(map(str, SOURCES))
-            raise OSError(f"{compiler} exited with status {done.returncode} compiling {sources}: {said}")
-        os.replace(out, target)
-
-
 _REASON = {"why": "it has not been loaded yet"}
 
 
@@ -166,16 +152,11 @@ def library() -> ctypes.CDLL | None:
     compiler = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
     if compiler is None:
         return _unavailable("no C compiler (cc, gcc or $CC) was found to build the fused CPU kernel")
-    texts = [source.read_text() for source in SOURCES]
-    parts = (*texts, " ".join(FLAGS), compiler, torch.__version__, _cpu_signature())
-    key = hashlib.sha256("\0".join(parts).encode()).hexdigest()[:16]
-    target = _cache_dir() / f"fused_cpu_{key}.so"
     try:
-        with _BUILD_LOCK:
-            if not target.exists():
-                _build(compiler, target)
-        lib = ctypes.CDLL(str(target))
-    except (OSError, subprocess.SubprocessError) as error:
+        lib = _load(fused_build.compiler_command(compiler))
+    except fused_build.UnsafeCache as error:
+        return _unavailable(f"the fused CPU kernel's cache is refused ({error})")
+    except OSError as error:
         return _unavailable(f"the fused CPU kernel could not be built or loaded ({error})")
     i64, ptr = ctypes.c_int64, ctypes.c_void_p
     chunks, int64s = ctypes.POINTER(Chunk), ctypes.POINTER(i64)
@@ -187,8 +168,34 @@ def library() -> ctypes.CDLL | None:
     if lib.graphattn_self_check() != 0:
         blas = _torch_lib() / "libtorch_cpu.so"
         return _unavailable(f"the BLAS in {blas} multiplied a 2x3 by a 3x2 matrix wrongly through sgemm_")
+    _register_fork_hook()
     _REASON["why"] = ""
     return lib
+
+
+_SYMBOLS = ("graphattn_forward_all", "graphattn_backward_all", "graphattn_self_check", "graphattn_chunk_labels")
+
+
+def _load(compiler: list[str]) -> ctypes.CDLL:
+    """The cached build for this key, rebuilt when missing or damaged (fused_build.intact), then
+    loaded and checked to have the kernel's functions."""
+    lib = _torch_lib()
+    texts = [source.read_text() for source in SOURCES]
+    version = fused_build.compiler_version(compiler)
+    parts = [*texts, " ".join(FLAGS), " ".join(compiler), version, torch.__version__, str(lib)]
+    parts.append(fused_build.cpu_signature())
+    target = _cache_dir() / f"fused_cpu_{fused_build.cache_key(parts)}.so"
+    command = [*compiler, *FLAGS, *map(str, SOURCES), f"-L{lib}", "-ltorch_cpu", "-lm", f"-Wl,-rpath,{lib}"]
+    with _BUILD_LOCK:
+        directory = fused_build.private_dir(target.parent)
+        with fused_build.locked(directory):
+            if not fused_build.intact(target):
+                fused_build.build(command, target, fused_build.build_timeout())
+            loaded = ctypes.CDLL(str(target))
+    missing = [name for name in _SYMBOLS if not hasattr(loaded, name)]
+    if missing:
+        raise OSError(f"the cached library {target} lacks {', '.join(missing)}")
+    return loaded
 
 
 def available() -> bool:

@@ -1,8 +1,8 @@
-"""The blocked backend's tile layout on cases small enough to spell out, and its mode choice."""
+"""The blocked backend's tile layout on cases small enough to spell out, and how its chunks run."""
 
 from __future__ import annotations
 
-import math
+import threading
 from dataclasses import replace
 from functools import partial
 from unittest import mock
@@ -11,7 +11,7 @@ import pytest
 import torch
 from kernel_cases import RESULT_NAMES, assert_all_close, run, synthetic_case
 
-from graphattn.kernels import blocked, blocked_modes, blocked_tiles, dense, fused_cpu_labels
+from graphattn.kernels import blocked, blocked_tiles, dense, fused_cpu_labels
 from graphattn.kernels.blocked_tiles import CallTensors, LongChunk, Scratch, Scratches, geometry, local_index
 from graphattn.kernels.request import direct_request
 
@@ -126,55 +126,44 @@ def test_later_calls_read_the_chunk_indices_the_first_call_kept(budget) -> None:
     assert {v: blocked_tiles.IndexCache(v, 0).dtype for v in sizes} == sizes  # V + 1 must fit
 
 
-def test_the_chooser_alternates_then_keeps_the_faster_mode_and_rechecks() -> None:
-    chooser = blocked_modes.ModeChooser(threads=lambda: 2, busy=lambda: False)
-    picks = []
-    for seconds in (1.0, 0.5, 1.2, 0.6):  # workers, omp, workers, omp
-        picks.append(chooser.pick("k"))
-        chooser.record("k", picks[-1], seconds)
-    assert picks == [2, 1, 2, 1] and chooser.best("k") == 1
-    later = [chooser.pick("k") for _ in range(blocked_modes.RECHECK_OMP - blocked_modes.EXPLORE + 1)]
-    assert later == [1] * (len(later) - 1) + [2]  # the 8th call tries workers again
-    for _ in range(blocked_modes.KEEP):  # the machine got busy: omp slowed down
-        chooser.record("k", 1, 5.0)
-    assert chooser.best("k") == 2
-    later = [chooser.pick("k") for _ in range(blocked_modes.RECHECK - blocked_modes.RECHECK_OMP)]
-    assert later == [2] * (len(later) - 1) + [1]  # workers now; the 32nd call tries omp
-    assert blocked_modes.ModeChooser(threads=lambda: 1).pick("k") == 1
-
-
-def test_a_busy_machine_runs_workers_whatever_was_measured() -> None:
-    busy = [False]
-    chooser = blocked_modes.ModeChooser(threads=lambda: 2, busy=lambda: busy[0])
-    for seconds in (1.0, 0.5, 1.0, 0.5):
-        chooser.record("k", chooser.pick("k"), seconds)
-    assert chooser.pick("k") == 1
-    busy[0] = True
-    assert chooser.pick("k") == 2 and chooser.best("k") == 2
-    assert [chooser.pick("new") for _ in range(blocked_modes.EXPLORE)] == [2] * blocked_modes.EXPLORE
-
-
-def test_omp_must_win_by_a_margin() -> None:
-    chooser = blocked_modes.ModeChooser(threads=lambda: 4, busy=lambda: False)
-    for seconds in (1.0, 0.95, 1.0, 0.95):  # omp 5% faster: not enough to risk it
-        chooser.record("k", chooser.pick("k"), seconds)
-    assert chooser.best("k") == 4 and chooser.pick("k") == 4
-
-
-def test_the_measured_mode_gives_the_oracle_results_whichever_mode_runs() -> None:
-    case = synthetic_case(num_long=41, num_global=7, radius=4, num_docs=2, mention_links=6, empty_long_rows=2)
+def test_the_pytorch_path_changes_no_thread_count_and_leaves_no_threads_running() -> None:
+    """Two calls at once on the PyTorch path (workers asked for or not) give the oracle's results,
+    and afterwards torch's thread count is what it was, in the caller and in a new thread, and no
+    thread of ours is left running."""
+    case = synthetic_case(num_long=61, num_global=7, radius=4, num_docs=2, mention_links=6)
     expected = run(dense.attention, case)
-    for _ in range(blocked_modes.EXPLORE + 1):  # both modes, forward and backward
-        assert_all_close(run(partial(blocked.attention, workers="auto"), case), expected, 1e-10, RESULT_NAMES)
+    before_threads, before_count = set(threading.enumerate()), torch.get_num_threads()
+    results, errors = {}, []
+
+    def call(name: str, **options) -> None:
+        try:
+            results[name] = run(partial(blocked.attention, fused=False, tile_elements=64, **options), case)
+        except Exception as error:  # noqa: BLE001 - reported below
+            errors.append(error)
+
+    callers = [threading.Thread(target=call, args=(str(i),), kwargs={"workers": 1 + i}) for i in range(2)]
+    for caller in callers:
+        caller.start()
+    for caller in callers:
+        caller.join()
+    assert not errors and len(results) == 2
+    for result in results.values():
+        assert_all_close(result, expected, 1e-10, RESULT_NAMES)
+    seen = []
+    fresh = threading.Thread(target=lambda: seen.append(torch.get_num_threads()))
+    fresh.start()
+    fresh.join()
+    assert torch.get_num_threads() == before_count and seen == [before_count]
+    assert set(threading.enumerate()) <= before_threads
 
 
-def test_the_default_mode_repeats_its_results_bit_for_bit() -> None:
-    """A resumed training run equals an uninterrupted one only if every call of the default mode
-    gives the same bits: the workers' private key-gradient sums must not depend on timing."""
+def test_the_pytorch_path_repeats_its_results_bit_for_bit() -> None:
+    """A resumed training run equals an uninterrupted one only if every call gives the same bits:
+    the chunks' key-gradient sums must not depend on timing."""
     case = synthetic_case(num_long=300, num_global=20, radius=6, num_docs=2, mention_links=10, dtype=torch.float32)
-    first = run(partial(blocked.attention, workers=2, tile_elements=64), case)
+    first = run(partial(blocked.attention, fused=False, tile_elements=64), case)
     for _ in range(3):
-        again = run(partial(blocked.attention, workers=2, tile_elements=64), case)
+        again = run(partial(blocked.attention, fused=False, tile_elements=64), case)
         assert all(torch.equal(a, b) for a, b in zip(first, again))
 
 
@@ -192,10 +181,18 @@ def test_workers_must_be_a_positive_count_or_auto() -> None:
             run(partial(blocked.attention, workers=bad), case)
 
 
-def test_shape_classes_round_lengths_to_powers_of_two() -> None:
-    cpu = torch.device("cpu")
-    key = blocked_modes.shape_class("forward", cpu, torch.float32, 12, 4000, 250)
-    assert key == blocked_modes.shape_class("forward", cpu, torch.float32, 12, 3000, 200)
-    assert key != blocked_modes.shape_class("forward", cpu, torch.float32, 12, 5000, 250)
-    assert key != blocked_modes.shape_class("backward", cpu, torch.float32, 12, 4000, 250)
-    assert math.log2(key[4]) == 12
+def test_one_tile_bound_whichever_way_the_backend_is_called(monkeypatch) -> None:
+    """blocked.attention and a prepared plan without tile_elements chunk alike (the attention
+    function once passed the PyTorch path's bound on to fused plans), and the PyTorch path's
+    tiles take TILE_ELEMENTS, the one bound."""
+    case = synthetic_case(num_long=200, num_global=12, radius=5, dtype=torch.float32)
+    plans = []
+    real = blocked.plan
+    monkeypatch.setattr(blocked, "plan", lambda request: plans.append(real(request)) or plans[-1])
+    for fused in (None, False):
+        plans.clear()
+        blocked.attention(*case.states, case.side, case.key_table, case.bias_table, 0.4, fused=fused)
+        request = direct_request(case.side, *case.states[:2], case.states[3], case.key_table, fused=fused)
+        assert real(request).geo == plans[0].geo
+    eager = real(direct_request(case.side, *case.states[:2], case.states[3], case.key_table, fused=False)).geo
+    assert eager == geometry(eager.batch, eager.heads, 12, 200, 5, eager.vocab, 1.0, None, blocked.TILE_ELEMENTS, 12)

@@ -1,0 +1,216 @@
+"""Building and caching the fused CPU kernel's shared library safely (used by fused_cpu.py).
+
+A cached library is code this process will run, so nothing found in the cache is loaded blind:
+
+* The cache directory (~/.cache/graphattn/kernels, or $GRAPHATTN_CACHE/kernels) is made private
+  (0700); a directory or library that another user owns, or that others may write, is refused
+  (`UnsafeCache`), and so is a directory whose parent others may write without the sticky bit.
+* Each library is written beside a sha256 digest of its bytes, both only after a whole build
+  (temporary file, then rename), under an flock on the directory's lock file; a library whose
+  bytes differ from its digest (cut short, overwritten) or that has none is rebuilt.
+* The key of a build names everything its bytes depend on: the sources and flags, the compiler
+  and its `--version`, torch's version and library directory (the build's RUNPATH points there),
+  and the CPU (-march=native): x86's model name and flags, or ARM's implementer, part and
+  features; where none of those can be read, the host name.
+* The compiler runs in its own process group, bounded by GRAPHATTN_BUILD_TIMEOUT seconds (default
+  300): a build that takes longer than NOTICE_SECONDS says so once, and one that runs out of time
+  or is interrupted (Ctrl-C) has its whole group killed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import os
+import platform
+import shlex
+import signal
+import socket
+import stat
+import subprocess
+import tempfile
+import warnings
+from pathlib import Path
+
+NOTICE_SECONDS = 10.0  # a build still running after this says so
+DEFAULT_TIMEOUT = 300.0
+VERSION_TIMEOUT = 30.0
+_CPU_FIELDS = ("model name", "flags", "cpu implementer", "cpu architecture", "cpu variant", "cpu part", "features")
+
+
+class UnsafeCache(OSError):
+    """The cache directory or a file in it is not this user's alone: nothing is loaded from it."""
+
+
+def compiler_command(compiler: str) -> list[str]:
+    """$CC (or the compiler found) as an argument list; an unsplittable one is one clear error."""
+    try:
+        words = shlex.split(compiler)
+    except ValueError as error:
+        raise OSError(f"$CC ({compiler!r}) cannot be read as a command: {error}") from None
+    if not words:
+        raise OSError("$CC is set but names no compiler")
+    return words
+
+
+def build_timeout() -> float:
+    raw = os.environ.get("GRAPHATTN_BUILD_TIMEOUT")
+    if raw is None:
+        return DEFAULT_TIMEOUT
+    try:
+        seconds = float(raw)
+    except ValueError:
+        seconds = -1.0
+    if not 0 < seconds <= 86400:
+        raise OSError(f"GRAPHATTN_BUILD_TIMEOUT must be a number of seconds in (0, 86400], got {raw!r}")
+    return seconds
+
+
+def run_bounded(command: list[str], timeout: float, what: str, notice: float | None = None) -> tuple[int, str, str]:
+    """(status, stdout, stderr) of `command` run in its own process group, which is killed when
+    it runs past `timeout` seconds (OSError naming `what`) or the caller is interrupted; after
+    `notice` seconds one warning says that it is still running."""
+    try:
+        process = subprocess.Popen(
+            command,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            stdin=subprocess.DEVNULL,
+            text=True,
+            start_new_session=True,
+        )
+    except (OSError, ValueError) as error:
+        raise OSError(f"{command[0]} could not be started for {what}: {error}") from None
+    try:
+        try:
+            out, err = process.communicate(timeout=notice if notice is not None and notice < timeout else timeout)
+        except subprocess.TimeoutExpired:
+            if notice is None or notice >= timeout:
+                raise
+            warnings.warn(
+                f"graphattn: still {what} (first use; up to {timeout:g} s, GRAPHATTN_BUILD_TIMEOUT; "
+                "Ctrl-C stops it and the PyTorch path runs)",
+                stacklevel=2,
+            )
+            out, err = process.communicate(timeout=timeout - notice)
+    except subprocess.TimeoutExpired:
+        _kill_group(process)
+        raise OSError(
+            f"{command[0]} did not finish {what} within {timeout:g} s (GRAPHATTN_BUILD_TIMEOUT); it was stopped"
+        ) from None
+    except BaseException:
+        _kill_group(process)
+        raise
+    return process.returncode, out, err
+
+
+def _kill_group(process: subprocess.Popen) -> None:
+    with contextlib.suppress(OSError):
+        os.killpg(process.pid, signal.SIGKILL)
+    with contextlib.suppress(OSError, subprocess.TimeoutExpired):
+        process.communicate(timeout=10)
+
+
+def compiler_version(command: list[str]) -> str:
+    """The compiler's `--version` output, part of the cache key (another compiler or version,
+    another build); a compiler without the option gives its status and message instead."""
+    status, out, err = run_bounded([*command, "--version"], VERSION_TIMEOUT, "answering --version")
+    return out if status == 0 else f"status {status}: {out}{err}"
+
+
+def cpu_signature(cpuinfo: str | None = None) -> str:
+    """What -march=native depends on: x86's model name and flags, ARM's implementer, part and
+    features (aarch64 has no model name or flags), with the machine's architecture; the host
+    name where /proc/cpuinfo says none of them (a shared home may be mounted on other CPUs)."""
+    if cpuinfo is None:
+        try:
+            cpuinfo = Path("/proc/cpuinfo").read_text(errors="replace")
+        except OSError:
+            cpuinfo = ""
+    lines = set()
+    for line in cpuinfo.splitlines():
+        name, _, value = line.partition(":")
+        if name.strip().lower() in _CPU_FIELDS:
+            lines.add(f"{name.strip().lower()}: {' '.join(value.split())}")
+    known = "\n".join(sorted(lines)) if lines else f"host {socket.gethostname()} {platform.processor()}"
+    return f"{platform.machine()}\n{known}"
+
+
+def cache_key(parts: list[str]) -> str:
+    return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:16]
+
+
+def _check_private(path: Path, what: str) -> os.stat_result:
+    info = os.lstat(path)
+    if info.st_uid != os.getuid():
+        raise UnsafeCache(f"the {what} {path} belongs to user id {info.st_uid}, not this user ({os.getuid()})")
+    if info.st_mode & 0o022:
+        raise UnsafeCache(f"the {what} {path} may be written by others (mode {stat.S_IMODE(info.st_mode):o})")
+    return info
+
+
+def private_dir(directory: Path) -> Path:
+    """The cache directory, made (0700) if missing, checked to be this user's alone."""
+    directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+    parent = os.stat(directory.parent)
+    if parent.st_mode & 0o002 and not parent.st_mode & stat.S_ISVTX and parent.st_uid != os.getuid():
+        raise UnsafeCache(f"the cache directory's parent {directory.parent} may be written by anyone (no sticky bit)")
+    if not stat.S_ISDIR(_check_private(directory, "cache directory").st_mode):
+        raise UnsafeCache(f"the cache directory {directory} is not a directory")
+    return directory
+
+
+def _digest(path: Path) -> str:
+    with open(path, "rb") as f:
+        return hashlib.file_digest(f, "sha256").hexdigest()
+
+
+def _digest_path(target: Path) -> Path:
+    return target.with_name(target.name + ".sha256")
+
+
+def intact(target: Path) -> bool:
+    """The library is a regular file of this user's, unwritable by others, whose bytes match the
+    digest written after its build; False (rebuild) when it or its digest is missing or differs."""
+    if not os.path.lexists(target):
+        return False
+    info = _check_private(target, "cached library")
+    if not stat.S_ISREG(info.st_mode):
+        raise UnsafeCache(f"the cached library {target} is not a regular file")
+    digest = _digest_path(target)
+    if not os.path.lexists(digest):
+        return False
+    _check_private(digest, "cached digest")
+    try:
+        return digest.read_text().strip() == _digest(target)
+    except (OSError, UnicodeDecodeError):
+        return False
+
+
+@contextlib.contextmanager
+def locked(directory: Path):
+    """An flock on the directory's lock file, so that processes sharing the cache build in turn."""
+    fd = os.open(directory / ".lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
+def build(command: list[str], target: Path, timeout: float) -> None:
+    """Run `command` + [-o, a temporary file] and move the result and its digest into place."""
+    with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
+        out = Path(tmp) / target.name
+        what = "compiling the fused CPU kernel"
+        status, _, err = run_bounded([*command, "-o", str(out)], timeout, what, NOTICE_SECONDS)
+        if status != 0:
+            said = err.strip()[-2000:] or "no message"
+            raise OSError(f"{command[0]} exited with status {status} {what}: {said}")
+        os.chmod(out, 0o700)
+        digest = Path(tmp) / "digest"
+        digest.write_text(_digest(out) + "\n")
+        os.chmod(digest, 0o600)
+        os.replace(out, target)
+        os.replace(digest, _digest_path(target))
