@@ -277,18 +277,13 @@ def chunk(
     kb, vb = keys_b
     key_table, bias_table = tables
     dense = labels.dense
-    assert key_table.is_contiguous() and key_table.shape[1:] == (heads, q.shape[-1]), key_table.shape
-    assert bias_table is None or (bias_table.is_contiguous() and bias_table.shape == key_table.shape[:2])
-    assert va.stride() == ka.stride() and vb.stride() == kb.stride(), "keys and values share their strides"
-    assert dense.shape[1:] == (rows, na) and dense.stride()[1:] == (na, 1), (dense.shape, dense.stride())
-    assert labels.sink.is_contiguous() and labels.sink.shape == dense.shape[:2] and labels.sink.dtype == dense.dtype
-    assert labels.run_ptr.numel() == dense.shape[0] * rows + 1
-    assert a_parts == 1 or (a_step == 1 and 1 <= a_parts <= block), (a_parts, a_step, block)
-    assert key_block >= 1 and stats.dtype == torch.float32 and stats.shape[-1] == 2 and stats.stride(-2) == 2
+    _check_chunk(heads, rows, valid_rows, block, q, keys_a, a_parts, a_step, na, keys_b, labels, tables, out, stats)
+    if key_block < 1:
+        raise ValueError(f"fused CPU kernel: key_block must be at least 1, got {key_block}")
     if max(na + kb.shape[1] + 1, ka.shape[1], q.shape[-1]) >= INT_LIMIT:
         too_wide = f"a chunk of {na + kb.shape[1] + 1} keys is too wide"
         raise ValueError(f"the fused CPU kernel's BLAS takes 32-bit sizes; {too_wide}")
-    return Chunk(
+    described = Chunk(
         heads=heads,
         rows=rows,
         valid_rows=valid_rows,
@@ -325,6 +320,94 @@ def chunk(
         stats=_ptr(stats),
         stats_bh=stats.stride(0),
     )
+    # What the pointers point into, for prepare_backward's checks (and kept alive with it).
+    described.tensors = (q, ka, va, kb, vb, key_table, bias_table)
+    return described
+
+
+def _fail(what: str) -> None:
+    raise ValueError(f"fused CPU kernel: {what}")
+
+
+def _rows(name: str, t: torch.Tensor, bh: int, dim: int, rows: int, dtype: torch.dtype = torch.float32) -> None:
+    """t is a CPU [bh, >= rows, dim] tensor of `dtype` whose rows are contiguous (the kernel
+    reads row i of head h at h * t.stride(0) + i * dim); checked always, not by assert."""
+    if t.device.type != "cpu" or t.dtype != dtype:
+        _fail(f"{name} must be a CPU {dtype} tensor, got {t.dtype} on {t.device}")
+    if t.dim() != 3 or t.shape[0] != bh or t.shape[2] != dim or t.shape[1] < rows:
+        _fail(f"{name} must be [{bh}, >= {rows}, {dim}], got {list(t.shape)}")
+    if (t.stride(2) != 1 and dim > 1) or (t.stride(1) != dim and t.shape[1] > 1):
+        _fail(f"{name}'s rows must be contiguous (strides [*, {dim}, 1]), got {list(t.stride())}")
+    if t.numel() and t.storage_offset() + (bh - 1) * t.stride(0) + t.shape[1] * dim > t.untyped_storage().nbytes() // 4:
+        _fail(f"{name} reaches past its storage")
+
+
+def _like(name: str, grad: torch.Tensor | None, like: torch.Tensor | None) -> None:
+    """An accumulator laid out as the tensor it is the gradient of (the kernel indexes both alike)."""
+    if (grad is None) != (like is None):
+        _fail(f"{name} must be given exactly when its tensor is")
+    if grad is None:
+        return
+    if grad.device.type != "cpu" or grad.dtype != torch.float32 or grad.shape != like.shape:
+        _fail(f"{name} must be CPU float32 {list(like.shape)}, got {grad.dtype} {list(grad.shape)} on {grad.device}")
+    if grad.stride() != like.stride():
+        _fail(f"{name} must have its tensor's strides {list(like.stride())}, got {list(grad.stride())}")
+    reach = grad.storage_offset() + sum((n - 1) * st for n, st in zip(grad.shape, grad.stride())) + 1
+    if grad.numel() and reach * 4 > grad.untyped_storage().nbytes():
+        _fail(f"{name} reaches past its storage")
+
+
+def _check_chunk(heads, rows, valid_rows, block, q, keys_a, a_parts, a_step, na, keys_b, labels, tables, out, stats):
+    """Every shape, dtype, device and layout the kernel relies on for one chunk: raised as
+    ValueError, so that `python -O` keeps them."""
+    ka, va = keys_a
+    kb, vb = keys_b
+    key_table, bias_table = tables
+    if q.dim() != 3:
+        _fail(f"q must be [BH, rows, dim], got {list(q.shape)}")
+    bh, dim = q.shape[0], q.shape[2]
+    if heads < 1 or bh % heads or not 0 <= valid_rows <= rows or block < 1 or na < 0:
+        _fail(
+            f"heads {heads}, rows {rows}, valid rows {valid_rows}, block {block}, na {na} do not fit q {list(q.shape)}"
+        )
+    for name, t, need in (("q", q, valid_rows), ("out", out, valid_rows), ("keys_a", ka, 0), ("values_a", va, 0)):
+        _rows(name, t, bh, dim, need)
+    for name, t in (("keys_b", kb), ("values_b", vb)):
+        _rows(name, t, bh, dim, 0)
+    if va.shape != ka.shape or va.stride() != ka.stride() or vb.shape != kb.shape or vb.stride() != kb.stride():
+        _fail("keys and values of a key set must share their shapes and strides")
+    _rows("stats", stats, bh, 2, valid_rows)
+    if key_table.device.type != "cpu" or key_table.dtype != torch.float32 or not key_table.is_contiguous():
+        _fail(f"the relative key table must be contiguous CPU float32, got {key_table.dtype} on {key_table.device}")
+    if key_table.dim() != 3 or key_table.shape[1:] != (heads, dim):
+        _fail(f"the relative key table must be [V, {heads}, {dim}], got {list(key_table.shape)}")
+    if bias_table is not None and (
+        bias_table.dtype != torch.float32
+        or bias_table.device.type != "cpu"
+        or not bias_table.is_contiguous()
+        or bias_table.shape != key_table.shape[:2]
+    ):
+        _fail(f"the relative bias table must be contiguous CPU float32 [{key_table.shape[0]}, {heads}]")
+    dense, sink = labels.dense, labels.sink
+    batch = bh // heads
+    if dense.dtype not in _LABEL_BYTES or dense.device.type != "cpu":
+        _fail(f"labels must be int8, int16 or int32 on the CPU, got {dense.dtype} on {dense.device}")
+    if dense.dim() != 3 or tuple(dense.shape) != (batch, rows, na) or (rows * na and dense.stride()[1:] != (na, 1)):
+        _fail(f"key set A's labels must be [{batch}, {rows}, {na}] with contiguous rows, got {list(dense.shape)}")
+    if sink.dtype != dense.dtype or not sink.is_contiguous() or tuple(sink.shape) != (batch, rows):
+        _fail(
+            f"the sink labels must be contiguous {dense.dtype} [{batch}, {rows}], got {sink.dtype} {list(sink.shape)}"
+        )
+    run_ptr, run_start, run_label = labels.run_ptr, labels.run_start, labels.run_label
+    if run_ptr.dtype != torch.int64 or not run_ptr.is_contiguous() or run_ptr.numel() != batch * rows + 1:
+        _fail(f"run_ptr must be contiguous int64 of {batch * rows + 1}, got {run_ptr.dtype} of {run_ptr.numel()}")
+    for name, t in (("run_start", run_start), ("run_label", run_label)):
+        if t.dtype != torch.int32 or not t.is_contiguous() or t.device.type != "cpu":
+            _fail(f"{name} must be contiguous CPU int32, got {t.dtype} on {t.device}")
+    if run_start.numel() != run_label.numel():
+        _fail(f"run_start and run_label differ in length ({run_start.numel()} and {run_label.numel()})")
+    if not (a_parts == 1 or (a_step == 1 and 1 <= a_parts <= block)):
+        _fail(f"a band may take key set A in 1 ..= block ({block}) parts, got {a_parts} (step {a_step})")
 
 
 def prepare_backward(c: Chunk, out: torch.Tensor, d_out: torch.Tensor, d_keys_a, d_keys_b, d_tables) -> None:
@@ -332,6 +415,13 @@ def prepare_backward(c: Chunk, out: torch.Tensor, d_out: torch.Tensor, d_keys_a,
     whose rows' statistics the forward left in c.stats) and d_out are laid out as c.out (the
     query gradient goes to c.out), d_keys_* as the key sets, d_tables as the key table and bias
     (None when there is none): all accumulate except the query gradient."""
+    q, *likes = c.tensors
+    bh, dim = q.shape[0], q.shape[2]
+    for name, t in (("the forward's output", out), ("the output's gradient", d_out)):
+        _rows(name, t, bh, dim, c.valid_rows)
+    grads = (*d_keys_a, *d_keys_b, *d_tables)
+    for name, grad, like in zip(("d_ka", "d_va", "d_kb", "d_vb", "d_key_table", "d_bias_table"), grads, likes):
+        _like(name, grad, like)
     c.o, c.o_bh = _ptr(out), out.stride(0)
     c.d_out, c.d_out_bh = _ptr(d_out), d_out.stride(0)
     (c.d_ka, c.d_va), (c.d_kb, c.d_vb) = (map(_ptr, d_keys_a), map(_ptr, d_keys_b))
@@ -352,11 +442,22 @@ def _failed(code: int, failed: ctypes.c_int64) -> int | None:
     return failed.value if code == 2 else None
 
 
+def _check_pass(chunks: list[Chunk], bh: int) -> None:
+    if library() is None:
+        _fail(f"it is not available ({why_not()})")
+    for c in chunks:
+        if getattr(c, "tensors", None) is None or c.tensors[0].shape[0] != bh:
+            _fail(f"every chunk must be described by chunk() for {bh} heads x batch")
+
+
 def forward_all(chunks: list[Chunk], order: list[int], workers: int, bh: int) -> int | None:
     """The forward of every chunk in one call, taken in `order` by up to `workers` OpenMP
     threads as they come (in a forked child all on the calling thread; any schedule gives the
     same bits). Returns the number of the chunk that had a label outside its table (the kernel
     read nothing there), or None."""
+    _check_pass(chunks, bh)
+    if len(set(order)) != len(order) or not all(0 <= i < len(chunks) for i in order):
+        _fail(f"the forward's order must name chunks 0 ..< {len(chunks)} at most once each")
     failed = ctypes.c_int64(-1)
     code = library().graphattn_forward_all(
         (Chunk * len(chunks))(*chunks),
@@ -382,7 +483,16 @@ def backward_all(
     worker; None for one the pass does not have), which the kernel zeroes and finally sums
     into worker 0's. Returns as forward_all."""
     flat = [t for worker in accumulators for t in worker]
-    assert all(t is None or (t.is_contiguous() and t.dtype == torch.float32) for t in flat)
+    _check_pass(chunks, bh)
+    if len({len(worker) for worker in accumulators}) != 1 or len(accumulators) != len(parts):
+        _fail("every worker needs the same list of accumulators")
+    for t, like in zip(flat, accumulators[0] * len(accumulators)):
+        if t is not None and (not t.is_contiguous() or t.dtype != torch.float32 or t.device.type != "cpu"):
+            _fail("the backward's accumulators must be contiguous CPU float32")
+        if (t is None) != (like is None) or t is not None and t.shape != like.shape:
+            _fail("every worker's accumulators must have the first worker's shapes")
+    if sorted(i for part in parts for i in part) != list(range(len(chunks))):
+        _fail("the workers' parts must hold every chunk once")
     per_worker = len(accumulators[0])
     failed = ctypes.c_int64(-1)
     code = library().graphattn_backward_all(

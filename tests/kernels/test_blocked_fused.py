@@ -7,6 +7,8 @@ from __future__ import annotations
 import functools
 import platform
 import shutil
+import subprocess
+import sys
 from unittest import mock
 
 import pytest
@@ -356,3 +358,57 @@ def test_the_backward_keeps_its_workers_buffers_zeroes_them_and_stays_within_its
     with mock.patch.object(blocked_fused, "_WORKSPACE", workspace):
         blocked_fused.release_workspace()
     assert workspace._kept == []
+
+
+CHECKS_UNDER_O = """
+import torch
+from graphattn.kernels import fused_cpu
+
+def chunk(**change):
+    q, ka, kb = torch.randn(2, 8, 4), torch.randn(2, 10, 4), torch.randn(2, 5, 4)
+    labels = fused_cpu.Labels(
+        torch.zeros(1, 8, 3, dtype=torch.int8), torch.zeros(1, 8, dtype=torch.int8),
+        torch.zeros(9, dtype=torch.int64), torch.empty(0, dtype=torch.int32), torch.empty(0, dtype=torch.int32),
+    )
+    args = dict(
+        heads=2, rows=8, valid_rows=8, block=4, scale=0.5, q=q, keys_a=(ka, ka.clone()), a_start=0, a_step=0, na=3,
+        keys_b=(kb, kb.clone()), labels=labels, tables=(torch.randn(6, 2, 4), None), out=torch.empty(2, 8, 4),
+        stats=torch.empty(2, 8, 2), key_block=2,
+    )
+    args.update(change)
+    return fused_cpu.chunk(**args)
+
+described = chunk()
+runs = (torch.empty(0, dtype=torch.int32),) * 2
+rest = (torch.zeros(1, 8, dtype=torch.int8), torch.zeros(9, dtype=torch.int64), *runs)
+bad = {
+    "q float64": dict(q=torch.randn(2, 8, 4, dtype=torch.float64)),
+    "q rows not contiguous": dict(q=torch.randn(2, 4, 8).transpose(1, 2)),
+    "q too short": dict(q=torch.randn(2, 5, 4)),
+    "table shape": dict(tables=(torch.randn(6, 3, 4), None)),
+    "labels shape": dict(labels=fused_cpu.Labels(torch.zeros(1, 7, 3, dtype=torch.int8), *rest)),
+    "values' strides": dict(keys_b=(torch.randn(2, 5, 4), torch.randn(2, 4, 5).transpose(1, 2))),
+    "stats dtype": dict(stats=torch.empty(2, 8, 2, dtype=torch.float64)),
+}
+for name, change in bad.items():
+    try:
+        chunk(**change)
+        print("ACCEPTED", name)
+    except ValueError as error:
+        assert str(error).startswith("fused CPU kernel: "), error
+g = torch.empty(2, 10, 4)
+try:
+    out = torch.empty(2, 8, 4)
+    fused_cpu.prepare_backward(described, out, out, (g, g[:, :9]), (g, g), (None, None))
+    print("ACCEPTED backward")
+except ValueError as error:
+    assert "d_va" in str(error), error
+print("done")
+"""
+
+
+def test_bad_tensors_raise_even_under_python_O() -> None:
+    """The kernel's memory safety rests on checks that always run: `python -O` strips asserts."""
+    done = subprocess.run([sys.executable, "-O", "-c", CHECKS_UNDER_O], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == ["done"], done.stdout
