@@ -90,3 +90,20 @@ def test_the_hf_masks_benchmark_prints_its_three_tables_at_a_tiny_size():
         timeout=300,
     )
     assert bad.returncode == 2 and "--sizes: expected 128.." in bad.stderr
+
+
+def test_the_hf_prompts_benchmark_prints_its_two_tables_at_a_tiny_size():
+    """The cached prefill beside the full one (a ratio), the cache's memory, the logits equal to the
+    block-mask forward, and N continuations from one prefill giving the repeated prompt's tokens."""
+    script = str(BENCHMARK_DIR / "hf_prompts.py")
+    proc = subprocess.run([sys.executable, script, "--quick"], capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lines = proc.stdout.splitlines()
+    assert any("passages cached" in line and "x less" in line for line in lines), lines
+    assert any("cache memory: 0.05 MiB for 48 tokens (1024 bytes/token)" in line for line in lines), lines
+    diff = next(line for line in lines if "max |logit - block-mask forward|" in line)
+    assert float(diff.split()[-1]) < 1e-4
+    assert any("generate_tree 14, repeated prompt 36 (61% fewer)" in line for line in lines), lines
+    assert any("same tokens: True" in line for line in lines), lines
+    bad = subprocess.run([sys.executable, script, "--passages", "0"], capture_output=True, text=True, timeout=300)
+    assert bad.returncode == 2 and "--passages: expected 1.." in bad.stderr

@@ -30,9 +30,22 @@ def new_cache():
     return DynamicCache()
 
 
-def forward_cached(model, tokens: torch.Tensor, positions: torch.Tensor, cache):
-    """One forward of `tokens` [B, n] at `positions` [B or 1, n] that fills `cache`; the logits."""
-    out = model(input_ids=tokens, position_ids=positions, use_cache=True, **{cache_argument(model): cache})
+def fill(cache, layer: int, keys: torch.Tensor, values: torch.Tensor) -> None:
+    """Hand layer `layer` of an empty DynamicCache these keys and values as they are (its `update`
+    would copy them once more)."""
+    cache.update(keys[:, :, :0], values[:, :, :0], layer)  # creates the layer
+    cache.layers[layer].keys, cache.layers[layer].values = keys, values
+
+
+def forward_cached(model, tokens: torch.Tensor, positions: torch.Tensor, cache, logits: bool = True, **kwargs):
+    """One forward of `tokens` [B, n] at `positions` [B or 1, n] that fills `cache`; the logits, or
+    None with `logits=False` (then the decoder runs without its LM head: a 32K-vocabulary head over
+    a 256-token passage costs more than the passage's layers)."""
+    base = getattr(model, "model", None)
+    if not logits and isinstance(base, torch.nn.Module) and cache_argument(base) == cache_argument(model):
+        base(input_ids=tokens, position_ids=positions, use_cache=True, **{cache_argument(base): cache})
+        return None
+    out = model(input_ids=tokens, position_ids=positions, use_cache=True, **{cache_argument(model): cache}, **kwargs)
     return out.logits
 
 

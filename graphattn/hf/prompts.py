@@ -32,6 +32,7 @@ from graphattn.hf.kv import (
     GENERATE_OWNED,
     cache_argument,
     expand_size,
+    fill,
     forward_cached,
     new_cache,
     shared_prefix_cache,
@@ -140,7 +141,8 @@ class _Rope:
 
     def rotate(self, keys: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
         """Keys [1, H, n, d] rotated further by cos / sin, in float32, cast back."""
-        _, rotated = self.apply(keys.float(), keys.float(), cos, sin)
+        keys32 = keys.float()
+        _, rotated = self.apply(keys32[:, :1, :1], keys32, cos, sin)  # a one-row query: only the keys matter
         return rotated.to(keys.dtype)
 
 
@@ -198,7 +200,8 @@ class BlockCache:
         self.misses += 1
         cache = new_cache()
         with torch.no_grad():
-            forward_cached(self.model, tokens[None], torch.arange(tokens.numel(), device=tokens.device)[None], cache)
+            positions = torch.arange(tokens.numel(), device=tokens.device)[None]
+            forward_cached(self.model, tokens[None], positions, cache, logits=False)
         entry = (tuple(layer.keys for layer in cache.layers), tuple(layer.values for layer in cache.layers))
         n = tokens.numel()
         if n <= self.max_tokens:
@@ -249,13 +252,15 @@ class BlockCache:
         tail_positions = torch.arange(tail_start, tail_start + tail.numel())
         return offsets, torch.cat([block_positions, tail_positions])[None]
 
-    def prefill(self, blocks, tail, positions: str = "continue") -> Prefill:
+    def prefill(self, blocks, tail, positions: str = "continue", logits_to_keep: int = 0) -> Prefill:
         """The prompt `[blocks... | tail]`: passages from the cache (encoded on a miss), moved to their
         offsets ("continue": block attention, exact against a full forward under the block mask) or
         left at 0 ("restart": APE-style, the tail after the longest), then the tail against all of
-        them. Returns the tail's logits and a cache `model.generate` continues from (`Prefill`)."""
+        them. Returns the tail's logits (the last `logits_to_keep` only, as transformers' argument;
+        0: all) and a cache `model.generate` continues from (`Prefill`)."""
         if positions not in POSITIONS:
             raise ValueError(f"positions: expected one of {POSITIONS}, got {positions!r}")
+        logits_to_keep = check_int(logits_to_keep, "logits_to_keep", 0, 1 << 40)
         blocks = self._blocks(blocks)
         tail = tokens_of(tail, "tail", self.vocab, self.device)
         offsets, position_ids = self._layout(blocks, tail, positions)
@@ -265,14 +270,19 @@ class BlockCache:
         cache = new_cache()
         moved = bool(offsets.any())
         with torch.no_grad():
+            rotations: dict = {}  # one rotation per layer type (one for most models)
             for layer in range(len(self.rope.attention)) if entries else ():
                 keys = torch.cat([e[0][layer] for e in entries], dim=2)
                 values = torch.cat([e[1][layer] for e in entries], dim=2)
                 if moved:
-                    keys = self.rope.rotate(keys, *self.rope.rotation(offsets, layer, device))
-                cache.update(keys, values, layer)
+                    kind = self.rope.layer_types[layer] if self.rope.by_type else None
+                    if kind not in rotations:
+                        rotations[kind] = self.rope.rotation(offsets, layer, device)
+                    keys = self.rope.rotate(keys, *rotations[kind])
+                fill(cache, layer, keys, values)
             n_blocks = int(offsets.numel())
-            logits = forward_cached(self.model, tail[None], position_ids[:, n_blocks:], cache)
+            keep = {"logits_to_keep": logits_to_keep} if logits_to_keep else {}
+            logits = forward_cached(self.model, tail[None], position_ids[:, n_blocks:], cache, **keep)
         cache.crop(-1)
         input_ids = torch.cat([*blocks, tail])[None]
         return Prefill(logits, cache, input_ids, position_ids)
@@ -283,7 +293,7 @@ class BlockCache:
         owned = sorted(set(generate_kwargs) & set(GENERATE_OWNED))
         if owned:
             raise ValueError(f"generate_kwargs: {owned[0]} is built from blocks and tail; do not pass it")
-        out = self.prefill(blocks, tail, positions)
+        out = self.prefill(blocks, tail, positions, logits_to_keep=1)  # generate computes its own
         rows = expand_size(self.model, generate_kwargs)  # generate repeats the prompt for beams / samples
         kwargs = {cache_argument(self.model): shared_prefix_cache(out.cache, rows) if rows > 1 else out.cache}
         return self.model.generate(input_ids=out.input_ids, position_ids=out.position_ids, **kwargs, **generate_kwargs)

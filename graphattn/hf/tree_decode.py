@@ -41,7 +41,8 @@ def generate_tree(model, prompt, n: int, **generate_kwargs):
     cache = new_cache()
     if tokens.numel() > 1:  # all but the last token: generate computes that one and picks the first new token
         with torch.no_grad():
-            forward_cached(model, tokens[None, :-1], torch.arange(tokens.numel() - 1, device=device)[None], cache)
+            positions = torch.arange(tokens.numel() - 1, device=device)[None]
+            forward_cached(model, tokens[None, :-1], positions, cache, logits=False)
         cache = shared_prefix_cache(cache, n * expand_size(model, generate_kwargs))  # beams: n x num_beams rows
     kwargs = {cache_argument(model): cache}
     return model.generate(input_ids=tokens[None].expand(n, -1), **kwargs, **generate_kwargs)

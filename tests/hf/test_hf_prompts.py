@@ -139,6 +139,9 @@ def test_generate_continues_from_the_prefill_cache():
     ours = model.generate(input_ids=out.input_ids, position_ids=out.position_ids, cache=out.cache, **kwargs)
     assert torch.equal(ours, cache.generate(blocks, tail, **kwargs))
     assert int(ours[0, 25]) == int(out.logits[0, -1].argmax())  # the first new token is the prefill's argmax
+    last = cache.prefill(blocks, tail, logits_to_keep=1).logits
+    assert last.shape == (1, 1, VOCAB)
+    torch.testing.assert_close(last, out.logits[:, -1:], rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize("family", ["llama", "qwen2"])
