@@ -123,7 +123,6 @@ def shard_loader(
         batch_size=batch_size,
         num_workers=num_workers,
         collate_fn=collate_batch,
-        worker_init_fn=_ignore_interrupts if num_workers else None,
     )
 
 
@@ -163,6 +162,7 @@ class _ShardLoader(DataLoader):
 
     def __init__(self, dataset: IterableDataset, *, collate_fn: Callable, **options: Any):
         collate_batch = functools.partial(_collate_or_error, collate_fn)
+        options["worker_init_fn"] = functools.partial(_start_worker, options.get("worker_init_fn"))
         super().__init__(_ErrorsAsItems(dataset), collate_fn=collate_batch, **options)
 
     def __iter__(self) -> Iterator[Any]:
@@ -197,12 +197,15 @@ def stop_signals_blocked(enabled: bool = True) -> Iterator[None]:
         signal.pthread_sigmask(signal.SIG_SETMASK, previous)
 
 
-def _ignore_interrupts(worker_id: int) -> None:
+def _start_worker(init_fn: Callable[[int], None] | None, worker_id: int) -> None:
     """DataLoader workers leave Ctrl-C and SIGTERM to the trainer, which finishes its step,
     checkpoints and shuts them down (Ctrl-C in a terminal, `scancel`, `docker stop` and
     Kubernetes signal every process of the group or job, workers included). Ignoring discards a
-    signal held back while the worker started; then the mask inherited from the loader is lifted."""
+    signal held back while the worker started; then the mask inherited from the loader is lifted.
+    A worker whose parent is gone still ends: torch's watchdog in the worker sees it."""
     for signum in STOP_SIGNALS:
         signal.signal(signum, signal.SIG_IGN)
     if hasattr(signal, "pthread_sigmask"):
         signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
+    if init_fn is not None:
+        init_fn(worker_id)

@@ -26,11 +26,11 @@ import json
 import os
 import pickle
 import random
-import re
 import shutil
 import warnings
 import zipfile
 from collections.abc import Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -39,13 +39,20 @@ import torch
 
 from graphattn.errors import GraphattnError
 from graphattn.nn.tensorbundle import CheckpointError  # the one error type of every checkpoint loader
+from graphattn.train.checkpoint_dirs import (  # noqa: F401 - the names of a checkpoint's files, re-exported
+    DIGEST_FILE,
+    LATEST_FILE,
+    PARTIAL_SUFFIX,
+    TRAINER_FILE,
+    TRUST_FLAG,
+    checkpoint_name,
+    complete_checkpoints,
+    step_directories,
+    undigested_message,
+    undigested_newest,
+)
 
-TRAINER_FILE = "trainer.pt"
-DIGEST_FILE = "digest.json"
-LATEST_FILE = "latest"
 CHECKPOINT_FORMAT = "graphattn-checkpoint/1"
-PARTIAL_SUFFIX = ".partial"
-_NAME = re.compile(r"step-\d{8}")
 _MAX_DIGEST_BYTES = 64 << 20
 _CHUNK = 1 << 20
 
@@ -142,8 +149,21 @@ def tensors_in(obj: Any, prefix: str = "") -> Iterator[tuple[str, torch.Tensor]]
 
 
 def tensor_sha256(tensor: torch.Tensor) -> str:
-    data = tensor.detach().to("cpu").contiguous().reshape(-1)
-    return hashlib.sha256(data.view(torch.uint8).numpy().tobytes() if data.numel() else b"").hexdigest()
+    """sha256 of a tensor's bytes, read where they lie (no copy of a contiguous CPU tensor; a
+    CUDA or strided one is copied alone, as torch.save copies it)."""
+    data = tensor.detach()
+    if data.device.type != "cpu":
+        data = data.to("cpu")
+    if not data.is_contiguous():
+        data = data.contiguous()
+    if not data.numel():
+        return hashlib.sha256(b"").hexdigest()
+    return hashlib.sha256(memoryview(data.reshape(-1).view(torch.uint8).numpy())).hexdigest()
+
+
+def tensor_digests(state: Any) -> dict[str, str]:
+    """{path: sha256} of every tensor in `state` (see tensors_in)."""
+    return {name: tensor_sha256(t) for name, t in tensors_in(state)}
 
 
 def file_sha256(path: Path) -> str:
@@ -160,10 +180,6 @@ def state_bytes(obj: Any) -> int:
 
 
 # -- saving -------------------------------------------------------------------------------------------
-def checkpoint_name(step: int) -> str:
-    return f"step-{step:08d}"
-
-
 def partial_dir(root: Path, step: int) -> Path:
     return root / (checkpoint_name(step) + PARTIAL_SUFFIX)
 
@@ -207,29 +223,75 @@ def check_room(root: Path, step: int, needed: int) -> None:
         raise disk_full_error(root, step, needed)
 
 
-def save_file(obj: Any, path: Path) -> None:
-    """torch.save into `path` (inside a partial checkpoint directory), flushed to disk; the
-    caller removes the directory when this raises."""
+class _HashingWriter:
+    """A file handle that hashes the bytes torch.save hands it on their way to the disk (torch's
+    zip writer writes a stream once, front to back), so a save's digest needs no second read."""
+
+    def __init__(self, handle: Any):
+        self.handle, self.sha256, self.size = handle, hashlib.sha256(), 0
+
+    def write(self, data: Any) -> int:
+        view = memoryview(data)
+        self.sha256.update(view)
+        self.size += view.nbytes
+        return self.handle.write(view)
+
+    def flush(self) -> None:
+        self.handle.flush()
+
+
+def save_file(obj: Any, path: Path) -> dict[str, Any]:
+    """torch.save into `path` (inside a partial checkpoint directory), flushed to disk; returns
+    the file's digest.json entry ({"bytes", "sha256"}), taken from the bytes as they were
+    written. The caller removes the directory when this raises."""
     with open(path, "wb") as handle:
-        torch.save(obj, handle)
+        writer = _HashingWriter(handle)
+        torch.save(obj, writer)
         handle.flush()
+        if handle.tell() != writer.size:  # torch wrote past the stream (it never seeks today): read it back
+            return {"bytes": handle.tell(), "sha256": file_sha256(path)}
         os.fsync(handle.fileno())
+    return {"bytes": writer.size, "sha256": writer.sha256.hexdigest()}
 
 
-def write_digest(directory: Path, trainer_state: dict[str, Any]) -> None:
-    """digest.json: every file of the directory and every tensor of trainer.pt. Written last."""
-    files = {
-        p.name: {"bytes": p.stat().st_size, "sha256": file_sha256(p)}
+def save_trainer_file(state: dict[str, Any], path: Path) -> tuple[dict[str, Any], dict[str, str]]:
+    """trainer.pt saved, and (its digest entry, the digest of each of its tensors): the tensors
+    are hashed from their own memory on a second thread while torch.save writes them (hashlib
+    works outside the GIL), so the digest adds neither a copy of the state nor, on a machine
+    whose disk is slower than sha256, time to the save."""
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="graphattn-digest") as pool:
+        tensors = pool.submit(tensor_digests, state)
+        entry = save_file(state, path)
+        return entry, tensors.result()
+
+
+def write_digest(
+    directory: Path,
+    trainer_state: dict[str, Any] | None = None,
+    *,
+    files: Mapping[str, dict[str, Any]] | None = None,
+    tensors: Mapping[str, str] | None = None,
+) -> None:
+    """digest.json: every .pt file of the directory and every tensor of trainer.pt. Written last
+    (through a temporary file, so it is there whole or not at all). `files` and `tensors` are
+    digests already taken while saving; any .pt file not in `files` is read and hashed here,
+    and the tensors are hashed from `trainer_state` when `tensors` is not given."""
+    known = dict(files or {})
+    recorded = {
+        p.name: known.get(p.name) or {"bytes": p.stat().st_size, "sha256": file_sha256(p)}
         for p in sorted(directory.iterdir())
         if p.suffix == ".pt"
     }
-    tensors = {name: tensor_sha256(t) for name, t in tensors_in(trainer_state)}
-    data = {"format": CHECKPOINT_FORMAT, "files": files, "tensors": {TRAINER_FILE: tensors}}
+    if tensors is None:
+        tensors = tensor_digests(trainer_state or {})
+    data = {"format": CHECKPOINT_FORMAT, "files": recorded, "tensors": {TRAINER_FILE: dict(tensors)}}
     path = directory / DIGEST_FILE
-    with open(path, "w", encoding="utf-8") as handle:
+    tmp = path.with_name(DIGEST_FILE + ".tmp")
+    with open(tmp, "w", encoding="utf-8") as handle:
         json.dump(data, handle, indent=1)
         handle.flush()
         os.fsync(handle.fileno())
+    os.replace(tmp, path)
 
 
 def publish(partial: Path, final: Path) -> None:
@@ -250,13 +312,6 @@ def remove_partials(root: Path) -> None:
             shutil.rmtree(partial, ignore_errors=True)
 
 
-def complete_checkpoints(root: Path) -> list[Path]:
-    """Complete checkpoints under `root`, oldest first."""
-    if not root.is_dir():
-        return []
-    return sorted(p for p in root.glob("step-*") if _NAME.fullmatch(p.name) and (p / DIGEST_FILE).is_file())
-
-
 def prune_checkpoints(root: Path, keep: int) -> None:
     if keep <= 0:
         return
@@ -264,31 +319,70 @@ def prune_checkpoints(root: Path, keep: int) -> None:
         shutil.rmtree(old, ignore_errors=True)
 
 
-def resolve_checkpoint(resume: str | os.PathLike | bool, checkpoint_dir: str | os.PathLike | None) -> Path | None:
+def undigested_error(directory: Path, previous: Path | None = None) -> CheckpointError:
+    return CheckpointError(undigested_message(directory, previous), file=str(directory))
+
+
+def newest_checkpoint(root: Path, *, trust_undigested: bool = False) -> Path | None:
+    """The newest `step-N` under `root` (None when there is none). One without digest.json is
+    never passed over for an older one: it is refused (undigested_message) or, with
+    `trust_undigested`, checked and given its digest (trust_checkpoint)."""
+    undigested = undigested_newest(root)
+    if undigested is None:
+        steps = step_directories(root)
+        return steps[-1] if steps else None
+    if trust_undigested:
+        return trust_checkpoint(undigested[0])
+    raise undigested_error(*undigested)
+
+
+def resolve_checkpoint(
+    resume: str | os.PathLike | bool,
+    checkpoint_dir: str | os.PathLike | None,
+    *,
+    trust_undigested: bool = False,
+) -> Path | None:
     """What `resume` names: True / "latest" -> the newest checkpoint under `checkpoint_dir`
-    (None when there is none yet: a fresh start); a path -> that checkpoint (must exist)."""
+    (None when there is none yet: a fresh start); a path -> that checkpoint (must exist). A
+    checkpoint without digest.json is refused unless `trust_undigested` (see newest_checkpoint)."""
     if resume is False or resume is None:
         return None
     if resume is True or resume == "latest":
         if checkpoint_dir is None:
             raise GraphattnError("resume='latest' needs checkpoint_dir", path=("TrainConfig", "resume"))
-        root = Path(checkpoint_dir)
-        latest = root / LATEST_FILE
-        if latest.is_file():
-            named = root / latest.read_text(encoding="utf-8", errors="replace").strip()
-            if _NAME.fullmatch(named.name) and (named / DIGEST_FILE).is_file():
-                return named
-        found = complete_checkpoints(root)
-        return found[-1] if found else None
+        return newest_checkpoint(Path(checkpoint_dir), trust_undigested=trust_undigested)
     path = Path(resume)
     if path.is_file() and path.name in (TRAINER_FILE, DIGEST_FILE):
         path = path.parent
-    if not (path / DIGEST_FILE).is_file():
+    if (path / DIGEST_FILE).is_file():
+        return path
+    if path.name.endswith(PARTIAL_SUFFIX) or not (path / TRAINER_FILE).is_file():
         raise CheckpointError(
-            f"not a complete checkpoint (no {DIGEST_FILE} inside: a save that never finished, or not a checkpoint)",
+            f"not a complete checkpoint (no {DIGEST_FILE} and {TRAINER_FILE} inside: a save that never finished, "
+            "or not a checkpoint)",
             file=str(path),
         )
-    return path
+    if trust_undigested:
+        return trust_checkpoint(path)
+    raise undigested_error(path)
+
+
+def trust_checkpoint(directory: Path) -> Path:
+    """--trust-undigested: a checkpoint without digest.json is checked as a resume or an
+    evaluation would check it (weights_only load, the trainer state's keys and types, finite
+    weights, one random state per rank that restores), then its digest.json is written from its
+    files as they are now. Nothing is written when a check fails."""
+    trainer = directory / TRAINER_FILE
+    if not trainer.is_file():
+        raise CheckpointError(f"no {TRAINER_FILE}: not a checkpoint graphattn wrote", file=str(directory))
+    state = check_trainer_state(_torch_load(trainer, "cpu", mmap=True), str(trainer))
+    for rank in range(state.get("world_size", 1)):
+        rng = directory / f"rng-rank{rank}.pt"
+        if not rng.is_file():
+            raise CheckpointError(f"missing {rng.name}: the checkpoint is incomplete", file=str(directory))
+        check_rng_file(_torch_load(rng, "cpu", False), str(rng))
+    write_digest(directory, state)
+    return directory
 
 
 # -- loading ------------------------------------------------------------------------------------------

@@ -33,6 +33,7 @@ from graphattn.cli import add_verbosity_arguments, verbosity
 from graphattn.errors import GraphattnError
 from graphattn.shards.inspect import add_verify_argument
 from graphattn.train.arguments import bounded, path_exists
+from graphattn.train.checkpoint_dirs import TRUST_FLAG
 
 THROTTLE_ENV = "GRAPHATTN_TRAIN_THROTTLE"  # seconds to sleep after each step (tests interrupt runs with it)
 EXIT_SIGNAL_BASE = 128  # a run stopped by signal N exits 128 + N (130 Ctrl-C, 143 SIGTERM)
@@ -98,6 +99,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     run_dir.add_argument("--resume", action="store_true", help="continue the run in --out from its newest checkpoint")
     run_dir.add_argument(
         "--overwrite", action="store_true", help="--out holds a run: delete its checkpoints, run.json and log first"
+    )
+    parser.add_argument(
+        TRUST_FLAG,
+        action="store_true",
+        help="with --resume: the newest checkpoint has no digest.json (an older graphattn wrote it, or its digest was "
+        "removed): check that it loads, record its digest.json and continue from it",
     )
     parser.add_argument(
         "--workers", type=bounded(int, 0, 256), default=0, help="DataLoader worker processes reading shards (default 0)"
@@ -259,7 +266,13 @@ def run(args: argparse.Namespace) -> int:
     shards, raw = check_arguments(args)
     settings = settings_of(vars(args))
     lock = (
-        claim_run_directory(args.out, resume=args.resume, overwrite=args.overwrite, settings=settings)
+        claim_run_directory(
+            args.out,
+            resume=args.resume,
+            overwrite=args.overwrite,
+            settings=settings,
+            trust_undigested=args.trust_undigested,
+        )
         if _is_rank_zero()
         else contextlib.nullcontext()
     )
@@ -308,6 +321,7 @@ def _train(args: argparse.Namespace, shards: list[str], raw: list[str], settings
             log_every=1 if callbacks else args.log_every,
             settings=settings,
             verify_sha256=args.verify_sha256,
+            trust_undigested=args.trust_undigested,
         )
     except TrainingInterrupted as stop:
         if is_main_process():

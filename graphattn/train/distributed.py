@@ -94,3 +94,35 @@ def all_ranks_agree(flag: bool, device: torch.device) -> bool:
     value = torch.tensor([1 if flag else 0], device=device)
     dist.all_reduce(value, op=dist.ReduceOp.MIN)
     return bool(value.item())
+
+
+def raise_together(error: BaseException | None) -> None:
+    """Every rank calls this at the same point of a step that all take part in (a checkpoint
+    save): when any rank brings an error, every rank raises the error of the lowest failing rank,
+    so that the job ends with the same one line on each of them instead of the others waiting at
+    the next collective call until the launcher's timeout. Without a process group: raises
+    `error` if there is one."""
+    if not is_distributed():
+        if error is not None:
+            raise error
+        return
+    gathered: list = [None] * get_world_size()
+    dist.all_gather_object(gathered, None if error is None else _portable(error))
+    first = next((found for found in gathered if found is not None), None)
+    if first is not None:
+        raise first from None
+
+
+def _portable(error: BaseException) -> BaseException:
+    """`error` itself when it survives pickling (GraphattnError does, message and location), else
+    a GraphattnError carrying its first line."""
+    import pickle
+
+    if isinstance(error, GraphattnError):
+        try:
+            pickle.loads(pickle.dumps(error))
+            return error
+        except Exception:  # noqa: BLE001 - any unpicklable error is sent as its text
+            pass
+    lines = str(error).strip().splitlines()
+    return GraphattnError(f"rank {get_rank()}: {type(error).__name__}: {lines[0][:300] if lines else ''}".rstrip(": "))

@@ -46,6 +46,7 @@ from graphattn.errors import GraphattnError
 from graphattn.shards.inspect import add_verify_argument
 from graphattn.train import metrics as m
 from graphattn.train.arguments import bounded, path_exists
+from graphattn.train.checkpoint_dirs import TRUST_FLAG
 
 DEVICE = re.compile(r"cpu|cuda(:\d{1,3})?")
 BASELINE_SEED = 0
@@ -72,6 +73,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--batch-size", type=bounded(int, 1, 65_536), default=8)
     parser.add_argument("--device", type=_device_name, default="cpu", help="cpu, cuda, cuda:1, ...")
     parser.add_argument("--json", metavar="FILE", help="also write the metrics to FILE as JSON")
+    parser.add_argument(
+        TRUST_FLAG,
+        action="store_true",
+        help="the checkpoint has no digest.json (an older graphattn wrote it, or its digest was removed): check that "
+        "it loads and record its digest.json",
+    )
     add_verify_argument(parser)
 
 
@@ -104,7 +111,12 @@ def run(args: argparse.Namespace) -> int:
     if not path_exists(args.model):
         raise GraphattnError(f"--model {args.model}: no such directory")
     report = evaluate_model(
-        args.model, args.data, batch_size=args.batch_size, device=args.device, verify_sha256=args.verify_sha256
+        args.model,
+        args.data,
+        batch_size=args.batch_size,
+        device=args.device,
+        verify_sha256=args.verify_sha256,
+        trust_undigested=args.trust_undigested,
     )
     print("\n".join(report_lines(report)))
     if args.json:
@@ -313,7 +325,13 @@ def _score(spec, documents: list[list]) -> dict[str, Any]:
 
 
 def evaluate_model(
-    model_path: str, data: str | Sequence[str], *, batch_size: int = 8, device: str = "cpu", verify_sha256: bool = True
+    model_path: str,
+    data: str | Sequence[str],
+    *,
+    batch_size: int = 8,
+    device: str = "cpu",
+    verify_sha256: bool = True,
+    trust_undigested: bool = False,
 ) -> EvaluationReport:
     """Score a trained model on compiled shards (see the module docstring); every row read is
     checked, and each shard against its done marker unless `verify_sha256` is False."""
@@ -326,7 +344,7 @@ def evaluate_model(
     if batch_size < 1:
         raise GraphattnError(f"--batch-size must be at least 1, got {batch_size}")
     check_device(device)
-    model, run = load_task_model(model_path, device)
+    model, run = load_task_model(model_path, device, trust_undigested=trust_undigested)
     shards = open_shards(data, verify_sha256=verify_sha256)
     for name, head in model.targets.items():
         found = shards.schema.targets.get(name)

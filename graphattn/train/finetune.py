@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from graphattn.errors import GraphattnError
-from graphattn.train.rundir import RUN_FILE, RUN_FORMAT, read_run_file
+from graphattn.train.rundir import RUN_FILE, RUN_FORMAT, read_run_file, settings_of
 
 
 @dataclass
@@ -192,11 +192,13 @@ def fine_tune(
     log_every: int = 10,
     settings: dict[str, Any] | None = None,
     verify_sha256: bool = True,
+    trust_undigested: bool = False,
 ):
     """Train a TaskModel (a head per schema target) on compiled shards; checkpoints under `out`.
 
     Raises `TrainingInterrupted` after saving a checkpoint when Ctrl-C or SIGTERM stops it.
-    `settings` (the command line's, `graphattn.train.rundir.settings_of`) go into run.json for a
+    `settings` (the command line's, `graphattn.train.rundir.settings_of`; by default this call's
+    own) go into run.json for a
     later --resume to compare with; every logged step goes to `out/log.jsonl`."""
     import torch
 
@@ -224,7 +226,28 @@ def fine_tune(
             "data": shards.paths,
             "tokenizer": shards.tokenizer,
             "max_ngram": max_ngram,
-            "settings": settings,
+            "settings": settings
+            if settings is not None
+            else settings_of(
+                {
+                    "data": [data] if isinstance(data, (str, os.PathLike)) else list(data),
+                    "targets": list(targets) if targets else None,
+                    "schema": schema if isinstance(schema, (str, os.PathLike)) else None,
+                    "init_from": init_from,
+                    "hidden_size": hidden_size,
+                    "layers": layers,
+                    "heads": heads,
+                    "dropout": dropout,
+                    "batch_size": batch_size,
+                    "lr": learning_rate,
+                    "optimizer": optimizer,
+                    "warmup_ratio": warmup_ratio,
+                    "accumulate": accumulate,
+                    "precision": precision,
+                    "buffer_size": buffer_size,
+                    "seed": seed,
+                }
+            ),
         }
         tmp = out / (RUN_FILE + ".tmp")
         tmp.write_text(json.dumps(run, indent=1), encoding="utf-8")
@@ -249,6 +272,7 @@ def fine_tune(
         progress=progress,
         log_every=log_every,
         log_dir=str(out),
+        trust_undigested=trust_undigested,
     )
     loader = shard_loader(
         shards.paths,
@@ -265,7 +289,7 @@ def fine_tune(
     return trainer.fit(loader)
 
 
-def load_task_model(path: str | os.PathLike, device: str = "cpu"):
+def load_task_model(path: str | os.PathLike, device: str = "cpu", *, trust_undigested: bool = False):
     """(TaskModel with the checkpoint's weights, run.json) from a run directory (its newest
     checkpoint) or a checkpoint directory inside one.
 
@@ -289,9 +313,11 @@ def load_task_model(path: str | os.PathLike, device: str = "cpu"):
             file=str(path),
         )
     run = read_run_file(run_file)
-    found = ckpt.resolve_checkpoint(str(path) if path != run_dir else "latest", run_dir)
+    found = ckpt.resolve_checkpoint(
+        str(path) if path != run_dir else "latest", run_dir, trust_undigested=trust_undigested
+    )
     if found is None:
-        raise GraphattnError("the run has no complete checkpoint yet", file=str(run_dir))
+        raise GraphattnError("the run has no checkpoint yet (it stopped before its first save)", file=str(run_dir))
     schema = schema_from_text(run["schema_text"], str(run_file))
     unknown = [name for name in run["targets"] if name not in schema.targets]
     if unknown:

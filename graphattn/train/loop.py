@@ -57,11 +57,11 @@ from graphattn.train import checkpoint as ckpt
 from graphattn.train.distributed import (
     all_ranks_agree,
     all_reduce_sum,
-    barrier,
     get_rank,
     get_world_size,
     is_distributed,
     local_rank,
+    raise_together,
 )
 from graphattn.train.optim import DECAYS, OPTIMIZERS, build_optimizer, build_scheduler
 from graphattn.train.runlog import RunLog
@@ -103,6 +103,7 @@ class TrainConfig:
     find_unused_parameters: bool = False  # DDP: set when some parameters get no gradient in a step
     stop_on_interrupt: bool = True  # Ctrl-C / SIGTERM: finish the step, checkpoint, raise TrainingInterrupted
     log_dir: str | None = None  # log.jsonl (and TensorBoard events, when installed) go here
+    trust_undigested: bool = False  # resume from a newest checkpoint without digest.json after checking it loads
 
     def __post_init__(self) -> None:
         def fail(name: str, message: str) -> None:
@@ -401,7 +402,7 @@ class Trainer:
         run at the step reached, saved when no batch of the next step was consumed yet."""
         try:
             return next(batches)
-        except (RuntimeError, StopIteration, OSError):
+        except (RuntimeError, OSError):
             if not interrupt.requested or is_distributed():
                 raise
         if micro:
@@ -443,9 +444,14 @@ class Trainer:
         total = self.total_steps(data)
         self._build_scheduler(total)
         resume = cfg.resume if resume is None else resume
-        found = ckpt.resolve_checkpoint(resume, cfg.checkpoint_dir)
+        found = self._resolve_resume(resume)
         if found is not None:
-            self.load_checkpoint(found)
+            failure = None
+            try:
+                self.load_checkpoint(found)
+            except Exception as err:  # noqa: BLE001 - a rank's damaged file ends every rank (no hang at step 1)
+                failure = err
+            raise_together(failure)
         else:
             ckpt.seed_everything(cfg.seed + self.rank)
         self.model.train()
@@ -503,6 +509,21 @@ class Trainer:
             steps_run=self.step - resumed_at,
         )
 
+    def _resolve_resume(self, resume: str | bool) -> Path | None:
+        """The checkpoint `resume` names. A checkpoint without digest.json is refused, or with
+        trust_undigested checked and given its digest by rank 0 alone, the others waiting."""
+        trust = self.config.trust_undigested
+        if trust and is_distributed():
+            failure = None
+            if self.is_main:
+                try:
+                    ckpt.resolve_checkpoint(resume, self.config.checkpoint_dir, trust_undigested=True)
+                except Exception as err:  # noqa: BLE001 - raised on every rank by raise_together
+                    failure = err
+            raise_together(failure)
+            trust = False
+        return ckpt.resolve_checkpoint(resume, self.config.checkpoint_dir, trust_undigested=trust)
+
     def _log(self, window: dict[str, torch.Tensor], grad_norm: torch.Tensor, lr: float) -> dict[str, float]:
         """Mean of each metric since the last log, over steps and ranks; the last step's
         learning rate and gradient norm (before clipping)."""
@@ -551,7 +572,8 @@ class Trainer:
         own random state). Returns the checkpoint directory. The files go to `step-N.partial/`,
         renamed to `step-N/` when complete (see `graphattn.train.checkpoint`); a full disk
         raises CheckpointError with the partial directory removed and the previous checkpoint
-        and `latest` untouched."""
+        and `latest` untouched. Under DDP, a failure on any rank (the disk check, a file, the
+        digest, the publish) is raised on every rank, the same error, at the same point."""
         root = Path(root or self.config.checkpoint_dir or "checkpoints")
         final = root / ckpt.checkpoint_name(self.step)
         if self._saved_step == self.step and (final / ckpt.DIGEST_FILE).is_file():
@@ -559,34 +581,49 @@ class Trainer:
         partial = ckpt.partial_dir(root, self.step)
         state = self._trainer_state() if self.is_main else None
         needed = ckpt.state_bytes(state) + (1 << 20) * self.world_size
+        try:
+            self._save_stage(root, final, needed, self._prepare_save, root, partial, needed)
+            rng = {"now": ckpt.capture_rng(), "epoch_start": self._epoch_rng or ckpt.capture_rng()}
+            self._save_stage(root, final, needed, ckpt.save_file, rng, partial / f"rng-rank{self.rank}.pt")
+            self._save_stage(root, final, needed, self._finish_save, state, root, partial, final)
+        except BaseException:
+            if self.is_main:
+                shutil.rmtree(partial, ignore_errors=True)
+            raise
+        self._saved_step = self.step
+        return final
+
+    def _save_stage(self, root: Path, final: Path, needed: int, work: Callable, *args: Any) -> None:
+        """One stage of a save, run by every rank and ended together (graphattn.train.distributed
+        .raise_together): an OSError or RuntimeError becomes the one-line CheckpointError (disk
+        full, or what failed); any other error goes through as it is."""
+        failure: BaseException | None = None
+        try:
+            work(*args)
+        except Exception as err:  # noqa: BLE001 - each rank's failure is sent to all ranks, then raised
+            failure = err
+            if isinstance(err, (OSError, RuntimeError)):
+                if ckpt._is_disk_full(err, root, needed):
+                    failure = ckpt.disk_full_error(root, self.step, needed)
+                else:
+                    what = err.strerror if isinstance(err, OSError) and err.strerror else ckpt._first_line(err)
+                    failure = ckpt.CheckpointError(f"cannot write checkpoint {final.name}: {what}", file=str(root))
+        raise_together(failure)
+
+    def _prepare_save(self, root: Path, partial: Path, needed: int) -> None:
         if self.is_main:
             root.mkdir(parents=True, exist_ok=True)
             shutil.rmtree(partial, ignore_errors=True)
             ckpt.check_room(root, self.step, needed)
             partial.mkdir()
-        barrier()
-        try:
-            rng = {"now": ckpt.capture_rng(), "epoch_start": self._epoch_rng or ckpt.capture_rng()}
-            ckpt.save_file(rng, partial / f"rng-rank{self.rank}.pt")
-            barrier()
-            if self.is_main:
-                ckpt.save_file(state, partial / ckpt.TRAINER_FILE)
-                ckpt.write_digest(partial, state)
-                ckpt.publish(partial, final)
-                ckpt.prune_checkpoints(root, self.config.keep_checkpoints)
-        except BaseException as err:
-            full = isinstance(err, (OSError, RuntimeError)) and ckpt._is_disk_full(err, root, needed)
-            if self.is_main:
-                shutil.rmtree(partial, ignore_errors=True)
-            if full:
-                raise ckpt.disk_full_error(root, self.step, needed) from None
-            if isinstance(err, (OSError, RuntimeError)):
-                what = err.strerror if isinstance(err, OSError) and err.strerror else ckpt._first_line(err)
-                raise ckpt.CheckpointError(f"cannot write checkpoint {final.name}: {what}", file=str(root)) from None
-            raise
-        barrier()
-        self._saved_step = self.step
-        return final
+
+    def _finish_save(self, state: dict[str, Any] | None, root: Path, partial: Path, final: Path) -> None:
+        """Rank 0: trainer.pt (hashed as it is written), digest.json, the rename, pruning."""
+        if self.is_main:
+            entry, tensors = ckpt.save_trainer_file(state, partial / ckpt.TRAINER_FILE)
+            ckpt.write_digest(partial, files={ckpt.TRAINER_FILE: entry}, tensors=tensors)
+            ckpt.publish(partial, final)
+            ckpt.prune_checkpoints(root, self.config.keep_checkpoints)
 
     def _trainer_state(self) -> dict[str, Any]:
         return {

@@ -23,9 +23,18 @@ from typing import Any
 
 from graphattn.corpus.lock import DirectoryLock
 from graphattn.errors import GraphattnError
+from graphattn.train.checkpoint_dirs import (
+    DIGEST_FILE,
+    TRUST_FLAG,
+    step_directories,
+    undigested_message,
+    undigested_newest,
+)
 
 RUN_FILE = "run.json"
-RUN_FORMAT = "graphattn-train/1"
+RUN_FORMAT_NAME = "graphattn-train"
+RUN_FORMAT_VERSION = 2  # what `graphattn train` writes now (version 1: settings and max_ngram could be absent)
+RUN_FORMAT = f"{RUN_FORMAT_NAME}/{RUN_FORMAT_VERSION}"
 MAX_RUN_BYTES = 16 << 20
 COMPILE_FORMAT = "graphattn-run/1"  # graphattn.corpus.output's run.json
 
@@ -90,15 +99,13 @@ def holds_run(directory: Path) -> bool:
     )
 
 
-def _complete_steps(directory: Path) -> list[str]:
-    return sorted(p.name for p in directory.glob("step-*") if (p / "digest.json").is_file() and p.name[5:].isdigit())
-
-
 def claim_run_directory(
-    out: str | os.PathLike, *, resume: bool, overwrite: bool, settings: dict[str, Any]
+    out: str | os.PathLike, *, resume: bool, overwrite: bool, settings: dict[str, Any], trust_undigested: bool = False
 ) -> DirectoryLock:
     """Lock `out` for this run and check that it may be used as asked; the caller releases the
-    lock when the run ends (the process exiting releases it too)."""
+    lock when the run ends (the process exiting releases it too). A newest checkpoint without
+    digest.json is named as such (never passed over for an older one); `trust_undigested` lets
+    --resume go on to check it and record its digest (graphattn.train.checkpoint)."""
     directory = Path(out)
     if directory.exists() and not directory.is_dir():
         raise GraphattnError("--out must be a directory, but a file of that name exists", file=str(directory))
@@ -113,24 +120,34 @@ def claim_run_directory(
                 "choose another --out",
                 file=str(directory),
             )
+        steps = step_directories(directory)
+        undigested = undigested_newest(directory)
         if resume:
-            steps = _complete_steps(directory)
             if not steps:
-                raise GraphattnError(
-                    "--resume: nothing to resume here (no complete checkpoint); run without --resume to start",
-                    file=str(directory),
+                why = (
+                    "no checkpoint: the run stopped before its first save); start it again with --overwrite"
+                    if holds_run(directory)
+                    else "no checkpoint); run without --resume to start"
                 )
+                raise GraphattnError(f"--resume: nothing to resume here ({why}", file=str(directory))
+            if undigested is not None and not trust_undigested:
+                raise GraphattnError(undigested_message(*undigested), file=str(undigested[0]))
             check_same_settings(read_run_file(directory / RUN_FILE).get("settings"), settings, directory)
             for partial in directory.glob("step-*.partial"):  # saves of a killed run; the lock says none runs
                 shutil.rmtree(partial, ignore_errors=True)
         elif holds_run(directory):
             if not overwrite:
-                steps = _complete_steps(directory)
-                held = f"a training run (checkpoint {steps[-1]})" if steps else "a training run (no checkpoint yet)"
+                if undigested is not None:
+                    held = f"a training run (its newest checkpoint {undigested[0].name} has no {DIGEST_FILE})"
+                    ways = f"pass --resume {TRUST_FLAG} to check it and continue from it, --overwrite to replace it"
+                elif steps:
+                    held = f"a training run (checkpoint {steps[-1].name})"
+                    ways = "pass --resume to continue it, --overwrite to replace it"
+                else:
+                    held = "a training run that stopped before its first checkpoint (nothing to resume)"
+                    ways = "pass --overwrite to start it again"
                 raise GraphattnError(
-                    f"this directory already holds {held}; pass --resume to continue it, --overwrite to replace it, "
-                    "or choose another --out",
-                    file=str(directory),
+                    f"this directory already holds {held}; {ways}, or choose another --out", file=str(directory)
                 )
             remove_run(directory)
     except BaseException:
@@ -160,8 +177,9 @@ def check_same_settings(old: Any, new: dict[str, Any], directory: Path) -> None:
     the data order are not those of the run being resumed."""
     if not isinstance(old, dict):
         raise GraphattnError(
-            f"{RUN_FILE} records no settings to compare with (written by an older graphattn?); start a new run "
-            "with --overwrite or another --out",
+            f"{RUN_FILE} records no settings to compare with (format version 1, written before runs recorded "
+            "them), so --resume cannot tell whether this run's settings are the same; start a new run with "
+            "--overwrite or another --out",
             file=str(directory / RUN_FILE),
         )
     differ = [key for key in RESUME_SETTINGS if old.get(key) != new.get(key)]
@@ -203,9 +221,36 @@ def read_run_file(path: str | os.PathLike) -> dict[str, Any]:
             "--out` directory",
             file=where,
         )
-    if run.get("format") != RUN_FORMAT:
-        raise GraphattnError(f"{RUN_FILE} has format {run.get('format')!r:.60}, expected {RUN_FORMAT!r}", file=where)
-    check_encoder(run.get("encoder"), where)
+    version = run_format_version(run.get("format"))
+    if version is None:
+        raise GraphattnError(
+            f"{RUN_FILE} has format {run.get('format')!r:.60}, expected {RUN_FORMAT_NAME}/<version> (a `graphattn "
+            "train` run)",
+            file=where,
+        )
+    if version not in (1, RUN_FORMAT_VERSION):
+        raise GraphattnError(
+            f"{RUN_FILE} has format {run['format']!r}, written by a newer graphattn; this one reads versions 1 and "
+            f"{RUN_FORMAT_VERSION}: use the graphattn that wrote it",
+            file=where,
+        )
+    if version == RUN_FORMAT_VERSION:  # every key is written: none may be missing
+        missing = [key for key in RUN_KEYS if key not in run]
+        if missing:
+            raise GraphattnError(
+                f"missing from {RUN_FILE} (format version {version} records it)", file=where, path=(missing[0],)
+            )
+        check_settings(run["settings"], where)
+        for key, ok, expected in (
+            ("schema_name", isinstance(run["schema_name"], str), "the schema's name"),
+            ("data", isinstance(run["data"], list) and all(isinstance(p, str) for p in run["data"]), "shard paths"),
+            ("tokenizer", run["tokenizer"] is None or isinstance(run["tokenizer"], str), "null or a tokenizer"),
+        ):
+            if not ok:
+                raise GraphattnError(f"expected {expected}, found {run[key]!r:.60}", file=where, path=(key,))
+    else:  # version 1 was written without settings (before --resume compared them) and without max_ngram at first
+        run = {**run, "settings": run.get("settings"), "max_ngram": run.get("max_ngram")}
+    check_encoder(run.get("encoder"), where, version)
     targets = run.get("targets")
     if not isinstance(targets, list) or not targets or not all(isinstance(t, str) for t in targets):
         raise GraphattnError("expected a non-empty list of target names", file=where, path=("targets",))
@@ -219,17 +264,43 @@ def read_run_file(path: str | os.PathLike) -> dict[str, Any]:
     return run
 
 
+RUN_KEYS = ("encoder", "targets", "schema_name", "schema_text", "data", "tokenizer", "max_ngram", "settings")
+
+
+def run_format_version(value: Any) -> int | None:
+    """The version in a train run.json's `format` ("graphattn-train/2" -> 2); None when it names
+    no train run format."""
+    if not isinstance(value, str) or not value.startswith(RUN_FORMAT_NAME + "/"):
+        return None
+    digits = value[len(RUN_FORMAT_NAME) + 1 :]
+    return int(digits) if digits.isdigit() and len(digits) <= 6 and not digits.startswith("0") else None
+
+
+def check_settings(settings: Any, where: str) -> None:
+    """Version 2's settings: an object with every RESUME_SETTINGS key (null where not given)."""
+    if not isinstance(settings, dict):
+        raise GraphattnError("expected the run's settings (an object)", file=where, path=("settings",))
+    missing = [key for key in RESUME_SETTINGS if key not in settings]
+    if missing:
+        raise GraphattnError(
+            f"missing from the settings (format version {RUN_FORMAT_VERSION} records every one)",
+            file=where,
+            path=("settings", missing[0]),
+        )
+
+
 def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def check_encoder(encoder: Any, where: str) -> None:
+def check_encoder(encoder: Any, where: str, version: int = RUN_FORMAT_VERSION) -> None:
     """The encoder section's sizes are integers within ENCODER_BOUNDS, and together small
-    enough to build (checked before EtcConfig, let alone a model, exists)."""
+    enough to build (checked before EtcConfig, let alone a model, exists). run.json version 1
+    may predate max_absolute_position_embeddings; version 2 writes every size."""
     if not isinstance(encoder, dict):
         raise GraphattnError("expected the encoder config (an object)", file=where, path=("encoder",))
     for key, (low, high) in ENCODER_BOUNDS.items():
-        if key not in encoder and key == "max_absolute_position_embeddings":
+        if key not in encoder and key == "max_absolute_position_embeddings" and version == 1:
             continue
         value = encoder.get(key)
         if not _is_int(value) or not low <= value <= high:
