@@ -41,30 +41,37 @@ def _model(family: str, seed: int = 0, **extra):
     raise ValueError(family)
 
 
-def _block_mask(blocks, total: int, window: int | None = None) -> torch.Tensor:
-    """[1, 1, N, N] additive mask: a passage's token sees its own passage (causally), a tail or
-    generated token sees every earlier token; a window keeps keys less than `window` slots back."""
-    segment = torch.full((total,), -1)
+def _block_mask(blocks, total: int, window: int | None = None, parents=None) -> torch.Tensor:
+    """[1, 1, N, N] additive mask: a block's token sees its own block (causally) and its ancestor
+    blocks (`parents`: -1 for a root), a tail or generated token sees every earlier token; a window
+    keeps keys less than `window` slots back."""
+    parents = parents if parents is not None else [-1] * len(blocks)
+    sees = torch.eye(len(blocks) + 1, dtype=torch.bool)  # block a sees block b; the last row / column: the tail
+    for index, parent in enumerate(parents):
+        if parent >= 0:
+            sees[index] |= sees[parent]
+    sees[-1] = True
+    segment = torch.full((total,), len(blocks))
     start = 0
     for index, block in enumerate(blocks):
         segment[start : start + len(block)] = index
         start += len(block)
     q = torch.arange(total)
-    allowed = (q[None] <= q[:, None]) & ((segment[:, None] == segment[None]) | (segment[:, None] == -1))
+    allowed = (q[None] <= q[:, None]) & sees[segment[:, None], segment[None]]
     if window is not None:
         allowed &= q[:, None] - q[None] < window
     return torch.zeros(total, total).masked_fill(~allowed, MIN)[None, None]
 
 
-def _reference(model, blocks, tail, new=(), position_ids=None) -> torch.Tensor:
+def _reference(model, blocks, tail, new=(), position_ids=None, parents=None) -> torch.Tensor:
     """Logits of one eager forward of `blocks + tail + new` under the explicit block mask."""
     ids = torch.tensor([t for b in blocks for t in b] + list(tail) + list(new))[None]
     total = ids.shape[1]
     window = getattr(model.config, "sliding_window", None)
     types = getattr(model.config, "layer_types", None)
-    mask = _block_mask(blocks, total, window if window and not types else None)  # Mistral: every layer slides
+    mask = _block_mask(blocks, total, window if window and not types else None, parents)  # Mistral: all slide
     if "sliding_attention" in (types or []):
-        mask = {"full_attention": mask, "sliding_attention": _block_mask(blocks, total, window)}
+        mask = {"full_attention": mask, "sliding_attention": _block_mask(blocks, total, window, parents)}
     previous = model.config._attn_implementation
     model.set_attn_implementation("eager")
     try:
@@ -247,6 +254,91 @@ def test_the_shared_prompt_is_held_once_by_reference():
     assert layer.prefix_keys is cache.layers[0].keys and layer.prefix_keys.shape[0] == 1
     keys, _ = layer.update(torch.zeros(6, 2, 1, 8), torch.zeros(6, 2, 1, 8))
     assert keys.shape == (6, 2, 5, 8) and layer.keys.shape == (6, 2, 1, 8) and shared.get_seq_length() == 5
+
+
+def _tree():
+    """A system prompt, two passages under it (the first with a note of its own), a third root passage."""
+    system, a, note, b, other = random_docs((6, 7, 3, 5, 4), seed=31)
+    return [system, a, note, b, other], [-1, 0, 1, 0, -1], [9, 8, 7]
+
+
+def _tree_positions(blocks, parents, tail: int) -> torch.Tensor:
+    """restart: a block starts at its parent's end (a root at 0), the tail after the longest path."""
+    starts: list[int] = []
+    for parent in parents:
+        starts.append(starts[parent] + len(blocks[parent]) if parent >= 0 else 0)
+    end = max(s + len(b) for s, b in zip(starts, blocks))
+    ranges = [torch.arange(s, s + len(b)) for s, b in zip(starts, blocks)] + [torch.arange(end, end + tail)]
+    return torch.cat(ranges)[None]
+
+
+@pytest.mark.parametrize("family", ["llama", "qwen3"])
+@pytest.mark.parametrize("positions", ["continue", "restart"])
+def test_tree_blocks_equal_the_tree_mask_reference(family, positions):
+    model = _model(family)
+    blocks, parents, tail = _tree()
+    cache = gh.BlockCache(model)
+    out = cache.prefill(blocks, tail, positions=positions, parents=parents)
+    position_ids = _tree_positions(blocks, parents, len(tail)) if positions == "restart" else None
+    reference = _reference(model, blocks, tail, position_ids=position_ids, parents=parents)
+    torch.testing.assert_close(out.logits, reference[:, -3:], rtol=1e-5, atol=1e-5)
+    expected = position_ids if position_ids is not None else torch.arange(28)[None]
+    assert torch.equal(out.position_ids, expected)
+    tokens = cache.generate(blocks, tail, positions=positions, parents=parents, max_new_tokens=5, do_sample=False)
+    assert cache.hits == 5  # the second call found every block
+    new: list[int] = []
+    for step in range(5):
+        extended = None
+        if position_ids is not None:
+            extended = torch.cat([position_ids, position_ids[:, -1:] + 1 + torch.arange(step)[None]], dim=1)
+        new.append(int(_reference(model, blocks, tail, new, extended, parents)[0, -1].argmax()))
+    assert tokens[0, 28:].tolist() == new
+
+
+def test_a_tree_block_is_kept_under_its_path():
+    """restart places a passage right after the system prompt in any order: found again; with
+    continue its distance to the system prompt changes with the order, so it is encoded again."""
+    model = _model("llama")
+    system, a, b, c = random_docs((6, 7, 5, 4), seed=33)
+    tail = [3, 4]
+    cache = gh.BlockCache(model)
+    cache.prefill([system, a, b], tail, positions="restart", parents=[-1, 0, 0])
+    assert (cache.misses, cache.hits) == (3, 0)
+    out = cache.prefill([system, c, b], tail, positions="restart", parents=[-1, 0, 0])
+    assert (cache.misses, cache.hits) == (4, 2)  # system and b found, c new
+    positions = _tree_positions([system, c, b], [-1, 0, 0], 2)
+    reference = _reference(model, [system, c, b], tail, position_ids=positions, parents=[-1, 0, 0])
+    torch.testing.assert_close(out.logits, reference[:, -2:], rtol=1e-5, atol=1e-5)
+    cache.prefill([system, c, b], tail, positions="continue", parents=[-1, 0, 0])
+    assert (cache.misses, cache.hits) == (5, 4)  # b is 4 tokens further from the system prompt than before
+    out = cache.prefill([system, b, a], tail, parents=[-1, 0, 0])  # continue: b right after system, as at first
+    assert (cache.misses, cache.hits) == (6, 6)
+    reference = _reference(model, [system, b, a], tail, parents=[-1, 0, 0])
+    torch.testing.assert_close(out.logits, reference[:, -2:], rtol=1e-5, atol=1e-5)
+
+
+def test_tree_blocks_refuse_a_sliding_window_and_bad_parents():
+    blocks, parents, tail = _tree()
+    with pytest.raises(gh.GraphattnMaskError, match="blocks with parents: layer 1's sliding window of 4 tokens"):
+        gh.BlockCache(_model("qwen2")).prefill(blocks, tail, parents=parents)
+    cache = gh.BlockCache(_model("llama"))
+    for bad, message in (
+        ([-1, 0], "parents: 2 entries for 5 blocks"),
+        ([-1, 0, 2, 0, -1], r"parents\[2\] \(-1 or an earlier block\): expected an integer in -1..1, got 2"),
+        ("01", "parents: expected a list of block indices"),
+        ([-1, 0.0, 1, 0, -1], r"parents\[1\] \(-1 or an earlier block\): expected an integer"),
+    ):
+        with pytest.raises(ValueError, match=message):
+            cache.prefill(blocks, tail, parents=bad)
+
+
+def test_no_blocks_is_an_ordinary_prefill():
+    model = _model("llama")
+    out = gh.BlockCache(model).prefill([], [5, 6, 7])
+    with torch.no_grad():
+        expected = model(input_ids=torch.tensor([[5, 6, 7]])).logits
+    torch.testing.assert_close(out.logits, expected, rtol=1e-5, atol=1e-5)
+    assert out.cache.get_seq_length() == 2
 
 
 @pytest.mark.parametrize(
