@@ -27,6 +27,7 @@ def digest_of(run: Path, step: int) -> dict:
     return json.loads((run / f"step-{step:08d}" / "digest.json").read_text())
 
 
+@pytest.mark.slow  # seven graphattn commands (~30 s on 2 loaded cores)
 def test_only_the_newest_without_a_digest_is_named_never_passed_over_and_trusted_only_when_asked(shards, run_copy):  # noqa: F811
     before = digest_of(run_copy, 4)
     (run_copy / "step-00000004" / "digest.json").unlink()
@@ -53,6 +54,7 @@ def test_only_the_newest_without_a_digest_is_named_never_passed_over_and_trusted
     assert resumed.returncode == 0 and "trained 6 steps" in resumed.stdout, resumed.stderr
 
 
+@pytest.mark.slow  # three graphattn commands and a 4-step run (~30 s on 2 loaded cores)
 def test_a_run_with_no_digest_at_all_resumes_with_the_flag_and_a_damaged_one_is_not_trusted(shards, run_copy):  # noqa: F811
     for step in (2, 4):
         (run_copy / f"step-{step:08d}" / "digest.json").unlink()
