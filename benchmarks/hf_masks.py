@@ -6,14 +6,16 @@
    where its N x N intermediates would not fit), at --sizes tokens, for packed documents of mixed
    lengths (32..4096, causal) and for prefix trees (prompts with 8 completions, some branching
    again). "blocks ok" checks that our kept blocks cover theirs and our full blocks are theirs.
-2. Packed vs padded training throughput of a tiny Llama on CPU (forward + backward): the same
-   documents as rows padded to the longest (sdpa, 2-D padding mask) or packed into rows of
-   --pack-length tokens (graphattn, chunked CPU path); tokens/s counts real tokens only. Then one
-   packed row of --long-row tokens (32K) forward + backward: time and peak memory growth.
+2. Packed vs padded training throughput on CPU (forward + backward of a small Llama, `small_llama`):
+   --train-tokens of documents of 32..1024 tokens, as batches of 4 documents padded to the longest
+   (sdpa, 2-D padding mask) or packed in order into rows of --pack-length tokens, one row per step
+   (graphattn, chunked CPU path: SDPA per document); the two take turns --repeats times, tokens/s
+   (real tokens only) from the min and the median pass. Then one packed row of --long-row tokens
+   (32K) forward + backward on the tiny Llama: time and peak memory growth.
 3. One prompt with 8 completions: tokens in a prefix tree vs 8 separate sequences, and the
    forward time of each on the tiny Llama.
 
-Times are the best of --repeats runs after a warm-up. Usage:
+Other times are the best of --repeats runs after a warm-up. Usage:
     python benchmarks/hf_masks.py [--sizes 4096 32768 131072] [--repeats 3] [--quick]
 """
 
@@ -160,38 +162,98 @@ def tiny_llama():
     return LlamaForCausalLM(config)
 
 
-def packed_vs_padded(total: int, pack_length: int, repeats: int) -> tuple[float, float]:
-    name = register()
+DOC_LENGTHS = (32, 1024)  # the training row's documents: lengths uniform in this range
+PADDED_BATCH = 4  # documents per padded batch, padded to the longest
+
+
+def small_llama():
+    """The training row's decoder: Llama, hidden 128, 2 layers, 4 query / 2 key-value heads of 32,
+    FFN 256, vocabulary 256 (small enough for several alternating rounds on a shared CPU)."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    config = LlamaConfig(
+        vocab_size=256,
+        hidden_size=128,
+        intermediate_size=256,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=8192,
+    )
+    return LlamaForCausalLM(config)
+
+
+def training_batches(total: int, pack_length: int) -> tuple[int, list[dict], list[dict]]:
+    """Documents of DOC_LENGTHS until `total` tokens, as padded batches (PADDED_BATCH documents in
+    order, padded to the longest, a [B, N] padding mask) and as packed rows (in order, a new row
+    when the next document does not fit `pack_length`; one row per step). Returns the real tokens
+    and both lists of batches."""
     g = torch.Generator().manual_seed(1)
     docs, used = [], 0
     while used < total:
-        n = int(torch.randint(16, 512, (1,), generator=g))
+        n = int(torch.randint(DOC_LENGTHS[0], DOC_LENGTHS[1] + 1, (1,), generator=g))
         docs.append(torch.randint(3, 256, (n,), generator=g).tolist())
         used += n
-    model = tiny_llama()
+    padded = []
+    for start in range(0, len(docs), PADDED_BATCH):
+        group = docs[start : start + PADDED_BATCH]
+        width = max(len(d) for d in group)
+        ids = torch.tensor([d + [0] * (width - len(d)) for d in group])
+        mask = (torch.arange(width)[None] < torch.tensor([len(d) for d in group])[:, None]).long()
+        padded.append({"input_ids": ids, "attention_mask": mask, "labels": ids.masked_fill(mask == 0, -100)})
+    rows, row, used = [], [], 0
+    for doc in docs:  # the rows pack_documents(docs, max_length=pack_length) makes, one batch each
+        if used + len(doc) > pack_length:
+            rows.append(row)
+            row, used = [], 0
+        row.append(doc)
+        used += len(doc)
+    packed = [pack_documents(r, max_length=pack_length, return_labels=True) for r in rows + [row]]
+    return sum(len(d) for d in docs), padded, packed
 
-    def padded():
+
+def packed_vs_padded(total: int, pack_length: int, rounds: int) -> dict:
+    """Forward + backward over the same documents, padded (sdpa) and packed (graphattn's CPU path),
+    taking turns `rounds` times after a warm-up (a slow minute of a shared machine falls on both);
+    the structures' plans are rebuilt inside every timed pass. Seconds per pass, both routes."""
+    import statistics
+
+    name = register()
+    tokens, padded, packed = training_batches(total, pack_length)
+    model = small_llama()
+
+    def run_padded():
         model.set_attn_implementation("sdpa")
-        for start in range(0, len(docs), 8):
-            group = docs[start : start + 8]
-            width = max(len(d) for d in group)
-            ids = torch.tensor([d + [0] * (width - len(d)) for d in group])
-            mask = (torch.arange(width)[None] < torch.tensor([len(d) for d in group])[:, None]).long()
-            model(
-                input_ids=ids, attention_mask=mask, labels=ids.masked_fill(mask == 0, -100), use_cache=False
-            ).loss.backward()
+        for batch in padded:
+            model(**batch, use_cache=False).loss.backward()
 
-    batch = pack_documents(docs, max_length=pack_length)
-
-    def packed():
+    def run_packed():
         model.set_attn_implementation(name)
-        batch["attention_mask"]._plans.clear()  # the tiles are built per batch, inside the timing
-        model(**batch, use_cache=False).loss.backward()
+        for batch in packed:
+            batch["attention_mask"]._plans.clear()
+            model(**batch, use_cache=False).loss.backward()
 
-    tokens = sum(len(d) for d in docs)
-    padded()
-    packed()
-    return tokens / best(padded, repeats), tokens / best(packed, repeats)
+    times = {"padded": [], "packed": []}
+    run_padded()
+    run_packed()
+    for _ in range(rounds):
+        for route, run in (("padded", run_padded), ("packed", run_packed)):
+            model.zero_grad()
+            start = time.perf_counter()
+            run()
+            times[route].append(time.perf_counter() - start)
+    real = {
+        route: tokens / sum(b["input_ids"].numel() for b in batches)
+        for route, batches in (("padded", padded), ("packed", packed))
+    }
+    return {
+        "tokens": tokens,
+        "docs": sum(b["input_ids"].shape[0] for b in padded),
+        "real": real,
+        "min": {route: min(t) for route, t in times.items()},
+        "median": {route: statistics.median(t) for route, t in times.items()},
+    }
 
 
 def long_row(total: int) -> tuple[float, float, float]:
@@ -209,10 +271,10 @@ def long_row(total: int) -> tuple[float, float, float]:
         used += n
     model = tiny_llama()
     model.set_attn_implementation(name)
-    warm = pack_documents(docs[:2])
+    warm = pack_documents(docs[:2], return_labels=True)
     model(**warm, use_cache=False).loss.backward()  # first-call costs (imports, checkpoint set-up) apart
     model.zero_grad()
-    batch = pack_documents(docs)
+    batch = pack_documents(docs, return_labels=True)
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     start = time.perf_counter()
     model(**batch, use_cache=False).loss.backward()
@@ -254,8 +316,8 @@ def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[4096, 32768, 131072])
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--train-tokens", type=int, default=8192, help="tokens of the packed-vs-padded run")
-    parser.add_argument("--pack-length", type=int, default=2048)
+    parser.add_argument("--train-tokens", type=int, default=16384, help="tokens of the packed-vs-padded run")
+    parser.add_argument("--pack-length", type=int, default=4096, help="tokens per packed row (one row per step)")
     parser.add_argument("--long-row", type=int, default=32768, help="tokens of the one-row CPU training run")
     parser.add_argument("--prompt", type=int, default=512)
     parser.add_argument("--completion", type=int, default=128)
@@ -266,7 +328,7 @@ def main(argv=None) -> None:
         print(json.dumps(long_row(args.long_row_only)))
         return
     if args.quick:
-        args.sizes, args.repeats, args.train_tokens, args.pack_length, args.long_row = [1024], 1, 1024, 512, 2048
+        args.sizes, args.repeats, args.train_tokens, args.pack_length, args.long_row = [1024], 1, 2048, 1024, 2048
         args.prompt, args.completion = 64, 16
     for name, value in (
         ("--sizes", min(args.sizes)),
@@ -275,6 +337,13 @@ def main(argv=None) -> None:
     ):
         if not 128 <= value <= 1 << 20:
             parser.error(f"{name}: expected 128..{1 << 20}, got {value}")
+    if not DOC_LENGTHS[1] <= args.pack_length <= 1 << 20:
+        parser.error(
+            f"--pack-length: expected {DOC_LENGTHS[1]}..{1 << 20} (a row holds the longest document), "
+            f"got {args.pack_length}"
+        )
+    if not 1 <= args.repeats <= 1000:
+        parser.error(f"--repeats: expected 1..1000, got {args.repeats}")
     print(
         f"torch {torch.__version__}, {os.cpu_count()} CPUs, {torch.get_num_threads()} threads, load average "
         f"{' '.join(f'{x:.2f}' for x in os.getloadavg())} (a machine shared with other jobs)"
@@ -285,13 +354,23 @@ def main(argv=None) -> None:
         f"{'ratio':>9} {'struct':>9} {'blocks':>9}  blocks ok"
     )
     block_rows(args.sizes, args.repeats)
-    padded, packed = packed_vs_padded(args.train_tokens, args.pack_length, args.repeats)
+    speed = packed_vs_padded(args.train_tokens, args.pack_length, args.repeats)
+    tokens, real, fastest, median = speed["tokens"], speed["real"], speed["min"], speed["median"]
     print(
-        f"\n2. tiny Llama (2 layers, hidden 64) forward+backward on CPU, {args.train_tokens} tokens "
-        "of documents 16..511"
+        f"\n2. training on CPU, forward+backward of a Llama (hidden 128, 2 layers, 4/2 heads of 32, FFN 256): "
+        f"{tokens} tokens in {speed['docs']} documents of {DOC_LENGTHS[0]}..{DOC_LENGTHS[1]}, "
+        f"{args.repeats} alternating rounds; tokens/s from the min and the median pass time"
     )
-    print(f"   padded rows (sdpa): {padded:9.0f} tokens/s")
-    print(f"   packed rows of {args.pack_length} (graphattn): {packed:9.0f} tokens/s   ratio {packed / padded:.2f}x")
+    print(f"   {'route':<42} {'real tokens':>11} {'min':>9} {'median':>9}")
+    for route, label in (
+        ("padded", f"padded sdpa, batches of {PADDED_BATCH} documents"),
+        ("packed", f"packed graphattn, rows of {args.pack_length} tokens"),
+    ):
+        print(f"   {label:<42} {real[route]:>10.0%} {tokens / fastest[route]:>9.0f} {tokens / median[route]:>9.0f}")
+    print(
+        f"   {'ratio packed / padded':<42} {'':>11} {fastest['padded'] / fastest['packed']:>8.2f}x "
+        f"{median['padded'] / median['packed']:>8.2f}x"
+    )
     seconds, grown, dense = json.loads(
         subprocess.run(
             [sys.executable, __file__, "--long-row-only", str(args.long_row)],

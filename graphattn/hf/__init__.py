@@ -9,7 +9,8 @@
 docs/HF.md explains the pieces; transformers is imported only by `register`.
 """
 
-from graphattn.hf.attention import GraphattnMaskError, LayerMask, chunked_attention, register
+from graphattn.hf.attention import GraphattnMaskError, LayerMask, register
+from graphattn.hf.chunked import chunked_attention
 from graphattn.hf.pack import PackingCollator, pack_documents, pack_tree, tree_lm_loss
 from graphattn.hf.parity import ParityReport, check_parity, leaf_paths, tree_token_ratio
 from graphattn.hf.prompts import BlockCache, Prefill

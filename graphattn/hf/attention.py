@@ -15,11 +15,10 @@ attention module. Ours:
   refuses what it cannot honour (attention dropout while training, softcap, a structure that did
   not pass the mask function, position_ids other than the structure's, compared once per forward,
   labels without a bias table) and runs one of:
-  * "chunked" (the CPU default): per block of 512 query rows, attention over only the key tiles
-    (of 128) the structure allows, in plain PyTorch (SDPA with the tile's boolean mask; with relative labels
-    an einsum + the bias gathered per pair); each tile is recomputed in the backward pass
-    (activation checkpointing), so memory stays O(N + tile x allowed keys) at 32K tokens, and
-    gradients are deterministic on CPU (tests/hf check bitwise-equal reruns);
+  * "chunked" (the CPU default, graphattn.hf.chunked): packed documents as plain SDPA per document
+    on views of the row (causal / full without a mask); prefix trees and schema graphs per block of
+    512 query rows over only the key tiles (of 128) the structure allows, recomputed in the backward
+    pass where keeping them would take too much memory; exact, and deterministic gradients on CPU;
   * "flex" (the CUDA default): FlexAttention with a BlockMask built from the structure's tiles
     (never a mask_mod sweep), shared by every layer; relative labels reach it through score_mod.
 """
@@ -27,14 +26,10 @@ attention module. Ours:
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
-from torch.utils.checkpoint import checkpoint
 
 from graphattn.hf.hybrid import check_boundary_kwargs, check_hybrid
 from graphattn.hf.structure import NO_LIMIT, LayerRule, Structure
 
-CHUNK = 512  # query rows per step of the CPU path (fewer Python steps; measured best of 128/256/512)
-KEY_TILE = 128  # the key tiles it skips or keeps
 BACKENDS = ("auto", "chunked", "flex")
 BIAS_ATTRIBUTE = "graphattn_relative_bias"
 
@@ -282,59 +277,12 @@ def make_attention(backend: str):
 
             out = flex_forward(query, key, value, layer, table, scale)
         else:
+            from graphattn.hf.chunked import chunked_attention
+
             out = chunked_attention(query, key, value, layer, table, scale)
         return out.transpose(1, 2).contiguous(), None
 
     return graphattn_attention
-
-
-# -- the chunked path ---------------------------------------------------------------------------------
-def _attend_tile(query, key, value, table, structure, rule, rows_start, keys, scale):
-    """One query tile against its gathered keys: [B, H, n, d]."""
-    batch, heads, n, dim = query.shape
-    groups = key.shape[1]
-    k = key.index_select(2, keys)
-    v = value.index_select(2, keys)
-    if table is None:  # a fused kernel; rows that see nothing (padding) attend a dummy key, zeroed after
-        mask, _ = structure.pairs(slice(rows_start, rows_start + n), keys, rule)
-        empty = ~mask.any(-1)
-        if empty.any():
-            mask = mask.clone()
-            mask[..., 0] |= empty
-        out = F.scaled_dot_product_attention(
-            query, k, v, attn_mask=mask[:, None], scale=scale, enable_gqa=groups != heads
-        )
-        return out.masked_fill(empty[:, None, :, None], 0.0)
-    q = query.view(batch, groups, heads // groups, n, dim)
-    scores = torch.einsum("bgrnd,bgmd->bgrnm", q, k) * scale
-    mask, labels = structure.pairs(slice(rows_start, rows_start + n), keys, rule)
-    if table is not None:
-        bias = F.embedding(labels, table.t()).permute(0, 3, 1, 2)  # [B, H, n, m]
-        scores = scores + bias.reshape(batch, groups, heads // groups, n, -1).to(scores.dtype)
-    allowed = mask[:, None, None]
-    scores = scores.masked_fill(~allowed, torch.finfo(scores.dtype).min)
-    probs = torch.softmax(scores.float(), dim=-1).to(v.dtype) * allowed
-    return torch.einsum("bgrnm,bgmd->bgrnd", probs, v).reshape(batch, heads, n, -1)
-
-
-def chunked_attention(query, key, value, layer: LayerMask, table, scale: float) -> torch.Tensor:
-    """Exact attention over the allowed tiles only, tile by tile; [B, H, N, d_v]."""
-    structure, rule = layer.structure, layer.rule
-    batch, heads, length, _ = query.shape
-    if heads % key.shape[1]:
-        raise GraphattnMaskError(f"{heads} query heads do not group over {key.shape[1]} key/value heads")
-    plans = structure.key_tiles(rule, KEY_TILE, CHUNK)
-    grad = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (query, key, value, table))
-    outs = []
-    for index, keys in enumerate(plans):
-        start = index * CHUNK
-        q = query[:, :, start : start + CHUNK]
-        if keys.numel() == 0:
-            outs.append(q.new_zeros(batch, heads, q.shape[2], value.shape[-1]))
-            continue
-        args = (q, key, value, table, structure, rule, start, keys, scale)
-        outs.append(checkpoint(_attend_tile, *args, use_reentrant=False) if grad else _attend_tile(*args))
-    return torch.cat(outs, dim=2)
 
 
 # -- registration -------------------------------------------------------------------------------------
