@@ -151,6 +151,24 @@ def test_generate_continues_from_the_prefill_cache():
     torch.testing.assert_close(last, out.logits[:, -1:], rtol=1e-5, atol=1e-5)
 
 
+def test_a_model_set_to_graphattn_and_sampled_rows_share_the_prefill():
+    """The cache runs through graphattn's ordinary path (SDPA's); num_return_sequences rows all
+    decode from the one prefill, as from its cache repeated per row."""
+    model = _model("llama")
+    model.set_attn_implementation(gh.register())
+    blocks, tail = _prompt(seed=14)
+    cache = gh.BlockCache(model)
+    out = cache.prefill(blocks, tail)
+    torch.testing.assert_close(out.logits, _reference(model, blocks, tail)[:, -4:], rtol=1e-5, atol=1e-5)
+    kwargs = dict(max_new_tokens=6, do_sample=True, top_k=0, num_return_sequences=3, pad_token_id=0)
+    torch.manual_seed(4)
+    ours = cache.generate(blocks, tail, **kwargs)
+    out.cache.batch_repeat_interleave(3)
+    torch.manual_seed(4)
+    theirs = model.generate(input_ids=out.input_ids, cache=out.cache, **kwargs)
+    assert ours.shape == (3, 31) and torch.equal(ours, theirs)
+
+
 @pytest.mark.parametrize("family", ["llama", "qwen2"])
 def test_cached_passages_reused_at_other_offsets_equal_encoding_them_there(family):
     model = _model(family)
