@@ -124,6 +124,10 @@ class BlockCache:
             self._entries.move_to_end(key)
             return entry
         self.misses += 1
+        if self.model.training:
+            raise ValueError(
+                "model: in training mode its dropout would make a kept passage one random draw; call model.eval()"
+            )
         with torch.no_grad():
             entry = compute()
         if n <= self.max_tokens:

@@ -260,6 +260,14 @@ def test_generate_tree_samples_draw_from_the_same_logits_as_num_return_sequences
     assert torch.equal(beams, reference)
 
 
+def test_generate_tree_needs_no_rope():
+    model = _model("gpt2")
+    prompt = random_docs((7,), seed=2)[0]
+    kwargs = dict(max_new_tokens=5, do_sample=False, pad_token_id=0)
+    ours = gh.generate_tree(model, prompt, 3, **kwargs)
+    assert torch.equal(ours, model.generate(input_ids=torch.tensor([prompt]).expand(3, -1), **kwargs))
+
+
 def test_the_shared_prompt_is_held_once_by_reference():
     from graphattn.hf.kv import new_cache, shared_prefix_cache
 
@@ -401,3 +409,11 @@ def test_bad_arguments_are_one_line_naming_the_argument(call, message):
     with pytest.raises(ValueError, match=message) as caught:
         call(cache)
     assert "\n" not in str(caught.value)
+
+
+def test_a_model_in_training_mode_is_refused_before_a_passage_is_kept():
+    model = _model("llama")
+    cache = gh.BlockCache(model.train())
+    with pytest.raises(ValueError, match="model: in training mode its dropout would make"):
+        cache.encode([1, 2, 3])
+    assert len(cache) == 0
