@@ -262,7 +262,7 @@ class BlockCache:
             for layer in range(len(self.rope.attention)) if entries else ():
                 keys = torch.cat([e.keys[layer] for e in entries], dim=2)
                 values = torch.cat([e.values[layer] for e in entries], dim=2)
-                if moved:
+                if moved and self.rope.rotated[layer]:
                     kind = self.rope.layer_types[layer] if self.rope.by_type else None
                     if kind not in rotations:
                         rotations[kind] = self.rope.rotation(offsets, layer, device)

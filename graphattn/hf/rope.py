@@ -34,27 +34,41 @@ class Rope:
     def __init__(self, model):
         config = model.config
         name = str(getattr(config, "model_type", None) or type(model).__name__)
-        base = getattr(model, "model", None)
+        bases = [getattr(model, "model", None), getattr(model, "base_model", None)]  # model.model, .gpt_neox, ...
+        base = next((b for b in bases if getattr(b, "rotary_emb", None) is not None), None)
         self.rotary = getattr(base, "rotary_emb", None)
-        layers = getattr(base, "layers", None)
+        if getattr(config, "alibi", False) or getattr(config, "position_embedding_type", "rope") != "rope":
+            raise GraphattnMaskError(
+                f"BlockCache: the {name} model's positions are not RoPE (alibi / position_embedding_type); a "
+                "passage's keys cannot be moved to another offset"
+            )
+        layers = getattr(base, "layers", None) or getattr(base, "h", None)
         if self.rotary is None or layers is None:
             raise GraphattnMaskError(
-                f"BlockCache: the {name} model has no rotary position embedding (model.model.rotary_emb); a passage's "
-                "keys cannot be moved to another offset without RoPE"
+                f"BlockCache: the {name} model has no rotary position embedding (rotary_emb beside its layers); a "
+                "passage's keys cannot be moved to another offset without RoPE"
             )
         if recurrent_layers(config) is not None:
             raise GraphattnMaskError(
                 f"BlockCache: the {name} model has recurrent / linear-attention layers: their state cannot be moved "
                 "between passages"
             )
-        self.attention = [getattr(layer, "self_attn", None) for layer in layers]
+        names = ("self_attn", "attention", "self_attention", "attn")
+        self.attention = [next((getattr(layer, n) for n in names if hasattr(layer, n)), None) for layer in layers]
         if any(a is None for a in self.attention):
-            raise GraphattnMaskError(f"BlockCache: a layer of the {name} model has no self_attn module")
+            raise GraphattnMaskError(f"BlockCache: a layer of the {name} model has no self-attention module")
         if any(isinstance(getattr(a, "sinks", None), torch.Tensor) for a in self.attention):
             raise GraphattnMaskError(
                 f"BlockCache: the {name} model has attention sinks (learned per-head sink logits); graphattn's "
                 "block-attention reference does not cover them, so passages are not reused"
             )
+        if getattr(config, "qk_rope_head_dim", None) or getattr(config, "kv_lora_rank", None):
+            raise GraphattnMaskError(
+                f"BlockCache: the {name} model uses multi-head latent attention (RoPE on a slice of each key, "
+                "stored decompressed): its keys are not moved by graphattn"
+            )
+        # layers without RoPE (SmolLM3's no_rope_layers) keep their keys where they are
+        self.rotated = [bool(getattr(a, "use_rope", True)) for a in self.attention]
         types = getattr(config, "layer_types", None) or ["full_attention"] * len(layers)
         odd = sorted({str(t) for t in types} - set(ATTENTION_LAYER_TYPES))
         if odd:
@@ -67,6 +81,13 @@ class Rope:
         if self.apply is None:
             raise GraphattnMaskError(
                 f"BlockCache: the {name} model's attention module has no apply_rotary_pos_emb function to rotate with"
+            )
+        parameters = inspect.signature(self.apply).parameters  # a kernel wrapper takes (*args, **kwargs)
+        wrapped = any(p.kind is inspect.Parameter.VAR_POSITIONAL for p in parameters.values())
+        if not wrapped and list(parameters)[:4] != ["q", "k", "cos", "sin"]:
+            raise GraphattnMaskError(
+                f"BlockCache: the {name} model's apply_rotary_pos_emb does not take (q, k, cos, sin); graphattn "
+                "cannot rotate its keys with it"
             )
         self.by_type = "layer_type" in inspect.signature(self.rotary.forward).parameters
         self.windows = self._windows(config)
@@ -110,5 +131,9 @@ class Rope:
     def rotate(self, keys: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
         """Keys [1, H, n, d] rotated further by cos / sin, in float32, cast back."""
         keys32 = keys.float()
-        _, rotated = self.apply(keys32[:, :1, :1], keys32, cos, sin)  # a one-row query: only the keys matter
+        width = cos.shape[-1]  # partial rotary (StableLM, Phi): the first `width` dims turn, the rest pass
+        turned = keys32[..., :width]
+        _, rotated = self.apply(turned[:, :1], turned, cos, sin)  # one query head: only the keys matter
+        if width < keys.shape[-1]:
+            rotated = torch.cat([rotated, keys32[..., width:]], dim=-1)
         return rotated.to(keys.dtype)

@@ -30,6 +30,31 @@ def _model(family: str, seed: int = 0, **extra):
             "full_attention"], attention_dropout=0.0, **extra,
         )  # fmt: skip
         return tf.Gemma3ForCausalLM(config).eval()
+    if family == "stablelm":  # partial rotary applied by the attention module (half of each head turns)
+        config = tf.StableLmConfig(**SMALL, num_key_value_heads=2, partial_rotary_factor=0.5, **extra)
+        return tf.StableLmForCausalLM(config).eval()
+    if family == "phi3":  # partial rotary applied by apply_rotary_pos_emb itself
+        config = tf.Phi3Config(**SMALL, num_key_value_heads=2, pad_token_id=0, partial_rotary_factor=0.5, **extra)
+        return tf.Phi3ForCausalLM(config).eval()
+    if family == "gpt_neox":  # model.gpt_neox, layer.attention
+        return tf.GPTNeoXForCausalLM(tf.GPTNeoXConfig(**SMALL, **extra)).eval()
+    if family == "smollm3":  # layer 1 has no RoPE: its keys stay where they are
+        config = tf.SmolLM3Config(**SMALL, num_key_value_heads=2, pad_token_id=0, no_rope_layers=[1, 0], **extra)
+        return tf.SmolLM3ForCausalLM(config).eval()
+    if family == "deepseek_v3":
+        config = tf.DeepseekV3Config(
+            **SMALL, num_key_value_heads=4, n_routed_experts=2, num_experts_per_tok=1, moe_intermediate_size=16,
+            q_lora_rank=16, kv_lora_rank=16, qk_rope_head_dim=8, qk_nope_head_dim=8, v_head_dim=8, n_group=1,
+            topk_group=1,
+        )  # fmt: skip
+        return tf.DeepseekV3ForCausalLM(config).eval()
+    if family == "falcon_alibi":
+        config = tf.FalconConfig(
+            vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, alibi=True
+        )
+        return tf.FalconForCausalLM(config).eval()
+    if family == "gptj":  # interleaved RoPE with its own (tensor, sin, cos) function
+        return tf.GPTJForCausalLM(tf.GPTJConfig(vocab_size=VOCAB, n_embd=32, n_layer=2, n_head=4, rotary_dim=4)).eval()
     if family == "gpt2":
         return tf.GPT2LMHeadModel(tf.GPT2Config(vocab_size=VOCAB, n_embd=32, n_layer=2, n_head=4)).eval()
     if family == "gpt_oss":
@@ -85,7 +110,7 @@ def _prompt(seed: int = 3, lengths=(7, 5, 9), tail: int = 4):
     return random_docs(lengths, seed=seed), random_docs((tail,), seed=seed + 100)[0]
 
 
-FAMILIES = ["llama", "qwen2", "mistral", "qwen3", "gemma3"]
+FAMILIES = ["llama", "qwen2", "mistral", "qwen3", "gemma3", "stablelm", "phi3", "gpt_neox", "smollm3"]
 
 
 @pytest.mark.parametrize("family", FAMILIES)
@@ -372,13 +397,16 @@ def test_no_blocks_is_an_ordinary_prefill():
     [
         ("gpt2", {}, "gpt2 model has no rotary position embedding"),
         ("gpt_oss", {}, "gpt_oss model has attention sinks"),
+        ("deepseek_v3", {}, "deepseek_v3 model uses multi-head latent attention"),
+        ("falcon_alibi", {}, "falcon model's positions are not RoPE"),
+        ("gptj", {}, "gptj model's apply_rotary_pos_emb does not take"),
         (
             "llama",
             {"rope_parameters": {"rope_type": "dynamic", "factor": 2.0, "rope_theta": 1e4}},
             "rope_type 'dynamic' recomputes its frequencies from the sequence length",
         ),
     ],
-    ids=["gpt2", "gpt_oss", "dynamic"],
+    ids=["gpt2", "gpt_oss", "mla", "alibi", "gptj", "dynamic"],
 )
 def test_models_the_rotation_cannot_honour_are_refused_in_one_line(family, extra, message):
     with pytest.raises(gh.GraphattnMaskError, match=message) as caught:
