@@ -37,7 +37,8 @@ class Rope:
         bases = [getattr(model, "model", None), getattr(model, "base_model", None)]  # model.model, .gpt_neox, ...
         base = next((b for b in bases if getattr(b, "rotary_emb", None) is not None), None)
         self.rotary = getattr(base, "rotary_emb", None)
-        if getattr(config, "alibi", False) or getattr(config, "position_embedding_type", "rope") != "rope":
+        not_rope = {"alibi", "absolute", "relative_key", "relative_key_query"}
+        if getattr(config, "alibi", False) is True or getattr(config, "position_embedding_type", None) in not_rope:
             raise GraphattnMaskError(
                 f"BlockCache: the {name} model's positions are not RoPE (alibi / position_embedding_type); a "
                 "passage's keys cannot be moved to another offset"
