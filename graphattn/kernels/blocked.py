@@ -46,7 +46,7 @@ from functools import cache
 import torch
 
 from graphattn.contract import SideInputs
-from graphattn.kernels import blocked_fused
+from graphattn.kernels import blocked_fused, fused_op
 from graphattn.kernels.blocked_modes import run_tasks
 from graphattn.kernels.blocked_sources import source_of
 from graphattn.kernels.blocked_tiles import (
@@ -221,12 +221,6 @@ class _BlockedAttention(torch.autograd.Function):
         return (*(g.reshape(x.shape) for g, x in zip(grads, inputs)), None, None, None)
 
 
-def _fused_workers(plan: BlockedPlan) -> int:
-    """The fused kernel is single-threaded per chunk: its threads are the workers ("auto" and
-    the default both mean one per intra-op thread)."""
-    return plan.workers if plan.workers is not None else torch.get_num_threads()
-
-
 def compute_dtype(dtype: torch.dtype, device: torch.device, backward: bool) -> torch.dtype:
     """The dtype of the tiles and matmuls: fp32 (fp64 stays fp64), except bf16 inputs of a call
     without gradients on a CPU that multiplies bf16 in hardware (AVX512-BF16, AMX). There scores
@@ -263,15 +257,17 @@ def plan(request: PlanRequest) -> BlockedPlan:
     (the one tile bound, TILE_ELEMENTS by default: a PyTorch-path chunk's score tile over all heads;
     a fused plan's chunks hold no such tile, so there it caps only what a user gives, each
     worker's share bounding a chunk's extent per head, blocked_fused.chunking) size the chunks;
-    `index_cache_bytes` bounds the chunk label indices the plan keeps for later layers and
-    backward passes (IndexCache; default 1 KiB per token, 0: none); `workers` is the fused
+    `index_cache_bytes` bounds the PyTorch path's chunk label indices the plan keeps for later
+    layers and backward passes (IndexCache; default 1 KiB per token, 0: none; a fused plan keeps
+    all of its labels, made when it is planned, blocked_fused.prepare); `workers` is the fused
     kernel's worker count (default None and "auto": torch.get_num_threads() on CPU), each worker
     with a fixed deal of the chunks, so results repeat bit for bit; the PyTorch path runs its
     chunks on the calling thread, each op on torch's intra-op threads. `fused` (default None:
     wherever it can) runs fp32 CPU calls on the fused C kernel (blocked_fused.py); True requires
     it (an error names why it cannot run), False keeps the eager PyTorch path. Fused plans size
     their chunks for the kernel, and keep the PyTorch path's sizes for calls that take that
-    path."""
+    path; their calls are one operator each way (fused_op.py), so torch.compile(fullgraph=True)
+    traces through `run` when the plan is made outside the compiled function."""
     options = dict(request.options)
     workers = options.pop("workers", None)
     if workers == "auto":
@@ -313,7 +309,10 @@ def plan(request: PlanRequest) -> BlockedPlan:
     # Chunked for the kernel; a call that takes the PyTorch path (fp64, bf16 tiles, whose tiles
     # hold all heads) gets the eager geometry's chunks.
     geo = blocked_fused.chunking(eager, per_worker, sharing, source)
-    return replace(make_plan(geo, source, workers, cache_bytes), fused=fused, eager_geometry=eager)
+    fused_plan = make_plan(geo, source, workers, cache_bytes)
+    # Chunks and labels made now, outside any compiled region: a call passes them as tensors.
+    chunks = blocked_fused.prepare(fused_plan, sharing)
+    return replace(fused_plan, fused=fused, eager_geometry=eager, fused_chunks=chunks)
 
 
 def run(
@@ -346,12 +345,12 @@ def run(
         why = blocked_fused.why_not(long_q.device, compute)
         raise RuntimeError(f"the blocked backend's fused CPU kernel was asked for, but {why}")
     if fused:  # the kernel makes each block's label terms from the tables itself
-        geo = replace(plan.geo, scale=scale, lanes=1)
         tables = [None if t is None else t.to(compute).contiguous() for t in tables]
         if global_tables is None:
             tables += tables[:2]
-        workers = _fused_workers(plan)
-        global_out, long_out = blocked_fused.FusedAttention.apply(*states, *tables, plan, geo, queries, workers)
+        geo, chunks = plan.geo, plan.fused_chunks[queries]
+        workers = plan.workers or 0  # 0: torch.get_num_threads() at the call
+        global_out, long_out = fused_op.attention(states, tables, chunks, geo.batch, geo.heads, scale, workers)
         return global_out.to(out_dtype), long_out.to(out_dtype)
     t_global = side_table("global", states[0], *(global_tables or (rel_key_table, rel_bias_table)))
     t_long = side_table("long", states[3], rel_key_table, rel_bias_table)

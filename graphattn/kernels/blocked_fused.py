@@ -1,22 +1,23 @@
-"""The blocked backend's passes on the fused CPU kernel (fused_cpu.c), chunk by chunk.
+"""The blocked backend's fused plans: chunk sizes, and every chunk's table row and labels, made
+once per plan (`prepare`) for the fused operators (fused_op.py), which run a whole pass as one
+call of the C kernel (fused_cpu.forward_all, backward_all) on PyTorch's OpenMP threads.
 
-The plan's chunks and key spans, as the PyTorch passes in blocked.py have. Every chunk of a pass
-is described first, in the calling thread (labels made or taken from the plan's cache), then the
-whole pass is one call of the C kernel (fused_cpu.forward_all, backward_all), whose workers are
-PyTorch's own OpenMP threads. What differs:
+The plan's chunks and key spans, as the PyTorch passes in blocked.py have. What differs:
 
 * Labels: the band's come from the plan's skewed index as they are; l2g and g2l rows as runs of
   equal labels; each row's sink label (V, or V + 1 for a row with no allowed key). Every chunk's
   are made at once in C on the workers (fused_cpu_labels.chunk_labels), from the dense side inputs or
   from runs over whole rows derived from the compact structure without [rows x keys] tensors
-  (structure_runs.py); torch makes them chunk by chunk where C cannot take a layout.
+  (structure_runs.py); torch makes them chunk by chunk where C cannot take a layout. They are made
+  when the batch is planned, outside any compiled region, and kept with the plan (1 KiB per token
+  holds them): a layer's call passes only tensors to the operator (FusedChunks).
 * Label terms: each block of rows computes its own from the relative key table and bias, so no
-  [B, H, L, V] table exists, forward or backward (FusedAttention takes the tables themselves).
+  [B, H, L, V] table exists, forward or backward (the operator takes the tables themselves).
 * Band: a long block takes the band's keys in BAND_PARTS sub-blocks of rows, each against only the
   keys its rows may see.
 * Softmax: the second key set is read in pieces of KEY_BLOCK keys (online softmax), and each
-  row's max and log sum (`Stats`) are kept for the backward, which recomputes probabilities
-  from them, piece by piece.
+  row's max and log sum are kept for the backward, which recomputes probabilities from them,
+  piece by piece.
 * Chunks: global chunks of GLOBAL_ROWS rows, long chunks TASKS_PER_WORKER per worker. The
   forward's threads take them as they come, costliest first (no chunk writes another's rows);
   the backward's are dealt to the workers by cost (blocked_modes.deal), a fixed deal, and each
@@ -37,16 +38,13 @@ from functools import partial
 import torch
 
 from graphattn.kernels import fused_cpu, fused_cpu_labels
-from graphattn.kernels.blocked_modes import deal
 from graphattn.kernels.blocked_sources import CompactSource
 from graphattn.kernels.blocked_tiles import (
-    CallTensors,
     Geometry,
     chunk_tasks,
     global_chunk_keys,
     global_chunks,
     long_chunk_keys,
-    query_outputs,
 )
 
 # Chunks of plans that will run fused: the kernel holds one head's block of rows at a time (its
@@ -140,37 +138,62 @@ def _global_block(width: int) -> int:
     return max(16, min(GLOBAL_ROWS, GLOBAL_TILE_BYTES // (4 * width)))
 
 
+# The columns of a chunk table (FusedChunks.table, int64 [chunks, len(COLUMNS)]): which query side,
+# its first query row, its rows (the first `valid` exist), the kernel's rows per block, key set A
+# (the block at chunk row i sees rows a_start + a_step*i .. + na, a band in a_parts sub-blocks)
+# and key set B's keys key_lo ..< key_hi, read key_block at a time.
+COLUMNS = ("side", "start", "rows", "valid", "block", "a_start", "a_step", "na", "a_parts", "key_lo", "key_hi")
+COLUMNS += ("key_block",)
+LONG, GLOBAL = 0, 1
+LABEL_TENSORS = 5  # per chunk in FusedChunks.labels: fused_cpu.Labels' fields, in order
+
+
 @dataclass
-class _Call:
-    """One chunk as the kernel sees it: its description, first query row and second key set."""
+class FusedChunks:
+    """Every chunk of a fused plan as tensors only, what the fused operators take
+    (fused_op.py): the chunk table and each chunk's labels (LABEL_TENSORS tensors apiece: A's
+    labels, the sinks, B's runs). Made once per plan (`prepare`), outside any compiled region."""
 
-    described: fused_cpu.Chunk
-    side: str  # "long" or "global" queries
-    start: int
-    keys: slice
-    vocab: int
-    labels: fused_cpu.Labels  # held here: `described` points into it
+    table: torch.Tensor
+    labels: list[torch.Tensor]
 
-
-def _raise_for(calls: list[_Call], failed: int | None) -> None:
-    """A chunk's label outside its table, in the calls' terms."""
-    if failed is not None:
-        call = calls[failed]
-        raise ValueError(
-            f"relative attention ids must lie in [0, {call.vocab}) (the relative vocabulary), but one of "
-            f"the {call.side} queries from row {call.start} (an id of theirs) lies outside it"
-        )
+    def side(self, queries: str) -> FusedChunks:
+        """The chunks of one query side ("global" or "long"), or all ("both")."""
+        if queries == "both":
+            return self
+        keep = [
+            i for i, side in enumerate(self.table[:, 0].tolist()) if side == (GLOBAL if queries == "global" else LONG)
+        ]
+        labels = [t for i in keep for t in self.labels[i * LABEL_TENSORS : (i + 1) * LABEL_TENSORS]]
+        return FusedChunks(self.table[keep], labels)
 
 
-def _calls(lay: CallTensors, queries: str, chunks: _Chunks, workers: int) -> tuple[list[_Call], list[float]]:
-    """Every chunk of the pass described (labels taken from the plan's cache, or made for every
-    chunk it lacks at once in C, _Chunks.make_labels), and what each costs: its scores, a long
-    chunk's LONG_SCORE_COST times a global's."""
-    named, scores = chunk_tasks(lay, queries, partial(_ChunkName, "long"), partial(_ChunkName, "global"))
+def prepare(plan, workers: int) -> dict[str, FusedChunks]:
+    """The plan's chunks and labels for each `queries` of blocked.run: labels made for every
+    chunk at once in C on `workers` threads (fused_cpu_labels.chunk_labels), or by torch where C
+    cannot take a layout; rows of a chunk table in chunk_tasks' order."""
+    view = _PlanView(plan)
+    named, _ = chunk_tasks(view, "both", partial(_ChunkName, "long"), partial(_ChunkName, "global"))
     names = [name() for name in named]
+    chunks = _Chunks(view)
     chunks.make_labels(names, workers)
-    calls = [chunks.long(*name.span) if name.side == "long" else chunks.global_(*name.span) for name in names]
-    return calls, [n * (LONG_SCORE_COST if call.side == "long" else 1) for n, call in zip(scores, calls)]
+    rows, labels = [], []
+    for name in names:
+        row, made = chunks.long(*name.span) if name.side == "long" else chunks.global_(*name.span)
+        rows.append(row)
+        labels += [made.dense, made.sink, made.run_ptr, made.run_start, made.run_label]
+    table = torch.tensor(rows, dtype=torch.int64).reshape(len(rows), len(COLUMNS))
+    both = FusedChunks(table, labels)
+    return {queries: both.side(queries) for queries in ("both", "global", "long")}
+
+
+class _PlanView:
+    """What chunk_tasks and the label makers read of a plan (a CallTensors without the call's tensors)."""
+
+    def __init__(self, plan):
+        self.geo, self.source, self.index_cache = plan.geo, plan.source, plan.index_cache
+        self.local_index, self.local_empty = plan.local_index, plan.local_empty
+        self.long_spans, self.global_spans = plan.long_spans, plan.global_spans
 
 
 @dataclass(frozen=True)
@@ -188,23 +211,12 @@ class _ChunkName:
 
 
 class _Chunks:
-    """The kernel's view of each chunk of one call: the chunk's labels come from the plan's
-    cache or from the side inputs (key set B's as runs, structure_runs.py); `out` is the
-    forward's output or the backward's query gradient."""
+    """Each chunk's table row and labels: from the side inputs (key set B's as runs,
+    structure_runs.py), made for all at once in C where it can (make_labels)."""
 
-    def __init__(self, lay: CallTensors, tables: Tables, long_out: torch.Tensor, global_out: torch.Tensor, stats):
-        self.lay, self.tables, self.long_out, self.global_out, self.stats = lay, tables, long_out, global_out, stats
-        self._made: dict[tuple, fused_cpu.Labels] = {}  # by make_labels, for _cached
-
-    def _cached(self, key: tuple, make) -> fused_cpu.Labels:
-        """A chunk's labels from the plan's cache, or those make_labels made, or make(); and
-        offer them to the cache."""
-        cache = self.lay.index_cache
-        labels = cache.get(key)
-        if labels is None:
-            labels = self._made.pop(key, None) or make()
-            cache.keep_form(key, labels.nbytes, lambda: labels)
-        return labels
+    def __init__(self, lay: _PlanView):
+        self.lay = lay
+        self._made: dict[tuple, fused_cpu.Labels] = {}  # by make_labels
 
     def make_labels(self, names: list[_ChunkName], workers: int) -> None:
         """The labels of every chunk the plan's cache lacks, in two calls of C on the workers
@@ -212,7 +224,7 @@ class _Chunks:
         side inputs, or from the structure's runs over whole rows (one derivation per region,
         structure_runs.compact_runs, instead of one per chunk)."""
         lay, geo = self.lay, self.lay.geo
-        missing = [name for name in names if lay.index_cache.get(name.key()) is None]
+        missing = names
         if not missing or not fused_cpu.available():
             return
         whole = {}
@@ -271,116 +283,26 @@ class _Chunks:
         empty = torch.cat(empties, 1) & ~runs.allowed_rows(geo.vocab)
         return fused_cpu.Labels.of(torch.cat(firsts, 1), empty, runs, geo.vocab, lay.index_cache.dtype)
 
-    def long(self, first: int, last: int) -> _Call:
+    def long(self, first: int, last: int) -> tuple[list[int], fused_cpu.Labels]:
         """Block b's keys are its band window, rows b*w - r .. b*w + w + r of the long keys."""
-        lay, geo = self.lay, self.lay.geo
-        keys, start = long_chunk_keys(lay, first), first * geo.block
-        labels = self._cached(_ChunkName("long", first, last).key(), partial(self._long_labels, first, last, keys))
-        described = fused_cpu.chunk(
-            heads=geo.heads,
-            rows=(last - first) * geo.block,
-            valid_rows=min(last * geo.block, geo.num_long) - start,
-            block=geo.block,
-            scale=geo.scale,
-            q=lay.lq[:, start:],
-            keys_a=(lay.lk, lay.lv),
-            a_start=start - geo.radius,
-            a_step=1,
-            na=geo.window,
-            a_parts=BAND_PARTS if geo.block >= BAND_PARTS * BAND_PART_ROWS else 1,
-            keys_b=(lay.gk[:, keys], lay.gv[:, keys]),
-            labels=labels,
-            tables=self.tables.long,
-            out=self.long_out[:, start:],
-            stats=self.stats.long[:, start:],
-            key_block=KEY_BLOCK,
-        )
-        return _Call(described, "long", start, keys, geo.vocab, labels)
+        geo = self.lay.geo
+        keys, start = long_chunk_keys(self.lay, first), first * geo.block
+        made = self._made.pop(_ChunkName("long", first, last).key(), None)
+        labels = made or self._long_labels(first, last, keys)
+        parts = BAND_PARTS if geo.block >= BAND_PARTS * BAND_PART_ROWS else 1
+        rows, valid = (last - first) * geo.block, min(last * geo.block, geo.num_long) - start
+        row = [LONG, start, rows, valid, geo.block, start - geo.radius, 1, geo.window, parts]
+        return [*row, keys.start, keys.stop, KEY_BLOCK], labels
 
-    def global_(self, start: int, stop: int) -> _Call:
+    def global_(self, start: int, stop: int) -> tuple[list[int], fused_cpu.Labels]:
         """Every block sees every global key, then the chunk's long keys."""
-        lay, geo = self.lay, self.lay.geo
-        keys = global_chunk_keys(lay, start)
-        labels = self._cached(_ChunkName("global", start, stop).key(), partial(self._global_labels, start, stop, keys))
-        described = fused_cpu.chunk(
-            heads=geo.heads,
-            rows=stop - start,
-            valid_rows=stop - start,
-            block=min(stop - start, _global_block(geo.num_global_keys + min(keys.stop - keys.start, KEY_BLOCK) + 1)),
-            scale=geo.scale,
-            q=lay.gq[:, start:],
-            keys_a=(lay.gk, lay.gv),
-            a_start=0,
-            a_step=0,
-            na=geo.num_global_keys,
-            keys_b=(lay.lk[:, keys], lay.lv[:, keys]),
-            labels=labels,
-            tables=self.tables.global_,
-            out=self.global_out[:, start:],
-            stats=self.stats.global_[:, start:],
-            key_block=KEY_BLOCK,
-        )
-        return _Call(described, "global", start, keys, geo.vocab, labels)
-
-
-@dataclass
-class Stats:
-    """Each query row's max score and the log of its softmax sum, [BH, G, 2] and [BH, L, 2] fp32:
-    the forward writes them, and the backward recomputes probabilities from them instead of
-    taking the softmax again (flash attention's statistics)."""
-
-    global_: torch.Tensor
-    long: torch.Tensor
-
-    @staticmethod
-    def empty(lay: CallTensors) -> Stats:
-        geo = lay.geo
-        new = partial(lay.lq.new_empty, dtype=torch.float32)
-        return Stats(new(geo.bh, geo.num_global, 2), new(geo.bh, geo.num_long, 2))
-
-
-@dataclass
-class Tables:
-    """The relative key table [V, H, d] and bias [V, H] (or None) of each query side's label terms."""
-
-    long: tuple[torch.Tensor, torch.Tensor | None]
-    global_: tuple[torch.Tensor, torch.Tensor | None]
-
-
-def forward(lay: CallTensors, tables: Tables, workers: int, queries: str = "both"):
-    """(global_out [BH, G, d], long_out [BH, L, d], the rows' statistics for backward)."""
-    global_out, long_out = query_outputs(lay, queries)
-    stats = Stats.empty(lay)
-    calls, costs = _calls(lay, queries, _Chunks(lay, tables, long_out, global_out, stats), workers)
-    costliest_first = sorted(range(len(calls)), key=lambda i: -costs[i])
-    _raise_for(calls, fused_cpu.forward_all([c.described for c in calls], costliest_first, workers, lay.geo.bh))
-    return global_out, long_out, stats
-
-
-def _accumulated(lay: CallTensors, tables: Tables) -> list[torch.Tensor | None]:
-    """What the backward accumulates gradients of (the key sides and tables), in the order the
-    kernel takes their gradients (_Grads.flat)."""
-    return [lay.gk, lay.gv, lay.lk, lay.lv, *tables.long, *tables.global_]
-
-
-class _Grads:
-    """One worker's gradient accumulators of the keys, values and tables (laid out as they are;
-    left as they come: the kernel zeroes them in the worker's own thread), new tensors or views
-    of a flat fp32 `storage` (the workspace's)."""
-
-    def __init__(self, like: list[torch.Tensor | None], storage: torch.Tensor | None = None):
-        at, grads = 0, []
-        for t in like:
-            if t is None:
-                grads.append(None)
-            elif storage is None:
-                grads.append(torch.empty_like(t))
-            else:
-                grads.append(storage[at : at + t.numel()].view(t.shape))
-                at += t.numel()
-        self.flat = grads  # in `like`'s order, as the kernel takes them
-        self.d_gk, self.d_gv, self.d_lk, self.d_lv = grads[:4]
-        self.d_long, self.d_global = tuple(grads[4:6]), tuple(grads[6:])
+        geo = self.lay.geo
+        keys = global_chunk_keys(self.lay, start)
+        made = self._made.pop(_ChunkName("global", start, stop).key(), None)
+        labels = made or self._global_labels(start, stop, keys)
+        block = min(stop - start, _global_block(geo.num_global_keys + min(keys.stop - keys.start, KEY_BLOCK) + 1))
+        row = [GLOBAL, start, stop - start, stop - start, block, 0, 0, geo.num_global_keys, 1]
+        return [*row, keys.start, keys.stop, KEY_BLOCK], labels
 
 
 class _Workspace:
@@ -420,73 +342,3 @@ def release_workspace() -> None:
     """Drop the backward's kept accumulators (the next backward makes them again): after the
     longest batches of a run, say, or before measuring what one call needs."""
     _WORKSPACE.release()
-
-
-def backward(
-    lay: CallTensors,
-    tables: Tables,
-    outputs: tuple[torch.Tensor, torch.Tensor],
-    stats: Stats,
-    grad_global: torch.Tensor,
-    grad_long: torch.Tensor,
-    workers: int,
-    queries: str = "both",
-) -> list:
-    """Gradients of (gq, gk, gv, lq, lk, lv, long key table, bias, global key table, bias) from
-    the forward's (global_out, long_out) and statistics: each worker accumulates the key sides'
-    into its own _Grads, which the kernel sums into the first worker's in a fixed order."""
-    geo = lay.geo
-    bh, d = geo.bh, lay.dim
-    grad_long = grad_long.reshape(bh, geo.num_long, d)
-    grad_global = grad_global.reshape(bh, geo.num_global, d)
-    out_global, out_long = (x.reshape(bh, -1, d) for x in outputs)
-    d_gq, d_lq = query_outputs(lay, queries)  # written by the chunks, as the forward's outputs
-    calls, costs = _calls(lay, queries, _Chunks(lay, tables, d_lq, d_gq, stats), workers)
-    parts = deal(costs, max(1, min(workers, len(calls))))
-    like = _accumulated(lay, tables)
-    with _WORKSPACE.buffers(len(parts) - 1, sum(t.numel() for t in like if t is not None)) as kept:
-        accs = [_Grads(like), *(_Grads(like, storage) for storage in kept)]
-        for acc, part in zip(accs, parts):
-            for call in (calls[i] for i in part):
-                s, keys = call.start, call.keys
-                if call.side == "long":
-                    into = ((acc.d_lk, acc.d_lv), (acc.d_gk[:, keys], acc.d_gv[:, keys]), acc.d_long)
-                    given = (out_long[:, s:], grad_long[:, s:])
-                else:
-                    into = ((acc.d_gk, acc.d_gv), (acc.d_lk[:, keys], acc.d_lv[:, keys]), acc.d_global)
-                    given = (out_global[:, s:], grad_global[:, s:])
-                fused_cpu.prepare_backward(call.described, *given, *into)
-        failed = fused_cpu.backward_all([c.described for c in calls], parts, bh, [acc.flat for acc in accs])
-    _raise_for(calls, failed)
-    first = accs[0]
-    return [d_gq, first.d_gk, first.d_gv, d_lq, first.d_lk, first.d_lv, *first.d_long, *first.d_global]
-
-
-class FusedAttention(torch.autograd.Function):
-    """The blocked backend on the fused kernel: outputs computed forward, with each row's softmax
-    statistics kept; backward recomputes each block's scores and label terms from the inputs (as
-    flash attention does), so what is kept between the passes is the inputs, the outputs and
-    two floats per query row."""
-
-    @staticmethod
-    def forward(ctx, gq, gk, gv, lq, lk, lv, long_key, long_bias, global_key, global_bias, plan, geo, queries, workers):
-        lay = CallTensors(geo, plan, gq, gk, gv, lq, lk, lv)
-        tables = Tables((long_key, long_bias), (global_key, global_bias))
-        global_out, long_out, stats = forward(lay, tables, workers, queries)
-        shape = lambda n: (geo.batch, geo.heads, n, lq.shape[-1])  # noqa: E731
-        outputs = global_out.view(shape(geo.num_global)), long_out.view(shape(geo.num_long))
-        inputs = (gq, gk, gv, lq, lk, lv, long_key, long_bias, global_key, global_bias)
-        ctx.save_for_backward(*inputs, *outputs, stats.global_, stats.long)
-        ctx.plan, ctx.geo, ctx.queries, ctx.workers = plan, geo, queries, workers
-        return outputs
-
-    @staticmethod
-    def backward(ctx, grad_global, grad_long):
-        saved = ctx.saved_tensors
-        inputs, outputs, stats = saved[:10], saved[10:12], Stats(*saved[12:])
-        lay = CallTensors(ctx.geo, ctx.plan, *inputs[:6])
-        tables = Tables(inputs[6:8], inputs[8:10])
-        grad_global, grad_long = grad_global.contiguous(), grad_long.contiguous()
-        grads = backward(lay, tables, outputs, stats, grad_global, grad_long, ctx.workers, ctx.queries)
-        grads = [None if g is None else g.reshape(x.shape) for g, x in zip(grads, inputs)]
-        return (*grads, None, None, None, None)

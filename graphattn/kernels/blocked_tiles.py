@@ -199,6 +199,8 @@ class BlockedPlan:
     # that path, which are planned when the first such call comes.
     eager_geometry: Geometry | None = None
     _eager_plan: BlockedPlan | None = None
+    # A fused plan's chunks and labels as tensors, per `queries` (blocked_fused.prepare).
+    fused_chunks: dict[str, Any] | None = None
 
     def for_pytorch_path(self) -> BlockedPlan:
         if self.eager_geometry is None:

@@ -141,10 +141,24 @@ def _unavailable(why: str, warn: bool = True) -> None:
         warnings.warn(f"graphattn: {why}; the blocked backend runs its slower PyTorch path on CPU", stacklevel=4)
 
 
-@cache
+_LOADED: dict[str, ctypes.CDLL | None] = {}  # "lib": the outcome of the first load (reset() forgets it)
+
+
 def library() -> ctypes.CDLL | None:
     """The compiled kernel, built on first use; None where it cannot be, with one warning that
-    says why (the PyTorch path is slower) and the reason kept for `why_not()`."""
+    says why (the PyTorch path is slower) and the reason kept for `why_not()`. Kept in a plain
+    dict, not functools.cache, so that torch.compile reads it as a constant."""
+    if "lib" not in _LOADED:
+        _LOADED["lib"] = _library()
+    return _LOADED["lib"]
+
+
+def reset() -> None:
+    """Forget the loaded kernel: the next use loads it again (tests change its settings)."""
+    _LOADED.clear()
+
+
+def _library() -> ctypes.CDLL | None:
     if os.environ.get("GRAPHATTN_FUSED_CPU", "1") == "0":
         return _unavailable("the fused CPU kernel is turned off (GRAPHATTN_FUSED_CPU=0)", warn=False)
     if sys.platform != "linux":

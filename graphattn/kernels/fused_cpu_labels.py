@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import ctypes
 from dataclasses import dataclass
-from functools import cache
 
 import torch
 
@@ -35,12 +34,15 @@ class ChunkLabels(ctypes.Structure):
     ]
 
 
-@cache
+_SIGNED: list[ctypes.CDLL] = []  # the library whose signatures were set last
+
+
 def _lib() -> ctypes.CDLL | None:
     """The kernel's library with these functions' signatures set (None where it is not built)."""
     lib = library()
-    if lib is None:
-        return None
+    if lib is None or (_SIGNED and _SIGNED[0] is lib):
+        return lib
+    _SIGNED[:] = [lib]
     i64, ptr = ctypes.c_int64, ctypes.c_void_p
     lib.graphattn_dense_band.argtypes = [ptr, ptr, *[i64] * 7, ctypes.c_int32, ptr, i64, ptr]
     lib.graphattn_dense_band.restype = None

@@ -178,7 +178,7 @@ def test_every_index_type_and_table_width(vocab, cache_bytes) -> None:
 
 
 @needs_kernel
-def test_later_layers_reuse_the_cached_index_and_repeat_bit_for_bit() -> None:
+def test_later_layers_reuse_the_plans_labels_and_repeat_bit_for_bit() -> None:
     case = synthetic_case(dtype=torch.float32, num_long=61, radius=6, mention_links=5)
     gq, gk, _, lq, *_ = case.states
     from graphattn.kernels.request import direct_request
@@ -188,8 +188,12 @@ def test_later_layers_reuse_the_cached_index_and_repeat_bit_for_bit() -> None:
     def layer():
         return run(lambda *a: blocked.run(plan, a[:6], a[7], a[8], a[9]), case)
 
+    made = plan.fused_chunks["both"]
+    assert len(made.labels) == 5 * made.table.shape[0] > 0, "the plan holds every chunk's labels"
     first, second = layer(), layer()
-    assert plan.index_cache.used > 0, "the first call should have cached the chunk indices"
+    assert plan.fused_chunks["both"] is made and all(
+        a is b for a, b in zip(plan.fused_chunks["both"].labels, made.labels)
+    )
     for a, b in zip(first, second):
         assert a is None and b is None or torch.equal(a, b)
     eager = run(functools.partial(blocked.attention, fused=False), case)
@@ -218,10 +222,10 @@ def rebuild(monkeypatch, tmp_path):
     """A fresh load of the kernel (cache directory and settings from the test); the usual build
     is loaded again afterwards."""
     monkeypatch.setenv("GRAPHATTN_CACHE", str(tmp_path))
-    fused_cpu.library.cache_clear()
+    fused_cpu.reset()
     yield monkeypatch
     monkeypatch.undo()
-    fused_cpu.library.cache_clear()
+    fused_cpu.reset()
 
 
 @needs_kernel

@@ -53,10 +53,10 @@ def fresh(monkeypatch, tmp_path):
     """A fresh load of the kernel in this process from an empty cache; the usual build is loaded
     again afterwards."""
     monkeypatch.setenv("GRAPHATTN_CACHE", str(tmp_path))
-    fused_cpu.library.cache_clear()
+    fused_cpu.reset()
     yield monkeypatch
     monkeypatch.undo()
-    fused_cpu.library.cache_clear()
+    fused_cpu.reset()
 
 
 def _refused(match: str) -> None:
