@@ -11,7 +11,7 @@
    does), greedy, --new-tokens each: prompt tokens computed and wall time; the outputs are compared.
 
 Times are the best of --repeats rounds (the compared calls taking turns) after a warm-up. Usage:
-    python benchmarks/hf_prompts.py [--passages 8] [--passage-length 256] [--question 32] [--quick]
+    python benchmarks/hf_prompts.py [--passages 8] [--passage-length 256] [--question 32] [--threads N] [--quick]
 """
 
 from __future__ import annotations
@@ -153,6 +153,7 @@ def main(argv=None) -> None:
     parser.add_argument("--continuations", type=int, default=8)
     parser.add_argument("--new-tokens", type=int, default=16)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--threads", type=int, help="torch threads (default: torch's own)")
     parser.add_argument("--quick", action="store_true", help="tiny sizes (the test runs this)")
     args = parser.parse_args(argv)
     if args.quick:
@@ -175,6 +176,10 @@ def main(argv=None) -> None:
             parser.error(f"--{name.replace('_', '-')}: expected 1..{1 << 20}, got {value}")
     if args.vocab < 2:
         parser.error("--vocab: expected at least 2")
+    if args.threads is not None:
+        if not 1 <= args.threads <= 1024:
+            parser.error(f"--threads: expected 1..1024, got {args.threads}")
+        torch.set_num_threads(args.threads)
     model = small_llama(args.hidden, args.layers, args.vocab)
     print(
         f"small Llama: hidden {args.hidden}, {args.layers} layers, vocab {args.vocab}, "
