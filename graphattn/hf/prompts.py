@@ -10,6 +10,10 @@ with one rotation per layer, computed with the model's own rotary embedding (its
 rope scaling) and its own `apply_rotary_pos_emb`. "restart" leaves every passage at 0..n-1 and
 starts the tail after the longest one (APE, arXiv 2502.05431: training-free, approximate).
 
+Blocks may form a tree (`parents=`: a shared system prompt, passages under it, at any depth): a
+block sees its ancestors and itself, is encoded once after them and kept under its whole path
+(tokens and root-relative starts); every block is then rotated by where its root went.
+
 The tail is then one ordinary forward against a transformers `DynamicCache` holding every passage;
 the returned cache holds every prompt token but the last, so `model.generate(input_ids=...,
 cache=...)` continues from it (it computes that last token again, as it must compute one).
