@@ -37,6 +37,25 @@ def fill(cache, layer: int, keys: torch.Tensor, values: torch.Tensor) -> None:
     cache.layers[layer].keys, cache.layers[layer].values = keys, values
 
 
+def encode_after(model, tokens: torch.Tensor, start: int, ancestors: list) -> tuple[tuple, tuple]:
+    """Per layer the keys and values of `tokens` at positions `start`.. that see their ancestors'
+    ((keys, values) per layer each, in order) before them; only the tokens' own are returned."""
+    cache = new_cache()
+    for layer in range(len(ancestors[0][0])) if ancestors else ():
+        keys = torch.cat([a[0][layer] for a in ancestors], dim=2)
+        fill(cache, layer, keys, torch.cat([a[1][layer] for a in ancestors], dim=2))
+    n = tokens.numel()
+    positions = torch.arange(start, start + n, device=tokens.device)[None]
+    forward_cached(model, tokens[None], positions, cache, logits=False)
+    if not ancestors:
+        return tuple(layer.keys for layer in cache.layers), tuple(layer.values for layer in cache.layers)
+    own = slice(-n, None)  # a copy: a view would keep the ancestors' copy alive
+    return (
+        tuple(layer.keys[:, :, own].clone() for layer in cache.layers),
+        tuple(layer.values[:, :, own].clone() for layer in cache.layers),
+    )
+
+
 def forward_cached(model, tokens: torch.Tensor, positions: torch.Tensor, cache, logits: bool = True, **kwargs):
     """One forward of `tokens` [B, n] at `positions` [B or 1, n] that fills `cache`; the logits, or
     None with `logits=False` (then the decoder runs without its LM head: a 32K-vocabulary head over

@@ -33,6 +33,7 @@ from graphattn.hf.inputs import check_int
 from graphattn.hf.kv import (
     GENERATE_OWNED,
     cache_argument,
+    encode_after,
     expand_size,
     fill,
     forward_cached,
@@ -144,17 +145,8 @@ class BlockCache:
     def _encode_node(self, tokens: torch.Tensor, start: int, ancestors: list[Entry]) -> Entry:
         """A block's keys and values at `start` + 0..n-1 (positions relative to its root), seeing its
         ancestors' (already at root-relative positions) in a cache before it."""
-        cache = new_cache()
-        for layer in range(len(self.rope.attention)) if ancestors else ():
-            keys = torch.cat([a.keys[layer] for a in ancestors], dim=2)
-            fill(cache, layer, keys, torch.cat([a.values[layer] for a in ancestors], dim=2))
-        n = tokens.numel()
-        positions = torch.arange(start, start + n, device=tokens.device)[None]
-        forward_cached(self.model, tokens[None], positions, cache, logits=False)
-        own = slice(-n, None) if ancestors else slice(None)  # a child keeps only its own tokens
-        keys = tuple(layer.keys[:, :, own].clone() if ancestors else layer.keys for layer in cache.layers)
-        values = tuple(layer.values[:, :, own].clone() if ancestors else layer.values for layer in cache.layers)
-        return Entry(keys, values, n)
+        keys, values = encode_after(self.model, tokens, start, ancestors)
+        return Entry(keys, values, tokens.numel())
 
     def encode(self, tokens) -> tuple[tuple[torch.Tensor, ...], tuple[torch.Tensor, ...]]:
         """One passage alone at positions 0..n-1: per layer its keys and values ([1, kv_heads, n, d]),

@@ -445,3 +445,38 @@ def test_a_model_in_training_mode_is_refused_before_a_passage_is_kept():
     with pytest.raises(ValueError, match="model: in training mode its dropout would make"):
         cache.encode([1, 2, 3])
     assert len(cache) == 0
+
+
+@pytest.mark.parametrize("family", ["llama", "qwen2"])
+def test_generate_tree_decodes_every_leaf_of_a_segment_tree_from_one_prefill(family):
+    """prompt -> {A -> {A1, A2}, B}: every segment computed once, n rows from each leaf equal to
+    generate on that root-to-leaf path repeated n times."""
+    model = _model(family)
+    prompt, a, a1, a2, b = random_docs((6, 4, 3, 1, 5), seed=41)
+    segments = [(-1, prompt), (0, a), (1, a1), (1, a2), (0, b)]
+    seen: list[tuple[int, ...]] = []
+    hook = model.model.embed_tokens.register_forward_hook(lambda m, args, out: seen.append(tuple(args[0].shape)))
+    kwargs = dict(max_new_tokens=6, do_sample=False, pad_token_id=0)
+    try:
+        outs = gh.generate_tree(model, segments, 3, **kwargs)
+    finally:
+        hook.remove()
+    assert seen[:5] == [(1, 6), (1, 4), (1, 3), (1, 1), (1, 5)]  # each segment once, before any decoding
+    assert len(outs) == 3
+    for out, path in zip(outs, ([prompt, a, a1], [prompt, a, a2], [prompt, b])):
+        ids = torch.tensor([[t for seg in path for t in seg]]).expand(3, -1)
+        assert torch.equal(out, model.generate(input_ids=ids, **kwargs))
+
+
+def test_generate_tree_refuses_a_bad_segment_tree_in_one_line():
+    model = _model("llama")
+    for bad, message in (
+        ([(-1, [1, 2]), (3, [4])], r"prompt\[1\]: parent 3 must be -1 or an earlier segment"),
+        ([(-1, [1, 2]), (0, [])], r"prompt\[1\]: empty segment"),
+        ([(-1, [1, VOCAB])], r"prompt\[0\] tokens\[1\]: token id 64 is not below the vocabulary size"),
+        ([(0.5, [1])], r"prompt\[0\]: parent must be an integer"),
+        ([(-1, 5)], r"prompt\[0\] tokens: expected a list of integer token ids"),
+    ):
+        with pytest.raises(ValueError, match=message) as caught:
+            gh.generate_tree(model, bad, 2, max_new_tokens=2)
+        assert "\n" not in str(caught.value)
