@@ -49,6 +49,11 @@ class Rope:
                 f"BlockCache: the {name} model has no rotary position embedding (rotary_emb beside its layers); a "
                 "passage's keys cannot be moved to another offset without RoPE"
             )
+        if getattr(config, "is_causal", True) is False:
+            raise GraphattnMaskError(
+                f"BlockCache: the {name} model is set bidirectional (config.is_causal=False); a prompt built from a "
+                "cache attends causally"
+            )
         if recurrent_layers(config) is not None:
             raise GraphattnMaskError(
                 f"BlockCache: the {name} model has recurrent / linear-attention layers: their state cannot be moved "

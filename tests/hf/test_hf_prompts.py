@@ -405,8 +405,9 @@ def test_no_blocks_is_an_ordinary_prefill():
             {"rope_parameters": {"rope_type": "dynamic", "factor": 2.0, "rope_theta": 1e4}},
             "rope_type 'dynamic' recomputes its frequencies from the sequence length",
         ),
+        ("llama", {"is_causal": False}, r"llama model is set bidirectional \(config.is_causal=False\)"),
     ],
-    ids=["gpt2", "gpt_oss", "mla", "alibi", "gptj", "dynamic"],
+    ids=["gpt2", "gpt_oss", "mla", "alibi", "gptj", "dynamic", "bidirectional"],
 )
 def test_models_the_rotation_cannot_honour_are_refused_in_one_line(family, extra, message):
     with pytest.raises(gh.GraphattnMaskError, match=message) as caught:
