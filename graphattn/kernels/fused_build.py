@@ -10,8 +10,9 @@ A cached library is code this process will run, so nothing found in the cache is
   bytes differ from its digest (cut short, overwritten) or that has none is rebuilt.
 * The key of a build names everything its bytes depend on: the sources and flags, the compiler
   and its `--version`, torch's version and library directory (the build's RUNPATH points there),
-  and the CPU (-march=native): x86's model name and flags, or ARM's implementer, part and
-  features; where none of those can be read, the host name.
+  and the instruction-set level it is built for (`isa_level`: AVX-512, AVX2 or baseline x86-64
+  by the running CPU's flags, the baseline elsewhere), never -march=native, so a cache shared by
+  machines with different CPUs holds one build per level, each runnable on every CPU of it.
 * The compiler runs in its own process group, bounded by GRAPHATTN_BUILD_TIMEOUT seconds (default
   300): a build that takes longer than NOTICE_SECONDS says so once, and one that runs out of time
   or is interrupted (Ctrl-C) has its whole group killed.
@@ -26,7 +27,6 @@ import os
 import platform
 import shlex
 import signal
-import socket
 import stat
 import subprocess
 import tempfile
@@ -36,7 +36,6 @@ from pathlib import Path
 NOTICE_SECONDS = 10.0  # a build still running after this says so
 DEFAULT_TIMEOUT = 300.0
 VERSION_TIMEOUT = 30.0
-_CPU_FIELDS = ("model name", "flags", "cpu implementer", "cpu architecture", "cpu variant", "cpu part", "features")
 
 
 class UnsafeCache(OSError):
@@ -119,22 +118,41 @@ def compiler_version(command: list[str]) -> str:
     return out if status == 0 else f"status {status}: {out}{err}"
 
 
-def cpu_signature(cpuinfo: str | None = None) -> str:
-    """What -march=native depends on: x86's model name and flags, ARM's implementer, part and
-    features (aarch64 has no model name or flags), with the machine's architecture; the host
-    name where /proc/cpuinfo says none of them (a shared home may be mounted on other CPUs)."""
+# The instruction sets a build may use, from the most capable down: (name, /proc/cpuinfo flags
+# the running CPU must have, compiler flags). A build is made for the first level the CPU has,
+# not for the CPU itself (-march=native), so every CPU of that level can run it and one cache
+# holds one build per level. The AVX-512 paths of the C sources are written for 16 lanes.
+X86_LEVELS = (
+    (
+        "x86-64-avx512",
+        {"avx512f", "avx512bw", "avx512dq", "avx512vl", "avx512cd", "avx2", "fma", "bmi2", "f16c"},
+        ["-mavx512f", "-mavx512bw", "-mavx512dq", "-mavx512vl", "-mavx512cd", "-mavx2", "-mfma", "-mbmi2", "-mf16c"]
+        + ["-mprefer-vector-width=512"],
+    ),
+    ("x86-64-avx2", {"avx2", "fma", "bmi2", "f16c"}, ["-mavx2", "-mfma", "-mbmi2", "-mf16c"]),
+    ("x86-64", set(), []),
+)
+
+
+def isa_level(cpuinfo: str | None = None, machine: str | None = None) -> tuple[str, list[str]]:
+    """(name, compiler flags) of the instruction-set level this CPU runs, for the build and its
+    cache key: x86 by the flags /proc/cpuinfo lists; aarch64 and others their baseline (the
+    compiler's default target), so Graviton2 and Graviton3 share one build that both can run."""
+    machine = (machine or platform.machine()).lower()
+    if machine not in ("x86_64", "amd64"):
+        return machine or "unknown", []
     if cpuinfo is None:
         try:
             cpuinfo = Path("/proc/cpuinfo").read_text(errors="replace")
         except OSError:
             cpuinfo = ""
-    lines = set()
+    flags = set()
     for line in cpuinfo.splitlines():
         name, _, value = line.partition(":")
-        if name.strip().lower() in _CPU_FIELDS:
-            lines.add(f"{name.strip().lower()}: {' '.join(value.split())}")
-    known = "\n".join(sorted(lines)) if lines else f"host {socket.gethostname()} {platform.processor()}"
-    return f"{platform.machine()}\n{known}"
+        if name.strip().lower() == "flags":
+            flags = set(value.split())
+            break
+    return next((name, list(options)) for name, need, options in X86_LEVELS if need <= flags)
 
 
 def cache_key(parts: list[str]) -> str:

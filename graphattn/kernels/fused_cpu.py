@@ -4,7 +4,8 @@ The PyTorch path (blocked.py) makes a dozen PyTorch calls per chunk, and between
 score tile crosses memory three more times (label gather, softmax, copies). The C kernel does the
 same arithmetic one block of rows at a time, with the block's scores kept in cache: 1.5-2x faster
 on CPU (issue 29). It is compiled with the machine's C compiler (`cc`, or $CC) on first use,
-for this CPU (-march=native), and cached under ~/.cache/graphattn (or $GRAPHATTN_CACHE) by
+for the instruction-set level of this CPU (fused_build.isa_level: AVX-512, AVX2 or baseline),
+and cached under ~/.cache/graphattn (or $GRAPHATTN_CACHE) by
 fused_build.py, which checks what it finds there before loading it (owner, permissions, digest);
 its matmuls are the BLAS sgemm_ that PyTorch's CPU library exports. Where that cannot be done (no
 compiler, no sgemm_ export, another OS, an unsafe cache), `available()` is False and the blocked
@@ -17,7 +18,6 @@ from __future__ import annotations
 import ctypes
 import itertools
 import os
-import platform
 import shutil
 import sys
 import threading
@@ -32,13 +32,12 @@ from graphattn.kernels import fused_build
 from graphattn.kernels.structure_runs import Runs
 
 SOURCES = [Path(__file__).with_name(name) for name in ("fused_cpu.c", "fused_cpu_labels.c")]
-# -march=native: built on the machine that runs it. No -ffast-math: masked scores are -inf.
+# The instruction set comes from fused_build.isa_level (the running CPU's level, not
+# -march=native), added after these. No -ffast-math: masked scores are -inf.
 # -fopenmp: the workers are OpenMP threads; the library is linked against PyTorch's own libgomp
 # (the same soname, found first through the rpath), so they are PyTorch's intra-op threads.
-FLAGS = ["-O3", "-march=native", "-fPIC", "-shared", "-std=c11", "-fopenmp"]
+FLAGS = ["-O3", "-fPIC", "-shared", "-std=c11", "-fopenmp"]
 FLAGS += ["-fno-math-errno", "-fno-trapping-math"]
-if platform.machine().lower() in ("x86_64", "amd64"):
-    FLAGS.append("-mprefer-vector-width=512")  # the AVX-512 paths are written for 16 lanes
 _BUILD_LOCK = threading.Lock()
 INT_LIMIT = 2**31  # sgemm_ (LP64) takes int sizes and strides
 # Set in a process forked from this one: libgomp's threads of the parent do not exist there and
@@ -196,10 +195,11 @@ def _load(compiler: list[str]) -> ctypes.CDLL:
     lib = _torch_lib()
     texts = [source.read_text() for source in SOURCES]
     version = fused_build.compiler_version(compiler)
-    parts = [*texts, " ".join(FLAGS), " ".join(compiler), version, torch.__version__, str(lib)]
-    parts.append(fused_build.cpu_signature())
-    target = _cache_dir() / f"fused_cpu_{fused_build.cache_key(parts)}.so"
-    command = [*compiler, *FLAGS, *map(str, SOURCES), f"-L{lib}", "-ltorch_cpu", "-lm", f"-Wl,-rpath,{lib}"]
+    level, isa = fused_build.isa_level()
+    flags = [*FLAGS, *isa]
+    parts = [*texts, " ".join(flags), " ".join(compiler), version, torch.__version__, str(lib), level]
+    target = _cache_dir() / f"fused_cpu_{level}_{fused_build.cache_key(parts)}.so"
+    command = [*compiler, *flags, *map(str, SOURCES), f"-L{lib}", "-ltorch_cpu", "-lm", f"-Wl,-rpath,{lib}"]
     with _BUILD_LOCK:
         directory = fused_build.private_dir(target.parent)
         with fused_build.locked(directory):

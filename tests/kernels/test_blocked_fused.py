@@ -26,7 +26,7 @@ from kernel_cases import (
 )
 from test_blocked import COMPILER_CASES
 
-from graphattn.kernels import blocked, blocked_fused, dense, fused_cpu
+from graphattn.kernels import blocked, blocked_fused, dense, fused_build, fused_cpu
 from graphattn.kernels.structure_runs import runs_of
 
 HAS_COMPILER = bool(shutil.which("cc") or shutil.which("gcc"))
@@ -231,7 +231,7 @@ def rebuild(monkeypatch, tmp_path):
 @needs_kernel
 @pytest.mark.skipif(platform.machine().lower() not in ("x86_64", "amd64"), reason="AVX-512 is an x86 extension")
 def test_the_portable_build_without_avx512_matches_too(rebuild) -> None:
-    rebuild.setattr(fused_cpu, "FLAGS", [*fused_cpu.FLAGS, "-mno-avx512f"])
+    rebuild.setattr(fused_build, "isa_level", lambda: fused_build.X86_LEVELS[1][::2])  # the AVX2 build
     assert fused_cpu.available(), fused_cpu.why_not()
     layout = dict(mention_links=4, empty_long_rows=2, empty_global_rows=1)
     against_oracle(lambda dtype: synthetic_case(dtype=dtype, **layout))

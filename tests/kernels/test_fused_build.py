@@ -156,18 +156,20 @@ def test_the_key_names_the_compiler_version(fresh, tmp_path) -> None:
     assert len(list((tmp_path / "kernels").glob("fused_cpu_*.so"))) == 2
 
 
-GRAVITON2 = "processor\t: 0\nBogoMIPS\t: 243.75\nFeatures\t: fp asimd evtstrm aes pmull sha1 sha2 crc32 atomics\n"
-GRAVITON2 += "CPU implementer\t: 0x41\nCPU architecture: 8\nCPU variant\t: 0x3\nCPU part\t: 0xd0c\n"
-GRAVITON3 = GRAVITON2.replace("atomics", "atomics sve sve2 bf16").replace("0xd0c", "0xd40")
+XEON = "processor\t: 0\nmodel name\t: Some Xeon\nflags\t\t: fpu sse2 avx avx2 fma bmi2 f16c avx512f avx512bw "
+XEON += "avx512dq avx512vl avx512cd\ncpu MHz\t\t: 2100.0\n"
+GRAVITON3 = "processor\t: 0\nFeatures\t: fp asimd sve sve2 bf16\nCPU implementer\t: 0x41\nCPU part\t: 0xd40\n"
 
 
-def test_the_cpu_signature_tells_arm_cores_apart_and_never_is_empty() -> None:
-    g2, g3 = fused_build.cpu_signature(GRAVITON2), fused_build.cpu_signature(GRAVITON3)
-    assert g2 != g3 and "0xd0c" in g2 and "sve" in g3
-    assert fused_build.cpu_signature(GRAVITON2.replace("243.75", "250.00")) == g2  # not the clock
-    assert "host" in fused_build.cpu_signature("")  # nothing known: the build is this host's alone
-    x86 = "model name\t: Some Xeon\nflags\t\t: fpu avx512f\ncpu MHz\t\t: 2100.0\n"
-    assert fused_build.cpu_signature(x86) == fused_build.cpu_signature(x86.replace("2100.0", "3000.0"))
+def test_builds_are_made_for_an_instruction_set_level_not_for_the_cpu() -> None:
+    """No -march=native: a shared cache holds one build per level, each runnable on every CPU
+    of its level (a Graviton2 and a Graviton3 both run the aarch64 baseline's)."""
+    assert fused_build.isa_level(XEON, "x86_64")[0] == "x86-64-avx512"
+    assert "-mavx512f" in fused_build.isa_level(XEON, "x86_64")[1]
+    assert fused_build.isa_level(XEON.replace(" avx512f", ""), "x86_64") == fused_build.X86_LEVELS[1][::2]
+    assert fused_build.isa_level("flags\t: fpu sse2\n", "x86_64") == ("x86-64", [])
+    assert fused_build.isa_level(GRAVITON3, "aarch64") == fused_build.isa_level("", "aarch64") == ("aarch64", [])
+    assert not any("native" in flag for flag in fused_cpu.FLAGS + fused_build.isa_level()[1])
 
 
 def test_importing_the_model_registers_no_fork_hook() -> None:
