@@ -40,11 +40,18 @@ FLAGS = ["-O3", "-fPIC", "-shared", "-std=c11", "-fopenmp"]
 FLAGS += ["-fno-math-errno", "-fno-trapping-math"]
 _BUILD_LOCK = threading.Lock()
 INT_LIMIT = 2**31  # sgemm_ (LP64) takes int sizes and strides
-# Set in a process forked from this one: libgomp's threads of the parent do not exist there and
-# a parallel region waits for them forever (PyTorch's own multi-threaded ops hang there too; a
-# DataLoader worker sets one thread), so a forked child runs each pass on its calling thread,
-# with MKL's sgemm single-threaded for the pass's calls (fused_cpu.c's sequential_blas_begin).
-_FORKED = {"child": False}
+# A process forked from the one that imported this module: libgomp's threads of the parent do not
+# exist there and a parallel region waits for them forever (PyTorch's own multi-threaded ops hang
+# there too; a DataLoader worker sets one thread), so a forked child runs each pass on its
+# calling thread, with MKL's sgemm single-threaded for the pass's calls (fused_cpu.c's
+# sequential_blas_begin). Told by the process id (a process forked after this module was
+# imported), not by a hook run in the child; "child": True makes a process run its passes so
+# (tests compare the two schedules).
+_FORKED = {"child": False, "parent": os.getpid()}  # the process that imported this module
+
+
+def _forked() -> bool:
+    return _FORKED["child"] or _FORKED["parent"] != os.getpid()
 
 
 @cache
@@ -68,19 +75,15 @@ def _before_fork() -> None:
         free()
 
 
-def _in_forked_child() -> None:
-    _FORKED.update(child=True)
-
-
 _FORK_HOOK = {"registered": False}
 
 
 def _register_fork_hook() -> None:
-    """The fork hooks, registered once the kernel is loaded (not by importing this module: a
+    """The fork hook (MKL's pool emptied), registered once the kernel is loaded (not by importing: a
     process that never runs the kernel needs none)."""
     if not _FORK_HOOK["registered"]:
         _FORK_HOOK["registered"] = True
-        os.register_at_fork(before=_before_fork, after_in_child=_in_forked_child)
+        os.register_at_fork(before=_before_fork)
 
 
 _LABEL_BYTES = {torch.int8: 1, torch.int16: 2, torch.int32: 4}  # blocked_tiles.label_dtype's choices
@@ -447,7 +450,7 @@ def _int64s(values: list[int]):
 
 
 def _threads(workers: int) -> int:
-    return 1 if _FORKED["child"] else workers
+    return 1 if _forked() else workers
 
 
 def _failed(code: int, failed: ctypes.c_int64) -> int | None:
@@ -480,7 +483,7 @@ def forward_all(chunks: list[Chunk], order: list[int], workers: int, bh: int) ->
         _threads(max(1, min(workers, len(order)))),
         bh,
         ctypes.byref(failed),
-        _FORKED["child"],  # MKL sequential there
+        _forked(),  # MKL sequential there
     )
     return _failed(code, failed)
 
@@ -520,6 +523,6 @@ def backward_all(
         _int64s([0 if t is None else t.numel() for t in flat[:per_worker]]),
         per_worker,
         ctypes.byref(failed),
-        _FORKED["child"],  # MKL sequential there
+        _forked(),  # MKL sequential there
     )
     return _failed(code, failed)
