@@ -8,7 +8,9 @@ Two routes, chosen per batch and layer rule from the structure alone:
   causal or bidirectional over the document (PyTorch's fused CPU kernel, which keeps only the
   log-sum-exp for the backward pass: no recompute, O(L) memory), a [L, L] band mask when a window
   is narrower than the document. Queries, keys and values are split into per-document views (one
-  autograd node each way, no index_select copies); padding runs output zeros.
+  autograd node each way, no index_select copies); equal documents of up to `GROUP_LIMIT` tokens
+  are concatenated and run as one batch (one call instead of hundreds for short SFT samples); padding
+  runs output zeros.
 - **tiles** (everything else: prefix trees, schema graphs with relative labels, a window band over
   a document too long for its [L, L] mask): per block of `CHUNK` query rows, the key tiles of
   `KEY_TILE` tokens the structure allows, gathered, and SDPA with the block's boolean mask (with
@@ -32,6 +34,7 @@ from graphattn.hf.structure import LayerRule, Structure
 CHUNK = 512  # query rows per step of the tile route (fewer Python steps; measured best of 128/256/512)
 KEY_TILE = 128  # the key tiles it skips or keeps
 BAND_LIMIT = 4096  # longest document given a dense [L, L] band mask (16 MiB) on the document route
+GROUP_LIMIT = 256  # equal documents up to this length run as one SDPA batch (per-call costs dominate below)
 KEEP_BYTES = 256 << 20  # the tile route keeps its blocks for the backward pass below this, per layer
 
 
@@ -48,10 +51,19 @@ def chunked_attention(query, key, value, layer: LayerMask, table, scale: float) 
 
 
 # -- the document route -----------------------------------------------------------------------------
-def _document_plan(structure: Structure, rule: LayerRule) -> list | None:
-    """Per row, its runs `(length, kind)` in order, kind None for padding (zeros out), "full",
-    "causal" or a (lo, hi) band of index offsets; None where the route does not apply. Built once
-    per batch and rule (a few host reads), shared by every layer of the rule."""
+class _Runs:
+    """A batch's runs of tokens, numbered in row-major order: `row_sizes` (each row's run lengths);
+    `singles` (run, kind) run alone; `groups` (kind, runs) of equal short documents run as one
+    batch; `padding` runs (zeros out). kind: "full", "causal" or a (lo, hi) band of index offsets."""
+
+    def __init__(self, row_sizes: list, singles: list, groups: list, padding: list):
+        self.row_sizes, self.singles, self.groups, self.padding = row_sizes, singles, groups, padding
+        self.sizes = [size for sizes in row_sizes for size in sizes]
+
+
+def _document_plan(structure: Structure, rule: LayerRule) -> _Runs | None:
+    """The document route's plan, or None where it does not apply. Built once per batch and rule
+    (a few host reads), shared by every layer of the rule."""
     if structure.kind != "tree" or _has_branches(structure):
         return None
     lo, hi = rule.lo, min(rule.hi, 0) if structure.causal else rule.hi
@@ -60,9 +72,9 @@ def _document_plan(structure: Structure, rule: LayerRule) -> list | None:
     return structure.cached(("documents", lo, hi), lambda: _runs(structure, lo, hi))
 
 
-def _runs(structure: Structure, lo: int, hi: int) -> list | None:
+def _runs(structure: Structure, lo: int, hi: int) -> _Runs | None:
     enter, positions = structure.enter, structure.positions
-    batch, length = enter.shape
+    length = enter.shape[1]
     change = torch.ones_like(enter, dtype=torch.bool)
     change[:, 1:] = enter[:, 1:] != enter[:, :-1]
     real = enter >= 0
@@ -77,22 +89,34 @@ def _runs(structure: Structure, lo: int, hi: int) -> list | None:
     documents, doc_rows = ids[ids >= 0], rows[ids >= 0]
     if not bool(((documents[1:] > documents[:-1]) | (doc_rows[1:] != doc_rows[:-1])).all()):
         return None  # a document in two runs of its row
-    plan: list[list] = [[] for _ in range(batch)]
-    for row, start, stop, doc in zip(rows.tolist(), starts.tolist(), ends.tolist(), ids.tolist()):
-        size = stop - start
+    sizes = (ends - starts).tolist()
+    singles, padding, alike = [], [], {}
+    for run, (size, doc) in enumerate(zip(sizes, ids.tolist())):
         if doc < 0:
-            plan[row].append((size, None))
+            padding.append(run)
             continue
         band_lo, band_hi = max(lo, -(size - 1)), min(hi, size - 1)
         if band_lo == -(size - 1) and band_hi == size - 1:
-            plan[row].append((size, "full"))
+            kind = "full"
         elif band_lo == -(size - 1) and band_hi == 0:
-            plan[row].append((size, "causal"))
+            kind = "causal"
         elif size <= BAND_LIMIT:
-            plan[row].append((size, (band_lo, band_hi)))
+            kind = (band_lo, band_hi)
         else:
             return None
-    return plan
+        alike.setdefault((size, kind), []).append(run)
+    groups = []
+    for (size, kind), runs in alike.items():
+        if len(runs) == 1 or size > GROUP_LIMIT:
+            singles.extend((run, kind) for run in runs)
+        else:
+            groups.append((kind, runs))
+    per_row = torch.bincount(rows, minlength=enter.shape[0]).tolist()
+    row_sizes, at = [], 0
+    for count in per_row:
+        row_sizes.append(sizes[at : at + count])
+        at += count
+    return _Runs(row_sizes, singles, groups, padding)
 
 
 def _band(size: int, lo: int, hi: int, device) -> torch.Tensor:
@@ -100,27 +124,36 @@ def _band(size: int, lo: int, hi: int, device) -> torch.Tensor:
     return (offset >= lo) & (offset <= hi)
 
 
-def _attend_documents(query, key, value, plan: list, scale: float) -> torch.Tensor:
-    """Each document through SDPA on its own views of q / k / v (4-D: PyTorch's fused CPU kernel
-    takes only [batch, heads, L, d]; a 3-D view falls back to the unfused math); [B, H, N, d_v]."""
-    heads, gqa = query.shape[1], query.shape[1] != key.shape[1]
-    rows = []
-    for runs, *row in zip(plan, query.split(1), key.split(1), value.split(1)):  # one autograd node per split
-        sizes = [size for size, _ in runs]
-        qs, ks, vs = (t.split(sizes, dim=2) for t in row)  # [1, H, L, d] views
-        pieces = []
-        for (size, kind), q, k, v in zip(runs, qs, ks, vs):
-            if kind is None:
-                pieces.append(q.new_zeros(1, heads, size, value.shape[-1]))
-                continue
-            mask = _band(size, *kind, q.device) if isinstance(kind, tuple) else None
-            pieces.append(
-                F.scaled_dot_product_attention(
-                    q, k, v, attn_mask=mask, is_causal=kind == "causal", scale=scale, enable_gqa=gqa
-                )
-            )
-        rows.append(torch.cat(pieces, dim=2) if len(pieces) > 1 else pieces[0])
-    return torch.cat(rows) if len(rows) > 1 else rows[0]
+def _sdpa(q, k, v, kind, scale: float) -> torch.Tensor:
+    """[G, H, L, d] queries against their own document's keys under `kind` (4-D: PyTorch's fused
+    CPU kernel takes only [batch, heads, L, d]; a 3-D input falls back to the unfused math)."""
+    mask = _band(q.shape[2], *kind, q.device) if isinstance(kind, tuple) else None
+    return F.scaled_dot_product_attention(
+        q, k, v, attn_mask=mask, is_causal=kind == "causal", scale=scale, enable_gqa=q.shape[1] != k.shape[1]
+    )
+
+
+def _attend_documents(query, key, value, plan: _Runs, scale: float) -> torch.Tensor:
+    """Each document through SDPA on its own [1, H, L, d] views of q / k / v (one split per row and
+    tensor, one autograd node each), equal short documents concatenated and run as one batch;
+    [B, H, N, d_v], a view of a [B, N, H, d_v] tensor (the layout the output projection reads, so
+    the caller's transpose costs no copy)."""
+    batch, heads, length, _ = query.shape
+    views = [
+        [piece for row, sizes in zip(t.split(1), plan.row_sizes) for piece in row.split(sizes, dim=2)]
+        for t in (query, key, value)
+    ]
+    outs: list = [None] * len(plan.sizes)
+    for run, kind in plan.singles:
+        outs[run] = _sdpa(*(pieces[run] for pieces in views), kind, scale)[0].transpose(0, 1)  # [L, H, d_v]
+    for kind, runs in plan.groups:
+        q, k, v = (torch.cat([pieces[run] for run in runs]) for pieces in views)  # [G, H, L, d]
+        for run, out in zip(runs, _sdpa(q, k, v, kind, scale).transpose(1, 2).unbind(0)):
+            outs[run] = out
+    for run in plan.padding:
+        outs[run] = query.new_zeros(plan.sizes[run], heads, value.shape[-1])
+    out = torch.cat(outs) if len(outs) > 1 else outs[0]
+    return out.view(batch, length, heads, value.shape[-1]).transpose(1, 2)
 
 
 # -- the tile route ---------------------------------------------------------------------------------

@@ -59,6 +59,9 @@ BATCHES = {
         [[1] * n for n in LENGTHS], max_length=500, pad_documents_to_multiple_of=16
     ),
     "causal override": lambda: gh.pack_documents([[1] * n for n in LENGTHS], causal=True, max_length=500),
+    "equal short documents": lambda: gh.pack_documents(
+        [[1] * n for n in [16] * 20 + [40, 7] * 6 + [300, 16, 16]], max_length=400, pad_to_multiple_of=32
+    ),
 }
 
 
@@ -67,7 +70,9 @@ BATCHES = {
 def test_packed_documents_take_the_document_route_and_equal_the_dense_mask(make, rule):
     batch = make()
     structure = batch["attention_mask"]
-    assert chunked._document_plan(structure, rule) is not None
+    plan = chunked._document_plan(structure, rule)
+    assert plan is not None
+    assert bool(plan.groups) == (make is BATCHES["equal short documents"])  # equal short documents: one batch
     close(run(gh.chunked_attention, batch, rule), run(reference, batch, rule))
 
 
