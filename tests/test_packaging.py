@@ -148,16 +148,17 @@ def test_the_installed_package_builds_and_runs_its_fused_cpu_kernel(installed, t
         "states = [torch.randn(1, 2, n, 8) for n in (3, 3, 3, 20, 20, 20)]\n"
         "table = torch.randn(layout.vocab_size, 2, 8)\n"
         "g, l = blocked.attention(*states, side, table, None, 0.35, fused=True)\n"
-        "print(bool(torch.isfinite(l).all()))\n"
+        "print(bool(torch.isfinite(l).all()), torch.ops.graphattn.fused_forward.default.name())\n"
     )
     env = {**installed["env"], "GRAPHATTN_CACHE": str(tmp_path)}
     done = subprocess.run(
         [str(installed["python"]), "-c", code], capture_output=True, text=True, env=env, cwd=installed["work"]
     )
     assert done.returncode == 0, done.stderr
-    available, source, finite = done.stdout.split()
+    available, source, finite, operator = done.stdout.split()
     sources = source.split(",")
     assert available == "True" and len(sources) == 2 and all("site-packages" in s for s in sources) and finite == "True"
+    assert operator == "graphattn::fused_forward", "the fused passes run as a registered PyTorch operator"
     assert list(tmp_path.glob("kernels/fused_cpu_*.so")), "the build should land in GRAPHATTN_CACHE"
 
 
