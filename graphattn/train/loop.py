@@ -493,6 +493,7 @@ class Trainer:
                         saved = self.save_checkpoint() if cfg.checkpoint_dir else None
                         raise TrainingInterrupted(self.step, saved, interrupt.signum)
             finally:
+                batches.close()  # DataLoader workers shut down here, before torch's SIGCHLD handler is back
                 bar.close()
                 if self._run_log is not None:
                     self._run_log.close()

@@ -11,6 +11,7 @@ import json
 import os
 import re
 import shlex
+import shutil
 import signal
 import subprocess
 import time
@@ -31,9 +32,14 @@ TINY += ["--precision", "fp32", "--no-progress", "--dropout", "0.1", "--log-ever
 
 @pytest.fixture(scope="module")
 def shards(tmp_path_factory) -> Path:
+    """12 instances (six copies of the 2-document sample): one epoch outlasts the run, so the
+    workers are alive, mid-epoch, when the signal comes."""
+    records = tmp_path_factory.mktemp("records")
+    for copy in range(6):
+        shutil.copy(DATA / "wikihop_sample.json", records / f"part{copy}.json")
     out = tmp_path_factory.mktemp("shards") / "wikihop"
     done = subprocess.run(
-        ["graphattn", "compile", DATA / "wikihop_sample.json", "--schema", "wikihop", "--tokenizer", TOKENIZER]
+        ["graphattn", "compile", *sorted(records.iterdir()), "--schema", "wikihop", "--tokenizer", TOKENIZER]
         + ["--out", out, "-q"],
         capture_output=True,
         text=True,
@@ -68,7 +74,7 @@ def test_a_stop_signal_to_the_process_group_with_workers_saves_the_step_and_the_
         start_new_session=True,  # its own process group: the trainer and its DataLoader workers
     )
     deadline = time.monotonic() + 120
-    while logged_steps(run) < 2:  # past the periodic save of step 2 and into the next epoch's workers
+    while logged_steps(run) < 3:  # past the periodic save of step 2, the workers mid-epoch
         assert stopped.poll() is None and time.monotonic() < deadline, stopped.communicate()
         time.sleep(0.05)
     os.killpg(stopped.pid, signum)
@@ -80,7 +86,7 @@ def test_a_stop_signal_to_the_process_group_with_workers_saves_the_step_and_the_
     )
     assert found, err
     step = int(found.group(1))
-    assert 2 <= step < 8 and Path(found.group(2)) == run / f"step-{step:08d}"
+    assert 3 <= step < 8 and Path(found.group(2)) == run / f"step-{step:08d}"
     assert (run / "latest").read_text().strip() == f"step-{step:08d}"
     ckpt.load_file(run / f"step-{step:08d}" / "trainer.pt")  # complete: its digest matches
     assert not list(run.glob("*.partial"))
