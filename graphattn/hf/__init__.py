@@ -6,10 +6,10 @@
     batch = graphattn.hf.pack_documents(docs)
     model(**batch)
 
-docs/HF.md explains the pieces; transformers is imported only by `register`.
+docs/HF.md explains the pieces; transformers is imported only inside the calls that need it.
 """
 
-from graphattn.hf.attention import GraphattnMaskError, LayerMask, register
+from graphattn.hf.attention import register
 from graphattn.hf.chunked import chunked_attention
 from graphattn.hf.pack import PackingCollator, pack_documents, pack_tree, tree_lm_loss
 from graphattn.hf.parity import ParityReport, check_parity, leaf_paths, tree_token_ratio
@@ -21,7 +21,7 @@ from graphattn.hf.schema import (
     dense_mask,
     structure_from_instances,
 )
-from graphattn.hf.structure import LayerRule, Structure
+from graphattn.hf.structure import GraphattnMaskError, LayerMask, LayerRule, Structure
 from graphattn.hf.tree_decode import generate_tree
 
 __all__ = [

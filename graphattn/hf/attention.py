@@ -28,30 +28,10 @@ from __future__ import annotations
 import torch
 
 from graphattn.hf.hybrid import check_boundary_kwargs, check_hybrid
-from graphattn.hf.structure import NO_LIMIT, LayerRule, Structure
+from graphattn.hf.structure import NO_LIMIT, GraphattnMaskError, LayerMask, LayerRule, Structure
 
 BACKENDS = ("auto", "chunked", "flex")
 BIAS_ATTRIBUTE = "graphattn_relative_bias"
-
-
-class GraphattnMaskError(ValueError):
-    """A model, input or setting graphattn cannot honour (raised instead of ignoring a mask)."""
-
-
-class LayerMask:
-    """What one layer type receives as `attention_mask`: the structure and the layer's rule."""
-
-    ndim = 2
-
-    def __init__(self, structure: Structure, rule: LayerRule):
-        self.structure, self.rule = structure, rule
-
-    @property
-    def shape(self):
-        return self.structure.shape
-
-    def __repr__(self) -> str:
-        return f"LayerMask({self.structure.kind}, shape={self.shape}, rule={self.rule})"
 
 
 # -- the mask function ------------------------------------------------------------------------------
@@ -135,13 +115,6 @@ def _probe_rule(mask_function, length: int) -> LayerRule:
     return LayerRule(lo, hi)
 
 
-def _has_branches(structure: Structure) -> bool:
-    """Whether a tree structure has a segment with children (one host read per batch, cached)."""
-    if structure.kind != "tree":
-        return False
-    return structure.cached(("branches",), lambda: bool(((structure.exit - structure.enter) > 1).any()))
-
-
 def _combine(structure: Structure, rule: LayerRule, config) -> LayerRule:
     """The layer's own rule under the structure's `causal` override; what the two cannot both mean is
     refused. causal=None keeps the rule; True makes every layer causal (a bidirectional layer keeps
@@ -157,7 +130,7 @@ def _combine(structure: Structure, rule: LayerRule, config) -> LayerRule:
             f"attention_mask: causal=False asks for attention both ways but the {model} model's layers are causal "
             "(graphattn never widens a model's rule); pack with causal=None to follow the model"
         )
-    if not rule.causal and _has_branches(structure):
+    if not rule.causal and structure.has_branches():
         raise GraphattnMaskError(
             f"attention_mask: a prefix tree on the {model} model's bidirectional layers would let a shared prefix "
             "see every branch; pack_tree(..., causal=True) makes them causal, or pack each path as a document"

@@ -28,8 +28,7 @@ import torch
 import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 
-from graphattn.hf.attention import GraphattnMaskError, LayerMask, _has_branches
-from graphattn.hf.structure import LayerRule, Structure
+from graphattn.hf.structure import GraphattnMaskError, LayerMask, LayerRule, Structure
 
 CHUNK = 512  # query rows per step of the tile route (fewer Python steps; measured best of 128/256/512)
 KEY_TILE = 128  # the key tiles it skips or keeps
@@ -64,7 +63,7 @@ class _Runs:
 def _document_plan(structure: Structure, rule: LayerRule) -> _Runs | None:
     """The document route's plan, or None where it does not apply. Built once per batch and rule
     (a few host reads), shared by every layer of the rule."""
-    if structure.kind != "tree" or _has_branches(structure):
+    if structure.kind != "tree" or structure.has_branches():
         return None
     lo, hi = rule.lo, min(rule.hi, 0) if structure.causal else rule.hi
     if not lo <= 0 <= hi:  # a rule hiding a token from itself: rows may see nothing, the tile route's case

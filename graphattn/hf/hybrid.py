@@ -21,7 +21,7 @@ Refusals are one `GraphattnMaskError` line naming the layer (`check_hybrid`, cal
 mask function, which nearly every hybrid model calls before it builds the recurrent layers' mask).
 Where nothing of graphattn ran first (a model without attention layers such as Mamba2, or LFM3 /
 LaraMini, which build their masks in `set` order), the structure itself refuses to pass as the
-padding mask of rows holding several documents or a tree (`padding_view`), in one line that cannot
+padding mask of rows holding several documents or a tree (`Structure.padding_view`), in one line that cannot
 name the layer. Nothing of transformers is patched.
 """
 
@@ -33,7 +33,8 @@ from dataclasses import dataclass
 
 import torch
 
-from graphattn.hf.structure import Structure
+from graphattn.hf.structure import RECURRENT_CHECKED as CHECKED
+from graphattn.hf.structure import GraphattnMaskError, Structure
 
 # layer types transformers builds a recurrent (padding) mask for; "hybrid" layers (FalconH1, Zamba) hold one too
 RECURRENT_LAYER_TYPES = frozenset({"linear_attention", "conv", "hybrid", "mamba"})
@@ -42,7 +43,6 @@ KERNEL_DEVICES = {"causal_conv1d": ("cuda",), "mamba_ssm": ("cuda",), "fla": ("c
 PACKAGE_NAMES = {"causal_conv1d": "causal-conv1d", "mamba_ssm": "mamba-ssm", "fla": "flash-linear-attention"}
 ONE_ROW_KWARGS = ("cu_seq_lens_q",)  # varlen kernels take the documents of one flattened row
 NEEDS = ("hybrid", "reads")  # the structure's per-batch record of what the forward must carry
-CHECKED = ("hybrid", "checked")  # check_hybrid let this structure through a model's recurrent layers
 
 
 @dataclass(frozen=True)
@@ -132,30 +132,6 @@ def recurrent_layers(config) -> tuple[str, Mixer] | None:
     return layer_type, mixer
 
 
-# -- the structure as rows of sequences -----------------------------------------------------------------
-def row_kind(structure: Structure) -> str:
-    """'sequences' (every row one sequence: a document or a chain of segments, then padding),
-    'documents' (rows of packed documents), 'gaps' (padding inside a row), 'tree' (anything else: a
-    branch) or 'graph'. Computed once per batch."""
-    if structure.kind != "tree":
-        return "graph"
-
-    def build() -> str:
-        enter, exit_ = structure.enter, structure.exit
-        real = enter >= 0
-        if bool((real[:, 1:] & ~real[:, :-1]).any()):
-            return "gaps"
-        pair = real[:, 1:]
-        prev_e, prev_x, next_e, next_x = enter[:, :-1], exit_[:, :-1], enter[:, 1:], exit_[:, 1:]
-        same = next_e == prev_e
-        only_child = (next_e == prev_e + 1) & (next_x == prev_x)  # the chain goes on
-        if not bool((pair & ~(same | only_child)).any()):
-            return "sequences"
-        return "documents" if not bool((real & (exit_ - enter != 1)).any()) else "tree"
-
-    return structure.cached(("hybrid", "kind"), build)
-
-
 # -- the checks -----------------------------------------------------------------------------------------
 def _kernels_missing(mixer: Mixer, device: torch.device) -> list[str]:
     return [
@@ -168,8 +144,6 @@ def _kernels_missing(mixer: Mixer, device: torch.device) -> list[str]:
 def check_hybrid(config, structure: Structure) -> None:
     """Refuse, in one line naming the layer, a structure a model's non-attention layers cannot take;
     for packed documents they can take, record which keyword arguments the forward must carry."""
-    from graphattn.hf.attention import GraphattnMaskError
-
     if not isinstance(structure, Structure):
         return
     structure._plans.pop(NEEDS, None)  # decided afresh for each model the structure is given to
@@ -177,7 +151,7 @@ def check_hybrid(config, structure: Structure) -> None:
     found = recurrent_layers(config)
     if found is None:
         return
-    kind = row_kind(structure)
+    kind = structure.row_kind()
     if kind == "sequences":
         return
     layer_type, mixer = found
@@ -211,30 +185,12 @@ def check_hybrid(config, structure: Structure) -> None:
     structure._plans[CHECKED] = True
 
 
-def padding_view(structure: Structure) -> torch.Tensor:
-    """The structure asked as a [B, N] padding mask (`mask == 1`, `mask[:, -n:]`): its real tokens,
-    where every row is one sequence or `check_hybrid` let it through this model. Otherwise a layer
-    is about to read several documents or a tree as one sequence without graphattn's check (a model
-    with no attention layer, e.g. Mamba2, or one that builds this mask first): refused."""
-    if row_kind(structure) == "sequences" or structure._plans.get(CHECKED):
-        return structure.real_tokens()
-    from graphattn.hf.attention import GraphattnMaskError
-
-    raise GraphattnMaskError(
-        "attention_mask: a layer reads this structure as a padding mask, i.e. its rows as single sequences, "
-        "without graphattn's check (a recurrent layer of a model with no attention layer or one that builds this "
-        "mask first); its rows hold several documents or a tree: pack one document per row"
-    )
-
-
 def check_boundary_kwargs(structure: Structure, kwargs: dict) -> None:
     """In an attention layer: the forward carries the boundaries `check_hybrid` asked for, equal to
     the structure's (compared once per batch and tensor, not per layer)."""
     need = structure._plans.get(NEEDS)
     if need is None:
         return
-    from graphattn.hf.attention import GraphattnMaskError
-
     where, reads = need
     for key in reads:
         given = kwargs.get(key)

@@ -13,8 +13,8 @@ from dataclasses import dataclass
 
 import torch
 
-from graphattn.hf.attention import GraphattnMaskError, graphattn_mask
-from graphattn.hf.structure import LayerRule, Structure
+from graphattn.hf.attention import graphattn_mask
+from graphattn.hf.structure import GraphattnMaskError, LayerRule, Structure
 
 COMPARE = ("logits", "log_probs")
 NOT_MODEL_INPUTS = {"labels", "predecessor", "completion_mask", "assistant_masks"}

@@ -28,7 +28,6 @@ from typing import NamedTuple
 
 import torch
 
-from graphattn.hf.attention import GraphattnMaskError
 from graphattn.hf.inputs import check_int
 from graphattn.hf.kv import (
     GENERATE_OWNED,
@@ -42,6 +41,7 @@ from graphattn.hf.kv import (
     tokens_of,
 )
 from graphattn.hf.rope import Rope
+from graphattn.hf.structure import GraphattnMaskError
 
 POSITIONS = ("continue", "restart")
 MAX_BLOCKS = 1 << 16  # passages of one prompt

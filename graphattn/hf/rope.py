@@ -17,8 +17,8 @@ import sys
 
 import torch
 
-from graphattn.hf.attention import GraphattnMaskError
 from graphattn.hf.hybrid import recurrent_layers
+from graphattn.hf.structure import GraphattnMaskError
 
 ATTENTION_LAYER_TYPES = ("full_attention", "sliding_attention")
 UNMOVABLE_ROPE = {

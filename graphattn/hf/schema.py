@@ -19,8 +19,8 @@ import torch
 
 from graphattn.compact import CompactBatch
 from graphattn.contract import EtcInstance
-from graphattn.hf.attention import BIAS_ATTRIBUTE, GraphattnMaskError
-from graphattn.hf.structure import Structure
+from graphattn.hf.attention import BIAS_ATTRIBUTE
+from graphattn.hf.structure import GraphattnMaskError, Structure
 
 
 def structure_from_instances(

@@ -28,6 +28,11 @@ from graphattn.kernels.structure import dense_g2g, dense_g2l, dense_l2g, distanc
 
 _BIG = torch.iinfo(torch.int32).max
 NO_LIMIT = 1 << 40
+RECURRENT_CHECKED = ("hybrid", "checked")  # graphattn.hf.hybrid let this structure through a model's recurrent layers
+
+
+class GraphattnMaskError(ValueError):
+    """A model, input or setting graphattn cannot honour (raised instead of ignoring a mask)."""
 
 
 @dataclass(frozen=True)
@@ -118,19 +123,54 @@ class Structure:
     # attention_mask as a padding mask (masking_utils.create_recurrent_attention_mask asks `mask == 1` and
     # slices it): the real tokens answer where those layers may take the structure (graphattn.hf.hybrid).
     def __eq__(self, other):
-        from graphattn.hf.hybrid import padding_view
-
-        return self is other if isinstance(other, Structure) else padding_view(self) == other
+        return self is other if isinstance(other, Structure) else self.padding_view() == other
 
     def __ne__(self, other):
-        from graphattn.hf.hybrid import padding_view
-
-        return self is not other if isinstance(other, Structure) else padding_view(self) != other
+        return self is not other if isinstance(other, Structure) else self.padding_view() != other
 
     def __getitem__(self, index) -> torch.Tensor:
-        from graphattn.hf.hybrid import padding_view
+        return self.padding_view()[index]
 
-        return padding_view(self)[index]
+    def padding_view(self) -> torch.Tensor:
+        """The structure asked as a [B, N] padding mask (`mask == 1`, `mask[:, -n:]`): its real tokens,
+        where every row is one sequence or graphattn.hf.hybrid let it through this model. Otherwise a
+        layer is about to read several documents or a tree as one sequence without graphattn's check
+        (a model with no attention layer, e.g. Mamba2, or one that builds this mask first): refused."""
+        if self.row_kind() == "sequences" or self._plans.get(RECURRENT_CHECKED):
+            return self.real_tokens()
+        raise GraphattnMaskError(
+            "attention_mask: a layer reads this structure as a padding mask, i.e. its rows as single sequences, "
+            "without graphattn's check (a recurrent layer of a model with no attention layer or one that builds "
+            "this mask first); its rows hold several documents or a tree: pack one document per row"
+        )
+
+    def row_kind(self) -> str:
+        """'sequences' (every row one sequence: a document or a chain of segments, then padding),
+        'documents' (rows of packed documents), 'gaps' (padding inside a row), 'tree' (anything else: a
+        branch) or 'graph'. Computed once per batch."""
+        if self.kind != "tree":
+            return "graph"
+
+        def build() -> str:
+            enter, exit_ = self.enter, self.exit
+            real = enter >= 0
+            if bool((real[:, 1:] & ~real[:, :-1]).any()):
+                return "gaps"
+            pair = real[:, 1:]
+            prev_e, prev_x, next_e, next_x = enter[:, :-1], exit_[:, :-1], enter[:, 1:], exit_[:, 1:]
+            same = next_e == prev_e
+            only_child = (next_e == prev_e + 1) & (next_x == prev_x)  # the chain goes on
+            if not bool((pair & ~(same | only_child)).any()):
+                return "sequences"
+            return "documents" if not bool((real & (exit_ - enter != 1)).any()) else "tree"
+
+        return self.cached(("hybrid", "kind"), build)
+
+    def has_branches(self) -> bool:
+        """Whether a tree structure has a segment with children (one host read per batch, cached)."""
+        if self.kind != "tree":
+            return False
+        return self.cached(("branches",), lambda: bool(((self.exit - self.enter) > 1).any()))
 
     # -- the ecosystem's formats (graphattn.hf.export) --------------------------------------------
     def to_flash_kwargs(self, padded_documents: bool = False) -> dict:
@@ -311,3 +351,19 @@ class Structure:
         if key not in self._plans:
             self._plans[key] = build()
         return self._plans[key]
+
+
+class LayerMask:
+    """What one layer type receives as `attention_mask`: the structure and the layer's rule."""
+
+    ndim = 2
+
+    def __init__(self, structure: Structure, rule: LayerRule):
+        self.structure, self.rule = structure, rule
+
+    @property
+    def shape(self):
+        return self.structure.shape
+
+    def __repr__(self) -> str:
+        return f"LayerMask({self.structure.kind}, shape={self.shape}, rule={self.rule})"
