@@ -10,6 +10,7 @@ import contextlib
 import functools
 import os
 import signal
+import threading
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
@@ -200,12 +201,26 @@ def stop_signals_blocked(enabled: bool = True) -> Iterator[None]:
 def _start_worker(init_fn: Callable[[int], None] | None, worker_id: int) -> None:
     """DataLoader workers leave Ctrl-C and SIGTERM to the trainer, which finishes its step,
     checkpoints and shuts them down (Ctrl-C in a terminal, `scancel`, `docker stop` and
-    Kubernetes signal every process of the group or job, workers included). Ignoring discards a
-    signal held back while the worker started; then the mask inherited from the loader is lifted.
-    A worker whose parent is gone still ends: torch's watchdog in the worker sees it."""
-    for signum in STOP_SIGNALS:
-        signal.signal(signum, signal.SIG_IGN)
-    if hasattr(signal, "pthread_sigmask"):
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
+    Kubernetes signal every process of the group or job, workers included). SIGINT is ignored;
+    SIGTERM stays blocked (as the loader started the worker) and a thread takes it with
+    sigwaitinfo: from the parent (DataLoader's own shutdown, multiprocessing at exit) the worker
+    ends as torch's handler would end it, from anyone else it is dropped. A worker whose parent
+    is gone still ends: torch's watchdog in the worker sees it."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if hasattr(signal, "sigwaitinfo"):
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+        threading.Thread(
+            target=_end_on_parents_sigterm, args=(os.getppid(),), daemon=True, name="graphattn-sigterm"
+        ).start()
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+    else:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
     if init_fn is not None:
         init_fn(worker_id)
+
+
+def _end_on_parents_sigterm(parent: int) -> None:
+    while True:
+        info = signal.sigwaitinfo({signal.SIGTERM})
+        if info.si_pid == parent:
+            os._exit(0)
