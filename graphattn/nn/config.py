@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
 
 from graphattn.errors import GraphattnError
@@ -75,7 +75,7 @@ class EtcConfig:
         def fail(name: str, message: str) -> None:
             raise GraphattnError(message, path=("EtcConfig", name))
 
-        check_field_types(self, fail)
+        check_field_types(self, fail, EtcConfig)
         if self.hidden_size % self.num_attention_heads:
             fail(
                 "hidden_size", f"{self.hidden_size} is not divisible by num_attention_heads={self.num_attention_heads}"
@@ -148,7 +148,8 @@ class EtcConfig:
         now `global_token_projections`, and its weights load under the same names.
         Errors name `file` and the key under `path`."""
         try:
-            return cls(**fields_of_version(data))
+            extra = frozenset(f.name for f in fields(cls)) - frozenset(f.name for f in fields(EtcConfig))
+            return cls(**fields_of_version(data, extra))
         except GraphattnError as err:
             key = tuple(err.location.path)[1:] if tuple(err.location.path[:1]) == ("EtcConfig",) else ()
             raise GraphattnError(err.reason, file=file, path=(*path, *key)) from None

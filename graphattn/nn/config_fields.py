@@ -83,12 +83,13 @@ def _shown(value: Any) -> str:
     return text if len(text) <= 40 else text[:37] + "..."
 
 
-def check_field_types(config: Any, fail: Callable[[str, str], None]) -> None:
-    """Every field of `config` of its declared kind and within its bounds; integers and floats
-    are normalised to Python int / float in place (a numpy integer, a JSON 0 for a float)."""
+def check_field_types(config: Any, fail: Callable[[str, str], None], owner: type) -> None:
+    """Every field `owner` declares (a subclass's own fields, e.g. LongformerConfig's windows, are
+    its own to check) of its declared kind and within its bounds; integers and floats are
+    normalised to Python int / float in place (a numpy integer, a JSON 0 for a float)."""
     from dataclasses import fields
 
-    for spec in fields(config):
+    for spec in fields(owner):
         name, kind, value = spec.name, str(spec.type), getattr(config, spec.name)
         if value is None and name in NULLABLE:
             continue
@@ -126,12 +127,13 @@ def check_field_types(config: Any, fail: Callable[[str, str], None]) -> None:
             raise TypeError(f"EtcConfig.{name}: no bound declared in graphattn.nn.config_fields")
 
 
-def fields_of_version(data: Any) -> dict[str, Any]:
+def fields_of_version(data: Any, extra: frozenset[str] = frozenset()) -> dict[str, Any]:
     """The EtcConfig keyword arguments a saved dict means, read by its `format_version`.
 
     Version 2 (and later, once there is one) carries the key; versions 0 and 1 were written without
     it, every field present, and are known by their exact key set. A dict that is neither (some
-    keys left out and no version) is refused: which architecture it means cannot be proven."""
+    keys left out and no version) is refused: which architecture it means cannot be proven.
+    `extra`: the fields a subclass adds (LongformerConfig's windows), part of every version's layout."""
 
     def fail(key: str, message: str) -> None:
         raise GraphattnError(message, path=("EtcConfig", key))
@@ -148,17 +150,18 @@ def fields_of_version(data: Any) -> dict[str, Any]:
             fail(
                 FORMAT_KEY, f"{version} is newer than this graphattn reads (up to {FORMAT_VERSION}): upgrade graphattn"
             )
-        expected = LAYOUTS[int(version)]
+        expected = LAYOUTS[int(version)] | extra
         unknown, missing = sorted(keys - expected), sorted(expected - keys)
         if unknown:
             fail(unknown[0], f"is not a field of format_version {version}")
         if missing:
             fail(missing[0], f"missing: format_version {version} has every field ({len(missing)} missing)")
     else:
-        found = [v for v in (0, 1) if LAYOUTS[v] == keys]
+        found = [v for v in (0, 1) if LAYOUTS[v] | extra == keys]
         if not found:
-            nearest = min((0, 1), key=lambda v: len(LAYOUTS[v] ^ keys))
-            missing, unknown = sorted(LAYOUTS[nearest] - keys), sorted(keys - LAYOUTS[nearest])
+            nearest = min((0, 1), key=lambda v: len((LAYOUTS[v] | extra) ^ keys))
+            layout = LAYOUTS[nearest] | extra
+            missing, unknown = sorted(layout - keys), sorted(keys - layout)
             diff = "; ".join(
                 part
                 for part in (

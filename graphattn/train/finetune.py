@@ -328,10 +328,7 @@ def load_task_model(path: str | os.PathLike, device: str = "cpu", *, trust_undig
         )
     targets = {name: schema.targets[name] for name in run["targets"]}
     options = {"max_ngram": run["max_ngram"]} if run.get("max_ngram") else {}
-    try:
-        config = EtcConfig.from_dict(run["encoder"])
-    except TypeError as err:
-        raise GraphattnError(f"the encoder config is not one EtcConfig takes: {err}", file=str(run_file)) from None
+    config = EtcConfig.from_dict(run["encoder"], file=str(run_file), path=("encoder",))
     where = str(found / ckpt.TRAINER_FILE)
     state = ckpt.check_trainer_state(ckpt.load_file(found / ckpt.TRAINER_FILE, "cpu", mmap=True), where)
     with torch.device("meta"):

@@ -23,6 +23,8 @@ from typing import Any
 
 from graphattn.corpus.lock import DirectoryLock
 from graphattn.errors import GraphattnError
+from graphattn.nn.config_fields import INT_BOUNDS
+from graphattn.shards.runfile import format_version
 from graphattn.train.checkpoint_dirs import (
     DIGEST_FILE,
     TRUST_FLAG,
@@ -36,7 +38,6 @@ RUN_FORMAT_NAME = "graphattn-train"
 RUN_FORMAT_VERSION = 2  # what `graphattn train` writes now (version 1: settings and max_ngram could be absent)
 RUN_FORMAT = f"{RUN_FORMAT_NAME}/{RUN_FORMAT_VERSION}"
 MAX_RUN_BYTES = 16 << 20
-COMPILE_FORMAT = "graphattn-run/1"  # graphattn.corpus.output's run.json
 
 # What `train` records in run.json's "settings" and a --resume must repeat: the model's shape and
 # the data order. The length (--steps / --epochs), --checkpoint-every, --log-every, --eval-data,
@@ -63,18 +64,7 @@ RESUME_SETTINGS = (
 
 # Bounds on what run.json may ask a model to be (a damaged or hostile file must not allocate
 # gigabytes): ETC-large is hidden 1024, 24 layers, 16 heads.
-ENCODER_BOUNDS = {
-    "vocab_size": (1, 4_000_000),
-    "type_vocab_size": (1, 65_536),
-    "hidden_size": (1, 16_384),
-    "num_hidden_layers": (1, 256),
-    "num_attention_heads": (1, 1_024),
-    "intermediate_size": (1, 65_536),
-    "local_radius": (1, 65_536),
-    "relative_pos_max_distance": (1, 65_536),
-    "relative_vocab_size": (1, 65_536),
-    "max_absolute_position_embeddings": (0, 1_048_576),
-}
+ENCODER_BOUNDS = {name: bounds for name, bounds in INT_BOUNDS.items() if name != "embedding_size"}
 ENCODER_PARAMETERS_MAX = 20_000_000_000  # floats the encoder's largest matrices may hold together
 
 
@@ -114,7 +104,7 @@ def claim_run_directory(
     except OSError as err:
         raise GraphattnError(f"cannot write the run directory here: {err.strerror or err}", file=str(out)) from None
     try:
-        if any(directory.glob("shard-*.parquet")) or _run_format(directory) == COMPILE_FORMAT:
+        if any(directory.glob("shard-*.parquet")) or format_version(_run_format(directory)) is not None:
             raise GraphattnError(
                 "this directory holds the output of `graphattn compile` (shards, run.json); give it as --data and "
                 "choose another --out",
@@ -215,7 +205,7 @@ def read_run_file(path: str | os.PathLike) -> dict[str, Any]:
         raise GraphattnError(f"{RUN_FILE} is damaged: {err}", file=where) from None
     if not isinstance(run, dict):
         raise GraphattnError(f"{RUN_FILE} must hold a JSON object, found {type(run).__name__}", file=where)
-    if run.get("format") == COMPILE_FORMAT:
+    if format_version(run.get("format")) is not None:  # any version of a compile's run.json
         raise GraphattnError(
             "this directory is the output of `graphattn compile`, not a training run; name a `graphattn train "
             "--out` directory",
