@@ -147,7 +147,8 @@ def test_resume_with_nothing_to_resume_says_so(shards, tmp_path):
 
 def test_two_trains_on_one_directory(shards, tmp_path):
     out = tmp_path / "run"
-    first = start("train", "--data", shards, "--out", out, "--steps", 6, "--checkpoint-every", 2, *TINY)
+    # 2 s a step: the two commands below start (seconds on a loaded machine) while the first still runs
+    first = start("train", "--data", shards, "--out", out, "--steps", 6, "--checkpoint-every", 2, *TINY, throttle=2.0)
     wait_for(out / "run.json", first)
     second = graphattn("train", "--data", shards, "--out", out, "--steps", 2, "--resume", *TINY)
     fails(second, str(out), f"another command is using this directory (graphattn train, pid {first.pid})")
