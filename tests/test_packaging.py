@@ -75,8 +75,8 @@ def _see_this_environments_packages(python: Path) -> None:
 def installed(tmp_path_factory) -> dict:
     """A wheel built from a clean copy, installed (not editable) into a fresh venv whose dependencies
     are this test run's own packages: a `.pth` file puts the running environment's site-packages
-    after the venv's own (no download). Not venv's option to see the system's site-packages: run inside a venv, it sees
-    the *base* interpreter's packages, which on a fresh machine hold no torch."""
+    after the venv's own (no download). Not venv's option to see the system's site-packages: run
+    inside a venv, it sees the *base* interpreter's packages, which on a fresh machine hold no torch."""
     root = tmp_path_factory.mktemp("pip-user")
     source = _copy_tracked_tree(root / "src")
     wheels = root / "wheels"
