@@ -217,3 +217,21 @@ def test_many_shards_are_hashed_together_and_the_first_failure_in_order_is_named
         verify.check_digests(paths, workers=3)
     assert "shard-00001.parquet" in hashed  # (files not yet started when it failed are not hashed at all)
     assert ShardDataset(directory, verify_sha256=False) is not None  # --no-verify-sha256 reads them unchecked
+
+
+def test_compile_resume_hashes_a_finished_shard_once_per_version(compiled, tmp_path, hashed, monkeypatch):
+    """`compile --resume` asks each finished shard `is_done`: the same stamps stand for the hash."""
+    from graphattn.corpus.output import OutputDir
+
+    directory = _copy(compiled, tmp_path)
+    run = OutputDir(directory)
+    assert all(run.is_done(i) for i in range(3))
+    assert sorted(hashed) == [f"shard-0000{i}.parquet" for i in range(3)]
+    _new_run(monkeypatch)
+    assert all(run.is_done(i) for i in range(3))
+    assert len(hashed) == 3  # the stamps held: nothing hashed again
+    shard = directory / "shard-00001.parquet"
+    same_size_change(str(shard), str(shard))
+    _new_run(monkeypatch)
+    assert not run.is_done(1) and hashed[-1] == "shard-00001.parquet"  # a changed file: hashed, not done
+    assert run.is_done(0) and run.is_done(2)
