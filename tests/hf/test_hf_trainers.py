@@ -57,6 +57,18 @@ def _trained(model, before: dict) -> bool:
     return any(not torch.equal(p.detach(), before[n]) for n, p in model.named_parameters())
 
 
+# the few steps both trainers take, on CPU, saving nothing
+SHORT_RUN = dict(
+    max_steps=3,
+    per_device_train_batch_size=4,
+    learning_rate=1e-2,
+    report_to=[],
+    use_cpu=True,
+    save_strategy="no",
+    logging_steps=1,
+)
+
+
 def test_transformers_trainer_trains_with_the_collator_and_counts_real_tokens(tmp_path):
     pytest.importorskip("accelerate")
     datasets = pytest.importorskip("datasets")
@@ -71,13 +83,7 @@ def test_transformers_trainer_trains_with_the_collator_and_counts_real_tokens(tm
     collator = Recording(max_length=16)
     args = TrainingArguments(
         output_dir=str(tmp_path),
-        max_steps=3,
-        per_device_train_batch_size=4,
-        learning_rate=1e-2,
-        report_to=[],
-        use_cpu=True,
-        save_strategy="no",
-        logging_steps=1,
+        **SHORT_RUN,
         include_num_input_tokens_seen="non_padding",
     )
     trainer = Trainer(model=model, args=args, train_dataset=datasets.Dataset.from_list(rows), data_collator=collator)
@@ -106,13 +112,7 @@ def test_trl_sft_trainer_trains_with_the_collator_on_completion_only_labels(tmp_
     collator = Recording(max_length=16)
     args = trl.SFTConfig(
         output_dir=str(tmp_path),
-        max_steps=3,
-        per_device_train_batch_size=4,
-        learning_rate=1e-2,
-        report_to=[],
-        use_cpu=True,
-        save_strategy="no",
-        logging_steps=1,
+        **SHORT_RUN,
         max_length=None,
         completion_only_loss=True,
     )
