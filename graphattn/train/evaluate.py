@@ -37,6 +37,7 @@ import re
 from collections import Counter, defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -136,38 +137,33 @@ class _Document:
 
 def _span_text(inst: EtcInstance, first: int, last: int) -> tuple[int, int, str]:
     """Characters (start, end) and text of long tokens first..last (the compiler's own tokens add nothing)."""
-    spans = inst.long_char_spans[first : last + 1]
-    real = spans[:, 0] >= 0
-    if not real.any():
-        return -1, -1, ""
-    doc = int(inst.long_doc_index[first])
-    start, end = int(spans[real, 0].min()), int(spans[real, 1].max())
-    return start, end, inst.texts[doc][start:end]
+    from graphattn.train.spans import span_text  # torch: imported once a model runs
+
+    return span_text(inst, first, last)
 
 
 def _gather(name: str, kind: str, spec, inst: EtcInstance, prediction: Any, b: int, docs: dict, number: int) -> None:
-    """Append what instance b of a batch says about target `name` to its document's record."""
+    """Append what instance b of a batch says about target `name` to its document's record. Span
+    answers and keyphrases are the whole-word ones `graphattn predict` writes (`graphattn.train.spans`)."""
+    from graphattn.train.spans import instance_keyphrases, instance_span
+
     doc = docs.setdefault(number, _Document(number))
     targets = inst.targets
-    G, L = inst.global_length, inst.long_length
+    G = inst.global_length
     if kind in ("global_labels", "choice"):
         gold = targets[name]
         scores = prediction[b, :G].float().cpu().numpy()
         doc.labels[name].append((list(inst.global_node_ids), gold, scores))
     elif kind == "span":
-        decoded, null_score = prediction
-        first, last = int(decoded.start[b]), int(decoded.end[b])
-        kind_id = int(decoded.answer_type[b])
-        start, end, text = _span_text(inst, first, last) if last < L else (-1, -1, "")
+        answer = instance_span(prediction, b, inst, n_best=1)
         gold = tuple(int(targets[f"{name}_{part}"]) for part in ("start", "end", "type"))
         gold_text = _span_text(inst, gold[0], gold[1]) if gold[0] >= 0 else (-1, -1, "")
-        margin = float(decoded.score[b]) - float(null_score[b])
         doc.labels[name].append(
             {
-                "type": spec.types[kind_id],
-                "chars": (start, end),
-                "text": text,
-                "margin": margin,
+                "type": answer["type"],
+                "chars": (answer["char_start"], answer["char_end"]),
+                "text": answer["text"],
+                "margin": answer["margin"],
                 "gold_type": None if gold[2] == TARGET_IGNORE else spec.types[gold[2]],
                 "gold_chars": gold_text[:2],
                 "gold_text": gold_text[2],
@@ -176,12 +172,7 @@ def _gather(name: str, kind: str, spec, inst: EtcInstance, prediction: Any, b: i
     else:
         rows = targets[name]
         gold = [_span_text(inst, int(a), int(z))[2] for a, z in rows if a >= 0]
-        starts, lengths, scores = (t[b].cpu().numpy() for t in (prediction.start, prediction.length, prediction.score))
-        ranked = [
-            (float(s), _span_text(inst, int(a), int(a) + int(n) - 1)[2])
-            for a, n, s in zip(starts, lengths, scores)
-            if int(a) + int(n) - 1 < L
-        ]
+        ranked = [(phrase["score"], phrase["text"]) for phrase in instance_keyphrases(prediction, b, inst)]
         doc.labels[name].append((gold, ranked))
 
 
@@ -340,25 +331,15 @@ def evaluate_model(
     from graphattn.compile.batching import collate
     from graphattn.shards.dataset import ShardDataset
     from graphattn.train.finetune import load_task_model, open_shards
+    from graphattn.train.run_match import check_shards_fit_run
+    from graphattn.train.rundir import RUN_FILE
 
     if batch_size < 1:
         raise GraphattnError(f"--batch-size must be at least 1, got {batch_size}")
     check_device(device)
     model, run = load_task_model(model_path, device, trust_undigested=trust_undigested)
     shards = open_shards(data, verify_sha256=verify_sha256)
-    for name, head in model.targets.items():
-        found = shards.schema.targets.get(name)
-        if (
-            found is None
-            or found.kind != head.spec.kind
-            or found.types != head.spec.types
-            or found.classes != head.spec.classes
-        ):
-            raise GraphattnError(
-                f"the shards' schema {shards.schema.name!r} has no target {name!r} like the model's "
-                f"({head.spec.kind}); evaluate on shards compiled with the schema the model was trained on",
-                file=shards.paths[0],
-            )
+    check_shards_fit_run(run, shards, flag="--data", where=str(Path(run["checkpoint"]).parent / RUN_FILE))
     dataset = ShardDataset(shards.paths, compact=True, classes=shards.classes, verify_sha256=verify_sha256)
     documents: dict[str, dict[int, _Document]] = {name: {} for name in model.targets}
     numbers = set()

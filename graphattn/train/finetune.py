@@ -37,6 +37,7 @@ class ShardSet:
     instances: int
     classes: dict[str, int] | None = None  # per class-valued target array, the schema's class count
     verify_sha256: bool = True  # each shard against its done marker (checked once per process)
+    tokenizer_sha256: str | None = None  # the footer's fingerprint of the tokenizer (None: not recorded)
 
 
 def schema_from_text(text: str, where: str):
@@ -95,6 +96,7 @@ def open_shards(
         len(dataset),
         target_classes(loaded),
         verify_sha256,
+        sha if isinstance(sha := info.settings.get("tokenizer_sha256"), str) else None,
     )
 
 
@@ -208,12 +210,16 @@ def fine_tune(
     from graphattn.train.tasks import TaskModel
 
     shards = open_shards(data, schema, verify_sha256=verify_sha256)
+    out = Path(out)
+    if resume and (out / RUN_FILE).is_file():  # the checkpoint was trained on ids these shards must mean too
+        from graphattn.train.run_match import check_shards_fit_run
+
+        check_shards_fit_run(read_run_file(out / RUN_FILE), shards, flag="--data", where=str(out / RUN_FILE))
     torch.manual_seed(seed)
     encoder, description = build_encoder(
         shards, init_from=init_from, hidden_size=hidden_size, layers=layers, heads=heads, dropout=dropout
     )
     model = TaskModel(encoder, chosen_targets(shards.schema, targets))
-    out = Path(out)
     if is_main_process():
         out.mkdir(parents=True, exist_ok=True)
         max_ngram = next((h.max_ngram for h in model.heads.values() if hasattr(h, "max_ngram")), None)
@@ -225,6 +231,8 @@ def fine_tune(
             "schema_text": shards.schema_text,
             "data": shards.paths,
             "tokenizer": shards.tokenizer,
+            "tokenizer_sha256": shards.tokenizer_sha256,  # what evaluate / predict compare shards with
+            "tokenizer_vocab_size": shards.vocab_size,
             "max_ngram": max_ngram,
             "settings": settings
             if settings is not None
