@@ -37,6 +37,7 @@ from graphattn.errors import GraphattnError
 from graphattn.nn.encoder import EtcEncoder
 from graphattn.nn.heads import CandidateScoringHead, GlobalLabelHead, KeyphraseHead, SpanExtractionHead
 from graphattn.schema.targets import TargetSpec
+from graphattn.train.spans import NgramScores, SpanScores
 
 DEFAULT_MAX_NGRAM = 10  # wordpieces per keyphrase n-gram the spans head scores (OpenKP phrases are short words)
 
@@ -127,9 +128,16 @@ class TargetHead:
             return logits.softmax(-1)  # [B, G, classes]
         if kind == "choice":
             return logits  # [B, G] scores, non-candidates at the floor
-        if kind == "span":  # and the null span's score ([CLS] at long position 0), to threshold on
-            return head.decode(logits, batch.long_input_mask), logits.start[:, 0] + logits.end[:, 0]
-        return head.predict(logits, top_k=min(32, logits[0].numel()))
+        if kind == "span":  # decoded into whole-word answers by graphattn.train.spans (it needs the instances)
+            return SpanScores(
+                logits.start,
+                logits.end,
+                logits.answer_type,
+                logits.start[:, 0] + logits.end[:, 0],  # the null span ([CLS] at long position 0), to threshold on
+                head.answer_types,
+                head.max_answer_length,
+            )
+        return NgramScores(logits)
 
 
 def ngram_labels(rows: torch.Tensor, max_ngram: int, long_length: int) -> torch.Tensor:
@@ -196,7 +204,8 @@ class TaskModel(nn.Module):
     @torch.no_grad()
     def predict(self, batch: EtcBatch) -> dict[str, Any]:
         """Per target: global_labels [B, G, classes] probabilities; choice [B, G] scores (non-candidates
-        at the floor); span (SpanPrediction: the best span inside the real long tokens and the answer
-        type, [B] score of the null span at position 0); spans Keyphrases (the best n-grams, best first)."""
+        at the floor); span SpanScores (start / end / answer-type logits and the null span's score) and
+        spans NgramScores (every n-gram's score): `graphattn.train.spans` decodes those two into
+        whole-word answers of each instance's text (`instance_span`, `instance_keyphrases`)."""
         logits = self.logits(batch)
         return {name: t.predict(self.heads[name], logits[name], batch) for name, t in self.targets.items()}
