@@ -5,7 +5,9 @@ each node's tokens landed (`DocNodes`); the pure functions below turn those id a
 target arrays of `EtcInstance.targets`. Their rules under truncation and strided windows:
 
 * global_labels: a global keeps its node's class; globals cut away take their labels with them
-  (the dropped nodes are listed in the truncation report already).
+  (the dropped nodes are listed in the truncation report already). A document in which no node
+  of the target's types has the attr is unlabelled: IGNORE everywhere, the schema's `default`
+  applies only beside nodes that do have it.
 * choice: 1 at every global of a chosen node, 0 at the other candidate globals. In a window of a
   strided layout a chosen node counts only in the window that holds its first token (NQ: a long
   answer belongs to the window it starts in; a later window that still shows its tail sees 0).
@@ -178,10 +180,20 @@ def class_ids(values: Sequence[Any], classes: tuple, default: Any = None) -> tup
 
 
 def node_classes(doc: DocNodes, spec: TargetSpec) -> np.ndarray:
-    """[N] class id of each labelled node of a global_labels target, IGNORE elsewhere."""
-    labelled = np.flatnonzero(doc.node_is(spec.node_types) & doc.selected)
+    """[N] class id of each labelled node of a global_labels target, IGNORE elsewhere.
+
+    The schema's `default` stands in for a node without the attr only in a document where some
+    node of the target's types has it: a document where none has it was never labelled (a
+    record without answers), and all its nodes are IGNORE rather than the default class."""
+    typed = np.flatnonzero(doc.node_is(spec.node_types))
     out = np.full(len(doc.node_ids), TARGET_IGNORE, np.int32)
-    values = _attr_values(doc, labelled, spec.attr)
+    every = _attr_values(doc, typed, spec.attr)
+    said = np.fromiter(map(operator.is_not, every, repeat(None)), dtype=bool, count=len(every))
+    if not said.any():
+        return out
+    keep = np.flatnonzero(np.asarray(doc.selected, bool)[typed])
+    labelled = typed[keep]
+    values = list(map(every.__getitem__, keep.tolist()))
     ids, bad = class_ids(values, spec.classes, spec.default)
     if bad >= 0:  # raises, naming the node
         value = spec.default if values[bad] is None else values[bad]

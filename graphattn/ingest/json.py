@@ -23,7 +23,9 @@ without a span; an answer found only inside longer words, as "class" in "Subclas
 paragraph -> title, paragraph -> sentence. Empty sentences are left out (their index is
 skipped). Labels that match nothing (a supporting fact naming no paragraph or sentence, which the
 dataset has a few of; an answer string in no paragraph) are `LabelWarning`s, and the facts are
-also kept in the question's ``unmatched_supporting_facts``.
+also kept in the question's ``unmatched_supporting_facts``. A record without ``supporting_facts``
+(a test set, documents to predict on) is unlabelled: no node has the supporting attr, so the
+`supporting` target is IGNORE throughout instead of every sentence a "not supporting".
 
 WikiHop (``query``, ``supports`` = [document, ...], ``candidates``, ``answer``). Text, in ETC's
 long order: the candidates (one per line), the query, then the documents separated by blank
@@ -113,6 +115,8 @@ def hotpotqa_graph(record: Record | Any) -> DocGraph:
     found = _hotpotqa_answer(record, rows, answer.strip()) if answer is not None else None
 
     attrs = rows.attrs
+    if "supporting_facts" not in record.data:  # unlabelled, not "no sentence supports"
+        attrs.pop("supporting", None)
     attrs["answer"][0], attrs["question_type"][0], attrs["level"][0] = answer, question_type, level
     attrs["unmatched_supporting_facts"][0] = sorted(set(facts) - rows.matched_facts)
     n = len(rows.ids)

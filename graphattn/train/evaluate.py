@@ -19,8 +19,11 @@ one prediction per example.
     f1_at_k    OpenKP: the best distinct n-grams over the windows against the gold keyphrase texts,
                P / R / F1 @1, @3, @5
 
-Documents whose gold is not in the shards (truncation cut the answer, or the label matched
-nothing at compile time) are left out of that target's score and counted as `skipped`.
+Documents whose gold is not in the shards (truncation cut the answer, the label matched
+nothing at compile time, or the record had no answers: `graphattn.train.labelled`) are left out
+of that target's score and counted as `skipped` (`unlabelled`: those without any gold label);
+the report says how many documents had no label for any target, and shards in which none has
+one are refused with a pointer to `graphattn predict`.
 
 Beside each target's headline score the report prints what trivial predictors score on the same
 documents, so that a number can be read: `all-positive` (every global a positive / every
@@ -48,6 +51,7 @@ from graphattn.shards.inspect import add_verify_argument
 from graphattn.train import metrics as m
 from graphattn.train.arguments import bounded, path_exists
 from graphattn.train.checkpoint_dirs import TRUST_FLAG
+from graphattn.train.labelled import gold_positives, require_labels, split_labelled
 
 DEVICE = re.compile(r"cpu|cuda(:\d{1,3})?")
 BASELINE_SEED = 0
@@ -283,6 +287,7 @@ class EvaluationReport:
     instances: int
     documents: int
     scores: dict[str, dict[str, Any]]  # target -> {"metric": name, score name -> value}
+    skipped: int = 0  # documents without a gold label for any target: scored nowhere
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -291,6 +296,7 @@ class EvaluationReport:
             "data": self.data,
             "instances": self.instances,
             "documents": self.documents,
+            "skipped_documents": self.skipped,
             "scores": self.scores,
         }
 
@@ -353,13 +359,21 @@ def evaluate_model(
                 numbers.add(number)
                 for name, head in model.targets.items():
                     _gather(name, head.spec.kind, head.spec, inst, predictions[name], b, documents[name], number)
-    scores = {}
+    scores, flags = {}, {}
     for name, head in model.targets.items():
-        per_document = [d.labels[name] for _, d in sorted(documents[name].items())]
-        scores[name] = _score(head.spec, per_document)
-        scores[name]["baselines"] = trivial_scores(head.spec, per_document)
-        scores[name]["predicted_positives"] = predicted_positives(head.spec.kind, per_document)
-    return EvaluationReport(str(run["checkpoint"]), run["step"], shards.paths, len(dataset), len(numbers), scores)
+        kind = head.spec.kind
+        per_document, flags[name] = split_labelled(kind, [d.labels[name] for _, d in sorted(documents[name].items())])
+        unlabelled = int(flags[name].size - np.count_nonzero(flags[name]))
+        values = _score(head.spec, per_document) if per_document else {"metric": head.spec.default_metric, "n": 0}
+        scores[name] = {**values, "skipped": values.get("skipped", 0) + unlabelled, "unlabelled": unlabelled}
+        scores[name]["baselines"] = trivial_scores(head.spec, per_document) if per_document else {}
+        scores[name]["predicted_positives"] = predicted_positives(kind, per_document)
+        scores[name]["gold_positives"] = gold_positives(kind, per_document) if per_document else None
+    require_labels(flags, model_path, data, shards.paths[0])
+    skipped = int(np.count_nonzero(~np.logical_or.reduce(list(flags.values())))) if flags else 0
+    return EvaluationReport(
+        str(run["checkpoint"]), run["step"], shards.paths, len(dataset), len(numbers), scores, skipped
+    )
 
 
 def report_lines(report: EvaluationReport) -> list[str]:
@@ -367,11 +381,16 @@ def report_lines(report: EvaluationReport) -> list[str]:
         f"evaluated {report.model} (step {report.step}) on {report.instances:,} instance(s) of {report.documents:,} "
         f"document(s) in {len(report.data)} shard(s)"
     ]
+    if report.skipped:
+        out.append(
+            f"  skipped {report.skipped:,} of {report.documents:,} document(s): no gold label for any target "
+            "(records without answers); the scores are those of the labelled ones"
+        )
     for name, values in report.scores.items():
         shown = "  ".join(
             f"{k} {v:.4f}" if isinstance(v, float) else f"{k} {v}"
             for k, v in values.items()
-            if k not in ("metric", "baselines", "predicted_positives")
+            if k not in ("metric", "baselines", "predicted_positives", "gold_positives", "unlabelled")
         )
         out.append(f"  {name:<14} {values['metric']:<9} {shown}")
         baselines = values.get("baselines") or {}
@@ -379,6 +398,16 @@ def report_lines(report: EvaluationReport) -> list[str]:
             headline = HEADLINE[values["metric"]]
             trivial = "  ".join(f"{k} {v:.4f}" for k, v in baselines.items())
             out.append(f"  {'':<14} {'':<9} trivial predictors, {headline}: {trivial}")
+        if values.get("unlabelled") and values["unlabelled"] != report.skipped:
+            out.append(
+                f"  {'':<14} {'':<9} {values['unlabelled']:,} document(s) without a gold label for {name} left out "
+                "(counted in skipped)"
+            )
+        if values.get("gold_positives") == 0:
+            out.append(
+                f"  {'':<14} {'':<9} note: no labelled global has a positive gold class: shards compiled from "
+                "records without answers by an older graphattn read so; compile them again"
+            )
         if values.get("predicted_positives") == 0:
             out.append(
                 f"  {'':<14} {'':<9} note: the model predicted no positive at all (every labelled global got class 0); "

@@ -87,10 +87,14 @@ def reference_hotpotqa_graph(record: Record | Any) -> DocGraph:
         matched.update((title, j) for (j, _), s in zip(spans, sentence_support) if s)
         end = spans[-1][1][1] if spans else title_span[1]
         pid = f"p{i}"
-        graph.add_node(pid, "paragraph", (title_span[0], end), title=title, index=i, supporting=any(sentence_support))
-        graph.add_child(pid, f"{pid}.title", "title", title_span, supporting=any(sentence_support))
+        labelled = "supporting_facts" in record.data  # without it no node says supporting
+        said = {"supporting": any(sentence_support)} if labelled else {}
+        graph.add_node(pid, "paragraph", (title_span[0], end), title=title, index=i, **said)
+        graph.add_child(pid, f"{pid}.title", "title", title_span, **said)
         for (j, span), is_support in zip(spans, sentence_support):
-            graph.add_child(pid, f"{pid}.s{j}", "sentence", span, index=j, supporting=is_support)
+            graph.add_child(
+                pid, f"{pid}.s{j}", "sentence", span, index=j, **({"supporting": is_support} if labelled else {})
+            )
     question_node.attrs["unmatched_supporting_facts"] = sorted(supporting - matched)
     _warn_unmatched_facts(record, facts, paragraphs, matched)
     if answer is not None:
