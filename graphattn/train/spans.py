@@ -14,16 +14,19 @@ the document), so every answer is a run of whole words of the document, at its o
 A word character is a letter or a digit (`str.isalnum`); a CJK ideograph or kana is a word of its
 own. Punctuation is its own word ("London." ends at the stop, and at "London"). Tokens the
 compiler inserted ([CLS], ...) have no characters and never start or end an answer; an answer
-never spans two packed documents. Keyphrase n-grams (`best_ngrams`) follow the same rule.
+never spans two lines of the text (paragraphs, titles and sentences are lines in the readers'
+texts) nor two packed documents. Keyphrase n-grams (`best_ngrams`) follow the same rule.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import torch
+
+if TYPE_CHECKING:  # torch is imported where a tensor is made: `graphattn predict --help` loads no torch
+    import torch
 
 DEFAULT_MAX_ANSWER_LENGTH = 30  # long tokens per answer (the span head's own default)
 DEFAULT_N_BEST = 5
@@ -49,47 +52,40 @@ def _word_chars(codes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return word, own
 
 
+def _codes(text: str) -> np.ndarray:
+    return np.frombuffer(text.encode("utf-32-le"), dtype=np.uint32).astype(np.int64)
+
+
 def word_boundaries(text: str) -> np.ndarray:
     """[len(text) + 1] bool: True at offsets where a word may start or end (no word character
     on both sides, unless one of them is a word by itself)."""
-    codes = np.frombuffer(text.encode("utf-32-le"), dtype=np.uint32).astype(np.int64)
-    word, own = _word_chars(codes)
+    word, own = _word_chars(_codes(text))
     joined = word[:-1] & word[1:] & ~own[:-1] & ~own[1:]
     return np.concatenate([[True], ~joined, [True]])
 
 
 def word_edges(inst: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(can_start, can_end, doc) per long token of an EtcInstance: does the token's first
-    character start a word of its document, does its last character end one; its document."""
+    """(can_start, can_end, line) per long token of an EtcInstance: does the token's first
+    character start a word of its document, does its last character end one; which line of
+    which document it is on (an answer stays on one line: titles, sentences and paragraphs are
+    lines of the readers' texts, and an answer that runs into the next paragraph is no answer)."""
     spans = np.asarray(inst.long_char_spans, dtype=np.int64).reshape(-1, 2)
     doc = np.asarray(inst.long_doc_index, dtype=np.int64).reshape(-1)
     can_start = np.zeros(len(spans), dtype=bool)
     can_end = np.zeros(len(spans), dtype=bool)
+    line = np.full(len(spans), -1, dtype=np.int64)
     real = (spans[:, 0] >= 0) & (spans[:, 1] > spans[:, 0])
+    offset = 0
     for d in np.unique(doc[real]).tolist():  # per document of the instance, not per token
         text = inst.texts[d]
         here = real & (doc == d) & (spans[:, 1] <= len(text))
         edges = word_boundaries(text)
         can_start[here] = edges[spans[here, 0]]
         can_end[here] = edges[spans[here, 1]]
-    return can_start, can_end, doc
-
-
-def _batch_rows(rows: list[np.ndarray], length: int, fill: Any, dtype) -> torch.Tensor:
-    out = np.full((len(rows), length), fill, dtype=dtype)
-    for b, row in enumerate(rows):  # per instance of a batch
-        out[b, : len(row)] = row[:length]
-    return torch.from_numpy(out)
-
-
-def batch_word_edges(instances: list, length: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """`word_edges` of each instance, padded to `length` ([B, L] can_start, can_end, doc)."""
-    edges = [word_edges(inst) for inst in instances]
-    return (
-        _batch_rows([e[0] for e in edges], length, False, bool),
-        _batch_rows([e[1] for e in edges], length, False, bool),
-        _batch_rows([e[2] for e in edges], length, -1, np.int64),
-    )
+        breaks = np.concatenate([[0], np.cumsum(_codes(text) == 10)])  # newlines before each offset
+        line[here] = offset + breaks[spans[here, 0]]
+        offset += int(breaks[-1]) + 1
+    return can_start, can_end, line
 
 
 def best_spans(
@@ -105,8 +101,10 @@ def best_spans(
     """The n best whole-word spans per row: (starts, ends, scores), each [B, k] with k = n_best
     (fewer when L * width is smaller), best first; score = start logit + end logit, -inf where a
     row has fewer valid spans. A span is start <= end < start + max_answer_length, starting at a
-    `can_start` token and ending at a `can_end` token of the same `doc`. Vectorized over a band of
+    `can_start` token and ending at a `can_end` token of the same `doc` (line). Vectorized over a band of
     width max_answer_length ([B, L, width])."""
+    import torch
+
     if max_answer_length < 1 or n_best < 1:
         raise ValueError(f"max_answer_length and n_best must be at least 1, got {max_answer_length}, {n_best}")
     batch, length = start_logits.shape
@@ -130,6 +128,8 @@ def best_ngrams(
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """The top_k whole-word n-grams of KeyphraseHead scores [B, N, L] (scores[b, n-1, i] for tokens
     i .. i+n-1): (starts, lengths, scores) [B, k], best first, -inf where there are fewer."""
+    import torch
+
     batch, grams, length = scores.shape
     device = scores.device
     can_start, can_end, doc = (t.to(device) for t in (can_start, can_end, doc))
@@ -197,6 +197,8 @@ def instance_span(
     """Instance b's answer: type (the head's answer type), text ("yes" / "no" for those types, ""
     for null), char_start / char_end (-1 unless a span), score (the best whole-word span's start +
     end logit), margin (that score minus the null span's) and n_best (whole-word spans, best first)."""
+    import torch
+
     length = inst.long_length
     can_start, can_end, doc = (torch.from_numpy(a)[None] for a in word_edges(inst))
     starts, ends, scores = best_spans(
@@ -225,6 +227,8 @@ def instance_span(
 
 def instance_keyphrases(prediction: NgramScores, b: int, inst: Any, *, top_k: int = 32) -> list[dict[str, Any]]:
     """Instance b's best whole-word n-grams, best first: text, char_start, char_end, score."""
+    import torch
+
     length = inst.long_length
     can_start, can_end, doc = (torch.from_numpy(a)[None] for a in word_edges(inst))
     starts, lengths, scores = best_ngrams(

@@ -52,7 +52,7 @@ def test_word_edges_of_sub_word_pieces():
     can_start, can_end, doc = word_edges(METHOD)
     assert can_start.tolist() == [False, True, True, False, False, True]  # "m" starts "method"; "eth", "od" do not
     assert can_end.tolist() == [False, True, False, False, True, True]  # "od" ends it; "m", "eth" do not
-    assert doc.tolist() == [0] * 6
+    assert doc.tolist() == [-1] + [0] * 5  # one line; [CLS] is on none
 
 
 def test_a_word_split_into_pieces_never_yields_eth():
@@ -110,6 +110,23 @@ def test_a_span_never_crosses_packed_documents():
     end = [0.0, 0.0, 0.0, 9.0]
     answer = instance_span(span_scores(start, end), 0, inst, n_best=10)
     assert answer["text"] != "" and all(a["text"] in {"a", "b", "a b", "c"} for a in answer["n_best"])
+
+
+def test_a_span_never_runs_into_the_next_line():
+    text = "Thames Barrier\nThe barrier"
+    inst = instance(text, [(0, 6), (7, 14), (15, 18), (19, 26)])
+    start = [0.0, 9.0, 0.0, 0.0, 0.0]
+    end = [0.0, 0.0, 0.0, 0.0, 9.0]  # the raw best runs from the title into the sentence
+    answer = instance_span(span_scores(start, end), 0, inst, n_best=20)
+    assert "\n" not in "".join(a["text"] for a in answer["n_best"])
+    assert {a["text"] for a in answer["n_best"]} == {
+        "Thames",
+        "Barrier",
+        "Thames Barrier",
+        "The",
+        "barrier",
+        "The barrier",
+    }
 
 
 def test_best_spans_is_batched_and_pads_with_minus_infinity():
