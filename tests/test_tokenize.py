@@ -177,20 +177,24 @@ def test_spacy_growing_vocab_numbers_words_by_first_use():
     text = "Bees hum.  Bees\nsleep!"
     enc = tok.encode(text)
     assert enc.tokens == ["Bees", "hum", ".", "Bees", "sleep", "!"]  # whitespace tokens skipped
-    assert enc.ids.tolist() == [5, 6, 7, 5, 8, 9]
+    first = 10  # the ids before: [PAD] [UNK] [CLS] [SEP] [MASK] and the reserved [unused0]..[unused4]
+    assert [tok.id_to_token(i) for i in range(first)] == ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + [
+        f"[unused{i}]" for i in range(5)
+    ]
+    assert (enc.ids - first).tolist() == [0, 1, 2, 0, 3, 4]
     assert enc.offsets.tolist() == [[0, 4], [5, 8], [8, 9], [11, 15], [16, 21], [21, 22]]
     assert [text[s:e] for s, e in enc.offsets.tolist()] == enc.tokens
-    assert tok.vocab_size == 10 and tok.id_to_token(8) == "sleep"
-    assert tok.encode("hum Bees").ids.tolist() == [6, 5]
+    assert tok.vocab_size == first + 5 and tok.id_to_token(first + 3) == "sleep"
+    assert (tok.encode("hum Bees").ids - first).tolist() == [1, 0]
 
 
 def test_spacy_fixed_vocab_maps_unknowns_to_unk_and_lowercases():
     tok = SpacyWordTokenizer(["bees", "hum"], lowercase=True)
     assert not tok.grow
     enc = tok.encode("BEES hum loudly")
-    assert enc.ids.tolist() == [5, 6, tok.unk_id]
+    assert enc.ids.tolist() == [10, 11, tok.unk_id]  # after the 5 special and 5 reserved tokens
     assert enc.tokens == ["bees", "hum", "[UNK]"]
-    assert tok.vocab_size == 7 and tok.token_to_id("loudly") is None
+    assert tok.vocab_size == 12 and tok.token_to_id("loudly") is None
 
 
 def test_spacy_vocab_file_round_trip(tmp_path):

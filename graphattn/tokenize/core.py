@@ -42,6 +42,10 @@ import numpy as np
 from graphattn.errors import TokenizerError
 
 WORDPIECE_SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
+# The global tokens ETC (and the shipped schemas) name, BERT's [unused0]..[unused4] (ids 1..5 in
+# BERT's vocabulary): sentence globals [unused0], candidates [unused3], paragraphs [unused4].
+# `train_wordpiece` reserves them, so that a schema naming them resolves in a trained vocabulary.
+RESERVED_GLOBAL_TOKENS = tuple(f"[unused{i}]" for i in range(5))
 
 # Names the usual vocabularies give their special tokens (BERT first, then RoBERTa/XLNet style).
 _SPECIAL_TOKEN_CANDIDATES = {
@@ -420,7 +424,7 @@ def read_vocab_file(path: Path) -> list[str]:
 def train_wordpiece(
     texts: Iterable[str],
     vocab_size: int = 3000,
-    special_tokens: Sequence[str] = WORDPIECE_SPECIAL_TOKENS,
+    special_tokens: Sequence[str] = (*WORDPIECE_SPECIAL_TOKENS, *RESERVED_GLOBAL_TOKENS),
     *,
     min_frequency: int = 1,
     lowercase: bool = True,
@@ -428,7 +432,9 @@ def train_wordpiece(
     """Train a BERT-style WordPiece tokenizer in memory (no download), for tests and examples.
 
     BERT's normalizer (lowercasing, accent stripping) and pre-tokenizer, ``##`` continuation
-    prefix, and a ``[CLS] $A [SEP]`` post-processor so the saved file works elsewhere too.
+    prefix, and a ``[CLS] $A [SEP]`` post-processor so the saved file works elsewhere too. The
+    special tokens come first (ids 0..), the global tokens schemas name (`RESERVED_GLOBAL_TOKENS`)
+    among them, so that no global shares a word's or [UNK]'s embedding.
     """
     from tokenizers import Tokenizer as RawTokenizer
     from tokenizers import decoders, models, normalizers, pre_tokenizers, processors, trainers

@@ -17,6 +17,7 @@ from graphattn.tokenize.core import (
     CHAR_UNKNOWN,
     CHAR_WORD,
     IS_WHITESPACE,
+    RESERVED_GLOBAL_TOKENS,
     WORDPIECE_SPECIAL_TOKENS,
     Encoding,
     find_special_ids,
@@ -33,7 +34,8 @@ class SpacyWordTokenizer:
     The vocabulary is either *fixed* (given as a list of words or a file with one word per line:
     unknown words map to the unk id) or *growing* (each new word gets the next id; the default
     when no vocabulary is given, so ids depend on the order texts are seen; `save_vocab` keeps
-    them). Special tokens come first in a new vocabulary and are added to a given one if missing.
+    them). Special tokens come first in a new vocabulary and are added to a given one if missing;
+    they include the global tokens schemas name ([unused0]..[unused4], `RESERVED_GLOBAL_TOKENS`).
     Only the tokenizer runs (``nlp.make_doc``), not the pipeline, so a user's ``nlp`` with heavy
     components costs nothing extra.
     """
@@ -46,7 +48,7 @@ class SpacyWordTokenizer:
         nlp: Any = None,
         grow: bool | None = None,
         lowercase: bool = False,
-        special_tokens: Sequence[str] = WORDPIECE_SPECIAL_TOKENS,
+        special_tokens: Sequence[str] = (*WORDPIECE_SPECIAL_TOKENS, *RESERVED_GLOBAL_TOKENS),
     ):
         if nlp is None:
             import spacy
