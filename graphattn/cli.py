@@ -76,6 +76,11 @@ COMMANDS = {
         "score a trained model on shards: each task's standard metric",
         "graphattn evaluate --model runs/hotpotqa --data shards/",
     ),
+    "predict": Command(
+        "graphattn.train.predict_cli",
+        "a trained model's answers for new documents or shards: JSON lines or an official prediction file",
+        "graphattn predict --model runs/hotpotqa dev.json --out predictions.jsonl",
+    ),
     "plot": Command(
         "graphattn.train.plot",
         "draw a training run's learning curves (losses per target, learning rate) to a PNG",

@@ -26,6 +26,7 @@ _EXPORTS = {
     "split_output": "graphattn.train.loop",
     "train": "graphattn.train.loop",
     "Lamb": "graphattn.train.optim",
+    "Predictor": "graphattn.train.predict",
     "WarmupDecay": "graphattn.train.optim",
     "build_optimizer": "graphattn.train.optim",
     "build_scheduler": "graphattn.train.optim",
