@@ -37,6 +37,7 @@ SHOWN_REJECTIONS = 5
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     from graphattn.cli import add_verbosity_arguments
+    from graphattn.shards.inspect import add_verify_argument
 
     parser.add_argument(
         "--model",
@@ -68,6 +69,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         TRUST_FLAG, action="store_true", help="the checkpoint has no digest.json: check that it loads and record one"
     )
+    add_verify_argument(parser)
     add_verbosity_arguments(parser)
 
 
@@ -153,7 +155,7 @@ def run(args: argparse.Namespace) -> int:
     writer = _Writer(args.out, args.format, predictor.specs)
     done = False
     try:
-        for record in predictor.predict(args.inputs, format=args.input_format):
+        for record in predictor.predict(args.inputs, format=args.input_format, verify_sha256=args.verify_sha256):
             writer.add(record)
         done = True
     finally:

@@ -222,3 +222,42 @@ def test_a_run_whose_tokenizer_path_is_gone_asks_for_it(hotpot, tmp_path, capsys
     code, _, err = predict(capsys, "--model", copy, HOTPOT, "--out", tmp_path / "p.jsonl")
     assert code == 2 and "tokenizer 'moved/tokenizer.json': no such file" in err and "--tokenizer" in err
     assert predict(capsys, "--model", copy, HOTPOT, "--out", tmp_path / "p.jsonl", "--tokenizer", TOKENIZER)[0] == 0
+
+
+def test_windows_are_merged_into_one_record_per_document(tmp_path, capsys):
+    schema = (Path(__file__).resolve().parents[2] / "graphattn" / "schemas" / "nq.yaml").read_text(encoding="utf-8")
+    schema = schema.replace("max_long_length: 4096", "max_long_length: 96").replace("stride: 2048", "stride: 48")
+    (tmp_path / "nq-small.yaml").write_text(schema, encoding="utf-8")
+    source = DATA / "nq_sample.jsonl"
+    shards = compiled(source, str(tmp_path / "nq-small.yaml"), tmp_path / "shards")
+    run = trained(shards, tmp_path / "run", 1)
+    code, out, err = predict(capsys, "--model", run, source, "--out", tmp_path / "p.jsonl", "-q")
+    assert code == 0, err
+    records = lines(tmp_path / "p.jsonl")
+    from graphattn.ingest.json import read_json
+
+    graphs = list(read_json(str(source), "nq"))
+    assert [r["id"] for r in records] == [g.doc_id for g in graphs] and "predicted 2 of 2 document(s)" in out
+    for record, graph in zip(records, graphs):
+        assert record["windows"] > 1  # several instances, one record
+        for answer in record["answer"]["n_best"]:
+            assert_whole_words(graph.text, answer)
+        chosen = record["long_answer"]
+        assert chosen["node_id"] is None or graph.node(chosen["node_id"]).type == "candidate"
+        keys = [(a["char_start"], a["char_end"]) for a in record["answer"]["n_best"]]
+        assert len(keys) == len(set(keys))  # windows overlap: a span they share is listed once
+
+
+def test_a_candidate_is_chosen_for_records_without_an_answer(tmp_path, capsys):
+    shards = compiled(DATA / "wikihop_sample.json", "wikihop", tmp_path / "shards")
+    run = trained(shards, tmp_path / "run", 1)
+    records = json.loads((DATA / "wikihop_sample.json").read_text(encoding="utf-8"))
+    for record in records:
+        del record["answer"]
+    (tmp_path / "unlabelled.json").write_text(json.dumps(records), encoding="utf-8")
+    code, _, err = predict(capsys, "--model", run, tmp_path / "unlabelled.json", "--out", tmp_path / "p.jsonl", "-q")
+    assert code == 0, err
+    for record, predicted in zip(records, lines(tmp_path / "p.jsonl")):
+        answer = predicted["answer"]
+        assert answer["node_id"].startswith("c") and answer["text"].lower() in {c.lower() for c in record["candidates"]}
+        assert answer["score"] is not None and answer["score"] > -1e30  # scored, not the masked floor
