@@ -6,13 +6,17 @@ shards of compiled instances; see `graphattn.corpus.pipeline` for how the work i
 DIR/rejected.jsonl and the run goes on; task labels that match nothing are listed in
 DIR/warnings.jsonl (--strict rejects their documents instead); a killed run continues with
 --resume. The run fails (exit 1) when it compiled nothing or rejected more than --max-rejected
-of the documents.
+of the documents. `--set KEY=VALUE` overrides a value of the schema (`graphattn.schema.overrides`);
+the shards record the effective schema.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
+import warnings
+from collections.abc import Iterator
 
 from graphattn.cli import EXIT_INCOMPLETE, EXIT_INTERRUPTED, EXIT_OK, add_verbosity_arguments, verbosity
 from graphattn.corpus.sources import DEFAULT_MAX_REJECTED, DEFAULT_SHARD_SIZE, FORMATS
@@ -31,6 +35,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--schema", required=True, help="relation schema: a YAML/JSON file or a shipped name (e.g. hotpotqa)"
     )
+    add_set_argument(parser)
     parser.add_argument(
         "--out", required=True, metavar="DIR", help="output directory for shards, run.json and rejected.jsonl"
     )
@@ -89,6 +94,44 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_verbosity_arguments(parser)
 
 
+def add_set_argument(parser: argparse.ArgumentParser, extra: str = "") -> None:
+    """--set KEY=VALUE (repeatable): a schema value from the command line (compile and train)."""
+    parser.add_argument(
+        "--set",
+        dest="sets",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a value of --schema (repeatable): a top-level key or a dotted path, the value read as a YAML "
+        "scalar, e.g. --set relative_pos_max_distance=42 --set special_tokens.global=[unused0]; checked against "
+        "the relation schema, and the shards record the schema it makes" + extra,
+    )
+
+
+@contextlib.contextmanager
+def special_token_warnings(command: str) -> Iterator[None]:
+    """A schema's special token that is unk, padding or an ordinary word (`SpecialTokenWarning`)
+    is said in one line on stderr, once, instead of Python's two-line warning."""
+    from graphattn.compile.tokens import SpecialTokenWarning
+
+    shown = warnings.showwarning
+    said: set[str] = set()
+
+    def show(message, category, filename, lineno, file=None, line=None):
+        if issubclass(category, SpecialTokenWarning):
+            if str(message) not in said:
+                said.add(str(message))
+                print(f"graphattn {command}: warning: {message}", file=sys.stderr)
+            return
+        shown(message, category, filename, lineno, file, line)
+
+    warnings.showwarning = show
+    try:
+        yield
+    finally:
+        warnings.showwarning = shown
+
+
 def add_html_arguments(parser: argparse.ArgumentParser) -> None:
     """--encoding / --errors for HTML inputs (shared by compile and viz; `graphattn.ingest.html.read_html`)."""
     parser.add_argument(
@@ -132,9 +175,11 @@ def run(args: argparse.Namespace) -> int:
         max_rejected=args.max_rejected,
         html_options=html_options(args),
         strict=args.strict,
+        sets=list(args.sets),
     )
     try:
-        summary = run_compile(options)
+        with special_token_warnings("compile"):
+            summary = run_compile(options)
     except KeyboardInterrupt:
         print(
             f"graphattn compile: interrupted; finished shards are kept in {args.out}: rerun the same command "

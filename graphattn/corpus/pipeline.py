@@ -68,6 +68,7 @@ class CompileOptions:
     max_rejected: float = DEFAULT_MAX_REJECTED  # share of documents rejected before the run counts as failed
     html_options: dict[str, Any] = field(default_factory=dict)  # read_html options (encoding, errors)
     strict: bool = False  # a label that matches nothing rejects its document (else it goes to warnings.jsonl)
+    sets: list[str] = field(default_factory=list)  # --set KEY=VALUE schema overrides (graphattn.schema.overrides)
 
 
 @dataclass
@@ -197,7 +198,7 @@ class Run:
 
 def plan_run(options: CompileOptions) -> Run:
     """Load schema and tokenizer, plan the inputs, cut them into shard tasks (no compiling yet)."""
-    from graphattn.schema import load_schema
+    from graphattn.schema import load_effective_schema
 
     if options.shard_size < 1:
         raise GraphattnError(f"--shard-size must be at least 1 document, got {options.shard_size}")
@@ -214,8 +215,7 @@ def plan_run(options: CompileOptions) -> Run:
             raise GraphattnError(f"--encoding: {err.reason}") from None
     if not 0.0 <= options.max_rejected <= 1.0:
         raise GraphattnError(f"--max-rejected is a share of the documents, from 0 to 1; got {options.max_rejected:g}")
-    schema = load_schema(options.schema)
-    schema_text = Path(schema.source).read_text(encoding="utf-8") if schema.source else repr(schema)
+    schema, schema_text = load_effective_schema(options.schema, options.sets)  # the text after --set is recorded
     tokenizer, tokenizer_sha256 = _load_fixed_tokenizer(options.tokenizer)
     mapping = None
     if options.mapping is not None:

@@ -20,6 +20,7 @@ _CORE = (
     "Segments",
     "Truncation",
     "feature_value_problem",
+    "load_effective_schema",
     "load_schema",
     "shipped_schemas",
 )

@@ -14,7 +14,7 @@ import difflib
 import math
 import numbers
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -23,11 +23,28 @@ import numpy as np
 
 from graphattn.errors import SchemaError
 from graphattn.labels import LabelVocab, first_schema_label_id
-from graphattn.schema.io import JSON_SCHEMA_PATH, SCHEMA_DIR, Path_, line_of, read_schema_file, validate
+from graphattn.schema.io import (
+    JSON_SCHEMA_PATH,
+    SCHEMA_DIR,
+    Path_,
+    line_of,
+    read_bounded_text,
+    read_schema_file,
+    validate,
+)
 from graphattn.schema.node_type import NodeType
 from graphattn.schema.targets import TargetSpec, build_targets
 
-__all__ = ["JSON_SCHEMA_PATH", "SCHEMA_DIR", "Schema", "NodeType", "Relation", "load_schema", "shipped_schemas"]
+__all__ = [
+    "JSON_SCHEMA_PATH",
+    "SCHEMA_DIR",
+    "Schema",
+    "NodeType",
+    "Relation",
+    "load_effective_schema",
+    "load_schema",
+    "shipped_schemas",
+]
 
 GLOBAL_MODES = ("none", "node", "per_token")
 LINK_KINDS = ("l2g", "g2l", "g2g")
@@ -437,17 +454,44 @@ def _check_labels(schema: Schema, check: _Checker) -> None:
         )
 
 
-def load_schema(spec: str | os.PathLike | Mapping | Schema) -> Schema:
+def load_schema(spec: str | os.PathLike | Mapping | Schema, overrides: Sequence[str] = ()) -> Schema:
     """Load and validate a relation schema from a YAML/JSON file, a shipped name, or a dict.
 
     ``load_schema("etc-sentences")`` finds ``schemas/etc-sentences.yaml`` shipped with the
-    package. Raises `SchemaError` naming file, line and key path on any problem.
+    package. `overrides` are ``KEY=VALUE`` texts as ``--set`` takes them
+    (`graphattn.schema.overrides`), applied before the whole is validated. Raises `SchemaError`
+    naming file, line and key path on any problem.
     """
+    if overrides:
+        if isinstance(spec, Schema):
+            raise SchemaError("overrides apply to a schema file, name or dict, not to a loaded Schema")
+        return load_effective_schema(spec, overrides)[0]
     if isinstance(spec, Schema):
         return spec
     data, lines, source = read_schema_file(spec)
     validate(data, lines, source)
     return _build(data, lines, source)
+
+
+def load_effective_schema(spec: str | os.PathLike | Mapping, overrides: Sequence[str] = ()) -> tuple[Schema, str]:
+    """(Schema, its text) of `spec` with the ``KEY=VALUE`` `overrides` of ``--set`` applied and the
+    whole validated. The text is what a run records (shard footers, run.json): the file as written
+    when nothing is overridden, else the effective schema (`graphattn.schema.overrides`)."""
+    from graphattn.schema.overrides import blamed, effective_text, with_sets
+
+    data, lines, source = read_schema_file(spec)
+    if not overrides:
+        validate(data, lines, source)
+        schema = _build(data, lines, source)
+        text = read_bounded_text(Path(source), source, "schema file") if source is not None else repr(schema)
+        return schema, text
+    data, lines, applied = with_sets(data, lines, source, overrides)
+    try:
+        validate(data, lines, source)
+        schema = _build(data, lines, source)
+    except SchemaError as err:
+        raise blamed(err, applied, source) from None
+    return schema, effective_text(data, source, overrides)
 
 
 def shipped_schemas() -> Iterator[Path]:

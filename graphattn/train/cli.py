@@ -7,10 +7,14 @@
 --data names compiled shards: directories, .parquet files or globs. A head is trained for every
 target of the schema the shards were compiled with (`--targets` picks some); the shards are
 streamed (`graphattn.train.finetune`), nothing is compiled again. Raw records (anything
-`graphattn compile` reads) are compiled into DIR/compiled first, with --schema and --tokenizer,
-and the command says so; later runs reuse that directory. Checkpoints, run.json and log.jsonl
-go to DIR; a DIR that holds a run is refused unless --resume (continue it exactly, with the same
-settings) or --overwrite, and a second `train` on DIR stops at once (graphattn.train.rundir).
+`graphattn compile` reads) are compiled into DIR/compiled first, with --schema, --tokenizer
+and --set, and the command says so; later runs reuse that directory. A flag that would do
+nothing is refused: --tokenizer or --set with shards (their ids and schema values are compiled
+in; compile again to change them), --schema with shards of another geometry, --hidden-size /
+--layers / --heads with --init-from (the checkpoint says them), --trust-undigested without --resume.
+Checkpoints, run.json and log.jsonl go to DIR; a DIR that holds a run is refused unless --resume
+(continue it exactly, with the same settings) or --overwrite, and a second `train` on DIR stops at
+once (graphattn.train.rundir).
 Ctrl-C or SIGTERM finishes the step under way, saves a checkpoint, prints the command that
 resumes, and exits 130 (143 for SIGTERM). Under `torchrun` it runs DDP.
 
@@ -30,6 +34,7 @@ import sys
 from pathlib import Path
 
 from graphattn.cli import add_verbosity_arguments, verbosity
+from graphattn.corpus.cli import add_set_argument, special_token_warnings
 from graphattn.errors import GraphattnError
 from graphattn.shards.inspect import add_verify_argument
 from graphattn.train.arguments import bounded, path_exists
@@ -40,6 +45,7 @@ EXIT_SIGNAL_BASE = 128  # a run stopped by signal N exits 128 + N (130 Ctrl-C, 1
 
 
 MAX_STEPS = 1_000_000_000
+RANDOM_ENCODER = {"hidden_size": 256, "layers": 4, "heads": 4}  # the shape of a new encoder (no --init-from)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -66,16 +72,25 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "targets instead of the footer's",
     )
     parser.add_argument("--tokenizer", help="raw-record --data: tokenizer.json to compile with")
+    add_set_argument(parser, " (raw-record --data only: shards are compiled already)")
     parser.add_argument(
         "--init-from",
         help="start the encoder from a local checkpoint: an ETC checkpoint directory (etc_config.json + "
         "model.ckpt.*, e.g. etc_base_2x_pretrain) or a HF BERT/RoBERTa directory to lift",
     )
     parser.add_argument(
-        "--hidden-size", type=bounded(int, 2, 16_384), default=256, help="random encoder (no --init-from): hidden size"
+        "--hidden-size",
+        type=bounded(int, 2, 16_384),
+        help=f"random encoder (no --init-from): hidden size (default {RANDOM_ENCODER['hidden_size']})",
     )
-    parser.add_argument("--layers", type=bounded(int, 1, 256), default=4, help="random encoder: layers")
-    parser.add_argument("--heads", type=bounded(int, 1, 1_024), default=4, help="random encoder: attention heads")
+    parser.add_argument(
+        "--layers", type=bounded(int, 1, 256), help=f"random encoder: layers (default {RANDOM_ENCODER['layers']})"
+    )
+    parser.add_argument(
+        "--heads",
+        type=bounded(int, 1, 1_024),
+        help=f"random encoder: attention heads (default {RANDOM_ENCODER['heads']})",
+    )
     parser.add_argument("--dropout", type=bounded(float, 0.0, 0.99), default=0.1, help="random encoder: hidden dropout")
     parser.add_argument("--batch-size", type=bounded(int, 1, 65_536), default=8, help="instances per step and process")
     parser.add_argument("--lr", type=bounded(float, 0.0, 10.0, low_open=True), default=5e-5)
@@ -147,16 +162,18 @@ def compile_raw(inputs: list[str], args: argparse.Namespace) -> str:
         + (", finishing or reusing the earlier compile there" if again else "")
         + f"); next time pass --data {target}"
     )
-    run_compile(
-        CompileOptions(
-            inputs=inputs,
-            schema=args.schema,
-            out=str(target),
-            tokenizer=args.tokenizer,
-            resume=again,
-            progress=verbosity(args) >= 0,
+    with special_token_warnings("train"):
+        run_compile(
+            CompileOptions(
+                inputs=inputs,
+                schema=args.schema,
+                out=str(target),
+                tokenizer=args.tokenizer,
+                resume=again,
+                progress=verbosity(args) >= 0,
+                sets=list(getattr(args, "sets", None) or []),
+            )
         )
-    )
     return str(target)
 
 
@@ -172,6 +189,11 @@ def resume_command(args: argparse.Namespace) -> str:
                 words += ["-v"] * int(value or 0)
                 continue
             if key.startswith("_") or key == "command" or value is None or value is False or value == []:
+                continue
+            if key in RANDOM_ENCODER and getattr(args, "init_from", None):
+                continue  # the checkpoint gives the shape; --init-from refuses these
+            if key == "sets":
+                words += [w for text in value for w in ("--set", str(text))]
                 continue
             flag = "--" + key.replace("_", "-")
             words += (
@@ -195,6 +217,7 @@ def _throttle_callbacks() -> list:
 def check_arguments(args: argparse.Namespace) -> tuple[list[str], list[str]]:
     """Everything that can be checked without torch or reading the training data; returns
     (shard sources, raw-record sources) of --data."""
+    _check_unused_flags(args)
     if not args.init_from and args.hidden_size % args.heads:
         raise GraphattnError(f"--hidden-size {args.hidden_size} is not divisible by --heads {args.heads}")
     for flag, values in (("--data", args.data), ("--eval-data", args.eval_data)):
@@ -212,6 +235,8 @@ def check_arguments(args: argparse.Namespace) -> tuple[list[str], list[str]]:
             f"--data {raw[0]} is not compiled shards: compile it with `graphattn compile` first, or give "
             "--schema and --tokenizer to compile it into --out/compiled now"
         )
+    if shards:
+        _check_shard_flags(args, shards)
     if args.init_from and not Path(args.init_from).is_dir():
         raise GraphattnError(f"--init-from {args.init_from}: no such directory (a local BERT/RoBERTa checkpoint)")
     not_shards = next((v for v in args.eval_data if not is_shard_source(v)), None)
@@ -222,6 +247,66 @@ def check_arguments(args: argparse.Namespace) -> tuple[list[str], list[str]]:
     if args.eval_data:
         _check_eval_targets(args, shards)
     return shards, raw
+
+
+def _check_unused_flags(args: argparse.Namespace) -> None:
+    """Refuse flags that would be ignored with the others given; fill the random encoder's shape."""
+    if args.init_from:
+        given = [f"--{k.replace('_', '-')}" for k in RANDOM_ENCODER if getattr(args, k, None) is not None]
+        if given:
+            raise GraphattnError(
+                f"{given[0]} shapes a random encoder, but --init-from {args.init_from} gives the encoder its shape "
+                f"(its config): leave {', '.join(given)} out"
+            )
+    for key, value in RANDOM_ENCODER.items():
+        if getattr(args, key, None) is None:
+            setattr(args, key, value)
+    if getattr(args, "trust_undigested", False) and not args.resume:
+        raise GraphattnError(
+            "--trust-undigested applies to --resume (a newest checkpoint without digest.json); "
+            "a new run has no checkpoint to trust"
+        )
+
+
+def _check_shard_flags(args: argparse.Namespace, shards: list[str]) -> None:
+    """Flags that compile raw records do nothing to compiled shards: refused, naming the way to do it."""
+    if args.tokenizer:
+        raise GraphattnError(
+            f"--tokenizer {args.tokenizer} compiles raw records, but --data {shards[0]} is compiled shards: their "
+            "token ids are fixed (the shards record their tokenizer); leave --tokenizer out, or compile the "
+            "records again with it (graphattn compile --tokenizer)"
+        )
+    sets = list(getattr(args, "sets", None) or [])
+    if sets:
+        raise GraphattnError(
+            f"--set {sets[0]} changes the schema raw records are compiled with, but --data {shards[0]} is compiled "
+            f"shards: compile them again with it (graphattn compile ... --set {sets[0]}) and train on those"
+        )
+    if args.schema:
+        _check_schema_geometry(args.schema, shards)
+
+
+def _check_schema_geometry(schema_arg: str, shards: list[str]) -> None:
+    """--schema with shards picks their targets; its geometry must be the one they were compiled with."""
+    from graphattn.schema import load_schema
+    from graphattn.shards.reader import read_info, shard_paths
+    from graphattn.train.finetune import schema_from_text
+
+    first = shard_paths(shards)[0]
+    text = read_info(first).schema_text
+    try:
+        compiled = schema_from_text(text, first)
+    except GraphattnError:
+        return  # a footer without a readable schema (compiled from a dict): --schema is what says it
+    given = load_schema(schema_arg)
+    for key in ("local_radius", "relative_pos_max_distance", "relative_vocab_size", "labels"):
+        have, want = getattr(compiled, key), getattr(given, key)
+        if have != want:
+            raise GraphattnError(
+                f"--schema {schema_arg}: its {key} is {want}, but the shards were compiled with {have}; with shards, "
+                "--schema picks targets only: give the schema they were compiled with (or leave --schema out)",
+                file=first,
+            )
 
 
 def _footer_targets(source: list[str], flag: str) -> tuple[str, dict]:
@@ -239,7 +324,7 @@ def _check_eval_targets(args: argparse.Namespace, shards: list[str]) -> None:
     from graphattn.schema import load_schema
 
     if args.schema:
-        trained = dict(load_schema(args.schema).targets)
+        trained = dict(load_schema(args.schema, list(getattr(args, "sets", None) or [])).targets)
     else:
         trained = _footer_targets(shards, "--data")[1]
     names = args.targets or list(trained)
