@@ -12,7 +12,8 @@ target arrays of `EtcInstance.targets`. Their rules under truncation and strided
   strided layout a chosen node counts only in the window that holds its first token (NQ: a long
   answer belongs to the window it starts in; a later window that still shows its tail sees 0).
   When no chosen node counts here, the `null_global` (NQ's [CLS]) is 1; without it every
-  candidate is IGNORE (nothing to learn). A chosen node whose global truncation cut (not a window
+  candidate is IGNORE (nothing to learn). A document in which no candidate has the attr at all
+  is unlabelled: IGNORE everywhere, the null global too. A chosen node whose global truncation cut (not a window
   that does not hold it) is counted in the report's `dropped_targets`.
 * span: the first answer node whose long tokens are all in the instance gives (first, last,
   type). An answer node without characters gives (IGNORE, IGNORE, type), e.g. HotpotQA's yes /
@@ -250,8 +251,11 @@ def lower_targets(targets: Mapping[str, TargetSpec], docs: list[DocNodes], *, wi
 def _choice(doc: DocNodes, spec: TargetSpec, windowed: bool, out: LoweredTargets) -> np.ndarray:
     candidate = doc.node_is(spec.node_types)
     nodes = np.flatnonzero(candidate)
+    values = _attr_values(doc, nodes, spec.attr)
+    if nodes.size and all(v is None for v in values):  # no candidate says: unlabelled, not "none of them"
+        return np.full(len(doc.global_nodes), TARGET_IGNORE, np.int32)
     chosen = np.zeros(len(doc.node_ids), bool)
-    chosen[nodes] = [bool(v) for v in _attr_values(doc, nodes, spec.attr)]
+    chosen[nodes] = [bool(v) for v in values]
     null = doc.prefix.get(spec.null_global) if spec.null_global is not None else None
     labels = choice_labels(
         doc.global_nodes, candidate, chosen & (doc.holds_first | ~doc.has_text) if windowed else chosen, null

@@ -13,7 +13,8 @@ else ``yes`` / ``no`` with the long answer's span; else ``long`` with the long a
 else ``null`` without a span). ``contains``: document -> top-level candidate -> candidates nested
 inside it (innermost enclosing candidate). Candidates whose tokens are all tags have no text and
 are left out (their index is skipped). A long answer that is no candidate, or a short answer
-outside the document or without text, is a `LabelWarning`.
+outside the document or without text, is a `LabelWarning`. A record without ``annotations`` is
+unlabelled: no ``answer`` node and no is_long_answer, so its targets are IGNORE, not "no answer".
 """
 
 from __future__ import annotations
@@ -76,10 +77,11 @@ def nq_graph(record: Record | Any, *, keep_html_tokens: bool = False) -> DocGrap
     parent_rows = _enclosing_rows(spans[order, 1].tolist(), first_row=2, outer_row=1)
     answer_type, answer_span = _nq_answer(annotations, spans, short_spans, has_long_answer)
 
-    n = 3 + len(candidates)
+    labelled = "annotations" in record.data  # without: unlabelled (no answer node, no is_long_answer), not "no answer"
     doc_span = (offset, len(text)) if tokens.text else (offset, offset)
-    node_spans = np.concatenate([[(0, len(question)), doc_span], spans[order], [answer_span or (-1, -1)]])
-    before, after = [MISSING] * (2 + len(candidates)), [MISSING]
+    answer_rows = [[answer_span or (-1, -1)]] if labelled else []
+    node_spans = np.concatenate([[(0, len(question)), doc_span], spans[order], *answer_rows])
+    before, after = [MISSING] * (2 + len(candidates)), [MISSING] * labelled
     attrs = {  # in the order `add_node` calls would make the columns
         "short_answers": [with_text, *before[1:], *after],
         "yes_no_answer": [yes_no, *before[1:], *after],
@@ -90,15 +92,17 @@ def nq_graph(record: Record | Any, *, keep_html_tokens: bool = False) -> DocGrap
         attrs["kind"] = [MISSING, MISSING, *map(_candidate_kind, tags), *after]
         attrs["top_level"] = [MISSING, MISSING, *top_level, *after]
         attrs["index"] = [MISSING, MISSING, *candidates, *after]
-        attrs["is_long_answer"] = [MISSING, MISSING, *[i in long_answers for i in candidates], *after]
-    attrs["answer_type"] = [*before, answer_type]
+        if labelled:
+            attrs["is_long_answer"] = [MISSING, MISSING, *[i in long_answers for i in candidates], *after]
+    if labelled:
+        attrs["answer_type"] = [*before, answer_type]
     return DocGraph.from_columns(
         text,
-        ["q", "doc", *[f"c{i}" for i in candidates], "answer"],
-        ["question", "document", *["candidate"] * len(candidates), "answer"],
+        ["q", "doc", *[f"c{i}" for i in candidates], *["answer"] * labelled],
+        ["question", "document", *["candidate"] * len(candidates), *["answer"] * labelled],
         node_spans,
         attrs,
-        (parent_rows, CONTAINS, range(2, n - 1)),
+        (parent_rows, CONTAINS, range(2, 2 + len(candidates))),
         doc_id=doc_id,
         source=record.file,
     )

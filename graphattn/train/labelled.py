@@ -2,8 +2,10 @@
 
 A record compiled without answers (a test set, documents to predict on) has no gold: its target
 arrays are IGNORE throughout (`graphattn.compile.targets`: a global_labels target whose nodes
-never carry the attr is IGNORE, not the schema's default class; no answer node gives an IGNORE
-span; a choice target without a chosen candidate and without a null global is IGNORE too). Scoring such a document would
+never carry the attr is IGNORE, not the schema's default class, and so is a choice target whose
+candidates never carry it, the null global too; no answer node gives an IGNORE span). The
+HotpotQA and NQ adapters leave the attrs and the answer node out of records without
+`supporting_facts` / `answer` / `annotations`. Scoring such a document would
 read "no label" as "the answer is none" (HotpotQA's supporting facts: predicting nothing is an
 exact match), so evaluate leaves it out of that target's score and says how many it left out,
 and refuses shards in which no document has any label: those are for `graphattn predict`.

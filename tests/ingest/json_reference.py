@@ -282,10 +282,11 @@ def reference_nq_graph(record: Record | Any, *, keep_html_tokens: bool = False) 
             kind=_candidate_kind(first_tags[i]),
             top_level=bool(record.get("long_answer_candidates", int(i), "top_level", expect=bool, default=True)),
             index=int(i),
-            is_long_answer=int(i) in long_answers,
+            **({"is_long_answer": int(i) in long_answers} if "annotations" in record.data else {}),
         )
         open_parents.append((end, node_id))
-    _add_nq_answer(graph, annotations, spans, short_spans, has_long_answer)
+    if "annotations" in record.data:  # without: unlabelled
+        _add_nq_answer(graph, annotations, spans, short_spans, has_long_answer)
     return graph
 
 

@@ -162,3 +162,22 @@ def test_an_unlabelled_hotpotqa_record_compiles_to_an_ignored_supporting_target(
     assert (labelled.targets["supporting"] == 1).any() and (labelled.targets["supporting"] == 0).any()
     assert (unlabelled.targets["supporting"] == -100).all()
     assert int(unlabelled.targets["answer_type"]) == -100
+
+
+def test_an_nq_record_without_annotations_compiles_to_ignored_targets(tmp_path):
+    from graphattn.shards.dataset import ShardDataset
+
+    record = json.loads((DATA / "nq_sample.jsonl").read_text(encoding="utf-8").splitlines()[0])
+
+    def windows(name: str, data: dict) -> list:
+        (tmp_path / f"{name}.jsonl").write_text(json.dumps(data) + "\n", encoding="utf-8")
+        dataset = ShardDataset(compile_into(tmp_path / name, str(tmp_path / f"{name}.jsonl"), "nq"))
+        return [dataset[i].targets for i in range(len(dataset))]
+
+    labelled = windows("labelled", record)
+    assert all((t["long_answer"] != -100).any() for t in labelled)  # a long answer or the null global, per window
+    unlabelled = windows("unlabelled", {k: v for k, v in record.items() if k != "annotations"})
+    assert len(unlabelled) == len(labelled)
+    for targets in unlabelled:  # not "no long answer" at the null global: no label at all
+        assert (targets["long_answer"] == -100).all()
+        assert all(int(targets[f"answer_{part}"]) == -100 for part in ("start", "end", "type"))
