@@ -11,15 +11,17 @@ the document), so every answer is a run of whole words of the document, at its o
                                       max_answer_length=30, n_best=5)   # [B, k] torch
     answers = span_answers(inst, starts[b], ends[b], scores[b])         # [{"text", "char_start", ...}]
 
-A word character is a letter or a digit (`str.isalnum`); a CJK ideograph or kana is a word of its
-own. Punctuation is its own word ("London." ends at the stop, and at "London"). Tokens the
-compiler inserted ([CLS], ...) have no characters and never start or end an answer; an answer
-never spans two lines of the text (paragraphs, titles and sentences are lines in the readers'
-texts) nor two packed documents. Keyphrase n-grams (`best_ngrams`) follow the same rule.
+A word character is a letter, a digit, "_" (as in regular expressions' \\w) or a combining mark;
+a CJK ideograph or kana is a word of its own. Punctuation is its own word ("London." ends at the
+stop, and at "London"). Tokens the compiler inserted ([CLS], ...) have no characters and never
+start or end an answer; an answer never spans two lines of the text (paragraphs, titles and
+sentences are lines in the readers' texts) nor two packed documents. Keyphrase n-grams
+(`best_ngrams`) follow the same rule.
 """
 
 from __future__ import annotations
 
+import unicodedata
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -33,8 +35,13 @@ DEFAULT_N_BEST = 5
 MAX_N_BEST = 100
 MAX_ANSWER_LENGTH_LIMIT = 4096
 
-_ASCII_WORD = np.array([chr(c).isalnum() for c in range(128)], dtype=bool)
+_ASCII_WORD = np.array([chr(c).isalnum() or chr(c) == "_" for c in range(128)], dtype=bool)
 _OWN_WORD_RANGES = ((0x3040, 0x30FF), (0x3400, 0x4DBF), (0x4E00, 0x9FFF), (0xF900, 0xFAFF), (0x20000, 0x3134F))
+
+
+def _is_word_char(char: str) -> bool:
+    """A letter, a digit, or a combining mark (an accent written after its letter belongs to the word)."""
+    return char.isalnum() or unicodedata.category(char).startswith("M")
 
 
 def _word_chars(codes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -45,7 +52,7 @@ def _word_chars(codes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     other = ~ascii_
     if other.any():  # one isalnum per distinct character, not per position
         distinct, inverse = np.unique(codes[other], return_inverse=True)
-        word[other] = np.array([chr(c).isalnum() for c in distinct.tolist()], dtype=bool)[inverse]
+        word[other] = np.array([_is_word_char(chr(c)) for c in distinct.tolist()], dtype=bool)[inverse]
     own = np.zeros(codes.shape, dtype=bool)
     for low, high in _OWN_WORD_RANGES:
         own |= (codes >= low) & (codes <= high)

@@ -104,6 +104,12 @@ def test_punctuation_quotes_and_cjk():
     assert answer["text"] == "'cmdheight'" and text[answer["char_start"] : answer["char_end"]] == "'cmdheight'"
 
 
+def test_accents_and_underscores_belong_to_their_word():
+    text = "cafe\u0301 snake_case"
+    edges = word_boundaries(text)
+    assert not edges[4] and edges[5] and not edges[11] and not edges[12] and edges[len(text)]
+
+
 def test_a_span_never_crosses_packed_documents():
     inst = instance("", [(0, 1), (2, 3), (0, 1)], doc=[0, 0, 1], texts=["a b", "c"])
     start = [0.0, 9.0, 0.0, 0.0]
