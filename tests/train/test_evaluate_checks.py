@@ -181,3 +181,15 @@ def test_an_nq_record_without_annotations_compiles_to_ignored_targets(tmp_path):
     for targets in unlabelled:  # not "no long answer" at the null global: no label at all
         assert (targets["long_answer"] == -100).all()
         assert all(int(targets[f"answer_{part}"]) == -100 for part in ("start", "end", "type"))
+
+
+def test_train_resume_refuses_shards_the_checkpoint_was_not_trained_on(made, tmp_path):
+    from graphattn.train.finetune import fine_tune
+
+    options = dict(hidden_size=32, layers=1, heads=2, batch_size=2, precision="fp32", progress=False, print_fn=None)
+    out = tmp_path / "run"
+    fine_tune(made["shards"], out, steps=1, **options)
+    shards4 = compile_into(tmp_path / "shards4", made["sample"], hotpotqa_schema(tmp_path, 4))
+    with pytest.raises(GraphattnError, match="--data: relative_pos_max_distance 4 in the shards, 3 in the run"):
+        fine_tune(shards4, out, steps=2, resume=True, **options)
+    assert json.loads((out / "run.json").read_text(encoding="utf-8"))["data"][0].startswith(made["shards"])
