@@ -112,9 +112,13 @@ def _tokenizer_words(fit: Fit) -> str:
     return f"{name} ({size}{sha})"
 
 
-def _target_difference(have: Fit, want: Fit, names: Sequence[str] | None, have_name: str) -> str | None:
-    for name in names if names is not None else list(want.targets):
-        wanted, found = want.targets.get(name), have.targets.get(name)
+def _target_difference(
+    have: Fit, trained: Mapping[str, Any], names: Sequence[str] | None, have_name: str
+) -> str | None:
+    """The first of the model's targets (`trained`, or only `names` of them) that `have` lacks or
+    holds as another kind, types or classes; None when all are there."""
+    for name in names if names is not None else list(trained):
+        wanted, found = trained.get(name), have.targets.get(name)
         if wanted is None:
             continue
         if found is None or (found.kind, found.types, found.classes) != (wanted.kind, wanted.types, wanted.classes):
@@ -181,7 +185,7 @@ def check_shards_fit_run(run: Mapping[str, Any], shards, *, flag: str = "--data"
     model_vocab = run["encoder"].get("vocab_size")
     if not lifted and want.tokenizer_vocab_size is None:  # a random encoder has exactly the tokenizer's ids
         want = replace(want, tokenizer_vocab_size=model_vocab)
-    problem = _target_difference(have, want, None, "the shards") or first_difference(
+    problem = _target_difference(have, want.targets, None, "the shards") or first_difference(
         have, want, "the shards", "the run", model_vocab=model_vocab
     )
     if problem:
@@ -189,17 +193,32 @@ def check_shards_fit_run(run: Mapping[str, Any], shards, *, flag: str = "--data"
 
 
 def check_shards_match(
-    reference, other, *, flag: str, reference_flag: str = "--data", targets: Sequence[str] | None = None
+    reference,
+    other,
+    *,
+    flag: str,
+    reference_flag: str = "--data",
+    targets: Sequence[str] | None = None,
+    schema: Any = None,
 ) -> None:
     """Refuse `other` shards (e.g. `train --eval-data`) that a model trained on `reference`
     shards (`--data`) could not read as it was trained: the same comparison as
     `check_shards_fit_run`, before any training. `targets`: the names the model trains (default:
-    all of the reference schema's)."""
+    all of its schema's); `schema` (a file, shipped name or Schema): the schema the model's heads
+    come from when it is not the reference footer's (`train --schema`); `reference` None (raw
+    records, not compiled yet): only the targets are compared, with `schema`'s."""
+    from graphattn.schema import load_schema
+
     path, info = _first_shard(other)
     have = shard_fit(info)
-    want = shard_fit(_first_shard(reference)[1])
-    problem = _target_difference(have, want, targets, f"the {flag} shards") or first_difference(
-        have, want, f"the {flag} shards", f"the {reference_flag} shards"
-    )
+    want = shard_fit(_first_shard(reference)[1]) if reference is not None else None
+    if schema is not None:
+        trained = dict(load_schema(schema).targets)
+    else:
+        trained = dict(want.targets) if want is not None else {}
+    shown = f"the {flag} shards"
+    problem = _target_difference(have, trained, targets, shown)
+    if problem is None and want is not None:
+        problem = first_difference(have, want, shown, f"the {reference_flag} shards")
     if problem:
         raise GraphattnError(f"{flag}: {problem}", file=path)

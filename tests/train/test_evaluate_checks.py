@@ -90,6 +90,17 @@ def test_shards_compiled_with_another_relative_distance_are_refused(made, capsys
     check_shards_match(made["shards"], made["shards"], flag="--eval-data")  # the same shards fit
 
 
+def test_eval_shards_without_the_models_targets_are_refused(made):
+    # raw --data compiled later with --schema wikihop: only the targets can be compared yet
+    with pytest.raises(
+        GraphattnError,
+        match=r"--eval-data: the --eval-data shards' schema 'hotpotqa' has no target "
+        r"'answer' like the model's \(choice\) \(its targets: supporting \(global_labels\), answer \(span\)\)",
+    ):
+        check_shards_match(None, made["shards"], flag="--eval-data", schema="wikihop")
+    check_shards_match(None, made["shards"], flag="--eval-data", schema="hotpotqa", targets=["supporting"])
+
+
 @pytest.fixture(scope="module")
 def other_tokenizer(made) -> str:
     """A 400-id WordPiece tokenizer trained on the example corpus (the run's has 3,000 ids)."""
