@@ -68,7 +68,7 @@ class TargetSpec:
     node_types: tuple[str, ...]
     attr: str | None = None
     classes: tuple[Any, ...] = (False, True)
-    default: Any = None  # global_labels: the value of a node without `attr` (None: IGNORE)
+    default: Any = None  # global_labels: the value of a node without `attr` in a labelled document (None: IGNORE)
     null_global: str | None = None  # choice: the global_prefix token that means "none of them"
     type_attr: str | None = None
     types: tuple[str, ...] = ()
