@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from graphattn.errors import GraphattnError
-from graphattn.train.rundir import RUN_FILE, RUN_FORMAT, read_run_file, settings_of
+from graphattn.train.rundir import RUN_FILE, RUN_FORMAT, read_run_file, save_run_tokenizer, settings_of
 
 
 @dataclass
@@ -260,6 +260,7 @@ def fine_tune(
         tmp = out / (RUN_FILE + ".tmp")
         tmp.write_text(json.dumps(run, indent=1), encoding="utf-8")
         os.replace(tmp, out / RUN_FILE)
+        save_run_tokenizer(out, shards.tokenizer, shards.tokenizer_sha256)  # what predict compiles new documents with
         if print_fn is not None:
             print_fn(
                 f"{shards.instances:,} training instances in {len(shards.paths)} shard(s), streamed; targets "

@@ -6,8 +6,9 @@
 
 Raw documents (every input `graphattn compile` reads: files, directories, globs; Python record
 dicts and DocGraphs too) are compiled with the run's own schema (run.json's `schema_text`) and
-tokenizer (run.json's `tokenizer`, checked against its sha256), one shard of documents at a
-time by the compiler's own worker code, so predicting from records and from the shards
+tokenizer (the copy `train` keeps in the run directory, else the path run.json names; checked
+against the sha256 run.json records), a shard of documents at a time by the compiler's own
+worker code, so predicting from records and from the shards
 `graphattn compile` makes of them gives the same records. Compiled shards are checked against
 the run first (`graphattn.train.run_match`): shards compiled with another schema setting or
 tokenizer are refused in one line.
@@ -63,14 +64,20 @@ def _tokenizer_sha256(tokenizer: Any) -> str:
 
 
 def run_tokenizer(run: dict, run_file: str, override: str | None = None) -> str | None:
-    """The tokenizer spec to compile raw documents with: `override`, else what run.json records
-    (a path, or "default"), checked against the run's tokenizer sha256 when it records one.
-    None when the run records "default" (the compiler's default)."""
+    """The tokenizer spec to compile raw documents with: `override`, else the run's own copy
+    (RUN/tokenizer.json, kept by `graphattn train`), else the path run.json records (or
+    "default"); checked against the run's tokenizer sha256 when it records one. None for the
+    compiler's default."""
     from graphattn.tokenize import load_tokenizer
+    from graphattn.train.rundir import TOKENIZER_FILE
 
-    recorded = run.get("tokenizer")
-    spec = override if override is not None else recorded
-    flag = "tokenizer" if override is not None else f"{run_file}: tokenizer"
+    kept = Path(run_file).parent / TOKENIZER_FILE
+    if override is not None:
+        spec, flag = override, "tokenizer"
+    elif kept.is_file():
+        spec, flag = str(kept), "the run's tokenizer"
+    else:
+        spec, flag = run.get("tokenizer"), f"{run_file}: tokenizer"
     if spec is None:
         raise GraphattnError(
             f"{run_file} records no tokenizer (its shards were written from Python): give the tokenizer the shards "
@@ -79,7 +86,7 @@ def run_tokenizer(run: dict, run_file: str, override: str | None = None) -> str 
     if spec != "default" and not os.path.exists(spec):
         raise GraphattnError(
             f"{flag} {spec!r}: no such file or directory here (the run records the path it was compiled with); "
-            "give it with --tokenizer / tokenizer=, or predict on compiled shards"
+            f"give it with --tokenizer / tokenizer= (or copy it to {kept}), or predict on compiled shards"
         )
     sha = run.get("tokenizer_sha256")
     if isinstance(sha, str):

@@ -3,6 +3,7 @@
     DIR/.graphattn.lock    held (flock) by the one `graphattn train` writing DIR
     DIR/run.json           the encoder config, the schema, the targets and the settings of the run
     DIR/log.jsonl          the logged steps (graphattn.train.runlog)
+    DIR/tokenizer.json     the tokenizer the shards were compiled with, when found (`graphattn predict` reads it)
     DIR/step-NNNNNNNN/     checkpoints; DIR/latest names the newest (graphattn.train.checkpoint)
     DIR/compiled/          raw --data compiled into shards (kept by --overwrite)
 
@@ -15,6 +16,7 @@ before anything is built from it. No torch here.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -155,11 +157,39 @@ def _run_format(directory: Path) -> Any:
 
 def remove_run(directory: Path) -> None:
     """--overwrite: the files a training run wrote (not DIR/compiled, not other files)."""
-    for name in (RUN_FILE, "latest", "latest.tmp", "log.jsonl", "log.jsonl.tmp"):
+    for name in (RUN_FILE, "latest", "latest.tmp", "log.jsonl", "log.jsonl.tmp", TOKENIZER_FILE):
         (directory / name).unlink(missing_ok=True)
     for path in [*directory.glob("step-*"), directory / "tensorboard"]:
         if path.is_dir():
             shutil.rmtree(path)
+
+
+TOKENIZER_FILE = "tokenizer.json"
+
+
+def save_run_tokenizer(directory: str | os.PathLike, spec: str | None, sha256: str | None) -> bool:
+    """Keep the tokenizer the shards were compiled with as DIR/tokenizer.json, so that `graphattn
+    predict` compiles new documents with it wherever the run is moved. Only a tokenizer found
+    here whose sha256 is the one the shards record is kept; False when there is none such (the
+    run then names the tokenizer by its path only, and predict asks for it when it is gone)."""
+    from graphattn.tokenize import HFTokenizer, load_tokenizer
+
+    if not spec or not sha256 or (spec != "default" and not os.path.exists(spec)):
+        return False
+    try:
+        tokenizer = load_tokenizer(spec)
+    except (GraphattnError, OSError, ValueError):
+        return False
+    if not isinstance(tokenizer, HFTokenizer):
+        return False
+    text = tokenizer.tokenizer.to_str()
+    if hashlib.sha256(text.encode()).hexdigest() != sha256:
+        return False
+    target = Path(directory) / TOKENIZER_FILE
+    tmp = target.with_name(TOKENIZER_FILE + ".tmp")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, target)
+    return True
 
 
 def check_same_settings(old: Any, new: dict[str, Any], directory: Path) -> None:

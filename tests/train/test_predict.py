@@ -219,6 +219,9 @@ def test_a_run_whose_tokenizer_path_is_gone_asks_for_it(hotpot, tmp_path, capsys
     recorded = json.loads((copy / "run.json").read_text())
     recorded["tokenizer"] = "moved/tokenizer.json"
     (copy / "run.json").write_text(json.dumps(recorded))
+    assert (copy / "tokenizer.json").is_file()  # train kept the tokenizer: the recorded path is not needed
+    assert predict(capsys, "--model", copy, HOTPOT, "--out", tmp_path / "p.jsonl")[0] == 0
+    (copy / "tokenizer.json").unlink()
     code, _, err = predict(capsys, "--model", copy, HOTPOT, "--out", tmp_path / "p.jsonl")
     assert code == 2 and "tokenizer 'moved/tokenizer.json': no such file" in err and "--tokenizer" in err
     assert predict(capsys, "--model", copy, HOTPOT, "--out", tmp_path / "p.jsonl", "--tokenizer", TOKENIZER)[0] == 0
