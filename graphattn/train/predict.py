@@ -22,7 +22,9 @@ rejected (a record that does not compile), and a line with documents/s ends the 
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
+import itertools
 import json
 import os
 import sys
@@ -38,6 +40,7 @@ from graphattn.train.spans import DEFAULT_N_BEST, MAX_ANSWER_LENGTH_LIMIT, MAX_N
 
 MAX_BATCH_SIZE = 65_536
 PREDICT_SHARD_SIZE = 256  # raw documents compiled (and held) at a time
+PYTHON_SOURCE = "<python>"  # the source of documents given as Python records
 
 
 @dataclass
@@ -249,17 +252,15 @@ class Predictor:
                     path.unlink()
 
     def _instances(self, documents: Any, format: str, verify_sha256: bool) -> Iterator[tuple[tuple, dict, Any]]:
-        items = [documents] if isinstance(documents, (str, os.PathLike, dict)) or _is_graph(documents) else documents
-        items = list(items)
-        if not items:
+        single = isinstance(documents, (str, os.PathLike, dict)) or _is_graph(documents)
+        items = iter([documents] if single else documents)
+        first = next(items, None)
+        if first is None:
             raise GraphattnError("no documents to predict")
-        paths = [str(i) for i in items if isinstance(i, (str, os.PathLike))]
-        objects = [i for i in items if not isinstance(i, (str, os.PathLike))]
-        if paths and objects:
-            raise GraphattnError("predict takes paths or Python records (dicts, DocGraphs), not both in one call")
-        if objects:
-            yield from self._object_instances(objects, format)
+        if not isinstance(first, (str, os.PathLike)):
+            yield from self._object_instances(itertools.chain([first], items), format)
             return
+        paths = [str(first), *map(str, items)]
         from graphattn.train.arguments import path_exists
 
         missing = next((p for p in paths if not path_exists(p)), None)
@@ -277,7 +278,8 @@ class Predictor:
         else:
             yield from self._raw_instances(paths, format, verify_sha256)
 
-    def _object_instances(self, objects: list, format: str) -> Iterator[tuple[tuple, dict, Any]]:
+    def _object_instances(self, objects: Iterable, format: str) -> Iterator[tuple[tuple, dict, Any]]:
+        """Python records and DocGraphs, streamed through a JSON-lines file the compiler reads."""
         with tempfile.TemporaryDirectory(prefix="graphattn-records-") as tmp:
             path = Path(tmp) / "records.jsonl"
             with path.open("w", encoding="utf-8") as handle:
@@ -285,10 +287,13 @@ class Predictor:
                     record = item.to_dict() if _is_graph(item) else item
                     if not isinstance(record, dict):
                         raise GraphattnError(
-                            f"documents[{k}]: expected a record (dict), a DocGraph or a path, got {type(item).__name__}"
+                            f"documents[{k}]: expected a record (dict), a DocGraph or a path (all of one kind), "
+                            f"got {type(item).__name__}"
                         )
                     handle.write(json.dumps(record) + "\n")
-            yield from self._raw_instances([str(path)], format, True)
+            for key, head, inst in self._raw_instances([str(path)], format, True):
+                head = {k: v for k, v in head.items() if k != "line"}
+                yield key, {**head, "source": PYTHON_SOURCE}, inst
 
     # -- batches, decoding, documents ---------------------------------------------------------------
     def _advance(self, documents: int) -> None:
@@ -323,6 +328,7 @@ class Predictor:
                             open_candidates(inst, spec)
                 with torch.no_grad():
                     predictions = self.model.predict(collate([inst for _, _, inst in batch]).to(self.device))
+                predictions = {name: _on_cpu(value) for name, value in predictions.items()}  # one copy per batch
                 for b, (key, doc_head, inst) in enumerate(batch):
                     if key != current:
                         if current is not None:
@@ -372,3 +378,12 @@ def _batched(stream: Iterable, size: int) -> Iterator[list]:
             batch = []
     if batch:
         yield batch
+
+
+def _on_cpu(value: Any) -> Any:
+    """A head's prediction (a tensor, or a dataclass of tensors) on the CPU, where it is decoded."""
+    if dataclasses.is_dataclass(value):
+        return dataclasses.replace(
+            value, **{f.name: _on_cpu(getattr(value, f.name)) for f in dataclasses.fields(value)}
+        )
+    return value.cpu() if hasattr(value, "cpu") else value

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from graphattn.cli import main
+from graphattn.errors import GraphattnError
 from graphattn.train import metrics as m
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -144,6 +145,13 @@ def test_the_python_api_reads_records_graphs_and_files_alike(hotpot, tmp_path):
     from_shards = list(batched.predict(str(shards)))
     strip = lambda records: [{k: v for k, v in r.items() if k not in ("source", "line")} for r in records]  # noqa: E731
     assert strip(from_file) == strip(from_records) == strip(from_graphs) == strip(from_shards)
+    assert {r["source"] for r in from_records + from_graphs} == {"<python>"}
+    streamed = list(predictor.predict(iter(json.loads(HOTPOT.read_text(encoding="utf-8")))))  # a generator of records
+    assert strip(streamed) == strip(from_file)
+    with pytest.raises(GraphattnError, match=r"documents\[1\]: expected a record"):
+        list(predictor.predict([{"_id": "x"}, 3]))
+    with pytest.raises(GraphattnError, match="no documents to predict"):
+        list(predictor.predict([]))
 
 
 def test_keyphrases_are_whole_words_ranked_and_distinct(openkp, tmp_path, capsys):
