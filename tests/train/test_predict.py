@@ -272,3 +272,30 @@ def test_a_candidate_is_chosen_for_records_without_an_answer(tmp_path, capsys):
         answer = predicted["answer"]
         assert answer["node_id"].startswith("c") and answer["text"].lower() in {c.lower() for c in record["candidates"]}
         assert answer["score"] is not None and answer["score"] > -1e30  # scored, not the masked floor
+
+
+def test_a_cut_document_says_so_and_names_only_sentences_it_kept(tmp_path, capsys):
+    schema = (Path(__file__).resolve().parents[2] / "graphattn" / "schemas" / "hotpotqa.yaml").read_text("utf-8")
+    (tmp_path / "short.yaml").write_text(schema.replace("max_long_length: 4096", "max_long_length: 160"), "utf-8")
+    shards = compiled(HOTPOT, str(tmp_path / "short.yaml"), tmp_path / "shards")
+    run = trained(shards, tmp_path / "run", 1)
+    out = tmp_path / "p.jsonl"
+    assert predict(capsys, "--model", run, HOTPOT, "--out", out, "-q")[0] == 0
+    gold = {dp["_id"]: dict(dp["context"]) for dp in json.loads(HOTPOT.read_text(encoding="utf-8"))}
+    for record in lines(out):
+        report = record["truncation"]
+        assert report["long_tokens_after"] < report["long_tokens_before"] and report["messages"]
+        dropped = set(report["dropped_nodes"])
+        for node, (title, index) in zip(record["supporting"]["node_ids"], record["supporting"]["facts"]):
+            assert node not in dropped and 0 <= index < len(gold[record["id"]][title])
+    # every sentence a record could name, whatever the model says: its title and index exist in the record
+    from graphattn.shards.dataset import ShardDataset
+    from graphattn.train.predict_records import HOTPOT_SENTENCE, _title
+
+    for inst in ShardDataset(str(shards)):
+        ids, context = inst.global_node_ids, gold[inst.doc_ids[0]]
+        sentences = [found for node in ids if (found := HOTPOT_SENTENCE.fullmatch(node))]
+        assert sentences
+        for found in sentences:
+            title = _title(inst, ids.index(f"p{found[1]}.title"))
+            assert 0 <= int(found[2]) < len(context[title])
