@@ -7,6 +7,9 @@ they are compiled with the run's own schema and tokenizer) or compiled shards. `
     hotpotqa   HotpotQA's official prediction file, {"answer": {id: text}, "sp": {id: [[title, sent], ...]}},
                which HotpotQA's hotpot_evaluate_v1.py reads (the run's span target is the answer, its
                supporting-fact target the sp; the schema must be HotpotQA's)
+    wikihop    QAngaroo WikiHop's prediction file, {id: chosen candidate's text} (the run's choice target)
+    openkp     OpenKP's candidate file, JSON lines {"url": id, "KeyPhrases": [[word, ...], ...]} with the
+               `--n-best` best keyphrases (the run's spans target), as OpenKP's evaluation reads it
 
 NQ's official prediction file names its answers by the original HTML page's token and byte
 offsets, which a compiled graph does not keep: `--format nq` is refused (jsonl gives the answers
@@ -31,7 +34,7 @@ from graphattn.train.evaluate import _device_name
 from graphattn.train.predict import MAX_BATCH_SIZE
 from graphattn.train.spans import DEFAULT_N_BEST, MAX_ANSWER_LENGTH_LIMIT, MAX_N_BEST
 
-FORMATS = ("jsonl", "hotpotqa", "nq")
+FORMATS = ("jsonl", "hotpotqa", "wikihop", "openkp", "nq")
 SHOWN_REJECTIONS = 5
 
 
@@ -73,45 +76,53 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_verbosity_arguments(parser)
 
 
-def _hotpot_targets(specs: dict[str, Any]) -> tuple[str, str]:
-    """(answer target, supporting target) of a HotpotQA-style run, or a one-line refusal."""
-    answer = next((n for n, s in specs.items() if s.kind == "span"), None)
-    support = next((n for n, s in specs.items() if s.kind == "global_labels"), None)
-    if answer is None or support is None:
+def _target_of(specs: dict[str, Any], kind: str, format: str) -> str:
+    """The run's first target of `kind`, which an official file is made of, or a one-line refusal."""
+    name = next((n for n, s in specs.items() if s.kind == kind), None)
+    if name is None:
         kinds = ", ".join(f"{n} ({s.kind})" for n, s in specs.items())
-        raise GraphattnError(
-            f"--format hotpotqa needs a span target and a supporting-fact (global_labels) target; the run has {kinds}"
-        )
-    return answer, support
+        raise GraphattnError(f"--format {format} needs a {kind} target; the run has {kinds}")
+    return name
 
 
 class _Writer:
-    """Writes records to FILE.tmp as they come (jsonl) or at the end (hotpotqa), then renames it."""
+    """Writes records to FILE.tmp as they come (jsonl, openkp) or at the end (hotpotqa, wikihop),
+    then renames it over FILE; on an error FILE is left as it was."""
 
     def __init__(self, out: str, format: str, specs: dict[str, Any]):
         self.out, self.format = Path(out), format
+        if format == "hotpotqa":
+            self.answer = _target_of(specs, "span", format)
+            self.support = _target_of(specs, "global_labels", format)
+            self.official: dict[str, Any] = {"answer": {}, "sp": {}}
+        elif format == "wikihop":
+            self.answer, self.official = _target_of(specs, "choice", format), {}
+        elif format == "openkp":
+            self.answer = _target_of(specs, "spans", format)
         self.tmp = self.out.with_name(self.out.name + ".tmp")
         self.handle = self.tmp.open("w", encoding="utf-8")
-        if format == "hotpotqa":
-            self.answer, self.support = _hotpot_targets(specs)
-            self.official: dict[str, dict] = {"answer": {}, "sp": {}}
 
     def add(self, record: dict) -> None:
+        key = str(record["id"] if record["id"] is not None else record["document"])
         if self.format == "jsonl":
             self.handle.write(json.dumps(record, ensure_ascii=False) + "\n")
-            return
-        key = str(record["id"] if record["id"] is not None else record["document"])
-        facts = record[self.support].get("facts")
-        if facts is None:
-            raise GraphattnError(
-                f"--format hotpotqa: document {key!r} has no HotpotQA sentences (nodes p<i>.s<j> with a title): "
-                "its supporting facts cannot be named as [title, sentence index]; use --format jsonl"
-            )
-        self.official["answer"][key] = record[self.answer]["text"]
-        self.official["sp"][key] = facts
+        elif self.format == "openkp":
+            phrases = [phrase["text"].split() for phrase in record[self.answer]]
+            self.handle.write(json.dumps({"url": key, "KeyPhrases": phrases}, ensure_ascii=False) + "\n")
+        elif self.format == "wikihop":
+            self.official[key] = record[self.answer]["text"]
+        else:
+            facts = record[self.support].get("facts")
+            if facts is None:
+                raise GraphattnError(
+                    f"--format hotpotqa: document {key!r} has no HotpotQA sentences (nodes p<i>.s<j> with a title): "
+                    "its supporting facts cannot be named as [title, sentence index]; use --format jsonl"
+                )
+            self.official["answer"][key] = record[self.answer]["text"]
+            self.official["sp"][key] = facts
 
     def close(self, keep: bool) -> None:
-        if keep and self.format == "hotpotqa":
+        if keep and self.format in ("hotpotqa", "wikihop"):
             json.dump(self.official, self.handle, ensure_ascii=False)
         self.handle.close()
         if keep:

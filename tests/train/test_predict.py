@@ -169,6 +169,12 @@ def test_keyphrases_are_whole_words_ranked_and_distinct(openkp, tmp_path, capsys
         assert [p["score"] for p in phrases] == sorted((p["score"] for p in phrases), reverse=True)
         for phrase in phrases:
             assert_whole_words(texts[record["id"]], phrase)
+    official = tmp_path / "openkp.jsonl"
+    assert predict(capsys, "--model", run, shards, "--out", official, "--format", "openkp", "-q")[0] == 0
+    candidates = lines(official)  # what OpenKP's evaluation reads: url and KeyPhrases, lists of words
+    assert [c["url"] for c in candidates] == [r["id"] for r in records]
+    for candidate, record in zip(candidates, records):
+        assert candidate["KeyPhrases"] == [p["text"].split() for p in record["keyphrases"]]
 
 
 def test_errors_are_one_line_and_exit_codes_say_what_happened(hotpot, tmp_path, capsys):
@@ -187,6 +193,7 @@ def test_errors_are_one_line_and_exit_codes_say_what_happened(hotpot, tmp_path, 
     wikihop = compiled(DATA / "wikihop_sample.json", "wikihop", tmp_path / "wikihop")
     # shards of another schema than the run's
     refused("the inputs: the shards' schema 'wikihop' has no target", "--model", run, wikihop, "--out", out)
+    refused("--format wikihop needs a choice target", "--model", run, HOTPOT, "--out", out, "--format", "wikihop")
     refused("mix compiled shards", "--model", run, shards, HOTPOT, "--out", out)
     from tokenizers import Tokenizer
 
@@ -272,6 +279,12 @@ def test_a_candidate_is_chosen_for_records_without_an_answer(tmp_path, capsys):
         answer = predicted["answer"]
         assert answer["node_id"].startswith("c") and answer["text"].lower() in {c.lower() for c in record["candidates"]}
         assert answer["score"] is not None and answer["score"] > -1e30  # scored, not the masked floor
+    official = tmp_path / "wikihop.json"
+    unlabelled = tmp_path / "unlabelled.json"
+    code, _, err = predict(capsys, "--model", run, unlabelled, "--out", official, "--format", "wikihop")
+    assert code == 0, err
+    chosen = json.loads(official.read_text(encoding="utf-8"))  # QAngaroo's form: {id: answer}
+    assert chosen == {r["id"]: r["answer"]["text"] for r in lines(tmp_path / "p.jsonl")}
 
 
 def test_a_cut_document_says_so_and_names_only_sentences_it_kept(tmp_path, capsys):
