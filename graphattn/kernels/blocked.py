@@ -32,7 +32,7 @@ Softmax and matmuls run in fp32 (fp64 stays fp64; fp16 inputs, and bf16 inputs o
 will run backward, are computed in fp32); bf16 inputs of calls without gradients stay bf16 where
 the CPU multiplies bf16 in hardware (`compute_dtype`). Outputs take the input dtype.
 
-fp32 calls on CPU run each chunk on the fused C kernel instead (blocked_fused.py, fused_cpu.c):
+fp32 calls on CPU run each chunk on the fused C++ kernel instead (blocked_fused.py, kernels/cpu/):
 the plan's chunk spans and workers, with a block's scores kept in cache between its matmuls, its
 label terms (computed per block from the tables) and an online softmax; 2-2.6x the PyTorch path
 below, which stays for fp64, bf16 tiles and machines where the kernel cannot be built.
@@ -350,7 +350,9 @@ def run(
             tables += tables[:2]
         geo, chunks = plan.geo, plan.fused_chunks[queries]
         workers = plan.workers or 0  # 0: torch.get_num_threads() at the call
-        global_out, long_out = fused_op.attention(states, tables, chunks, geo.batch, geo.heads, scale, workers)
+        global_out, long_out = fused_op.attention(
+            states, tables, chunks.table, chunks.labels, geo.heads, scale, workers
+        )
         return global_out.to(out_dtype), long_out.to(out_dtype)
     t_global = side_table("global", states[0], *(global_tables or (rel_key_table, rel_bias_table)))
     t_long = side_table("long", states[3], rel_key_table, rel_bias_table)

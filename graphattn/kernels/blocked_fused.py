@@ -1,14 +1,14 @@
 """The blocked backend's fused plans: chunk sizes, and every chunk's table row and labels, made
 once per plan (`prepare`) for the fused operators (fused_op.py), which run a whole pass as one
-call of the C kernel (fused_cpu.forward_all, backward_all) on PyTorch's OpenMP threads.
+call of the C++ kernel (kernels/cpu/fused.cpp) on PyTorch's intra-op threads.
 
 The plan's chunks and key spans, as the PyTorch passes in blocked.py have. What differs:
 
 * Labels: the band's come from the plan's skewed index as they are; l2g and g2l rows as runs of
   equal labels; each row's sink label (V, or V + 1 for a row with no allowed key). Every chunk's
-  are made at once in C on the workers (fused_cpu_labels.chunk_labels), from the dense side inputs or
+  are made at once in C++ on the workers (fused_cpu_labels.chunk_labels), from the dense side inputs or
   from runs over whole rows derived from the compact structure without [rows x keys] tensors
-  (structure_runs.py); torch makes them chunk by chunk where C cannot take a layout. They are made
+  (structure_runs.py); torch makes them chunk by chunk where C++ cannot take a layout. They are made
   when the batch is planned, outside any compiled region, and kept with the plan (1 KiB per token
   holds them): a layer's call passes only tensors to the operator (FusedChunks).
 * Label terms: each block of rows computes its own from the relative key table and bias, so no
@@ -20,18 +20,16 @@ The plan's chunks and key spans, as the PyTorch passes in blocked.py have. What 
   piece by piece.
 * Chunks: global chunks of GLOBAL_ROWS rows, long chunks TASKS_PER_WORKER per worker. The
   forward's threads take them as they come, costliest first (no chunk writes another's rows);
-  the backward's are dealt to the workers by cost (blocked_modes.deal), a fixed deal, and each
-  worker's key-side gradients accumulate in its own buffers (the first worker's become the
-  gradients, the others' are kept between calls: _Workspace), summed in worker order: results
-  repeat bit for bit.
+  the backward's are dealt to the workers by cost (the operator's deal), a fixed
+  deal, and each worker's key-side gradients accumulate in its own buffers (the first
+  worker's become the gradients, the others' are kept between calls by the operator), summed in
+  worker order: results repeat bit for bit.
 
 Used for fp32 tiles on CPU when the kernel could be built (fused_cpu.available()).
 """
 
 from __future__ import annotations
 
-import threading
-from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from functools import partial
 
@@ -51,7 +49,7 @@ from graphattn.kernels.blocked_tiles import (
 # own bound, GLOBAL_TILE_BYTES) and the labels are kept as runs, so a chunk holds no tile that
 # blocked_tiles.TILE_ELEMENTS would bound; only a `tile_elements` a user gives caps a chunk's
 # [B, rows, keys] extent (each worker's share of it). Within that every worker gets
-# TASKS_PER_WORKER long chunks (the deal balances their costs, blocked_modes.deal) and global
+# TASKS_PER_WORKER long chunks (the operator's deal balances their costs) and global
 # chunks take up to GLOBAL_ROWS rows (_global_rows).
 TASKS_PER_WORKER = 4
 # Rows of a global chunk and of the kernel's blocks of global rows: every block streams all the
@@ -66,7 +64,7 @@ GLOBAL_TILE_BYTES = 1 << 24
 # which stays in L2 with the piece's keys and values whatever L is.
 KEY_BLOCK = 512
 # A long block takes the band's keys in BAND_PARTS sub-blocks of rows, each against only the keys
-# its rows may see (fused_cpu.c's Part): at w = r = 84 two halves score 210 keys instead of 252,
+# its rows may see (cpu/passes.h's Part): at w = r = 84 two halves score 210 keys instead of 252,
 # which ran the band's matmuls 8% faster (MKL alone; a whole call 2-4%); blocks of fewer than
 # BAND_PARTS * BAND_PART_ROWS rows stay whole (smaller matmuls would cost more than they save).
 BAND_PARTS = 2
@@ -78,9 +76,6 @@ LONG_SCORE_COST = 1.12
 # A global chunk's g2g labels are derived this many [row, key] pairs at a time (their masks take
 # ~20 bytes a pair while they are built): 256 rows at G = 256, 64 at G = 1024.
 G2G_PIECE_ELEMENTS = 1 << 16
-# What the backward keeps of its workers' accumulators between calls (_Workspace): 107 MB at
-# L = 16384 with two workers.
-WORKSPACE_BYTES = 1 << 28
 
 
 def chunking(geo: Geometry, tile_elements: int | None, workers: int, source) -> Geometry:
@@ -305,40 +300,9 @@ class _Chunks:
         return [*row, keys.start, keys.stop, KEY_BLOCK], labels
 
 
-class _Workspace:
-    """The backward's accumulators of workers 1, 2, ..., kept between calls (worker 0's become
-    the gradients). Memory the process has not touched costs a page fault per 4 KiB on first
-    write: fresh buffers ran a whole backward 5-10% slower at L = 2048 (two workers, 13 MB of
-    them per call). Kept up to WORKSPACE_BYTES in all; a larger need, or a second thread's
-    backward while one runs, takes fresh buffers as before."""
-
-    def __init__(self):
-        self._lock = threading.Lock()
-        self._kept: list[torch.Tensor] = []
-
-    def release(self) -> None:
-        with self._lock:
-            self._kept = []
-
-    @contextmanager
-    def buffers(self, count: int, floats: int):
-        """`count` flat fp32 buffers of at least `floats`, for the duration of the block."""
-        if count == 0 or count * floats * 4 > WORKSPACE_BYTES or not self._lock.acquire(blocking=False):
-            yield [torch.empty(floats) for _ in range(count)]
-            return
-        try:
-            if len(self._kept) < count or self._kept[0].numel() < floats:
-                self._kept = []  # released before the new ones are made
-                self._kept = [torch.empty(floats) for _ in range(count)]
-            yield self._kept[:count]
-        finally:
-            self._lock.release()
-
-
-_WORKSPACE = _Workspace()
-
-
 def release_workspace() -> None:
-    """Drop the backward's kept accumulators (the next backward makes them again): after the
-    longest batches of a run, say, or before measuring what one call needs."""
-    _WORKSPACE.release()
+    """Drop the backward's kept accumulators (the operator keeps those of workers 1, 2, ...
+    between calls, up to 256 MiB: kernels/cpu/fused.cpp; the next backward makes them again):
+    after the longest batches of a run, say, or before measuring what one call needs."""
+    if fused_cpu.loaded():
+        torch.ops.graphattn.release_workspace()

@@ -1,5 +1,5 @@
-"""How the blocked backend's chunks are run: the PyTorch path's runner (`run_tasks`) and the
-fused kernel's fixed deal of chunks to its workers (`deal`).
+"""How the blocked backend's chunks are run on its PyTorch path (`run_tasks`); the fused kernel
+deals its chunks to its workers itself (kernels/cpu/fused.cpp).
 
 The PyTorch path runs its chunks one after another on the calling thread, each op on torch's
 own intra-op threads. It once dealt them to Python threads that each set torch's thread count to
@@ -22,15 +22,3 @@ def run_tasks(tasks: list[Callable[[Any], None]], make_state: Callable[[], Any])
     for task in tasks:
         task(state)
     return state
-
-
-def deal(costs: list[float], workers: int) -> list[list[int]]:
-    """Task numbers per worker: the costliest first, each to the worker with the least so far
-    (ties to the lowest worker), each worker's in the order dealt. Deterministic."""
-    parts: list[list[int]] = [[] for _ in range(workers)]
-    loads = [0] * workers
-    for task in sorted(range(len(costs)), key=lambda i: -costs[i]):
-        worker = loads.index(min(loads))
-        parts[worker].append(task)
-        loads[worker] += costs[task]
-    return parts

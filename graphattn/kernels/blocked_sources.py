@@ -137,7 +137,7 @@ def source_of(structure_or_side: SideInputs | CompactBatch) -> DenseSource | Com
 
 def _dense_runs(region, batch: int, rows: slice, cols: slice, vocab: int) -> Runs:
     """Runs of a region's dense rows, with torch a piece of rows at a time (RUN_PIECE_ELEMENTS
-    labels). The fused kernel's chunks get theirs in C (fused_cpu_labels.chunk_labels); these
+    labels). The fused kernel's chunks get theirs in C++ (fused_cpu_labels.chunk_labels); these
     serve the layouts it cannot take."""
     step = max(1, RUN_PIECE_ELEMENTS // max(batch * (cols.stop - cols.start), 1))
     parts = []

@@ -29,6 +29,7 @@ import shlex
 import signal
 import stat
 import subprocess
+import sys
 import tempfile
 import warnings
 from pathlib import Path
@@ -43,13 +44,13 @@ class UnsafeCache(OSError):
 
 
 def compiler_command(compiler: str) -> list[str]:
-    """$CC (or the compiler found) as an argument list; an unsplittable one is one clear error."""
+    """$CXX (or the compiler found) as an argument list; an unsplittable one is one clear error."""
     try:
         words = shlex.split(compiler)
     except ValueError as error:
-        raise OSError(f"$CC ({compiler!r}) cannot be read as a command: {error}") from None
+        raise OSError(f"$CXX ({compiler!r}) cannot be read as a command: {error}") from None
     if not words:
-        raise OSError("$CC is set but names no compiler")
+        raise OSError("$CXX is set but names no compiler")
     return words
 
 
@@ -66,7 +67,9 @@ def build_timeout() -> float:
     return seconds
 
 
-def run_bounded(command: list[str], timeout: float, what: str, notice: float | None = None) -> tuple[int, str, str]:
+def run_bounded(
+    command: list[str], timeout: float, what: str, notice: float | None = None, env: dict[str, str] | None = None
+) -> tuple[int, str, str]:
     """(status, stdout, stderr) of `command` run in its own process group, which is killed when
     it runs past `timeout` seconds (OSError naming `what`) or the caller is interrupted; after
     `notice` seconds one warning says that it is still running."""
@@ -78,6 +81,7 @@ def run_bounded(command: list[str], timeout: float, what: str, notice: float | N
             stdin=subprocess.DEVNULL,
             text=True,
             start_new_session=True,
+            env=env,
         )
     except (OSError, ValueError) as error:
         raise OSError(f"{command[0]} could not be started for {what}: {error}") from None
@@ -217,15 +221,38 @@ def locked(directory: Path):
         os.close(fd)
 
 
-def build(command: list[str], target: Path, timeout: float) -> None:
-    """Run `command` + [-o, a temporary file] and move the result and its digest into place."""
+# Run in a child process (bounded, killable with its compiler): torch.utils.cpp_extension builds
+# the extension (its include paths, ABI flags and ninja; its own lock in the build directory).
+_BUILD_CHILD = """
+import sys
+from torch.utils import cpp_extension
+name, build, flags, *sources = sys.argv[1:]
+cpp_extension.load(name=name, sources=sources, extra_cflags=flags.split(), build_directory=build,
+                   is_python_module=False, verbose=False)
+"""
+
+
+def tool_path() -> str:
+    """$PATH with this interpreter's directory first: the `ninja` package installs its binary
+    there, which a virtual environment that is not activated leaves off $PATH."""
+    return os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
+
+
+def build_extension(
+    name: str, sources: list[Path], flags: list[str], compiler: str, target: Path, timeout: float
+) -> None:
+    """Build the extension `name` from `sources` with torch.utils.cpp_extension in a temporary
+    directory beside `target` (a fresh build: nothing half-made is reused), in a child process
+    bounded by `timeout`, and move the library and its digest into place."""
     with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
-        out = Path(tmp) / target.name
         what = "compiling the fused CPU kernel"
-        status, _, err = run_bounded([*command, "-o", str(out)], timeout, what, NOTICE_SECONDS)
+        command = [sys.executable, "-c", _BUILD_CHILD, name, tmp, " ".join(flags), *map(str, sources)]
+        env = {**os.environ, "CXX": compiler, "PATH": tool_path()}
+        status, _, err = run_bounded(command, timeout, what, NOTICE_SECONDS, env=env)
         if status != 0:
             said = err.strip()[-2000:] or "no message"
-            raise OSError(f"{command[0]} exited with status {status} {what}: {said}")
+            raise OSError(f"the C++ compiler ({compiler}) failed {what}, status {status}: {said}")
+        out = Path(tmp) / f"{name}.so"
         os.chmod(out, 0o700)
         digest = Path(tmp) / "digest"
         digest.write_text(_digest(out) + "\n")

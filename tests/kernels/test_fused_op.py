@@ -15,7 +15,9 @@ from kernel_cases import RESULT_NAMES, assert_all_close, run, synthetic_case
 from graphattn.kernels import blocked, dense, fused_cpu
 from graphattn.kernels.request import direct_request
 
-needs_kernel = pytest.mark.skipif(not (shutil.which("cc") or shutil.which("gcc")), reason="no C compiler")
+needs_kernel = pytest.mark.skipif(
+    not ((shutil.which("c++") or shutil.which("g++")) and shutil.which("ninja")), reason="no C++ compiler or ninja"
+)
 LAYOUT = dict(num_long=61, num_global=6, radius=6, num_docs=2, mention_links=5, empty_long_rows=2)
 
 
@@ -70,7 +72,10 @@ def test_a_chunk_table_the_plan_did_not_make_is_refused() -> None:
     case = synthetic_case(dtype=torch.float32, num_long=40, num_global=5, radius=4, mention_links=3)
     args = list(_op_args(case, _plan(case)))
     table = args[10]
-    for column, value, said in ((10, 10_000, "reaches keys past its key sets"), (0, 7, "not one the plan makes")):
+    for column, value, said in (
+        (10, 10_000, "reaches rows or keys past its tensors"),
+        (0, 7, "not one the plan makes"),
+    ):
         args[10] = table.clone()
         args[10][0, column] = value
         with pytest.raises(ValueError, match=said):
@@ -104,13 +109,13 @@ def test_two_threads_at_once_give_the_oracles_values() -> None:
 
 
 def test_without_a_compiler_one_warning_and_the_pytorch_path(monkeypatch, tmp_path) -> None:
-    monkeypatch.delenv("CC", raising=False)
-    monkeypatch.setenv("PATH", str(tmp_path))  # no cc, no gcc
+    monkeypatch.delenv("CXX", raising=False)
+    monkeypatch.setenv("PATH", str(tmp_path))  # no c++, no g++
     monkeypatch.setenv("GRAPHATTN_CACHE", str(tmp_path))
     fused_cpu.reset()
     try:
         case = synthetic_case(dtype=torch.float32, **LAYOUT)
-        with pytest.warns(UserWarning, match="no C compiler.*slower PyTorch path") as said:
+        with pytest.warns(UserWarning, match=r"no C\+\+ compiler.*slower PyTorch path") as said:
             first = run(blocked.attention, case)
         second = run(blocked.attention, case)
         assert len(said) == 1 and not fused_cpu.available()
