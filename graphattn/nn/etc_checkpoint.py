@@ -412,13 +412,12 @@ def load_etc_for_schema(
     if relative_pos_max_distance != trained_k:
         hint = {12: "etc-sentences", 42: "etc-sentences-42relmaxdist"}.get(trained_k)
         flags = f"--set relative_pos_max_distance={trained_k}"
-        own_labels = max(0, relative_vocab_size - (2 * relative_pos_max_distance + 3))  # at most this many
-        if relative_vocab_size < 2 * trained_k + 3 + own_labels:
-            flags += f" --set relative_vocab_size={2 * trained_k + 3 + own_labels}"
+        if relative_vocab_size < 2 * trained_k + 3:  # the label table must grow too
+            flags += f" --set relative_vocab_size=N (N at least 2k+3 = {2 * trained_k + 3} plus the schema's labels)"
         raise CheckpointError(
             f"the shards' schema clips relative distances at {relative_pos_max_distance}, the checkpoint was "
             f"pre-trained with relative_pos_max_distance={trained_k}: compile the shards again with {flags} "
-            "(graphattn compile, or train on raw records)" + (f", or with the shipped schema {hint!r}" if hint else ""),
+            "(graphattn compile, or train on raw records)" + (f"; shipped {hint!r} says {trained_k}" if hint else ""),
             file=find_checkpoint(path)[0],
         )
     extend_relative_vocab(encoder, relative_vocab_size, report)

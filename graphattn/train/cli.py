@@ -237,6 +237,10 @@ def check_arguments(args: argparse.Namespace) -> tuple[list[str], list[str]]:
         )
     if shards:
         _check_shard_flags(args, shards)
+    elif raw:
+        from graphattn.schema import load_schema
+
+        load_schema(args.schema, list(getattr(args, "sets", None) or []))  # a bad --set stops before --out is touched
     if args.init_from and not Path(args.init_from).is_dir():
         raise GraphattnError(f"--init-from {args.init_from}: no such directory (a local BERT/RoBERTa checkpoint)")
     not_shards = next((v for v in args.eval_data if not is_shard_source(v)), None)
