@@ -191,7 +191,7 @@ class Predictor:
                 file=where,
             )
 
-    def _shard_instances(self, source: str, verify_sha256: bool, offset: int = 0) -> Iterator[tuple[tuple, Any]]:
+    def _shard_instances(self, source: str, verify_sha256: bool) -> Iterator[tuple[tuple, dict, Any]]:
         from graphattn.shards.dataset import ShardDataset
         from graphattn.train.finetune import open_shards
         from graphattn.train.run_match import check_shards_fit_run
@@ -206,14 +206,14 @@ class Predictor:
                 self._check_packing(shards.paths[0])
             head = {
                 "id": inst.doc_ids[0],
-                "document": offset + where.doc_numbers[0],
+                "document": where.doc_numbers[0],
                 "source": where.sources[0],
             }
             if where.lines[0] is not None:
                 head["line"] = where.lines[0]
             yield (source, head["document"]), head, inst
 
-    def _raw_instances(self, inputs: list[str], format: str, verify: bool) -> Iterator[tuple[tuple, Any]]:
+    def _raw_instances(self, inputs: list[str], format: str) -> Iterator[tuple[tuple, dict, Any]]:
         from graphattn.corpus.pipeline import CompileOptions, plan_run
         from graphattn.corpus.worker import compile_shard
 
@@ -276,7 +276,7 @@ class Predictor:
             for source in shards:
                 yield from self._shard_instances(source, verify_sha256)
         else:
-            yield from self._raw_instances(paths, format, verify_sha256)
+            yield from self._raw_instances(paths, format)
 
     def _object_instances(self, objects: Iterable, format: str) -> Iterator[tuple[tuple, dict, Any]]:
         """Python records and DocGraphs, streamed through a JSON-lines file the compiler reads."""
@@ -291,7 +291,7 @@ class Predictor:
                             f"got {type(item).__name__}"
                         )
                     handle.write(json.dumps(record) + "\n")
-            for key, head, inst in self._raw_instances([str(path)], format, True):
+            for key, head, inst in self._raw_instances([str(path)], format):
                 head = {k: v for k, v in head.items() if k != "line"}
                 yield key, {**head, "source": PYTHON_SOURCE}, inst
 

@@ -168,12 +168,14 @@ def run(args: argparse.Namespace) -> int:
     try:
         for record in predictor.predict(args.inputs, format=args.input_format, verify_sha256=args.verify_sha256):
             writer.add(record)
-        done = True
+        done = predictor.stats.documents > 0
     finally:
         writer.close(keep=done)
     stats = predictor.stats
+    if stats.documents == 0:
+        raise GraphattnError(f"{args.inputs[0]}: the inputs hold no document (nothing written to {args.out})")
     print(f"wrote {stats.predicted:,} prediction(s) to {args.out} ({args.format})")
-    if stats.predicted < stats.documents or stats.predicted == 0:
+    if stats.predicted < stats.documents:
         for entry in stats.rejected[:SHOWN_REJECTIONS]:
             where = entry.get("source", "?") + (f":{entry['line']}" if entry.get("line") is not None else "")
             print(

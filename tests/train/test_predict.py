@@ -194,6 +194,8 @@ def test_errors_are_one_line_and_exit_codes_say_what_happened(hotpot, tmp_path, 
     # shards of another schema than the run's
     refused("the inputs: the shards' schema 'wikihop' has no target", "--model", run, wikihop, "--out", out)
     refused("--format wikihop needs a choice target", "--model", run, HOTPOT, "--out", out, "--format", "wikihop")
+    (tmp_path / "empty").mkdir()
+    refused("no document files found in", "--model", run, tmp_path / "empty", "--out", out)
     refused("mix compiled shards", "--model", run, shards, HOTPOT, "--out", out)
     from tokenizers import Tokenizer
 
