@@ -21,6 +21,7 @@ _EXPORTS = {
     "load_schema_and_tokenizer": "graphattn.compile.compiler",
     "pack": "graphattn.compile.compiler",
     "pack_groups": "graphattn.compile.compiler",
+    "special_token_ids": "graphattn.compile.compiler",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -6,6 +6,7 @@
     pack(graphs, schema, tokenizer)              greedy packing of many small documents
     pack_groups(graphs, schema, tokenizer)       the same, saying which inputs each instance holds
     load_schema_and_tokenizer(schema, tokenizer) load both and resolve special tokens, up front
+    special_token_ids(schema, tokenizer)         the id each named special / global token resolves to
 
 Three passes, each in its own module: `layout` (check the graph, map nodes to tokens),
 `truncate` (choose tokens), `assemble` (sequences, owners, labels -> compact side inputs, and
@@ -201,6 +202,13 @@ def load_schema_and_tokenizer(schema: Schema | str | Any, tokenizer: Tokenizer |
     return schema, tokenizer
 
 
+def special_token_ids(schema: Schema | str | Any, tokenizer: Tokenizer | str | Any) -> dict[str, int]:
+    """The id each special and global token of the schema resolves to in the tokenizer, by schema
+    key (``{"special_tokens.global": 1, "node_types.paragraph.global_token": 5}``): what a
+    compile run records, since the schema may name tokens whose ids only the tokenizer knows."""
+    return dict(_prepare(schema, tokenizer)[2].resolved)
+
+
 def pack(
     graphs: Iterable[DocGraph],
     schema: Schema | str | Any,
@@ -313,4 +321,5 @@ __all__ = [
     "load_schema_and_tokenizer",
     "pack",
     "pack_groups",
+    "special_token_ids",
 ]

@@ -198,6 +198,7 @@ class Run:
 
 def plan_run(options: CompileOptions) -> Run:
     """Load schema and tokenizer, plan the inputs, cut them into shard tasks (no compiling yet)."""
+    from graphattn.compile.compiler import special_token_ids
     from graphattn.schema import load_effective_schema
 
     if options.shard_size < 1:
@@ -240,6 +241,7 @@ def plan_run(options: CompileOptions) -> Run:
         "tokenizer": options.tokenizer or "default",
         "tokenizer_sha256": tokenizer_sha256,
         "tokenizer_vocab_size": tokenizer.vocab_size,
+        "special_token_ids": special_token_ids(schema, tokenizer),  # the schema's token names, resolved
         "shard_size": options.shard_size,
         "packing": schema.max_documents > 1,
         "strict": options.strict,

@@ -77,6 +77,9 @@ def test_set_names_a_special_token(capsys, doc, tmp_path):
     out = _compile(capsys, doc, tmp_path / "o", "special_tokens.global=[unused2]")  # YAML's list syntax: the text
     tokenizer = load_tokenizer("default")
     assert set(ShardDataset(out)[0].global_token_ids.tolist()) == {tokenizer.token_to_id("[unused2]")}
+    settings = json.loads((out / "run.json").read_text())["settings"]  # the footer's settings too
+    assert settings["special_token_ids"] == {"special_tokens.global": tokenizer.token_to_id("[unused2]")}
+    assert read_info(shard_paths([out])[0]).settings["special_token_ids"] == settings["special_token_ids"]
 
 
 @pytest.mark.parametrize(
