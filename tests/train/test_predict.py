@@ -314,3 +314,22 @@ def test_a_cut_document_says_so_and_names_only_sentences_it_kept(tmp_path, capsy
         for found in sentences:
             title = _title(inst, ids.index(f"p{found[1]}.title"))
             assert 0 <= int(found[2]) < len(context[title])
+
+
+def test_evaluate_scores_the_keyphrases_predict_writes(openkp, tmp_path, capsys):
+    from graphattn.train.evaluate import evaluate_model
+
+    shards, run = openkp
+    assert predict(capsys, "--model", run, shards, "--out", tmp_path / "k.jsonl", "-q")[0] == 0
+    records = {r["id"]: r for r in lines(tmp_path / "k.jsonl")}
+    gold = {}
+    for line in (DATA / "openkp_sample.jsonl").read_text(encoding="utf-8").splitlines():
+        record = json.loads(line)
+        phrases = record["KeyPhrases"]  # a list of word lists, or (as OpenKP ships VDOM) that list as a JSON string
+        phrases = json.loads(phrases) if isinstance(phrases, str) else phrases
+        gold[record["url"]] = [" ".join(words) for words in phrases]
+    rows = [m.keyphrase_scores([p["text"] for p in records[url]["keyphrases"]], gold[url]) for url in gold]
+    assert any(row["p@1"] > 0 for row in rows)  # the run has learned something to agree on
+    report = evaluate_model(str(run), [str(shards)]).scores["keyphrases"]
+    for key, value in m.mean_scores(rows).items():
+        assert report[key] == pytest.approx(value), key
