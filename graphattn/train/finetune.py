@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from graphattn.errors import GraphattnError
+from graphattn.train.run_match import schema_from_text
 from graphattn.train.rundir import RUN_FILE, RUN_FORMAT, read_run_file, save_run_tokenizer, settings_of
 
 
@@ -38,27 +39,6 @@ class ShardSet:
     classes: dict[str, int] | None = None  # per class-valued target array, the schema's class count
     verify_sha256: bool = True  # each shard against its done marker (checked once per process)
     tokenizer_sha256: str | None = None  # the footer's fingerprint of the tokenizer (None: not recorded)
-
-
-def schema_from_text(text: str, where: str):
-    """The Schema a shard footer (or run.json) carries, parsed within the schema loader's bounds."""
-    from graphattn.schema import load_schema
-    from graphattn.schema.io import parse_bounded
-
-    try:
-        data, _ = parse_bounded(text, None)
-    except (GraphattnError, RecursionError):
-        data = None
-    if not isinstance(data, dict):
-        raise GraphattnError(
-            "the footer holds no readable relation schema (was it compiled from a Python dict?); "
-            "pass --schema with the schema file the shards were compiled with",
-            file=where,
-        )
-    try:
-        return load_schema(data)
-    except GraphattnError as err:
-        raise GraphattnError(f"the relation schema it carries does not load: {err.reason}", file=where) from None
 
 
 def open_shards(

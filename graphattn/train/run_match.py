@@ -28,6 +28,27 @@ from graphattn.errors import GraphattnError
 SHA256_HEX = 64
 
 
+def schema_from_text(text: str, where: str):
+    """The Schema a shard footer (or run.json) carries, parsed within the schema loader's bounds."""
+    from graphattn.schema import load_schema
+    from graphattn.schema.io import parse_bounded
+
+    try:
+        data, _ = parse_bounded(text, None)
+    except (GraphattnError, RecursionError):
+        data = None
+    if not isinstance(data, dict):
+        raise GraphattnError(
+            "the footer holds no readable relation schema (was it compiled from a Python dict?); "
+            "pass --schema with the schema file the shards were compiled with",
+            file=where,
+        )
+    try:
+        return load_schema(data)
+    except GraphattnError as err:
+        raise GraphattnError(f"the relation schema it carries does not load: {err.reason}", file=where) from None
+
+
 @dataclass(frozen=True)
 class Fit:
     """What decides whether a model reads shards as it was trained on them (None: not recorded)."""
@@ -44,8 +65,6 @@ class Fit:
 
 def shard_fit(info) -> Fit:
     """The Fit a shard's footer (a checked `ShardInfo`) records."""
-    from graphattn.train.finetune import schema_from_text
-
     settings = info.settings
     sha = settings.get("tokenizer_sha256")
     schema = schema_from_text(info.schema_text, info.path)
@@ -65,8 +84,6 @@ def run_fit(run: Mapping[str, Any], where: str = "run.json") -> Fit:
     """The Fit a run.json (as `read_run_file` returns it) records: geometry from its encoder
     config, labels and targets from its schema; the tokenizer's sha256 and vocabulary size are
     recorded by runs written since `graphattn evaluate` compared them (None in older runs)."""
-    from graphattn.train.finetune import schema_from_text
-
     schema = schema_from_text(run["schema_text"], where)
     encoder = run["encoder"]
     sha, size = run.get("tokenizer_sha256"), run.get("tokenizer_vocab_size")
