@@ -69,7 +69,9 @@ def test_hotpotqa_layout(words):
         "p1.title",
         "p1.s0",
     ]
-    assert inst.global_token_ids.tolist() == [words.cls_id, *inst.long_token_ids[:3].tolist(), 5, 1, 1, 1, 5, 1, 1]
+    para, sent = words.token_to_id("[unused4]"), words.token_to_id("[unused0]")  # the schema names ETC's tokens
+    expected = [words.cls_id, *inst.long_token_ids[:3].tolist(), para, sent, sent, sent, para, sent, sent]
+    assert inst.global_token_ids.tolist() == expected
     assert inst.global_type_ids.tolist() == [0, 5, 5, 5, 7, 0, 0, 0, 7, 0, 0]
     assert inst.long_type_ids.tolist() == [3, 3, 3, 2, 1, 1, 1, 2, 1, 1]
     owners = {level: o.tolist() for level, o in inst.long_owners.items()}
