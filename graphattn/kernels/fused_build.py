@@ -226,9 +226,9 @@ def locked(directory: Path):
 _BUILD_CHILD = """
 import sys
 from torch.utils import cpp_extension
-name, build, flags, *sources = sys.argv[1:]
-cpp_extension.load(name=name, sources=sources, extra_cflags=flags.split(), build_directory=build,
-                   is_python_module=False, verbose=False)
+name, build, flags, ldflags, *sources = sys.argv[1:]
+cpp_extension.load(name=name, sources=sources, extra_cflags=flags.split(), extra_ldflags=ldflags.split(),
+                   build_directory=build, is_python_module=False, verbose=False)
 """
 
 
@@ -239,14 +239,15 @@ def tool_path() -> str:
 
 
 def build_extension(
-    name: str, sources: list[Path], flags: list[str], compiler: str, target: Path, timeout: float
+    name: str, sources: list[Path], flags: tuple[list[str], list[str]], compiler: str, target: Path, timeout: float
 ) -> None:
-    """Build the extension `name` from `sources` with torch.utils.cpp_extension in a temporary
+    """Build the extension `name` from `sources` (flags: compiler's and linker's) with
+    torch.utils.cpp_extension in a temporary
     directory beside `target` (a fresh build: nothing half-made is reused), in a child process
     bounded by `timeout`, and move the library and its digest into place."""
     with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
         what = "compiling the fused CPU kernel"
-        command = [sys.executable, "-c", _BUILD_CHILD, name, tmp, " ".join(flags), *map(str, sources)]
+        command = [sys.executable, "-c", _BUILD_CHILD, name, tmp, *(" ".join(f) for f in flags), *map(str, sources)]
         env = {**os.environ, "CXX": compiler, "PATH": tool_path()}
         status, _, err = run_bounded(command, timeout, what, NOTICE_SECONDS, env=env)
         if status != 0:

@@ -36,9 +36,13 @@ ROOT = Path(__file__).with_name("cpu")
 SOURCES = [ROOT / "fused.cpp", ROOT / "labels.cpp"]
 HEADERS = [ROOT / "kernel.h", ROOT / "passes.h"]
 # The instruction set comes from fused_build.isa_level (the running CPU's level, not
-# -march=native), added after these. No -ffast-math: masked scores are -inf. -fopenmp-simd:
-# the `omp simd` loops vectorise; nothing of OpenMP's runtime is used (threads: at::parallel_for).
-FLAGS = ["-O3", "-fopenmp-simd", "-fno-math-errno", "-fno-trapping-math"]
+# -march=native), added after these. No -ffast-math: masked scores are -inf. -fopenmp: ATen's
+# at::parallel_for is a header template that opens its OpenMP region in the caller's code (on a
+# PyTorch built with OpenMP; without the flag it runs serially), and the library then needs
+# libgomp.so.1, which resolves to the one PyTorch loaded (the same soname): PyTorch's intra-op
+# threads. The sources themselves use no OpenMP call or parallel pragma (`omp simd` only).
+FLAGS = ["-O3", "-fopenmp", "-fno-math-errno", "-fno-trapping-math"]
+LDFLAGS = ["-fopenmp"]
 _BUILD_LOCK = threading.Lock()
 OPERATORS = ("fused_forward", "fused_backward", "chunk_labels", "dense_band", "dense_extents")
 
@@ -105,7 +109,16 @@ def _load(command: list[str], compiler: str) -> Path:
     flags = [*FLAGS, *isa]
     texts = [source.read_text() for source in (*SOURCES, *HEADERS)]
     abi = str(torch._C._GLIBCXX_USE_CXX11_ABI)
-    parts = [*texts, " ".join(flags), compiler, version, torch.__version__, str(Path(torch.__file__).parent), abi]
+    parts = [
+        *texts,
+        " ".join(flags),
+        " ".join(LDFLAGS),
+        compiler,
+        version,
+        torch.__version__,
+        str(Path(torch.__file__).parent),
+        abi,
+    ]
     parts += [sys.version, level]
     name = f"graphattn_cpu_{level.replace('-', '_')}_{fused_build.cache_key(parts)}"
     target = _cache_dir() / f"{name}.so"
@@ -116,7 +129,7 @@ def _load(command: list[str], compiler: str) -> Path:
             return target
         with fused_build.locked(directory):
             if not fused_build.intact(target):
-                fused_build.build_extension(name, SOURCES, flags, compiler, target, timeout)
+                fused_build.build_extension(name, SOURCES, (flags, LDFLAGS), compiler, target, timeout)
             if _IN_PROCESS:  # the operators of a library stay registered: one build per process
                 raise OSError(f"another build of the kernel ({_IN_PROCESS[0].name}) is loaded in this process already")
             torch.ops.load_library(str(target))

@@ -210,7 +210,8 @@ void point_outputs(Pass &p, const at::Tensor *outs, const at::Tensor *stats) {
 }
 
 int64_t threads_for(int64_t workers, int64_t tasks) {
-    if (forked_child()) return 1;
+    plain_products = forked_child();
+    if (plain_products) return 1;
     const int64_t asked = workers > 0 ? workers : at::get_num_threads();
     return std::max<int64_t>(1, std::min(asked, std::max<int64_t>(tasks, 1)));
 }
@@ -255,6 +256,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> fused_forward(
     Failure failed;
     std::atomic<int64_t> next{0};
     const auto take = [&](int64_t, int64_t) { /* chunks as they come, the costliest first */
+        c10::InferenceMode views; /* gemm's operand views: no version counters */
         for (int64_t j = next++; j < n; j = next++) failed.note(forward_chunk(&p.chunks[order[j]], p.bh), order[j]);
     };
     const int64_t threads = threads_for(workers, n);
@@ -352,6 +354,7 @@ std::vector<at::Tensor> fused_backward(
         }
     Failure failed;
     const auto run_worker = [&](int64_t w) {
+        c10::InferenceMode views; /* gemm's operand views: no version counters */
         float *const *a = acc.data() + w * 8;
         for (int j = 0; j < 8; ++j)
             if (a[j]) memset(a[j], 0, acc_len[j] * sizeof(float));

@@ -25,6 +25,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <atomic>
+
 namespace graphattn_cpu {
 
 /* A process forked from the one that loaded this library (a DataLoader worker, a pre-fork
@@ -34,6 +36,10 @@ namespace graphattn_cpu {
 static const pid_t LOADED_BY = getpid();
 
 static inline bool forked_child() { return getpid() != LOADED_BY; }
+
+/* Whether this process's passes take plain products: set by each operator call (the same value
+ * in every call of a process), read by gemm without a system call. */
+static std::atomic<bool> plain_products{false};
 
 /* The plain product, for a forked child: it opens no thread team (see gemm). */
 static void plain_gemm(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float *a,
@@ -73,12 +79,13 @@ static void plain_gemm(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k
 static void gemm(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float *a, int64_t lda,
                  const float *b, int64_t ldb, float beta, float *c, int64_t ldc) {
     if (m <= 0 || n <= 0) return;
-    if (k <= 0 || forked_child()) return plain_gemm(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+    if (k <= 0 || plain_products.load(std::memory_order_relaxed))
+        return plain_gemm(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
     const auto f32 = at::TensorOptions().dtype(at::kFloat);
     float *pa = const_cast<float *>(a), *pb = const_cast<float *>(b);
     const at::Tensor ta = trans_a ? at::from_blob(pa, {m, k}, {1, lda}, f32) : at::from_blob(pa, {m, k}, {lda, 1}, f32);
     const at::Tensor tb = trans_b ? at::from_blob(pb, {k, n}, {1, ldb}, f32) : at::from_blob(pb, {k, n}, {ldb, 1}, f32);
-    at::Tensor tc = at::from_blob(c, {m, n}, {ldc, 1}, f32);
+    at::Tensor tc = at::from_blob(c, {m, n}, {ldc, 1}, f32); /* views made in inference mode (see fused.cpp) */
     at::cpu::addmm_out(tc, tc, ta, tb, beta, alpha); /* beta 0: C is not read */
 }
 
