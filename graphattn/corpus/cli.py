@@ -100,7 +100,6 @@ def add_set_argument(parser: argparse.ArgumentParser, extra: str = "") -> None:
         "--set",
         dest="sets",
         action="append",
-        default=[],
         metavar="KEY=VALUE",
         help="override a value of --schema (repeatable): a top-level key or a dotted path, the value read as a YAML "
         "scalar, e.g. --set relative_pos_max_distance=42 --set special_tokens.global=[unused0]; checked against "
@@ -175,7 +174,7 @@ def run(args: argparse.Namespace) -> int:
         max_rejected=args.max_rejected,
         html_options=html_options(args),
         strict=args.strict,
-        sets=list(args.sets),
+        sets=list(args.sets or []),
     )
     try:
         with special_token_warnings("compile"):
