@@ -174,7 +174,7 @@ CASES = [
     (
         ["tokenizer", "train", "{d}/notes.txt", "--out", "{d}/t.json", "--vocab-size", "3"],
         2,
-        "--vocab-size must be from 10",
+        "--vocab-size must be from 11 (the special and reserved tokens, and a piece)",
     ),
     (["tokenizer", "train", "{d}/notes.txt", "--out", "{d}/emptydir"], 2, "--out names a directory"),
     (["compil"], 2, "unknown command 'compil'; did you mean 'compile'?"),

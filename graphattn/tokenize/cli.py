@@ -2,8 +2,10 @@
 
 Trains a BERT-style WordPiece (`graphattn.tokenize.train_wordpiece`) on plain UTF-8 text: files,
 or directories searched for .txt / .text / .md files. Lines are streamed to the trainer, so the
-text never has to fit in memory at once. The result is an ordinary ``tokenizer.json`` that
-`graphattn compile --tokenizer` and the `tokenizers` library read.
+text never has to fit in memory at once. Ids 0..9 are the special tokens ([PAD] [UNK] [CLS] [SEP]
+[MASK]) and the reserved [unused0]..[unused4] that the shipped schemas name as global tokens.
+The result is an ordinary ``tokenizer.json`` that `graphattn compile --tokenizer` and the
+`tokenizers` library read.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from graphattn.cli import add_verbosity_arguments, verbosity
-from graphattn.tokenize import TokenizerError
+from graphattn.tokenize import RESERVED_GLOBAL_TOKENS, WORDPIECE_SPECIAL_TOKENS, TokenizerError
 
 TEXT_SUFFIXES = (".txt", ".text", ".md")
 MAX_VOCAB_SIZE = 1_000_000  # ids; a WordPiece past this is a typo, and its trainer would hold it all in memory
@@ -87,8 +89,12 @@ class _Lines:
 def run(args: argparse.Namespace) -> int:
     from graphattn.tokenize import train_wordpiece
 
-    if not 10 <= args.vocab_size <= MAX_VOCAB_SIZE:
-        raise TokenizerError(f"--vocab-size must be from 10 to {MAX_VOCAB_SIZE:,}, got {args.vocab_size:,}")
+    least = len(WORDPIECE_SPECIAL_TOKENS) + len(RESERVED_GLOBAL_TOKENS) + 1  # the special tokens and one piece
+    if not least <= args.vocab_size <= MAX_VOCAB_SIZE:
+        raise TokenizerError(
+            f"--vocab-size must be from {least} (the special and reserved tokens, and a piece) to "
+            f"{MAX_VOCAB_SIZE:,}, got {args.vocab_size:,}"
+        )
     if args.min_frequency < 1:
         raise TokenizerError(f"--min-frequency must be at least 1, got {args.min_frequency}")
     out = Path(args.out)
