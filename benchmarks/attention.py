@@ -5,7 +5,7 @@ For each long length L (G = L/16 globals, one per 16-token sentence, one documen
 with a^K and a label bias):
 
     blocked      graphattn.kernels.global_local_attention(backend="blocked"), checks included;
-                 the default: fp32 on the fused C kernel (built at first use), one chunk at a
+                 the default: fp32 on the fused C++ kernel (built at first use), one chunk at a
                  time on each of torch.get_num_threads() worker threads (a fixed deal, so
                  results repeat bit for bit)
     blocked-layer the same backend as a model's later layers call it: prepared once per batch
@@ -46,7 +46,13 @@ autograd state, compiled kernels' buffers, and the buffers the blocked backward 
 calls, released before the measured call) counts. GFLOP/s counts only the nonzero work:
 4*d flops per allowed (query, key) pair and head (q.k and p.v), x3.5 for forward+backward.
 
+Last, one row per L of the default's speed: the blocked backend's GFLOP/s as a share of the fp32
+matmul rate, forward and forward+backward, and FlexAttention's forward time over the blocked
+backend's. --documents N splits the L tokens into N equal documents; with --hard-g2l and
+--documents 2 the shape is band-heavy (issue 40's speed shape).
+
 Usage: python benchmarks/attention.py [--quick] [--lengths 1024 4096] [--no-memory]
+                                      [--hard-g2l] [--documents 2]
                                       [--mask-lengths 4096 16384] [--encoder-lengths 4096]
 """
 
@@ -96,19 +102,22 @@ class Inputs:
     hidden: torch.Tensor  # [1, G+L, 768] for Longformer
 
 
-def make_compact(length: int, hard_g2l: bool, device: str = "cpu") -> CompactBatch:
-    """One document, one global per 16-token sentence (its owner), soft l2g: the structure of
-    etcmodel's side inputs with breakpoints at the ends (the same eight tensors)."""
+def make_compact(length: int, hard_g2l: bool, device: str = "cpu", documents: int = 1) -> CompactBatch:
+    """`documents` equal documents (one by default), one global per 16-token sentence (its
+    owner), soft l2g: the structure of etcmodel's side inputs with breakpoints at the ends (the
+    same eight tensors). Hard g2l with several documents is band-heavy: each global sees only its
+    own sentence, and no long token sees across a document's end."""
     num_global = length // TOKENS_PER_GLOBAL
     zeros = lambda n: np.zeros(n, np.int32)  # noqa: E731
+    doc_of = lambda tokens: (tokens * documents // length).astype(np.int32)  # noqa: E731
     side = CompactSideInputs(
         local_radius=RADIUS,
         max_distance=MAX_DISTANCE,
         levels=("sentence",),
         owners=(np.arange(length) // TOKENS_PER_GLOBAL)[None].astype(np.int32),
-        long_doc=zeros(length),
+        long_doc=doc_of(np.arange(length)),
         long_segment=zeros(length),
-        global_doc=zeros(num_global),
+        global_doc=doc_of(np.arange(num_global) * TOKENS_PER_GLOBAL),
         global_segment=zeros(num_global),
         global_blockable=np.zeros(num_global, bool),
         long_hard_l2g=np.zeros(length, bool),
@@ -117,9 +126,11 @@ def make_compact(length: int, hard_g2l: bool, device: str = "cpu") -> CompactBat
     return CompactBatch.from_instances([side], length, num_global).to_torch().map(lambda t: t.to(device))
 
 
-def make_inputs(length: int, hard_g2l: bool, device: str = "cpu", dtype=torch.float32, grad: bool = False) -> Inputs:
+def make_inputs(
+    length: int, hard_g2l: bool, device: str = "cpu", dtype=torch.float32, grad: bool = False, documents: int = 1
+) -> Inputs:
     num_global = length // TOKENS_PER_GLOBAL
-    compact = make_compact(length, hard_g2l, device)
+    compact = make_compact(length, hard_g2l, device, documents)
     side = compact_to_side(compact)
     gen = torch.Generator().manual_seed(0)
     rand = lambda *s, std=1.0: (torch.randn(*s, generator=gen) * std).to(device, dtype).requires_grad_(grad)  # noqa: E731
@@ -386,10 +397,10 @@ def _measure_peak(run: Callable[[], None]) -> float:
     return (_status_kib("VmHWM") - before) / 1024
 
 
-def child_peak_memory(method: str, length: int, backward: bool, hard_g2l: bool) -> None:
+def child_peak_memory(method: str, length: int, backward: bool, hard_g2l: bool, documents: int) -> None:
     """Run in a fresh process: print {row name: peak MB} as JSON. The three flex rows share one
     process so that FlexAttention compiles once."""
-    inp = make_inputs(length, hard_g2l, grad=backward)
+    inp = make_inputs(length, hard_g2l, grad=backward, documents=documents)
     rows = ["flex mask", "flex", "flex+mask"] if method.startswith("flex") else [method]
     peaks = {}
     for row in rows:
@@ -405,12 +416,14 @@ def child_peak_memory(method: str, length: int, backward: bool, hard_g2l: bool) 
 _PEAKS: dict[tuple, dict] = {}
 
 
-def peak_memory(method: str, length: int, backward: bool, hard_g2l: bool) -> float | None:
-    key = ("flex" if method.startswith("flex") else method, length, backward, hard_g2l)
+def peak_memory(method: str, length: int, backward: bool, hard_g2l: bool, documents: int) -> float | None:
+    key = ("flex" if method.startswith("flex") else method, length, backward, hard_g2l, documents)
     if key not in _PEAKS:
         env = dict(os.environ, MALLOC_MMAP_THRESHOLD_="65536", MALLOC_TRIM_THRESHOLD_="0")
-        args = [sys.executable, __file__, "--child", key[0], str(length), "bwd" if backward else "fwd"] + (
-            ["--hard-g2l"] if hard_g2l else []
+        args = (
+            [sys.executable, __file__, "--child", key[0], str(length), "bwd" if backward else "fwd"]
+            + (["--hard-g2l"] if hard_g2l else [])
+            + ["--documents", str(documents)]
         )
         proc = subprocess.run(args, env=env, capture_output=True, text=True, timeout=3600)
         if proc.returncode != 0:
@@ -548,12 +561,13 @@ def main() -> None:
     parser.add_argument(
         "--encoder-lengths", type=int, nargs="*", help="L of the 12-layer flex encoder rows (default 4096; none: skip)"
     )
+    parser.add_argument("--documents", type=int, default=1, help="equal documents the L tokens are split into")
     parser.add_argument("--child", nargs=3, metavar=("METHOD", "L", "MODE"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     hard_g2l = args.hard_g2l
     if args.child:
         method, length, mode = args.child
-        child_peak_memory(method, int(length), mode == "bwd", hard_g2l)
+        child_peak_memory(method, int(length), mode == "bwd", hard_g2l, args.documents)
         return
 
     lengths = args.lengths or ([1024, 2048] if args.quick else [1024, 2048, 4096, 8192, 16384])
@@ -567,7 +581,7 @@ def main() -> None:
     print(
         f"G = L/{TOKENS_PER_GLOBAL}, r = {RADIUS}, {HEADS} heads, d = {DIM}, B = 1, fp32 (triton: bf16 and fp16 "
         "copies, CUDA only), label bias, "
-        f"{'hard' if hard_g2l else 'soft'} g2l"
+        f"{'hard' if hard_g2l else 'soft'} g2l, {args.documents} document{'s' if args.documents > 1 else ''}"
     )
     header = (
         f"{'L':>6} {'mode':>7} {'method':>13} {'median ms':>10} {'min ms':>8} {'peak MB':>8} {'GFLOP/s':>8} "
@@ -578,14 +592,19 @@ def main() -> None:
     methods = {name: METHODS[name] for name in args.methods}
     if device == "cuda" and triton_available():
         methods.update({"triton bf16": triton_half(torch.bfloat16), "triton fp16": triton_half(torch.float16)})
+    speed = []  # (L, blocked fwd % matmul, blocked fwd+bwd % matmul, flex fwd / blocked fwd)
     for length in lengths:
+        shares: dict[str, float | None] = {}
         for backward in (False, True):
             mode = "fwd+bwd" if backward else "fwd"
             skipped = {name: skip_reason(name, length, backward, device) for name in methods}
             builds = {name: build for name, build in methods.items() if not skipped[name]}
-            timings = time_methods(builds, make_inputs(length, hard_g2l, device, grad=backward), backward, repeats)
+            inputs = make_inputs(length, hard_g2l, device, grad=backward, documents=args.documents)
+            timings = time_methods(builds, inputs, backward, repeats)
             memory = {
-                name: None if args.no_memory or device != "cpu" else peak_memory(name, length, backward, hard_g2l)
+                name: None
+                if args.no_memory or device != "cpu"
+                else peak_memory(name, length, backward, hard_g2l, args.documents)
                 for name in builds
             }
             base_time = timings.get("blocked", (None, None))[1]
@@ -601,6 +620,10 @@ def main() -> None:
                 share = 100 * gflops / peak if gflops else None
                 ratio_t = fastest / base_time if base_time else None
                 ratio_m = memory[name] / base_memory if base_memory and memory[name] else None
+                if name == "blocked":
+                    shares[mode] = share
+                if name == "flex" and not backward:
+                    shares["flex/blocked"] = ratio_t
                 print(
                     f"{length:>6} {mode:>7} {name:>13} {median * 1e3:>10.1f} {fastest * 1e3:>8.1f} "
                     f"{fmt(memory[name], 8, '.0f')} "
@@ -608,7 +631,14 @@ def main() -> None:
                     f"{fmt(ratio_m, 11, '.2f', 'x')}",
                     flush=True,
                 )
+        speed.append((length, shares.get("fwd"), shares.get("fwd+bwd"), shares.get("flex/blocked")))
     print(f"load average after: {load_average()}")
+    print(f"\nspeed of the default (blocked, fused CPU kernel) against the fp32 matmul rate ({peak:.0f} GFLOP/s):")
+    for length, fwd, both, flex_ratio in speed:
+        print(
+            f"{length:>6}  fwd {fmt(fwd, 4, '.0f', '%')} of matmul  fwd+bwd {fmt(both, 4, '.0f', '%')} of matmul  "
+            f"flex fwd time / blocked fwd time {fmt(flex_ratio, 6, '.2f', 'x')}"
+        )
     if flex.available():
         mask_lengths = (
             args.mask_lengths if args.mask_lengths is not None else ([1024, 4096] if args.quick else [4096, 16384])
