@@ -381,7 +381,7 @@ def test_nodes_past_the_cut_hold_tokens_as_the_tokenizer_says(tricky):
             "name": "cut-nodes",
             "max_long_length": 16,
             "max_global_length": 64,
-            "special_tokens": {"global": 1},
+            "special_tokens": {"global": "[unused0]"},
             "node_types": {"text": {"global": "node", "long": True}},
             "truncation": {"policy": "tail"},
         }
@@ -428,7 +428,7 @@ def test_random_pages_of_tricky_pieces_give_the_whole_texts_instance(pieces, max
             "name": "tricky",
             "max_long_length": max_long,
             "max_global_length": 256,
-            "special_tokens": {"global": 1},
+            "special_tokens": {"global": "[unused0]"},
             "node_types": {"text": {"global": "node", "long": True}},
             "truncation": {"policy": "tail"},
         }

@@ -51,7 +51,7 @@ def tiny_schema(radius: int = 2, prefix: bool = False) -> dict:
         "relative_vocab_size": 16,
         "max_long_length": 512,
         "max_global_length": 64,
-        "special_tokens": {"global": 1},
+        "special_tokens": {"global": "[unused0]"},
         "node_types": {"document": {}, "sentence": {"global": "node", "long": True}},
         "relations": {"contains": {"hierarchy": True}},
         "masks": {"hard_g2l": True},
@@ -372,7 +372,7 @@ def test_sentence_instance_side_inputs_by_hand(tok):
     inst = compile_instance(sentence_graph(["Sea levels.", "The Moon pulls."]), tiny_schema(radius=2), tok)
     alone = sentence_instance(inst, 1)
     assert tokens_of(alone, tok) == ["the", "moon", "pull", "##s", "."]
-    assert alone.global_token_ids.tolist() == [1] and alone.global_node_ids == ["s1"]
+    assert alone.global_token_ids.tolist() == [tok.token_to_id("[unused0]")] and alone.global_node_ids == ["s1"]
     side = alone.side
     assert side.l2l_att_mask.tolist() == [
         [0, 0, 1, 1, 1],
