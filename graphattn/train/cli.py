@@ -294,7 +294,7 @@ def _check_schema_geometry(schema_arg: str, shards: list[str]) -> None:
     """--schema with shards picks their targets; its geometry must be the one they were compiled with."""
     from graphattn.schema import load_schema
     from graphattn.shards.reader import read_info, shard_paths
-    from graphattn.train.finetune import schema_from_text
+    from graphattn.train.run_match import schema_from_text
 
     first = shard_paths(shards)[0]
     text = read_info(first).schema_text
@@ -313,36 +313,15 @@ def _check_schema_geometry(schema_arg: str, shards: list[str]) -> None:
             )
 
 
-def _footer_targets(source: list[str], flag: str) -> tuple[str, dict]:
-    """(first shard, the schema's targets) from the footer of the first shard `source` names."""
-    from graphattn.shards.reader import read_info, shard_paths
-    from graphattn.train.finetune import schema_from_text
-
-    first = shard_paths(source)[0]
-    return first, dict(schema_from_text(read_info(first).schema_text, first).targets)
-
-
 def _check_eval_targets(args: argparse.Namespace, shards: list[str]) -> None:
-    """--eval-data's schema has each target this run trains, of the same kind (read from the
-    shards' footers and the schema, not their rows)."""
+    """--eval-data fits the model this run trains: each of its targets, of the same kind, and
+    (against shards --data) the same geometry and tokenizer (`graphattn.train.run_match`, the
+    comparison `evaluate` makes); read from the footers and the schema, not the rows."""
     from graphattn.schema import load_schema
+    from graphattn.train.run_match import check_shards_match
 
-    if args.schema:
-        trained = dict(load_schema(args.schema, list(getattr(args, "sets", None) or [])).targets)
-    else:
-        trained = _footer_targets(shards, "--data")[1]
-    names = args.targets or list(trained)
-    where, offered = _footer_targets(args.eval_data, "--eval-data")
-    for name in names:
-        want = trained.get(name)
-        have = offered.get(name)
-        if want is not None and (have is None or have.kind != want.kind):
-            listed = ", ".join(f"{n} ({t.kind})" for n, t in offered.items()) or "none"
-            raise GraphattnError(
-                f"--eval-data: the shards' schema has no target {name!r} of kind {want.kind} to score the model on "
-                f"(its targets: {listed}); compile them with the schema the model trains on",
-                file=where,
-            )
+    schema = load_schema(args.schema, list(getattr(args, "sets", None) or [])) if args.schema else None
+    check_shards_match(shards or None, args.eval_data, flag="--eval-data", targets=args.targets, schema=schema)
 
 
 def _is_rank_zero() -> bool:

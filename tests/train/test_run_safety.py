@@ -471,7 +471,7 @@ def test_eval_data_without_the_targets_is_refused_before_training(shards, tmp_pa
     assert done.returncode == 0, done.stderr
     fails(
         graphattn("train", "--data", shards, "--out", tmp_path / "r", "--steps", "1", *TINY, "--eval-data", other),
-        "--eval-data: the shards' schema has no target 'answer' of kind choice",
+        "--eval-data: the --eval-data shards' schema 'hotpotqa' has no target 'answer' like the model's (choice)",
         "supporting (global_labels)",
     )
     assert not list((tmp_path / "r").glob("step-*"))
