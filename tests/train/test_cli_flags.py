@@ -105,3 +105,17 @@ def test_set_with_raw_records_compiles_with_it(capsys, tmp_path):
         "--set relative_pos_max_distanc=5: unknown key",
     )
     assert (run / "run.json").is_file() and (run / "compiled" / "run.json").is_file()  # refused before --overwrite
+
+
+def test_eval_data_of_another_geometry_is_refused_before_training(capsys, shards, tmp_path):
+    other = tmp_path / "k12"
+    argv = ["compile", HOTPOT, "--schema", "hotpotqa", "--tokenizer", TOKENIZER, "--out", other, "-q"]
+    assert _run(capsys, argv)[0] == 0
+    run = tmp_path / "run"
+    _refused(
+        capsys,
+        ["train", "--data", shards, "--out", run, "--steps", "1", "--eval-data", other],
+        "--eval-data: ",
+        "relative_pos_max_distance 12 in the --eval-data shards, 3 in the --data shards",
+    )
+    assert not run.exists()
