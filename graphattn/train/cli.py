@@ -329,9 +329,9 @@ def _is_rank_zero() -> bool:
 
 
 def run(args: argparse.Namespace) -> int:
+    shards, raw = check_arguments(args)  # before rundir, whose encoder bounds import torch
     from graphattn.train.rundir import claim_run_directory, settings_of
 
-    shards, raw = check_arguments(args)
     settings = settings_of(vars(args))
     lock = (
         claim_run_directory(
