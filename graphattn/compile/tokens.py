@@ -6,8 +6,9 @@ or padding token, is refused (`CompileError` naming the schema key). An integer 
 unk or padding token, or any token that is an ordinary word of the vocabulary (``"!"``,
 ``"the"``), is allowed but warned about in one line (`SpecialTokenWarning`): those globals would
 share the unk (or that word's) embedding, which is what a schema numbered for BERT's vocabulary
-gives with another tokenizer. The compiled instances (and so the shards) hold only
-the resolved ids; `resolved_ids` lists them per schema key for a run's record.
+gives with another tokenizer. The compiled instances (and so the shards) hold only the resolved
+ids; `TokenTable.resolved` lists them per schema key, which a compile records in its settings
+(`graphattn.compile.special_token_ids`).
 """
 
 from __future__ import annotations
@@ -28,7 +29,8 @@ _RESERVED_SHAPE = re.compile(r"^(\[[^\[\]\s]+\]|<[^<>\s]+>)$")
 
 
 class SpecialTokenWarning(UserWarning):
-    """A schema's special or global token that is an ordinary word of the tokenizer's vocabulary."""
+    """A schema's special or global token id that is the tokenizer's unk or padding token, or a
+    token that is an ordinary word of its vocabulary (the message names the schema key)."""
 
     def __init__(self, message: str, location: Location):
         self.location, self.reason = location, message
@@ -66,7 +68,8 @@ def _is_reserved(tokenizer: Tokenizer, token_id: int, text: str | None) -> bool:
 def _resolve(value, tokenizer: Tokenizer, schema: Schema, role: str | None, key: str, *path) -> int:
     """A token string or id -> id; [CLS]/[SEP] defaults fall back to the tokenizer's own.
 
-    Refuses a name the tokenizer lacks and the unk / padding token; warns for an ordinary word."""
+    Refuses a name the tokenizer lacks or that is its unk / padding token; warns for an id that is
+    unk / padding and for an ordinary word (see the module docstring)."""
     where = schema.where(*path)
     if isinstance(value, int):
         if not 0 <= value < tokenizer.vocab_size:
