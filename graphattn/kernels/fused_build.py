@@ -5,17 +5,19 @@ A cached library is code this process will run, so nothing found in the cache is
 * The cache directory (~/.cache/graphattn/kernels, or $GRAPHATTN_CACHE/kernels) is made private
   (0700); a directory or library that another user owns, or that others may write, is refused
   (`UnsafeCache`), and so is a directory whose parent others may write without the sticky bit.
-* Each library is written beside a sha256 digest of its bytes, both only after a whole build
-  (temporary file, then rename), under an flock on the directory's lock file; a library whose
-  bytes differ from its digest (cut short, overwritten) or that has none is rebuilt.
-* The key of a build names everything its bytes depend on: the sources and flags, the compiler
-  and its `--version`, torch's version and library directory (the build's RUNPATH points there),
+* Each library is built by torch.utils.cpp_extension in a fresh temporary directory inside the
+  cache (`build_extension`), and written beside a sha256 digest of its bytes only after a whole
+  build (rename), under an flock on the directory's lock file; a library whose bytes differ from
+  its digest (cut short, overwritten) or that has none is rebuilt.
+* The key of a build (fused_cpu.py) names everything its bytes depend on: the sources and flags,
+  the compiler and its `--version`, torch's version and directory, the C++ ABI, Python's version,
   and the instruction-set level it is built for (`isa_level`: AVX-512, AVX2 or baseline x86-64
   by the running CPU's flags, the baseline elsewhere), never -march=native, so a cache shared by
   machines with different CPUs holds one build per level, each runnable on every CPU of it.
-* The compiler runs in its own process group, bounded by GRAPHATTN_BUILD_TIMEOUT seconds (default
-  300): a build that takes longer than NOTICE_SECONDS says so once, and one that runs out of time
-  or is interrupted (Ctrl-C) has its whole group killed.
+* The build runs in a child process in its own process group, bounded by
+  GRAPHATTN_BUILD_TIMEOUT seconds (default 300): a build that takes longer than NOTICE_SECONDS
+  says so once, and one that runs out of time or is interrupted (Ctrl-C) has its whole group
+  (the compiler included) killed.
 """
 
 from __future__ import annotations

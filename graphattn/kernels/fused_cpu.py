@@ -186,3 +186,17 @@ class Labels:
         own = [self.sink, self.run_ptr, self.run_start, self.run_label]
         own += [self.dense] if self.dense._base is None else []
         return sum(t.numel() * t.element_size() for t in own)
+
+
+def main() -> int:
+    """`python -m graphattn.kernels.fused_cpu`: build the kernel ahead of time (an image's build
+    step, say) into the cache the first attention call would use; says where, or why not."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        built = library()
+    print(built if built is not None else f"not built: {why_not()}")
+    return 0 if built is not None else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -201,3 +201,20 @@ def test_no_fork_hook_is_registered() -> None:
 def test_the_cache_directory_is_made_private(tmp_path) -> None:
     made = fused_build.private_dir(tmp_path / "a" / "kernels")
     assert stat.S_IMODE(made.stat().st_mode) == 0o700
+
+
+def test_the_kernel_can_be_built_ahead_of_time() -> None:
+    """`python -m graphattn.kernels.fused_cpu` builds into the cache a first call would use (here the
+    usual one, already built by this run's other tests) and says where; turned off, it says why."""
+    run = lambda **env: subprocess.run(  # noqa: E731
+        [sys.executable, "-m", "graphattn.kernels.fused_cpu"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, **env},
+    )
+    if HAS_COMPILER:
+        done = run()
+        assert done.returncode == 0 and Path(done.stdout.strip()).name.startswith("graphattn_cpu_"), done.stderr
+    off = run(GRAPHATTN_FUSED_CPU="0")
+    assert off.returncode == 1 and "GRAPHATTN_FUSED_CPU=0" in off.stdout
