@@ -403,6 +403,7 @@ bad = {
     "run pointer past its runs": dict(labels=[*first[:2], bad_ptr, *first[3:]]),
     "too few labels": dict(labels=first[:-1]),
     "a table row past the keys": dict(table=chunks.table.clone().index_fill_(1, torch.tensor([10]), 10**6)),
+    "a block larger than its chunk": dict(table=chunks.table.clone().index_fill_(1, torch.tensor([4]), 10**6)),
     "heads": dict(heads=3),
 }
 for name, change in bad.items():

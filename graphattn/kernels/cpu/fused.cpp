@@ -158,7 +158,7 @@ Pass describe(const at::Tensor *states, const at::Tensor &long_key, const c10::o
         const at::Tensor &kb = is_long ? p.gk : p.lk, &vb = is_long ? p.gv : p.lv;
         const at::Tensor &key = is_long ? p.long_key : p.global_key, &bias = is_long ? p.long_bias : p.global_bias;
         TORCH_CHECK_VALUE((side == LONG || side == GLOBAL) && start >= 0 && 0 <= lo && lo <= hi &&
-                              (a_step == 0 || a_step == 1) && block >= 1 && na >= 0 && 0 <= valid &&
+                              (a_step == 0 || a_step == 1) && 1 <= block && block <= count && na >= 0 && 0 <= valid &&
                               valid <= count && key_block >= 1,
                           "fused CPU kernel: chunk ", i, " of the table is not one the plan makes: ",
                           c10::IntArrayRef(row, COLUMNS));
