@@ -12,7 +12,7 @@ import pytest
 import torch
 from kernel_cases import RESULT_NAMES, assert_all_close, run, synthetic_case
 
-from graphattn.kernels import blocked, dense, fused_cpu
+from graphattn.kernels import blocked, dense, fused_build, fused_cpu
 from graphattn.kernels.request import direct_request
 
 needs_kernel = pytest.mark.skipif(
@@ -108,14 +108,21 @@ def test_two_threads_at_once_give_the_oracles_values() -> None:
         assert_all_close(result, expected, 1e-5, RESULT_NAMES, 0.1)
 
 
-def test_without_a_compiler_one_warning_and_the_pytorch_path(monkeypatch, tmp_path) -> None:
-    monkeypatch.delenv("CXX", raising=False)
-    monkeypatch.setenv("PATH", str(tmp_path))  # no c++, no g++
+@pytest.mark.parametrize("missing", ["compiler", "ninja"])
+def test_without_a_compiler_or_ninja_one_warning_and_the_pytorch_path(monkeypatch, tmp_path, missing) -> None:
+    if missing == "compiler":
+        monkeypatch.delenv("CXX", raising=False)
+        monkeypatch.setenv("PATH", str(tmp_path))  # no c++, no g++
+        said_why = r"no C\+\+ compiler"
+    else:
+        monkeypatch.setenv("CXX", shutil.which("c++") or "g++")
+        monkeypatch.setattr(fused_build, "tool_path", lambda: str(tmp_path))  # where no ninja is
+        said_why = r"ninja \(the build tool torch.utils.cpp_extension needs\) was not found"
     monkeypatch.setenv("GRAPHATTN_CACHE", str(tmp_path))
     fused_cpu.reset()
     try:
         case = synthetic_case(dtype=torch.float32, **LAYOUT)
-        with pytest.warns(UserWarning, match=r"no C\+\+ compiler.*slower PyTorch path") as said:
+        with pytest.warns(UserWarning, match=rf"{said_why}.*slower PyTorch path") as said:
             first = run(blocked.attention, case)
         second = run(blocked.attention, case)
         assert len(said) == 1 and not fused_cpu.available()
