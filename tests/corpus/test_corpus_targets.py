@@ -218,7 +218,7 @@ relative_pos_max_distance: 2
 relative_vocab_size: 16
 max_long_length: 64
 max_global_length: 16
-special_tokens: {global: 1}
+special_tokens: {global: "[unused0]"}
 global_prefix: [cls]
 node_types:
   claim: {global: node, long: true, segment: true}
