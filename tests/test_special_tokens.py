@@ -1,6 +1,6 @@
 """Special and global tokens named by their text (issue 39 item 4): a schema's names resolve in the
 tokenizer at compile time; a name it lacks, or unk / padding by name, is refused naming the schema
-key; an id that is unk, padding or an ordinary word is warned about in one line; the shipped
+key; unk (named or by id), a padding id or an ordinary word is warned about in one line; the shipped
 schemas name BERT's [unused0]/[unused3]/[unused4] (its ids 1/4/5) and compile with a tokenizer that
 `graphattn tokenizer train` made (which reserves them)."""
 
@@ -135,15 +135,18 @@ def test_the_default_tokenizer_reserves_the_names_too():
         assert tokenizer.unk_id not in table.resolved.values(), path.name
 
 
-def test_a_name_that_is_unk_is_refused_naming_the_key(tmp_path):
-    schema = _schema(tmp_path, '"[UNK]"')
+def test_a_name_that_is_padding_is_refused_and_unk_warns_naming_the_key(tmp_path):
+    where = f"{tmp_path / 's.yaml'}:3: $.special_tokens.global: "
     with pytest.raises(CompileError) as info:
-        compile_instance(_graph(), schema, load_tokenizer("default"))
+        compile_instance(_graph(), _schema(tmp_path, '"[PAD]"'), load_tokenizer("default"))
     message = str(info.value)
-    assert message.startswith(
-        f"{tmp_path / 's.yaml'}:3: $.special_tokens.global: token '[UNK]' (id 1) is the unk token"
-    )
+    assert message.startswith(where + "token '[PAD]' (id 0) is the padding token")
     assert "default-tokenizer.json" in message and "\n" not in message
+    with pytest.warns(SpecialTokenWarning) as caught:
+        instance = compile_instance(_graph(), _schema(tmp_path, '"[UNK]"'), load_tokenizer("default"))
+    message = str(next(w for w in caught if issubclass(w.category, SpecialTokenWarning)).message)
+    assert message.startswith(where + "token '[UNK]' (id 1) is the unk token") and "\n" not in message
+    assert set(instance.global_token_ids.tolist()) == {1}
 
 
 def test_a_name_the_tokenizer_lacks_is_refused_naming_the_key_and_the_tokenizer(tmp_path, bert_vocab):

@@ -1,10 +1,11 @@
 """Resolve the schema's special and global tokens against a tokenizer, once per (schema, tokenizer).
 
 A schema names a token by its text (``"[unused0]"``, ``"<s>"``, ``"[CLS]"``) or by an integer id;
-this is the one place where names become ids. A name the tokenizer lacks, or that names its unk
-or padding token, is refused (`CompileError` naming the schema key). An integer id that is the
-unk or padding token, or any token that is an ordinary word of the vocabulary (``"!"``,
-``"the"``), is allowed but warned about in one line (`SpecialTokenWarning`): those globals would
+this is the one place where names become ids. A name the tokenizer lacks, or that names its
+padding token, is refused (`CompileError` naming the schema key). A token (named or by id) that
+is the unk token, an id that is the padding token, or any token that is an ordinary word of the
+vocabulary (``"!"``, ``"the"``), is allowed but warned about in one line
+(`SpecialTokenWarning`): those globals would
 share the unk (or that word's) embedding, which is what a schema numbered for BERT's vocabulary
 gives with another tokenizer. The compiled instances (and so the shards) hold only the resolved
 ids; `TokenTable.resolved` lists them per schema key, which a compile records in its settings
@@ -68,8 +69,8 @@ def _is_reserved(tokenizer: Tokenizer, token_id: int, text: str | None) -> bool:
 def _resolve(value, tokenizer: Tokenizer, schema: Schema, role: str | None, key: str, *path) -> int:
     """A token string or id -> id; [CLS]/[SEP] defaults fall back to the tokenizer's own.
 
-    Refuses a name the tokenizer lacks or that is its unk / padding token; warns for an id that is
-    unk / padding and for an ordinary word (see the module docstring)."""
+    Refuses a name the tokenizer lacks or that is its padding token; warns for unk (named or by
+    id), a padding id and an ordinary word (see the module docstring)."""
     where = schema.where(*path)
     if isinstance(value, int):
         if not 0 <= value < tokenizer.vocab_size:
@@ -105,7 +106,7 @@ def _resolve(value, tokenizer: Tokenizer, schema: Schema, role: str | None, key:
             f"{shown} is the {unk_or_pad} token of {_describe(tokenizer)}: every such global would read as "
             f"{unk_or_pad}; name a reserved token the tokenizer has (e.g. --set {key}=[unused0])"
         )
-        if not isinstance(value, int):
+        if unk_or_pad == "padding" and not isinstance(value, int):  # unk by name is only odd; padding is a mistake
             raise CompileError(message, **where)
         warnings.warn(SpecialTokenWarning(message, Location(**where)), stacklevel=3)
     elif not _is_reserved(tokenizer, token_id, text):
