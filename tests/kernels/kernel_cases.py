@@ -30,7 +30,7 @@ GRAPH_SCHEMA = {
     "relative_vocab_size": 16,
     "max_long_length": 256,
     "max_global_length": 32,
-    "special_tokens": {"global": 1},
+    "special_tokens": {"global": "[unused0]"},
     "node_types": {
         "document": {"segment": True},
         "candidate": {"global": "node", "long": True, "segment": True, "ignore_hard_masks": True},

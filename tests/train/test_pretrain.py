@@ -37,7 +37,7 @@ SCHEMA = {
     "relative_vocab_size": 16,
     "max_long_length": 256,
     "max_global_length": 32,
-    "special_tokens": {"global": 1},
+    "special_tokens": {"global": "[unused0]"},
     "node_types": {"document": {}, "sentence": {"global": "node", "long": True}},
     "relations": {"contains": {"hierarchy": True}},
     "masks": {"hard_g2l": True},

@@ -35,7 +35,7 @@ SCHEMA = {
     "relative_vocab_size": 16,
     "max_long_length": 128,
     "max_global_length": 16,
-    "special_tokens": {"global": 1},
+    "special_tokens": {"global": "[unused0]"},
     "node_types": {
         "document": {"segment": True},
         "candidate": {"global": "node", "long": True, "segment": True, "ignore_hard_masks": True, "global_type_id": 2},
