@@ -65,13 +65,18 @@ HEADLINE = {
 }
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
+def add_model_argument(parser: argparse.ArgumentParser) -> None:
+    """--model RUN, as evaluate and predict take it."""
     parser.add_argument(
         "--model",
         required=True,
         metavar="RUN",
         help="a `graphattn train --out` directory (its newest checkpoint) or a checkpoint directory inside one",
     )
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_model_argument(parser)
     parser.add_argument(
         "--data", required=True, nargs="+", metavar="SHARDS", help="compiled shards: directories, files or globs"
     )

@@ -41,13 +41,9 @@ SHOWN_REJECTIONS = 5
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     from graphattn.cli import add_verbosity_arguments
     from graphattn.shards.inspect import add_verify_argument
+    from graphattn.train.evaluate import add_model_argument
 
-    parser.add_argument(
-        "--model",
-        required=True,
-        metavar="RUN",
-        help="a `graphattn train --out` directory (its newest checkpoint) or a checkpoint directory inside one",
-    )
+    add_model_argument(parser)
     parser.add_argument(
         "inputs", nargs="+", metavar="INPUTS", help="raw documents (files, directories, globs) or compiled shards"
     )
