@@ -13,16 +13,19 @@ stops cleanly, and `train` saves a checkpoint first).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import difflib
 import importlib
 import os
 import signal
 import sys
 import threading
+import warnings
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 from graphattn import __version__
-from graphattn.errors import GraphattnError
+from graphattn.errors import GraphattnError, GraphattnWarning
 
 EXIT_OK, EXIT_INCOMPLETE, EXIT_ERROR, EXIT_INTERRUPTED, EXIT_TERMINATED = 0, 1, 2, 130, 143
 
@@ -192,7 +195,8 @@ def main(argv: list[str] | None = None) -> int:
 def _run(args: argparse.Namespace) -> int:
     name = " ".join(["graphattn", args.command, *([args.action] if getattr(args, "action", None) else [])])
     try:
-        return int(importlib.import_module(args._module).run(args) or 0)
+        with one_line_warnings(name):
+            return int(importlib.import_module(args._module).run(args) or 0)
     except GraphattnError as err:
         return _fail(args, name, str(err))
     except KeyboardInterrupt as stop:
@@ -205,6 +209,28 @@ def _run(args: argparse.Namespace) -> int:
         return _fail(args, name, describe_os_error(err))
     except MemoryError as err:
         return _fail(args, name, f"out of memory ({err or 'an allocation failed'}); try a smaller input or range")
+
+
+@contextlib.contextmanager
+def one_line_warnings(name: str) -> Iterator[None]:
+    """Each of our warnings (`GraphattnWarning`) said once, in one line on stderr, instead of
+    Python's two lines with a source line; other warnings as Python shows them."""
+    shown = warnings.showwarning
+    said: set[str] = set()
+
+    def show(message, category, filename, lineno, file=None, line=None):
+        if not issubclass(category, GraphattnWarning):
+            return shown(message, category, filename, lineno, file, line)
+        text = str(message).removeprefix("graphattn: ")
+        if text not in said:
+            said.add(text)
+            print(f"{name}: warning: {text}", file=sys.stderr)
+
+    warnings.showwarning = show
+    try:
+        yield
+    finally:
+        warnings.showwarning = shown
 
 
 def _fail(args: argparse.Namespace, name: str, message: str) -> int:

@@ -80,6 +80,13 @@ class LabelError(IngestError):
     """A task label that matches nothing, refused (``graphattn compile --strict``)."""
 
 
+class GraphattnWarning(UserWarning):
+    """Something the user should know that does not stop the work (a schema's special token that
+    is unk, the CPU kernel still building or unavailable). Every `graphattn` command says each
+    one once, in one line on stderr (`graphattn.cli.one_line_warnings`); the Python API gives
+    Python's own warning."""
+
+
 class LabelWarning(UserWarning):
     """A task label in the input that matches nothing: a supporting fact naming a title no
     paragraph has, an answer string not in its context, a keyphrase not in the text, ...

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from graphattn.errors import CompileError, Location
+from graphattn.errors import CompileError, GraphattnWarning, Location
 from graphattn.schema import DEFAULT_ROLE_TOKENS, Schema
 from graphattn.tokenize import Tokenizer
 
@@ -29,7 +29,7 @@ from graphattn.tokenize import Tokenizer
 _RESERVED_SHAPE = re.compile(r"^(\[[^\[\]\s]+\]|<[^<>\s]+>)$")
 
 
-class SpecialTokenWarning(UserWarning):
+class SpecialTokenWarning(GraphattnWarning):
     """A schema's special or global token id that is the tokenizer's unk or padding token, or a
     token that is an ordinary word of its vocabulary (the message names the schema key)."""
 

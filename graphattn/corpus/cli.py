@@ -13,10 +13,7 @@ the shards record the effective schema.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import sys
-import warnings
-from collections.abc import Iterator
 
 from graphattn.cli import EXIT_INCOMPLETE, EXIT_INTERRUPTED, EXIT_OK, add_verbosity_arguments, verbosity
 from graphattn.corpus.sources import DEFAULT_MAX_REJECTED, DEFAULT_SHARD_SIZE, FORMATS
@@ -107,30 +104,6 @@ def add_set_argument(parser: argparse.ArgumentParser, extra: str = "") -> None:
     )
 
 
-@contextlib.contextmanager
-def special_token_warnings(command: str) -> Iterator[None]:
-    """A schema's special token that is unk, padding or an ordinary word (`SpecialTokenWarning`)
-    is said in one line on stderr, once, instead of Python's two-line warning."""
-    from graphattn.compile.tokens import SpecialTokenWarning
-
-    shown = warnings.showwarning
-    said: set[str] = set()
-
-    def show(message, category, filename, lineno, file=None, line=None):
-        if issubclass(category, SpecialTokenWarning):
-            if str(message) not in said:
-                said.add(str(message))
-                print(f"graphattn {command}: warning: {message}", file=sys.stderr)
-            return
-        shown(message, category, filename, lineno, file, line)
-
-    warnings.showwarning = show
-    try:
-        yield
-    finally:
-        warnings.showwarning = shown
-
-
 def add_html_arguments(parser: argparse.ArgumentParser) -> None:
     """--encoding / --errors for HTML inputs (shared by compile and viz; `graphattn.ingest.html.read_html`)."""
     parser.add_argument(
@@ -177,8 +150,7 @@ def run(args: argparse.Namespace) -> int:
         sets=list(args.sets or []),
     )
     try:
-        with special_token_warnings("compile"):
-            summary = run_compile(options)
+        summary = run_compile(options)
     except KeyboardInterrupt:
         print(
             f"graphattn compile: interrupted; finished shards are kept in {args.out}: rerun the same command "

@@ -36,6 +36,8 @@ import tempfile
 import warnings
 from pathlib import Path
 
+from graphattn.errors import GraphattnWarning
+
 NOTICE_SECONDS = 10.0  # a build still running after this says so
 DEFAULT_TIMEOUT = 300.0
 VERSION_TIMEOUT = 30.0
@@ -96,6 +98,7 @@ def run_bounded(
             warnings.warn(
                 f"graphattn: still {what} (first use; up to {timeout:g} s, GRAPHATTN_BUILD_TIMEOUT; "
                 "Ctrl-C stops it and the PyTorch path runs)",
+                GraphattnWarning,
                 stacklevel=2,
             )
             out, err = process.communicate(timeout=timeout - notice)

@@ -29,6 +29,7 @@ from pathlib import Path
 
 import torch
 
+from graphattn.errors import GraphattnWarning
 from graphattn.kernels import fused_build, fused_op
 from graphattn.kernels.structure_runs import Runs
 
@@ -58,7 +59,9 @@ _REASON = {"why": "it has not been loaded yet"}
 def _unavailable(why: str, warn: bool = True) -> None:
     _REASON["why"] = why
     if warn:
-        warnings.warn(f"graphattn: {why}; the blocked backend runs its slower PyTorch path on CPU", stacklevel=4)
+        warnings.warn(
+            f"graphattn: {why}; the blocked backend runs its slower PyTorch path on CPU", GraphattnWarning, stacklevel=4
+        )
 
 
 _LOADED: dict[str, Path | None] = {}  # "lib": the outcome of the first load (reset() forgets it)

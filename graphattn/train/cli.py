@@ -34,7 +34,7 @@ import sys
 from pathlib import Path
 
 from graphattn.cli import add_verbosity_arguments, verbosity
-from graphattn.corpus.cli import add_set_argument, special_token_warnings
+from graphattn.corpus.cli import add_set_argument
 from graphattn.errors import GraphattnError
 from graphattn.shards.inspect import add_verify_argument
 from graphattn.train.arguments import bounded, path_exists
@@ -162,18 +162,17 @@ def compile_raw(inputs: list[str], args: argparse.Namespace) -> str:
         + (", finishing or reusing the earlier compile there" if again else "")
         + f"); next time pass --data {target}"
     )
-    with special_token_warnings("train"):
-        run_compile(
-            CompileOptions(
-                inputs=inputs,
-                schema=args.schema,
-                out=str(target),
-                tokenizer=args.tokenizer,
-                resume=again,
-                progress=verbosity(args) >= 0,
-                sets=list(getattr(args, "sets", None) or []),
-            )
+    run_compile(
+        CompileOptions(
+            inputs=inputs,
+            schema=args.schema,
+            out=str(target),
+            tokenizer=args.tokenizer,
+            resume=again,
+            progress=verbosity(args) >= 0,
+            sets=list(getattr(args, "sets", None) or []),
         )
+    )
     return str(target)
 
 

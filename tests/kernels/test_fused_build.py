@@ -218,3 +218,18 @@ def test_the_kernel_can_be_built_ahead_of_time() -> None:
         assert done.returncode == 0 and Path(done.stdout.strip()).name.startswith("graphattn_cpu_"), done.stderr
     off = run(GRAPHATTN_FUSED_CPU="0")
     assert off.returncode == 1 and "GRAPHATTN_FUSED_CPU=0" in off.stdout
+
+
+def test_a_command_says_the_fallback_in_one_line(tmp_path) -> None:
+    """`graphattn train` without a compiler: one line of its own on stderr, not Python's two-line warning."""
+    data = Path(__file__).resolve().parents[2] / "examples" / "data"
+    env = {**os.environ, "CXX": str(tmp_path / "no-such-compiler"), "GRAPHATTN_CACHE": str(tmp_path / "cache")}
+    compile_ = ["compile", str(data / "hotpotqa_sample.json"), "--schema", "hotpotqa", "--out", str(tmp_path / "s")]
+    train = ["train", "--data", str(tmp_path / "s"), "--out", str(tmp_path / "run"), "--steps", "1"]
+    train += ["--hidden-size", "32", "--layers", "1", "--heads", "2", "--batch-size", "2", "--no-progress"]
+    for argv in (compile_ + ["--tokenizer", str(data / "tokenizer.json"), "-q"], train):
+        done = subprocess.run(["graphattn", *argv], capture_output=True, text=True, env=env, timeout=600)
+        assert done.returncode == 0, done.stderr
+    lines = done.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("graphattn train: warning: the fused CPU kernel"), done.stderr
+    assert "no-such-compiler" in lines[0] and FALLBACK in lines[0]
