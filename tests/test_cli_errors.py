@@ -19,8 +19,7 @@ import time
 from pathlib import Path
 
 import pytest
-
-from graphattn.cli import main
+from cli_run import run_main as _run
 
 REPO = Path(__file__).resolve().parents[1]
 DATA = REPO / "examples" / "data"
@@ -54,15 +53,6 @@ def files(tmp_path_factory) -> Path:
     ckpt.mkdir()
     (ckpt / "config.json").write_text("[1, 2]")
     return root
-
-
-def _run(capsys, argv: list[str]) -> tuple[int, str, str]:
-    try:
-        code = main(argv)
-    except SystemExit as exit:  # argparse: usage errors and --help
-        code = exit.code
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
 
 
 CASES = [

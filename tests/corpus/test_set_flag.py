@@ -8,8 +8,8 @@ import json
 from pathlib import Path
 
 import pytest
+from cli_run import run_main as _run
 
-from graphattn.cli import main
 from graphattn.errors import SchemaError
 from graphattn.schema import load_effective_schema, load_schema
 from graphattn.shards.dataset import ShardDataset
@@ -18,15 +18,6 @@ from graphattn.tokenize import load_tokenizer
 from graphattn.train.finetune import schema_from_text
 
 TEXT = "The cat sat on the mat and looked at the long grey wall for a while.\n\nA dog ran far away. The end.\n"
-
-
-def _run(capsys, argv: list) -> tuple[int, str, str]:
-    try:
-        code = main([str(a) for a in argv])
-    except SystemExit as exit:
-        code = exit.code
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
 
 
 @pytest.fixture(scope="module")

@@ -9,6 +9,7 @@ import json
 from pathlib import Path
 
 import pytest
+from cli_run import run_main as _run
 
 from graphattn.cli import main
 
@@ -17,15 +18,6 @@ DATA = REPO / "examples" / "data"
 CHECKPOINT = REPO / "tests" / "fixtures" / "etc" / "finetune_tiny"
 TOKENIZER = str(DATA / "tokenizer.json")  # the shipped 3,000 ids the checkpoint has
 HOTPOT = DATA / "hotpotqa_sample.json"
-
-
-def _run(capsys, argv: list) -> tuple[int, str, str]:
-    try:
-        code = main([str(a) for a in argv])
-    except SystemExit as exit:
-        code = exit.code
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
 
 
 @pytest.fixture(scope="module")
